@@ -1,0 +1,167 @@
+"""Typed pipeline configuration.
+
+Flags and YAML config files are turned into these frozen dataclasses once, at the entry
+point (:mod:`beam_pipeline.cli`); every stage receives typed config, never loose dicts or
+JSON strings.
+
+Example::
+
+    cfg = PipelineConfig(data=DataConfig(data="data/*.csv"), module_file="my_module.py")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from typing import Optional
+
+__all__ = [
+    "Split",
+    "DataFormat",
+    "DataConfig",
+    "TransformConfig",
+    "TrainerConfig",
+    "TunerConfig",
+    "PipelineConfig",
+    "BUNDLED_EXAMPLE_DIR",
+    "BUNDLED_CONFIG",
+]
+
+BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "penguin")
+BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")
+
+
+class Split(str, enum.Enum):
+    """Names of the example splits."""
+
+    TRAIN = "train"
+    EVAL = "eval"
+    TEST = "test"
+
+
+class DataFormat(str, enum.Enum):
+    """Input formats ExampleGen reads."""
+
+    AUTO = "auto"
+    CSV = "csv"
+    TFRECORD = "tfrecord"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the input data is and how ExampleGen reads, splits and checks it.
+
+    Attributes:
+      data: a file, a folder or a glob (local or any Beam filesystem such as gs://).
+      data_format: CSV or TFRecord of tf.Example; AUTO decides by file name.
+      csv_delimiter: the CSV field separator.
+      csv_null_values: field values that mean "missing" (the empty field always does).
+      split_buckets: (split, buckets) pairs for the deterministic hash split.
+      input_splits: (split, file pattern) pairs when the input is already split; replaces
+        the hash split.
+      partition_feature: rows with the same value of this column land in the same split.
+      max_rejected_fraction: the run fails when more than this fraction of rows is rejected.
+      schema: a user-provided schema.pbtxt that replaces schema inference.
+      infer_feature_shape: required single-valued features get a fixed shape [1] in the
+        inferred schema (dense tensors in tf.Transform), as TFX's SchemaGen option.
+      max_string_domain_size: strings with at most this many distinct values get a domain.
+      ignore_anomalies: report blocking anomalies but go on.
+    """
+
+    data: str = ""
+    data_format: DataFormat = DataFormat.AUTO
+    csv_delimiter: str = ","
+    csv_null_values: tuple[str, ...] = ("",)
+    split_buckets: tuple[tuple[Split, int], ...] = ((Split.TRAIN, 2), (Split.EVAL, 1))
+    input_splits: tuple[tuple[Split, str], ...] = ()
+    partition_feature: Optional[str] = None
+    max_rejected_fraction: float = 0.0
+    schema: Optional[str] = None
+    infer_feature_shape: bool = True
+    max_string_domain_size: int = 100
+    ignore_anomalies: bool = False
+
+    @property
+    def splits(self) -> tuple[Split, ...]:
+        if self.input_splits:
+            return tuple(s for s, _ in self.input_splits)
+        return tuple(s for s, _ in self.split_buckets)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformConfig:
+    """tf.Transform settings.
+
+    Attributes:
+      analyzer_cache: reuse tf.Transform's analyzer cache across runs of the same
+        pipeline root (kept under ``<pipeline_root>/cache/transform``).
+    """
+
+    analyzer_cache: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+    """Settings of the training stage (TFX's TrainArgs/EvalArgs and more).
+
+    Attributes:
+      enabled: False skips training even when the module defines ``run_fn``.
+      train_steps / eval_steps: reach ``fn_args.train_steps`` / ``fn_args.eval_steps``.
+      hyperparameters: path of a Keras Tuner ``HyperParameters`` config JSON.
+      base_model: a SavedModel directory to warm-start from (``fn_args.base_model``).
+      accelerator: Beam resource hint, e.g. ``type:nvidia-l4;count:1;install-nvidia-driver``.
+      min_ram: Beam resource hint, e.g. ``16GB``.
+      custom_config: JSON object text reaching ``fn_args.custom_config`` as a dict.
+    """
+
+    enabled: bool = True
+    train_steps: int = 100
+    eval_steps: int = 5
+    hyperparameters: Optional[str] = None
+    base_model: Optional[str] = None
+    accelerator: Optional[str] = None
+    min_ram: Optional[str] = None
+    custom_config: str = "{}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TunerConfig:
+    """Settings of the tuning stage.
+
+    Attributes:
+      enabled: False (``--no_tuner``) skips tuning.
+      parallel_trials: trials asked of the oracle per round and run at once.
+      max_trials: caps the tuner's own ``max_trials`` when given.
+      train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
+      accelerator / min_ram: resource hints of the trial step.
+    """
+
+    enabled: bool = True
+    parallel_trials: int = 2
+    max_trials: Optional[int] = None
+    train_steps: int = 20
+    eval_steps: int = 5
+    accelerator: Optional[str] = None
+    min_ram: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """The whole run's configuration.
+
+    Attributes:
+      pipeline_root: folder (or gs:// path) holding run directories and caches.
+      run_id: the run directory's name under ``pipeline_root/runs``; generated when empty.
+      module_file: the user's module (``preprocessing_fn``, ``run_fn``, ``tuner_fn``).
+      beam_args: the Beam flags, passed through to ``PipelineOptions``.
+    """
+
+    data: DataConfig = DataConfig()
+    module_file: Optional[str] = None
+    pipeline_root: str = "pipeline_runs"
+    run_id: str = ""
+    transform: TransformConfig = TransformConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    tuner: TunerConfig = TunerConfig()
+    beam_args: tuple[str, ...] = ()

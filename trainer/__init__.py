@@ -1,0 +1,1 @@
+"""The generic trainer that runs inside a worker (no Beam imports here)."""

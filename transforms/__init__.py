@@ -1,0 +1,1 @@
+"""Beam PTransforms of the pipeline's data-parallel stages (no orchestration here)."""
