@@ -15,7 +15,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import apache_beam as beam
 from apache_beam.options import pipeline_options as po
@@ -43,15 +43,13 @@ def _all_option_classes() -> list[type]:
 def unknown_beam_flags(args: Sequence[str]) -> list[str]:
     """The flags in ``args`` that no Beam ``PipelineOptions`` class defines."""
     parser = po._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
-    added = set()
     for cls in _all_option_classes():
         try:
             cls._add_argparse_args(parser)  # pylint: disable=protected-access
         except Exception:  # noqa: BLE001  an option class clashing with another; skip it
             continue
-        added.add(cls)
     _, unknown = parser.parse_known_args(list(args))
-    return [a for a in unknown if a.startswith("-")]
+    return unknown
 
 
 def parse_beam_args(args: Sequence[str]) -> PipelineOptions:
@@ -67,7 +65,8 @@ def parse_beam_args(args: Sequence[str]) -> PipelineOptions:
     if unknown:
         raise PipelineError(
             f"Unknown flag {unknown[0]!r} on the command line: it is neither a beam_pipeline "
-            "flag nor a Beam pipeline option; check its spelling or run with --help."
+            "flag nor a Beam pipeline option; check its spelling (every setting is "
+            "--flag=value) or run with --help."
         )
     options = PipelineOptions(list(args))
     direct = options.view_as(po.DirectOptions)
@@ -97,4 +96,6 @@ def create_pipeline(options: PipelineOptions) -> beam.Pipeline:
     provision_info = fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
     )
-    return beam.Pipeline(runner=fn_runner.FnApiRunner(provision_info=provision_info), options=options)
+    return beam.Pipeline(
+        runner=fn_runner.FnApiRunner(provision_info=provision_info), options=options
+    )

@@ -21,7 +21,7 @@ import enum
 import os
 import posixpath
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 from beam_pipeline.errors import PipelineError
 
@@ -75,7 +75,7 @@ class RunDirectory:
         self.root = _join(pipeline_root, "runs", run_id)
 
     @classmethod
-    def create(cls, pipeline_root: str, run_id: str = "") -> "RunDirectory":
+    def create(cls, pipeline_root: str, run_id: str = "") -> RunDirectory:
         """Creates the run folder; a fresh ``run_id`` is generated when empty."""
         if not run_id:
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -1,0 +1,274 @@
+"""Command line: ``python -m beam_pipeline [flags] [Beam flags]``.
+
+Our flags and an optional YAML ``--config`` (same keys as the flags, without ``--``) become
+one frozen :class:`~beam_pipeline.config.PipelineConfig`; flags given on the command line
+win over the file. Every other flag must be a Beam pipeline option (``--runner``,
+``--direct_running_mode``, ``--project``, ...) and is passed through to
+``PipelineOptions``; a flag neither knows is an error.
+
+With neither ``--data`` nor ``--config``, the bundled penguin example runs.
+
+Example::
+
+    python -m beam_pipeline --runner=DirectRunner
+    python -m beam_pipeline --data=data/ --module_file=my_module.py --runner=DirectRunner
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from beam_pipeline.config import (
+    BUNDLED_CONFIG,
+    DataConfig,
+    DataFormat,
+    PipelineConfig,
+    Split,
+    TrainerConfig,
+    TransformConfig,
+    TunerConfig,
+)
+from beam_pipeline.errors import PipelineError
+
+__all__ = ["build_parser", "parse_config", "main"]
+
+# Flag name -> (section, field). Sections are the nested config dataclasses.
+_FIELDS: dict[str, tuple[str, str]] = {
+    "data": ("data", "data"),
+    "data_format": ("data", "data_format"),
+    "csv_delimiter": ("data", "csv_delimiter"),
+    "csv_null_values": ("data", "csv_null_values"),
+    "split_buckets": ("data", "split_buckets"),
+    "input_splits": ("data", "input_splits"),
+    "partition_feature": ("data", "partition_feature"),
+    "max_rejected_fraction": ("data", "max_rejected_fraction"),
+    "schema": ("data", "schema"),
+    "infer_feature_shape": ("data", "infer_feature_shape"),
+    "max_string_domain_size": ("data", "max_string_domain_size"),
+    "ignore_anomalies": ("data", "ignore_anomalies"),
+    "module_file": ("", "module_file"),
+    "pipeline_root": ("", "pipeline_root"),
+    "run_id": ("", "run_id"),
+    "analyzer_cache": ("transform", "analyzer_cache"),
+    "train_steps": ("trainer", "train_steps"),
+    "eval_steps": ("trainer", "eval_steps"),
+    "hyperparameters": ("trainer", "hyperparameters"),
+    "base_model": ("trainer", "base_model"),
+    "trainer_accelerator": ("trainer", "accelerator"),
+    "trainer_min_ram": ("trainer", "min_ram"),
+    "custom_config": ("trainer", "custom_config"),
+    "trainer": ("trainer", "enabled"),
+    "tuner": ("tuner", "enabled"),
+    "tuner_parallel_trials": ("tuner", "parallel_trials"),
+    "tuner_max_trials": ("tuner", "max_trials"),
+    "tuner_train_steps": ("tuner", "train_steps"),
+    "tuner_eval_steps": ("tuner", "eval_steps"),
+    "tuner_accelerator": ("tuner", "accelerator"),
+    "tuner_min_ram": ("tuner", "min_ram"),
+}
+# Keys of a YAML config file whose paths are read relative to the file.
+_PATH_KEYS = {"data", "module_file", "schema", "hyperparameters", "base_model", "pipeline_root"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of beam_pipeline's own flags (Beam's flags are checked separately)."""
+    p = argparse.ArgumentParser(
+        prog="python -m beam_pipeline",
+        description="Run a TFX-style ML pipeline (ExampleGen, statistics, schema, validation, "
+        "tf.Transform, tuning, training) as Apache Beam jobs. Any other --flag is passed to "
+        "Beam's PipelineOptions (e.g. --runner, --direct_running_mode, --project).",
+        allow_abbrev=False,
+        argument_default=argparse.SUPPRESS,
+    )
+    a = p.add_argument
+    a("--config", help="YAML file with the same settings as the flags (flags win).")
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--data", help="CSV or TFRecord (tf.Example, optionally .gz) file, folder or glob."
+    )
+    g.add_argument("--data_format", choices=[f.value for f in DataFormat])
+    g.add_argument("--csv_delimiter")
+    g.add_argument(
+        "--csv_null_values", help="Comma-separated values that mean missing, e.g. 'NA,null'."
+    )
+    g.add_argument("--split_buckets", help="Hash split, e.g. train=2,eval=1 (the default).")
+    g.add_argument("--input_splits", help="Input already split: train=PATTERN,eval=PATTERN.")
+    g.add_argument("--partition_feature", help="Rows sharing this column's value share a split.")
+    g.add_argument("--max_rejected_fraction", type=float, help="Fail above this (default 0).")
+    g.add_argument("--schema", help="A schema.pbtxt to use instead of inferring one.")
+    g.add_argument("--no_infer_feature_shape", dest="infer_feature_shape", action="store_false")
+    g.add_argument("--max_string_domain_size", type=int)
+    g.add_argument("--ignore_anomalies", action="store_true", help="Report anomalies, go on.")
+    g = p.add_argument_group("pipeline")
+    g.add_argument("--module_file", help="Python file with preprocessing_fn / run_fn / tuner_fn.")
+    g.add_argument("--pipeline_root", help="Folder (or gs:// path) for runs and caches.")
+    g.add_argument("--run_id", help="Name of the run directory (default: timestamp).")
+    g.add_argument("--no_analyzer_cache", dest="analyzer_cache", action="store_false")
+    g = p.add_argument_group("trainer")
+    g.add_argument("--train_steps", type=int)
+    g.add_argument("--eval_steps", type=int)
+    g.add_argument("--hyperparameters", help="Keras Tuner HyperParameters config JSON file.")
+    g.add_argument("--base_model", help="SavedModel folder to warm-start from.")
+    g.add_argument(
+        "--trainer_accelerator", help="e.g. type:nvidia-l4;count:1;install-nvidia-driver"
+    )
+    g.add_argument("--trainer_min_ram", help="e.g. 16GB")
+    g.add_argument("--custom_config", help="JSON object reaching fn_args.custom_config.")
+    g.add_argument("--no_trainer", dest="trainer", action="store_false")
+    g = p.add_argument_group("tuner")
+    g.add_argument("--tuner_parallel_trials", type=int)
+    g.add_argument("--tuner_max_trials", type=int)
+    g.add_argument("--tuner_train_steps", type=int)
+    g.add_argument("--tuner_eval_steps", type=int)
+    g.add_argument("--tuner_accelerator")
+    g.add_argument("--tuner_min_ram")
+    g.add_argument("--no_tuner", dest="tuner", action="store_false")
+    return p
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise PipelineError(
+            f"--config {path} cannot be read ({e.strerror}); pass an existing YAML file."
+        ) from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise PipelineError(
+            f"--config {path}{where} is not valid YAML; fix the syntax there."
+        ) from e
+    if not isinstance(raw, dict):
+        raise PipelineError(
+            f"--config {path} must hold a mapping of settings, e.g. 'data: file.csv'."
+        )
+    unknown = sorted(set(raw) - set(_FIELDS) - {"beam_args"})
+    if unknown:
+        raise PipelineError(
+            f"--config {path} has unknown setting {unknown[0]!r}; use the flag names without "
+            "'--' (see --help)."
+        )
+    base = os.path.dirname(os.path.abspath(path))
+    for key in _PATH_KEYS & set(raw):
+        value = raw[key]
+        if isinstance(value, str) and value and "://" not in value and not os.path.isabs(value):
+            raw[key] = os.path.join(base, value)
+    return raw
+
+
+def _pairs(flag: str, text: Any, value_type: type) -> tuple:
+    if isinstance(text, dict):
+        items = list(text.items())
+    else:
+        items = []
+        for part in str(text).split(","):
+            name, sep, value = part.partition("=")
+            if not sep:
+                raise PipelineError(
+                    f"--{flag} {text!r} must look like train=...,eval=...; fix its format."
+                )
+            items.append((name.strip(), value.strip()))
+    out = []
+    for name, value in items:
+        try:
+            split = Split(name)
+        except ValueError:
+            raise PipelineError(
+                f"--{flag} names split {name!r}; use train, eval or test."
+            ) from None
+        try:
+            out.append((split, value_type(value)))
+        except ValueError:
+            raise PipelineError(
+                f"--{flag} value {value!r} for {name} is not a {value_type.__name__}."
+            ) from None
+    return tuple(out)
+
+
+def _convert(key: str, value: Any) -> Any:
+    if key == "csv_null_values":
+        return tuple(value) if isinstance(value, (list, tuple)) else tuple(str(value).split(","))
+    if key == "split_buckets":
+        return _pairs(key, value, int)
+    if key == "input_splits":
+        return _pairs(key, value, str)
+    if key == "data_format":
+        return DataFormat(value)
+    if key == "custom_config":
+        text = value if isinstance(value, str) else json.dumps(value)
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PipelineError(
+                f"--custom_config is not valid JSON ({e.msg} at column {e.colno}); fix it."
+            ) from e
+        if not isinstance(parsed, dict):
+            raise PipelineError("--custom_config must be a JSON object, e.g. '{\"epochs\": 3}'.")
+        return text
+    return value
+
+
+def parse_config(argv: Sequence[str]) -> PipelineConfig:
+    """Flags (+ optional YAML) -> PipelineConfig; leftover flags become ``beam_args``.
+
+    Raises:
+      PipelineError: an unknown setting in the config file or a malformed value. Unknown
+        command-line flags are checked against Beam's options by ``parse_beam_args``.
+    """
+    args, rest = build_parser().parse_known_args(list(argv))
+    given = vars(args)
+    settings: dict[str, Any] = {}
+    config_path = given.pop("config", None)
+    if config_path is None and "data" not in given:
+        config_path = BUNDLED_CONFIG
+    beam_args: list[str] = []
+    if config_path:
+        loaded = _load_yaml(config_path)
+        beam_args = [str(a) for a in loaded.pop("beam_args", [])]
+        settings.update(loaded)
+    settings.update(given)
+    sections: dict[str, dict[str, Any]] = {
+        "": {},
+        "data": {},
+        "transform": {},
+        "trainer": {},
+        "tuner": {},
+    }
+    for key, value in settings.items():
+        section, field = _FIELDS[key]
+        sections[section][field] = _convert(key, value)
+    extra = [a for a in rest if a != "--"]
+    return PipelineConfig(
+        data=DataConfig(**sections["data"]),
+        transform=TransformConfig(**sections["transform"]),
+        trainer=TrainerConfig(**sections["trainer"]),
+        tuner=TunerConfig(**sections["tuner"]),
+        beam_args=tuple(beam_args + extra),
+        **sections[""],
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point; returns the process exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        config = parse_config(argv)
+        from beam_pipeline.pipeline import run  # heavy imports only after flags are valid
+
+        summary = run(config)
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(summary.format())
+    return 0

@@ -1,0 +1,397 @@
+"""The stage graph: checks, the data phase, the Transform phase, tuning and training.
+
+A run has phases because tf.Transform must know the schema when it builds its graph:
+
+1. *Data phase*, one Beam job: ExampleGen (read, type, split, write examples, reject bad
+   rows) fused with Statistics (a streaming combine over the same RecordBatches, so the
+   data is read once). Then, on the launcher (small protos): Schema inference and
+   Validation of every split against the schema.
+2. *Transform phase*, one Beam job: tf.Transform analyze (train) + transform (all splits).
+3. *Model phase*: tuning and training, each a Beam job whose heavy work runs on workers.
+
+Everything a run needs is checked before the first Beam job starts (flags, input files,
+CSV header, module file, schema), and every artifact is published atomically.
+
+Example::
+
+    summary = run(parse_config(["--data=data.csv", "--module_file=m.py"]))
+    print(summary.format())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
+
+from beam_pipeline.beam_options import create_pipeline, parse_beam_args
+from beam_pipeline.config import DataFormat, PipelineConfig, Split
+from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
+from beam_pipeline.module_file import get_preprocessing_fn, load_module
+from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.summary import RunSummary, StageReport, StageStatus
+from transforms import example_gen as eg
+from transforms.metrics import NAMESPACE
+
+__all__ = ["run", "DataInputs"]
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataInputs:
+    """The checked inputs of the data phase.
+
+    Attributes:
+      files: per split source (None = hash split), the input files.
+      data_format: CSV or TFRecord.
+      header: the CSV header (empty for TFRecord).
+      fingerprint: identifies the input content and every setting that shapes examples.
+    """
+
+    files: tuple[tuple[Optional[Split], tuple[str, ...]], ...]
+    data_format: DataFormat
+    header: tuple[str, ...]
+    fingerprint: str
+
+
+def _check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
+    d = config.data
+    if d.input_splits:
+        sources = tuple((split, tuple(eg.resolve_input_files(p))) for split, p in d.input_splits)
+        if Split.TRAIN not in {s for s, _ in sources}:
+            raise PipelineError("--input_splits has no train split; add train=PATTERN.")
+    else:
+        sources = ((None, tuple(eg.resolve_input_files(d.data))),)
+    all_files = [f for _, fs in sources for f in fs]
+    data_format = eg.detect_format(all_files, d.data_format)
+    header = eg.read_csv_header(all_files, csv_format) if data_format is DataFormat.CSV else ()
+    digest = hashlib.sha256()
+    for meta in FileSystems.match(all_files):
+        for m in meta.metadata_list:
+            digest.update(f"{m.path}|{m.size_in_bytes}|{m.last_updated_in_seconds}\n".encode())
+    digest.update(repr(dataclasses.replace(d, data="", ignore_anomalies=False)).encode())
+    return DataInputs(sources, data_format, header, digest.hexdigest())
+
+
+def _counter(result, name: str) -> int:
+    found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))
+    return int(sum(c.committed or 0 for c in found["counters"]))
+
+
+def _column_types(schema) -> dict[str, eg.ColumnType]:
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    kinds = {
+        schema_pb2.INT: eg.ColumnType.INT,
+        schema_pb2.FLOAT: eg.ColumnType.FLOAT,
+        schema_pb2.BYTES: eg.ColumnType.STRING,
+    }
+    return {f.name: kinds[f.type] for f in schema.feature if f.type in kinds}
+
+
+def _run_data_phase(
+    config: PipelineConfig,
+    inputs: DataInputs,
+    csv_format: eg.CsvFormat,
+    user_schema,
+    run_dir: RunDirectory,
+    options,
+    summary: RunSummary,
+) -> dict:
+    """ExampleGen + Statistics in one Beam job; returns split -> statistics proto."""
+    from transforms.statistics import GenerateStatistics, read_statistics, write_statistics
+
+    splits = config.data.splits
+    staging = {
+        a: run_dir.new_staging(a)
+        for a in (Artifact.EXAMPLES, Artifact.REJECTED, Artifact.STATISTICS)
+    }
+    stats_path = {
+        s: FileSystems.join(staging[Artifact.STATISTICS], s.value, "FeatureStats.pb")
+        for s in splits
+    }
+    started = time.time()
+    try:
+        p = create_pipeline(options)
+        batch_sets, rejected_sets = [], []
+        for split, files in inputs.files:
+            splitter = eg.HashSplitter(
+                buckets=config.data.split_buckets,
+                partition_feature=config.data.partition_feature,
+                fixed_split=split,
+            )
+            label = f"ExampleGen[{split.value}]" if split else "ExampleGen"
+            if inputs.data_format is DataFormat.CSV:
+                types = _column_types(user_schema) if user_schema is not None else None
+                read = eg.ReadCsvExamples(files, inputs.header, csv_format, splitter, types)
+            else:
+                schema_bytes = user_schema.SerializeToString() if user_schema is not None else None
+                read = eg.ReadTFRecordExamples(files, splitter, schema_bytes)
+            result = p | label >> read
+            batch_sets.append(result.batches)
+            rejected_sets.append(result.rejected)
+        batches = tuple(batch_sets) | "AllBatches" >> beam.Flatten()
+        rejected = tuple(rejected_sets) | "AllRejected" >> beam.Flatten()
+        _ = batches | "WriteExamples" >> eg.WriteSplitExamples(staging[Artifact.EXAMPLES], splits)
+        _ = rejected | "WriteRejected" >> eg.WriteRejectedRows(staging[Artifact.REJECTED])
+        for split in splits:
+            _ = (
+                batches
+                | f"Select[{split.value}]"
+                >> beam.FlatMap(lambda sb, s: [sb.batch] if sb.split is s else [], split)
+                | f"Statistics[{split.value}]" >> GenerateStatistics(split.value)
+                | f"WriteStatistics[{split.value}]" >> beam.Map(write_statistics, stats_path[split])
+            )
+        result = p.run()
+        result.wait_until_finish()
+    except BaseException:
+        for path in staging.values():
+            run_dir.discard(path)
+        raise
+    seconds = time.time() - started
+    read = _counter(result, "example_gen.rows_read")
+    rejected_n = _counter(result, "example_gen.rows_rejected")
+    out = {s.value: _counter(result, f"example_gen.rows_out.{s.value}") for s in splits}
+    if read != sum(out.values()) + rejected_n:
+        raise RuntimeError(f"ExampleGen lost rows: read {read}, wrote {out}, rejected {rejected_n}")
+    rejected_dir = run_dir.publish(Artifact.REJECTED, staging[Artifact.REJECTED])
+    fraction = rejected_n / read if read else 0.0
+    if read == 0 or fraction > config.data.max_rejected_fraction:
+        for a in (Artifact.EXAMPLES, Artifact.STATISTICS):
+            run_dir.discard(staging[a])
+        summary.stages.append(
+            StageReport(
+                "ExampleGen",
+                StageStatus.FAILED,
+                {"all": read},
+                out,
+                rejected_n,
+                seconds,
+                rejected_dir,
+            )
+        )
+        if read == 0:
+            raise PipelineError(
+                f"--data {config.data.data} holds no data rows; add rows below the header."
+            )
+        first = _first_rejected(rejected_dir)
+        raise PipelineError(
+            f"{rejected_n} of {read} input rows ({fraction:.2%}) were rejected, more than "
+            f"--max_rejected_fraction={config.data.max_rejected_fraction} (first: {first}); fix "
+            f"those rows (all listed in {rejected_dir}) or raise --max_rejected_fraction."
+        )
+    examples_dir = run_dir.publish(Artifact.EXAMPLES, staging[Artifact.EXAMPLES])
+    stats_dir = run_dir.publish(Artifact.STATISTICS, staging[Artifact.STATISTICS])
+    note = f"{rejected_n} rejected rows listed in {rejected_dir}" if rejected_n else ""
+    summary.stages.append(
+        StageReport(
+            "ExampleGen",
+            StageStatus.OK,
+            {"all": read},
+            out,
+            rejected_n,
+            seconds,
+            examples_dir,
+            note,
+        )
+    )
+    summary.stages.append(
+        StageReport(
+            "Statistics",
+            StageStatus.OK,
+            out,
+            {},
+            0,
+            0.0,
+            stats_dir,
+            "computed in ExampleGen's Beam job (same pass over the data)",
+        )
+    )
+    return {
+        s: read_statistics(run_dir.path(Artifact.STATISTICS, s.value, "FeatureStats.pb"))
+        for s in splits
+    }
+
+
+def _first_rejected(rejected_dir: str) -> str:
+    for m in FileSystems.match([FileSystems.join(rejected_dir, "rejected-*")])[0].metadata_list:
+        with FileSystems.open(m.path) as f:
+            line = f.readline()
+        if line:
+            row = json.loads(line)
+            return f"{row['file']}:{row['line']} {row['reason']}"
+    return "none"
+
+
+def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
+    from transforms.schema import infer_schema, write_schema
+    from transforms.validation import format_anomalies, is_blocking, validate_statistics
+
+    started = time.time()
+    if user_schema is not None:
+        schema, how = user_schema, f"from --schema {config.data.schema}"
+    else:
+        schema = infer_schema(
+            stats[Split.TRAIN],
+            infer_feature_shape=config.data.infer_feature_shape,
+            max_string_domain_size=config.data.max_string_domain_size,
+        )
+        how = "inferred from the train statistics"
+    with run_dir.stage(Artifact.SCHEMA) as tmp:
+        write_schema(schema, FileSystems.join(tmp, "schema.pbtxt"))
+    summary.stages.append(
+        StageReport(
+            "Schema",
+            StageStatus.OK,
+            seconds=time.time() - started,
+            artifact=run_dir.path(Artifact.SCHEMA, "schema.pbtxt"),
+            note=f"{len(schema.feature)} features, {how}",
+        )
+    )
+    started = time.time()
+    texts, blocking = [], False
+    with run_dir.stage(Artifact.ANOMALIES) as tmp:
+        for split, split_stats in stats.items():
+            baseline = stats[Split.TRAIN] if split is not Split.TRAIN else None
+            anomalies = validate_statistics(split_stats, schema, baseline_stats=baseline)
+            blocking |= is_blocking(anomalies)
+            path = FileSystems.join(tmp, split.value, "SchemaDiff.pb")
+            FileSystems.mkdirs(FileSystems.join(tmp, split.value))
+            with FileSystems.create(path) as f:
+                f.write(anomalies.SerializeToString())
+            texts.append(format_anomalies(split.value, anomalies))
+        text = "\n".join(t for t in texts if t.strip())
+        with FileSystems.create(FileSystems.join(tmp, "summary.txt")) as f:
+            f.write((text or "no anomalies").encode("utf-8") + b"\n")
+    artifact = run_dir.path(Artifact.ANOMALIES)
+    status = StageStatus.FAILED if blocking and not config.data.ignore_anomalies else StageStatus.OK
+    summary.stages.append(
+        StageReport(
+            "Validation",
+            status,
+            seconds=time.time() - started,
+            artifact=artifact,
+            note=text.replace("\n", "; ") or "no anomalies",
+        )
+    )
+    if status is StageStatus.FAILED:
+        raise PipelineError(
+            f"Validation found blocking anomalies ({artifact}/summary.txt): {text.strip()}; "
+            "fix the data or the --schema, or pass --ignore_anomalies to go on.",
+            exit_code=EXIT_ANOMALIES,
+        )
+    return schema
+
+
+def _run_transform(
+    config, inputs, preprocessing_fn, module_path, schema, run_dir, options, summary
+):
+    import tensorflow_transform.beam as tft_beam
+
+    from transforms.transform import TransformExamples, WriteTransformedExamples
+
+    splits = config.data.splits
+    graph_tmp = run_dir.new_staging(Artifact.TRANSFORM_GRAPH)
+    examples_tmp = run_dir.new_staging(Artifact.TRANSFORMED_EXAMPLES)
+    cache_dir = run_dir.cache_path("transform") if config.transform.analyzer_cache else None
+    started = time.time()
+    try:
+        with tft_beam.Context(temp_dir=FileSystems.join(run_dir.root, ".staging", "tft-tmp")):
+            p = create_pipeline(options)
+            examples = {
+                s: run_dir.path(Artifact.EXAMPLES, s.value, "*.tfrecord.gz") for s in splits
+            }
+            try:
+                result = p | "Transform" >> TransformExamples(
+                    examples, schema, preprocessing_fn, cache_dir, inputs.fingerprint
+                )
+            except Exception as e:  # noqa: BLE001  tf.Transform traces the user's function here
+                raise PipelineError(
+                    f"preprocessing_fn in {module_path} raised {type(e).__name__}: {e}; fix the "
+                    "function (its inputs are the features of schema.pbtxt, optional ones as "
+                    "SparseTensor)."
+                ) from e
+            _ = result.transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(graph_tmp)
+            for split in splits:
+                _ = result.transformed[split] | f"Write[{split.value}]" >> WriteTransformedExamples(
+                    examples_tmp, split
+                )
+            if result.analyzer_cache is not None:
+                _ = (
+                    result.analyzer_cache
+                    | "WriteCache" >> tft_beam.analyzer_cache.WriteAnalysisCacheToFS(p, cache_dir)
+                )
+            beam_result = p.run()
+            beam_result.wait_until_finish()
+    except BaseException:
+        run_dir.discard(graph_tmp)
+        run_dir.discard(examples_tmp)
+        raise
+    graph_dir = run_dir.publish(Artifact.TRANSFORM_GRAPH, graph_tmp)
+    run_dir.publish(Artifact.TRANSFORMED_EXAMPLES, examples_tmp)
+    out = {s.value: _counter(beam_result, f"transform.rows_out.{s.value}") for s in splits}
+    summary.stages.append(
+        StageReport(
+            "Transform",
+            StageStatus.OK,
+            {},
+            out,
+            0,
+            time.time() - started,
+            graph_dir,
+            f"transformed examples in {run_dir.path(Artifact.TRANSFORMED_EXAMPLES)}",
+        )
+    )
+
+
+def run(config: PipelineConfig) -> RunSummary:
+    """Runs the whole pipeline described by ``config``.
+
+    Raises:
+      PipelineError: bad flags, inputs, module file, or data; the message says the fix.
+    """
+    from transforms.schema import read_schema
+
+    options = parse_beam_args(config.beam_args)
+    csv_format = eg.CsvFormat(config.data.csv_delimiter, config.data.csv_null_values)
+    inputs = _check_data(config, csv_format)
+    preprocessing_fn = None
+    if config.module_file:
+        module = load_module(config.module_file)
+        preprocessing_fn = get_preprocessing_fn(module, config.module_file)
+    user_schema = read_schema(config.data.schema) if config.data.schema else None
+    if Split.TRAIN not in config.data.splits:
+        raise PipelineError("--split_buckets has no train split; add train=N.")
+
+    run_dir = RunDirectory.create(config.pipeline_root, config.run_id)
+    summary = RunSummary(run_dir.root)
+    try:
+        stats = _run_data_phase(config, inputs, csv_format, user_schema, run_dir, options, summary)
+        schema = _run_schema_and_validation(config, stats, user_schema, run_dir, summary)
+        if preprocessing_fn is None:
+            summary.stages.append(
+                StageReport("Transform", StageStatus.SKIPPED, note="no --module_file")
+            )
+        else:
+            _run_transform(
+                config,
+                inputs,
+                preprocessing_fn,
+                config.module_file,
+                schema,
+                run_dir,
+                options,
+                summary,
+            )
+    finally:
+        with FileSystems.create(FileSystems.join(run_dir.root, "summary.json")) as f:
+            f.write(summary.to_json().encode("utf-8"))
+    return summary

@@ -1,0 +1,35 @@
+"""beam-pipeline: a TFX-style ML pipeline run as Apache Beam work.
+
+`pip install .` installs the three packages and the `beam-pipeline` command; the same file
+serves Beam's `--setup_file` to ship the code to Dataflow and portable-runner workers.
+Exact versions for a reproducible environment are in requirements.lock.
+"""
+
+import setuptools
+
+REQUIRED = [
+    "apache-beam[gcp]==2.77.0",
+    "tensorflow==2.21.0",
+    "tensorflow-transform==1.21.0",
+    "tfx-bsl==1.21.0",
+    "tensorflow-metadata==1.21.0",
+    "keras==3.15.1",
+    "keras-tuner==1.4.8",
+    # keras-tuner imports tensorboard at run time without declaring it.
+    "tensorboard==2.21.0",
+    "pyarrow",
+    "pyyaml",
+    "matplotlib",
+]
+
+setuptools.setup(
+    name="beam-pipeline",
+    version="0.1.0",
+    description="TFX-style ML pipelines (data stages, tuning, training) on Apache Beam",
+    python_requires=">=3.10,<3.13",
+    packages=setuptools.find_packages(include=["beam_pipeline*", "transforms*", "trainer*"]),
+    package_data={"beam_pipeline": ["examples/*/*.csv", "examples/*/*.yaml", "examples/*/*.py"]},
+    include_package_data=True,
+    install_requires=REQUIRED,
+    entry_points={"console_scripts": ["beam-pipeline=beam_pipeline.cli:main"]},
+)

@@ -1,0 +1,160 @@
+"""Transform: tf.Transform's analyze-and-transform over the split examples, via TFXIO.
+
+The examples are read as Arrow RecordBatches by tfx-bsl's ``TFExampleRecord`` TFXIO with
+the schema; the analyzers run over the train split (with tf.Transform's analyzer cache,
+so an unchanged dataset and ``preprocessing_fn`` reuse the previous run's analysis);
+every split is transformed and written as gzip TFRecords of tf.Example; the transform
+graph is written where ``tft.TFTransformOutput`` opens it.
+
+Example::
+
+    with tft_beam.Context(temp_dir=tmp):
+        result = p | TransformExamples(
+            examples={Split.TRAIN: "run/examples/train/*", Split.EVAL: "run/examples/eval/*"},
+            schema=schema, preprocessing_fn=fn, cache_dir="root/cache/transform",
+            dataset_fingerprint="3f2a...")
+        result.transform_fn | tft_beam.WriteTransformFn("run/transform_graph")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, Optional
+
+import apache_beam as beam
+import pyarrow as pa
+import tensorflow_transform.beam as tft_beam
+from apache_beam.io.filesystems import FileSystems
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx_bsl.public import tfxio
+
+from beam_pipeline.config import Split
+from transforms.metrics import NAMESPACE
+
+__all__ = ["TransformResult", "TransformExamples", "WriteTransformedExamples"]
+
+_TELEMETRY = ["beam_pipeline", "Transform"]
+
+
+class TransformResult(NamedTuple):
+    """Outputs of :class:`TransformExamples`.
+
+    Attributes:
+      transform_fn: the transform graph (write it with ``tft_beam.WriteTransformFn``).
+      transformed: per split, RecordBatches of transformed features.
+      analyzer_cache: the cache to write with ``WriteAnalysisCacheToFS`` (None if disabled).
+    """
+
+    transform_fn: beam.PCollection
+    transformed: Mapping[Split, beam.PCollection]
+    analyzer_cache: Optional[beam.PCollection]
+
+
+class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
+    """Analyzes the train split and transforms every split with ``preprocessing_fn``.
+
+    Must be applied inside a ``tft_beam.Context``.
+
+    Args:
+      examples: split -> file pattern of gzip TFRecords of tf.Example.
+      schema: the raw data schema.
+      preprocessing_fn: the user's tf.Transform function.
+      cache_dir: tf.Transform analyzer cache folder, or None for no cache.
+      dataset_fingerprint: identifies the train data's content; the cache is keyed by it
+        (tf.Transform adds the analyzers' own fingerprints, so a changed
+        ``preprocessing_fn`` misses the cache by itself).
+    """
+
+    def __init__(
+        self,
+        examples: Mapping[Split, str],
+        schema: schema_pb2.Schema,
+        preprocessing_fn: Callable,
+        cache_dir: Optional[str] = None,
+        dataset_fingerprint: str = "",
+    ):
+        super().__init__()
+        if Split.TRAIN not in examples:
+            raise ValueError("TransformExamples needs a train split to analyze.")
+        self._examples = dict(examples)
+        self._schema = schema
+        self._preprocessing_fn = preprocessing_fn
+        self._cache_dir = cache_dir
+        self._dataset_key = tft_beam.analyzer_cache.DatasetKey(
+            f"train-{dataset_fingerprint[:16]}" if dataset_fingerprint else "train"
+        )
+
+    def _tfxio(self, split: Split) -> tfxio.TFExampleRecord:
+        return tfxio.TFExampleRecord(
+            file_pattern=self._examples[split],
+            telemetry_descriptors=_TELEMETRY,
+            schema=self._schema,
+        )
+
+    def expand(self, pbegin):
+        train_io = self._tfxio(Split.TRAIN)
+        adapter_config = train_io.TensorAdapterConfig()
+        raw = {
+            split: pbegin | f"Read[{split.value}]" >> self._tfxio(split).BeamSource()
+            for split in self._examples
+        }
+        if self._cache_dir is not None:
+            input_cache = pbegin | "ReadCache" >> tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(
+                self._cache_dir, [self._dataset_key]
+            )
+            transform_fn, output_cache = (
+                {self._dataset_key: raw[Split.TRAIN]},
+                input_cache,
+                adapter_config,
+            ) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(self._preprocessing_fn)
+        else:
+            transform_fn = (
+                raw[Split.TRAIN],
+                adapter_config,
+            ) | "Analyze" >> tft_beam.AnalyzeDataset(self._preprocessing_fn)
+            output_cache = None
+        transformed = {}
+        for split, data in raw.items():
+            batches, _ = (
+                (data, adapter_config),
+                transform_fn,
+            ) | f"Transform[{split.value}]" >> tft_beam.TransformDataset(output_record_batches=True)
+            transformed[split] = batches | f"DropPassthrough[{split.value}]" >> beam.Map(
+                lambda batch_and_passthrough: batch_and_passthrough[0]
+            )
+        return TransformResult(transform_fn, transformed, output_cache)
+
+
+class _EncodeTransformed(beam.DoFn):
+    def __init__(self, split: Split):
+        self._rows = beam.metrics.Metrics.counter(NAMESPACE, f"transform.rows_out.{split.value}")
+
+    def process(self, batch: pa.RecordBatch):
+        from tfx_bsl.coders import example_coder
+
+        self._rows.inc(batch.num_rows)
+        return example_coder.RecordBatchToExamplesEncoder().encode(batch)
+
+
+class WriteTransformedExamples(
+    beam.PTransform[beam.PCollection[pa.RecordBatch], beam.pvalue.PDone]
+):
+    """Writes transformed RecordBatches as gzip TFRecords ``<out_dir>/<split>/data-*``."""
+
+    def __init__(self, out_dir: str, split: Split):
+        super().__init__()
+        self._out_dir = out_dir
+        self._split = split
+
+    def expand(self, batches):
+        _ = (
+            batches
+            | "Encode" >> beam.ParDo(_EncodeTransformed(self._split))
+            | "Write"
+            >> beam.io.WriteToTFRecord(
+                FileSystems.join(self._out_dir, self._split.value, "data"),
+                file_name_suffix=".tfrecord.gz",
+                compression_type=beam.io.filesystem.CompressionTypes.GZIP,
+            )
+        )
+        return beam.pvalue.PDone(batches.pipeline)
