@@ -30,7 +30,7 @@ import enum
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Optional
 
 import apache_beam as beam
@@ -42,6 +42,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.config import DataFormat, Split
 from beam_pipeline.errors import PipelineError
 from transforms.metrics import NAMESPACE
+from transforms.tfrecords import WriteTFRecordBatches
 
 __all__ = [
     "ColumnType",
@@ -336,12 +337,21 @@ class _ReadCsvFile(beam.DoFn):
     Outputs _RawChunk on the main output and RejectedRow on ``rejected``.
     """
 
-    def __init__(self, header: tuple[str, ...], fmt: CsvFormat, partition_feature: Optional[str]):
+    def __init__(
+        self,
+        header: tuple[str, ...],
+        fmt: CsvFormat,
+        partition_feature: Optional[str],
+        typing_pass: bool = False,
+    ):
         self._header = header
         self._fmt = fmt
         self._key_col = header.index(partition_feature) if partition_feature else None
-        self._read = beam.metrics.Metrics.counter(NAMESPACE, "example_gen.rows_read")
-        self._rejected = beam.metrics.Metrics.counter(NAMESPACE, "example_gen.rows_rejected")
+        # The typing pass reads the same rows again: it neither counts them nor keys them.
+        self._typing_pass = typing_pass
+        prefix = "example_gen.typing_pass." if typing_pass else "example_gen."
+        self._read = beam.metrics.Metrics.counter(NAMESPACE, prefix + "rows_read")
+        self._rejected = beam.metrics.Metrics.counter(NAMESPACE, prefix + "rows_rejected")
 
     def process(self, path: str) -> Iterator:
         width = len(self._header)
@@ -389,7 +399,9 @@ class _ReadCsvFile(beam.DoFn):
 
     def _chunk(self, path, lines, rows, key_col, delim) -> _RawChunk:
         self._read.inc(len(rows))
-        if key_col is None:
+        if self._typing_pass:
+            keys = []
+        elif key_col is None:
             keys = [delim.join(r).encode("utf-8") for r in rows]
         else:
             keys = [r[key_col].encode("utf-8") for r in rows]
@@ -588,22 +600,17 @@ class ReadCsvExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]):
                 pbegin
                 | "ListFilesForTypes" >> beam.Create(self._files)
                 | "ReadFilesForTypes"
-                >> beam.ParDo(_ReadCsvFile(self._header, self._fmt, None)).with_outputs(
-                    "rejected", main="rows"
-                )
+                >> beam.ParDo(
+                    _ReadCsvFile(self._header, self._fmt, None, typing_pass=True)
+                ).with_outputs("rejected", main="rows")
             )
             types = first_pass.rows | "InferTypes" >> beam.CombineGlobally(
                 InferCsvColumnTypes(self._header, self._fmt.null_values)
             )
-        parsed = (
-            read.rows
-            | "Redistribute" >> beam.Reshuffle()
-            | "Parse"
-            >> beam.ParDo(
-                _ParseChunk(self._header, self._fmt, self._splitter),
-                types=beam.pvalue.AsSingleton(types),
-            ).with_outputs("rejected", main="batches")
-        )
+        parsed = read.rows | "Parse" >> beam.ParDo(
+            _ParseChunk(self._header, self._fmt, self._splitter),
+            types=beam.pvalue.AsSingleton(types),
+        ).with_outputs("rejected", main="batches")
         rejected = (read.rejected, parsed.rejected) | "AllRejected" >> beam.Flatten()
         return ExampleGenResult(parsed.batches, rejected)
 
@@ -691,11 +698,13 @@ class ReadTFRecordExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]
 
 
 class _EncodeExamples(beam.DoFn):
-    def process(self, batch: pa.RecordBatch) -> Iterable[bytes]:
+    """RecordBatch -> list of serialized tf.Examples (tfx-bsl's C++ encoder)."""
+
+    def process(self, batch: pa.RecordBatch) -> Iterator[list[bytes]]:
         from tfx_bsl.coders import example_coder
 
         # The encoder takes its feature types from the batch, so one per batch schema.
-        return example_coder.RecordBatchToExamplesEncoder().encode(batch)
+        yield example_coder.RecordBatchToExamplesEncoder().encode(batch)
 
 
 class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pvalue.PDone]):
@@ -716,11 +725,7 @@ class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pval
                 | f"Batch[{split.value}]" >> beam.Map(lambda sb: sb.batch)
                 | f"Encode[{split.value}]" >> beam.ParDo(_EncodeExamples())
                 | f"Write[{split.value}]"
-                >> beam.io.WriteToTFRecord(
-                    FileSystems.join(self._out_dir, split.value, "data"),
-                    file_name_suffix=".tfrecord.gz",
-                    compression_type=beam.io.filesystem.CompressionTypes.GZIP,
-                )
+                >> WriteTFRecordBatches(FileSystems.join(self._out_dir, split.value))
             )
         return beam.pvalue.PDone(batches.pipeline)
 

@@ -30,6 +30,7 @@ from tfx_bsl.public import tfxio
 
 from beam_pipeline.config import Split
 from transforms.metrics import NAMESPACE
+from transforms.tfrecords import WriteTFRecordBatches
 
 __all__ = ["TransformResult", "TransformExamples", "WriteTransformedExamples"]
 
@@ -133,7 +134,7 @@ class _EncodeTransformed(beam.DoFn):
         from tfx_bsl.coders import example_coder
 
         self._rows.inc(batch.num_rows)
-        return example_coder.RecordBatchToExamplesEncoder().encode(batch)
+        yield example_coder.RecordBatchToExamplesEncoder().encode(batch)
 
 
 class WriteTransformedExamples(
@@ -150,11 +151,6 @@ class WriteTransformedExamples(
         _ = (
             batches
             | "Encode" >> beam.ParDo(_EncodeTransformed(self._split))
-            | "Write"
-            >> beam.io.WriteToTFRecord(
-                FileSystems.join(self._out_dir, self._split.value, "data"),
-                file_name_suffix=".tfrecord.gz",
-                compression_type=beam.io.filesystem.CompressionTypes.GZIP,
-            )
+            | "Write" >> WriteTFRecordBatches(FileSystems.join(self._out_dir, self._split.value))
         )
         return beam.pvalue.PDone(batches.pipeline)
