@@ -296,12 +296,17 @@ def _run_transform(
 ):
     import tensorflow_transform.beam as tft_beam
 
-    from transforms.transform import TransformExamples, WriteTransformedExamples
+    from transforms.transform import (
+        TransformExamples,
+        WriteTransformedExamples,
+        dataset_cache_key,
+    )
 
     splits = config.data.splits
     graph_tmp = run_dir.new_staging(Artifact.TRANSFORM_GRAPH)
     examples_tmp = run_dir.new_staging(Artifact.TRANSFORMED_EXAMPLES)
     cache_dir = run_dir.cache_path("transform") if config.transform.analyzer_cache else None
+    cache_before = _cache_entries(cache_dir, dataset_cache_key(inputs.fingerprint).key)
     started = time.time()
     try:
         with tft_beam.Context(temp_dir=FileSystems.join(run_dir.root, ".staging", "tft-tmp")):
@@ -338,6 +343,15 @@ def _run_transform(
     graph_dir = run_dir.publish(Artifact.TRANSFORM_GRAPH, graph_tmp)
     run_dir.publish(Artifact.TRANSFORMED_EXAMPLES, examples_tmp)
     out = {s.value: _counter(beam_result, f"transform.rows_out.{s.value}") for s in splits}
+    cache_note = "off"
+    if cache_dir is not None:
+        cache_after = _cache_entries(cache_dir, dataset_cache_key(inputs.fingerprint).key)
+        if not cache_before:
+            cache_note = f"written to {cache_dir}"
+        elif cache_after == cache_before:
+            cache_note = "reused (no analyzer recomputed)"
+        else:
+            cache_note = f"partly reused ({len(cache_after - cache_before)} entries added)"
     summary.stages.append(
         StageReport(
             "Transform",
@@ -347,9 +361,19 @@ def _run_transform(
             0,
             time.time() - started,
             graph_dir,
-            f"transformed examples in {run_dir.path(Artifact.TRANSFORMED_EXAMPLES)}",
+            f"transformed examples in {run_dir.path(Artifact.TRANSFORMED_EXAMPLES)}; "
+            f"analyzer cache {cache_note}",
+            details={"analyzer_cache": cache_note},
         )
     )
+
+
+def _cache_entries(cache_dir: Optional[str], key: str) -> set[str]:
+    """The files of one dataset key in tf.Transform's analyzer cache."""
+    if cache_dir is None:
+        return set()
+    match = FileSystems.match([FileSystems.join(cache_dir, f"{key}*", "*")])[0]
+    return {m.path for m in match.metadata_list}
 
 
 def run(config: PipelineConfig) -> RunSummary:

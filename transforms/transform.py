@@ -32,7 +32,12 @@ from beam_pipeline.config import Split
 from transforms.metrics import NAMESPACE
 from transforms.tfrecords import WriteTFRecordBatches
 
-__all__ = ["TransformResult", "TransformExamples", "WriteTransformedExamples"]
+__all__ = [
+    "TransformResult",
+    "TransformExamples",
+    "WriteTransformedExamples",
+    "dataset_cache_key",
+]
 
 _TELEMETRY = ["beam_pipeline", "Transform"]
 
@@ -49,6 +54,13 @@ class TransformResult(NamedTuple):
     transform_fn: beam.PCollection
     transformed: Mapping[Split, beam.PCollection]
     analyzer_cache: Optional[beam.PCollection]
+
+
+def dataset_cache_key(dataset_fingerprint: str) -> tft_beam.analyzer_cache.DatasetKey:
+    """The analyzer-cache key of the train split with this data fingerprint."""
+    return tft_beam.analyzer_cache.DatasetKey(
+        f"train-{dataset_fingerprint[:16]}" if dataset_fingerprint else "train"
+    )
 
 
 class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
@@ -81,9 +93,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         self._schema = schema
         self._preprocessing_fn = preprocessing_fn
         self._cache_dir = cache_dir
-        self._dataset_key = tft_beam.analyzer_cache.DatasetKey(
-            f"train-{dataset_fingerprint[:16]}" if dataset_fingerprint else "train"
-        )
+        self._dataset_key = dataset_cache_key(dataset_fingerprint)
 
     def _tfxio(self, split: Split) -> tfxio.TFExampleRecord:
         return tfxio.TFExampleRecord(

@@ -1,0 +1,310 @@
+"""End to end: the CLI on the DirectRunner, every artifact read back with its own reader."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import PENGUIN_DIR, REPO, TESTDATA, feature_value, read_examples
+
+from beam_pipeline import cli
+from beam_pipeline.errors import EXIT_ANOMALIES, EXIT_USER_ERROR
+
+pytestmark = pytest.mark.slow
+
+MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
+
+
+def _run_dir(root):
+    runs = glob.glob(os.path.join(root, "runs", "*"))
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _published(run_dir):
+    return sorted(
+        name
+        for name in os.listdir(run_dir)
+        if os.path.exists(os.path.join(run_dir, name, "_PUBLISHED"))
+    )
+
+
+def _summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return {s["stage"]: s for s in json.load(f)["stages"]}
+
+
+@pytest.fixture(scope="module")
+def bundled_run(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("bundled"))
+    code = cli.main(["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer"])
+    assert code == 0
+    return _run_dir(root)
+
+
+def test_bundled_run_publishes_every_data_artifact(bundled_run):
+    assert _published(bundled_run) == [
+        "anomalies",
+        "examples",
+        "rejected",
+        "schema",
+        "statistics",
+        "transform_graph",
+        "transformed_examples",
+    ]
+    stages = _summary(bundled_run)
+    assert [s["status"] for s in stages.values()] == ["ok"] * 5
+    eg = stages["ExampleGen"]
+    assert eg["rows_in"] == {"all": 344}
+    assert sum(eg["rows_out"].values()) == 344 and eg["rows_rejected"] == 0
+
+
+def test_examples_statistics_and_summary_agree(bundled_run):
+    from transforms.statistics import read_statistics
+
+    rows_out = _summary(bundled_run)["ExampleGen"]["rows_out"]
+    for split in ("train", "eval"):
+        examples = read_examples(os.path.join(bundled_run, "examples", split, "*.tfrecord.gz"))
+        stats = read_statistics(os.path.join(bundled_run, "statistics", split, "FeatureStats.pb"))
+        dataset = stats.datasets[0]
+        assert len(examples) == rows_out[split] == dataset.num_examples
+        by_name = {f.path.step[0]: f for f in dataset.features}
+        # 'sex' is NA in 11 of the 344 rows: missing in stats exactly as in the examples.
+        # tfx-bsl writes a missing value as a feature with no value list (decoded as null).
+        missing_sex = sum(1 for e in examples if feature_value(e, "sex") is None)
+        assert by_name["sex"].string_stats.common_stats.num_missing == missing_sex
+        years = [e.features.feature["year"].int64_list.value[0] for e in examples]
+        assert by_name["year"].num_stats.min == min(years)
+        assert by_name["year"].num_stats.max == max(years)
+
+
+def test_schema_is_inferred_with_presence_and_domains(bundled_run):
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from transforms.schema import read_schema
+
+    schema = read_schema(os.path.join(bundled_run, "schema", "schema.pbtxt"))
+    features = {f.name: f for f in schema.feature}
+    assert set(features) == {
+        "species",
+        "island",
+        "bill_length_mm",
+        "bill_depth_mm",
+        "flipper_length_mm",
+        "body_mass_g",
+        "sex",
+        "year",
+    }
+    assert features["species"].type == schema_pb2.BYTES
+    assert features["species"].presence.min_fraction == 1.0
+    assert features["bill_length_mm"].type == schema_pb2.FLOAT
+    assert features["body_mass_g"].type == schema_pb2.INT
+    assert features["sex"].presence.min_fraction < 1.0  # NA in some rows: optional
+    domains = {d.name: set(d.value) for d in schema.string_domain}
+    assert domains[features["island"].domain] == {"Biscoe", "Dream", "Torgersen"}
+
+
+def test_transform_output_opens_and_transformed_examples_are_complete(bundled_run):
+    import tensorflow_transform as tft
+
+    tf_output = tft.TFTransformOutput(os.path.join(bundled_run, "transform_graph"))
+    assert (
+        tf_output.vocabulary_by_name("species")
+        and len(tf_output.vocabulary_by_name("species")) == 3
+    )
+    feature_spec = tf_output.transformed_feature_spec()
+    assert "species_xf" in feature_spec and "body_mass_g_xf" in feature_spec
+    rows_out = _summary(bundled_run)["ExampleGen"]["rows_out"]
+    for split in ("train", "eval"):
+        xf = read_examples(os.path.join(bundled_run, "transformed_examples", split, "*.gz"))
+        assert len(xf) == rows_out[split]
+        # Every example has every transformed feature: missing values were imputed.
+        assert all(set(e.features.feature) == set(feature_spec) for e in xf)
+    train = read_examples(os.path.join(bundled_run, "transformed_examples", "train", "*.gz"))
+    z = [e.features.feature["body_mass_g_xf"].float_list.value[0] for e in train]
+    assert abs(sum(z) / len(z)) < 0.05  # z-scored over the train split
+
+
+def test_rerun_reuses_the_analyzer_cache(tmp_path):
+    root = str(tmp_path)
+    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer"]
+    assert cli.main(args + ["--run_id=first"]) == 0
+    assert cli.main(args + ["--run_id=second"]) == 0
+    first = _summary(os.path.join(root, "runs", "first"))["Transform"]["details"]
+    second = _summary(os.path.join(root, "runs", "second"))["Transform"]["details"]
+    assert first["analyzer_cache"].startswith("written")
+    assert second["analyzer_cache"] == "reused (no analyzer recomputed)"
+
+
+def test_messy_csv_end_to_end_with_rejections_allowed(tmp_path):
+    root = str(tmp_path)
+    code = cli.main(
+        [
+            f"--data={os.path.join(TESTDATA, 'messy.csv')}",
+            f"--pipeline_root={root}",
+            "--max_rejected_fraction=0.1",
+            "--split_buckets=train=1,eval=1",
+            "--ignore_anomalies",
+        ]
+    )
+    assert code == 0
+    run_dir = _run_dir(root)
+    stages = _summary(run_dir)
+    # Free-text and id-like columns get no string domain (values are nearly all unique),
+    # so unseen names in eval are no anomaly; the eval split's missing score is.
+    with open(os.path.join(run_dir, "anomalies", "summary.txt"), encoding="utf-8") as f:
+        anomalies = f.read()
+    assert "score" in anomalies
+    assert "name:" not in anomalies and "note:" not in anomalies
+    eg = stages["ExampleGen"]
+    assert eg["rows_in"] == {"all": 47} and eg["rows_rejected"] == 3
+    assert sum(eg["rows_out"].values()) + eg["rows_rejected"] == eg["rows_in"]["all"]
+    assert stages["Transform"]["status"] == "skipped"  # no module file given
+    rejected = []
+    for path in glob.glob(os.path.join(run_dir, "rejected", "*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            rejected += [json.loads(line) for line in f]
+    assert sorted(r["line"] for r in rejected) == [6, 7, 10]
+    total = sum(
+        len(read_examples(os.path.join(run_dir, "examples", s, "*.gz"))) for s in ("train", "eval")
+    )
+    assert total == 44
+
+
+def test_rejections_over_the_limit_fail_and_publish_only_rejected_rows(tmp_path, capsys):
+    root = str(tmp_path)
+    code = cli.main([f"--data={os.path.join(TESTDATA, 'messy.csv')}", f"--pipeline_root={root}"])
+    assert code == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "3 of 47 input rows (6.38%) were rejected" in err
+    assert "messy.csv:6 has 4 fields but the header has 6" in err
+    run_dir = _run_dir(root)
+    assert _published(run_dir) == ["rejected"]
+    assert not os.path.exists(os.path.join(run_dir, "examples"))
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "make_args, match",
+    [
+        (lambda d: ["--data", str(d / "missing.csv")], r"matches no file"),
+        (lambda d: ["--data", _write(d / "empty.csv", "")], r"empty\.csv is empty"),
+        (lambda d: ["--data", _write(d / "nohead.csv", "1,2\n3,4\n")], r"not a header"),
+        (
+            lambda d: [
+                f"--data={PENGUIN_DIR}/penguins.csv",
+                "--module_file",
+                _write(d / "m.py", "x = 1\n"),
+            ],
+            r"m\.py defines no preprocessing_fn",
+        ),
+        (
+            lambda d: [
+                f"--data={PENGUIN_DIR}/penguins.csv",
+                "--module_file",
+                _write(
+                    d / "m.py", "def preprocessing_fn(inputs):\n    return {'y': inputs['nope']}\n"
+                ),
+            ],
+            r"preprocessing_fn in .*m\.py raised KeyError",
+        ),
+        (lambda d: ["--data", _write(d / "a.csv", "x\n1\n"), "--bogus_flag=1"], r"Unknown flag"),
+        (
+            lambda d: ["--data", _write(d / "a.csv", "x\n1\n"), "--split_buckets=train"],
+            r"train=\.\.\.",
+        ),
+    ],
+    ids=[
+        "missing",
+        "empty",
+        "no-header",
+        "no-preprocessing_fn",
+        "fn-raises",
+        "unknown-flag",
+        "bad-split",
+    ],
+)
+def test_bad_input_is_one_sentence_nonzero_exit_and_nothing_published(
+    tmp_path, capsys, make_args, match
+):
+    root = tmp_path / "root"
+    args = make_args(tmp_path) + [f"--pipeline_root={root}", "--csv_null_values=NA"]
+    code = cli.main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == EXIT_USER_ERROR
+    assert err.startswith("error: ") and len(err.splitlines()) == 1
+    import re
+
+    assert re.search(match, err), err
+    published = glob.glob(os.path.join(str(root), "runs", "*", "*", "_PUBLISHED"))
+    assert [p for p in published if "transform" in p] == []
+    if "preprocessing_fn" not in match:
+        assert published == []
+
+
+def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from transforms.schema import read_schema, write_schema
+
+    # A schema that says 'sex' is always present: the data has NA there.
+    first = tmp_path / "first"
+    assert cli.main(["--runner=DirectRunner", f"--pipeline_root={first}", "--no_trainer"]) == 0
+    schema = read_schema(os.path.join(_run_dir(str(first)), "schema", "schema.pbtxt"))
+    for f in schema.feature:
+        if f.name == "sex":
+            f.presence.CopyFrom(schema_pb2.FeaturePresence(min_fraction=1.0, min_count=1))
+    path = str(tmp_path / "schema.pbtxt")
+    write_schema(schema, path)
+    root = tmp_path / "second"
+    code = cli.main([f"--schema={path}", f"--pipeline_root={root}", "--no_trainer"])
+    assert code == EXIT_ANOMALIES
+    err = capsys.readouterr().err
+    assert "sex" in err and "--ignore_anomalies" in err
+    run_dir = _run_dir(str(root))
+    assert "transform_graph" not in _published(run_dir)
+    assert "anomalies" in _published(run_dir)
+    code = cli.main(
+        [f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--ignore_anomalies"]
+    )
+    assert code == 0
+
+
+def test_yaml_config_and_flags(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        f"data: {os.path.join(PENGUIN_DIR, 'penguins.csv')}\n"
+        "csv_null_values: [NA]\n"
+        "split_buckets: {train: 3, eval: 1}\n"
+        "beam_args: ['--direct_running_mode=in_memory']\n"
+    )
+    cfg = cli.parse_config([f"--config={config}", "--train_steps=7", "--runner=DirectRunner"])
+    assert cfg.data.csv_null_values == ("NA",)
+    assert [(s.value, n) for s, n in cfg.data.split_buckets] == [("train", 3), ("eval", 1)]
+    assert cfg.trainer.train_steps == 7
+    assert cfg.beam_args == ("--direct_running_mode=in_memory", "--runner=DirectRunner")
+    (tmp_path / "bad.yaml").write_text("dta: x.csv\n")
+    from beam_pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match="unknown setting 'dta'"):
+        cli.parse_config([f"--config={tmp_path / 'bad.yaml'}"])
+
+
+def test_python_dash_m_exit_code_and_message(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", f"--data={tmp_path / 'none.csv'}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == EXIT_USER_ERROR
+    assert "matches no file" in proc.stderr and "Traceback" not in proc.stderr
