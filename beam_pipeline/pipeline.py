@@ -222,13 +222,16 @@ def _run_data_phase(
 
 
 def _first_rejected(rejected_dir: str) -> str:
+    """The rejected row with the smallest (file, line), as 'file:line reason'."""
+    first = None
     for m in FileSystems.match([FileSystems.join(rejected_dir, "rejected-*")])[0].metadata_list:
         with FileSystems.open(m.path) as f:
-            line = f.readline()
-        if line:
-            row = json.loads(line)
-            return f"{row['file']}:{row['line']} {row['reason']}"
-    return "none"
+            for line in f:
+                row = json.loads(line)
+                key = (row["file"], row["line"])
+                if first is None or key < first[0]:
+                    first = (key, row["reason"])
+    return f"{first[0][0]}:{first[0][1]} {first[1]}" if first else "none"
 
 
 def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):

@@ -243,7 +243,7 @@ class _StatisticsCombineFn(beam.CombineFn):
                 f"{type(batch).__name__}; decode the examples with a tfx-bsl TFXIO first."
             )
         accumulator.num_examples += batch.num_rows
-        for name, column in zip(batch.schema.names, batch.columns):
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
             feature = accumulator.features.get(name)
             if feature is None:
                 feature = accumulator.features[name] = _FeatureAccumulator()
@@ -337,9 +337,11 @@ class _StatisticsCombineFn(beam.CombineFn):
                 finite = finite[is_finite]
         if finite.size == 0:
             return
-        batch_mean = float(finite.mean())
-        deviations = finite - batch_mean
-        batch_m2 = float(np.dot(deviations, deviations))
+        # Values near the float limits overflow to an infinite std_dev, as numpy's does.
+        with np.errstate(over="ignore", invalid="ignore"):
+            batch_mean = float(finite.mean())
+            deviations = finite - batch_mean
+            batch_m2 = float(np.dot(deviations, deviations))
         feature.finite_min = min(feature.finite_min, float(finite.min()))
         feature.finite_max = max(feature.finite_max, float(finite.max()))
         feature.finite_count, feature.mean, feature.m2 = _merge_moments(
@@ -495,10 +497,10 @@ class _StatisticsCombineFn(beam.CombineFn):
         top = feature.top_k.Estimate()
         labels = [v.decode("utf-8", errors="replace") for v in top.field(0).to_pylist()]
         counts = top.field(1).to_pylist()
-        for label, count in zip(labels[: self._num_top_values], counts):
+        for label, count in zip(labels[: self._num_top_values], counts, strict=False):
             proto.top_values.add(value=label, frequency=count)
         for rank, (label, count) in enumerate(
-            zip(labels[: self._num_rank_histogram_buckets], counts)
+            zip(labels[: self._num_rank_histogram_buckets], counts, strict=False)
         ):
             proto.rank_histogram.buckets.add(
                 low_rank=rank, high_rank=rank, label=label, sample_count=count)
@@ -508,7 +510,8 @@ def _count_invalid_utf8(values: pa.Array) -> int:
     """Values that are not valid UTF-8 (only called for batches known to hold some)."""
     counted = pc.value_counts(values)
     invalid = 0
-    for value, count in zip(counted.field(0).to_pylist(), counted.field(1).to_pylist()):
+    for value, count in zip(
+            counted.field(0).to_pylist(), counted.field(1).to_pylist(), strict=True):
         try:
             value.decode("utf-8")
         except UnicodeDecodeError:
@@ -522,7 +525,7 @@ def _quantiles_histogram(
     """Equal-mass buckets between consecutive quantiles (TFDV's QUANTILES histogram)."""
     histogram = statistics_pb2.Histogram(type=_Histogram.QUANTILES)
     bounds = sketch.GetQuantiles(num_buckets).flatten().to_numpy()
-    for low, high in zip(bounds[:-1], bounds[1:]):
+    for low, high in zip(bounds[:-1], bounds[1:], strict=True):
         histogram.buckets.add(
             low_value=float(low), high_value=float(high), sample_count=total / num_buckets)
     return histogram
@@ -558,12 +561,12 @@ def _equi_width_histogram(
     at_point = cumulative[first + repeats - 1]
     mass = np.diff(at_point, prepend=0.0)
     previous = np.concatenate([[distinct[0]], distinct[:-1]])
-    span = distinct - previous
-    atom = (repeats > 1) | ~np.isfinite(previous) | ~np.isfinite(distinct) | (span <= 0)
-    atom[0] = True
     edges = np.linspace(low, high, num_buckets + 1)
     inner = edges[1:-1, None]
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        span = distinct - previous  # inf - inf is nan: such a gap is an atom below
+        atom = (repeats > 1) | ~np.isfinite(previous) | ~np.isfinite(distinct) | ~(span > 0)
+        atom[0] = True
         fraction = np.where(
             atom, (distinct < inner).astype(np.float64),
             np.clip((inner - previous) / np.where(atom, 1.0, span), 0.0, 1.0))

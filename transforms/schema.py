@@ -1,0 +1,274 @@
+"""Schema inference from statistics, as TFDV's ``infer_schema`` and TFX's SchemaGen do.
+
+For each feature of the (single) dataset in a ``DatasetFeatureStatisticsList``:
+
+* ``type``: INT, FLOAT or BYTES (STRING statistics become BYTES).
+* ``presence``: ``{min_fraction: 1.0 min_count: 1}`` for a feature never missing, else
+  ``{min_count: 1}``.
+* ``value_count``: ``{min: k max: k}`` when every present row has exactly k >= 1 values,
+  ``{min: 1}`` when every present row has at least one value, nothing otherwise.
+* ``shape {dim {size: 1}}`` instead of ``value_count`` when ``infer_feature_shape`` and the
+  feature is never missing and always has exactly one value: tf.Transform then gives a
+  dense ``[batch, 1]`` tensor; every other feature stays VarLen (a SparseTensor), exactly
+  as TFX's SchemaGen.
+* A string domain (schema-level ``string_domain`` named after the feature, referenced by
+  the feature's ``domain``) for a STRING feature with at most ``max_string_domain_size``
+  distinct values, all valid UTF-8, each seen in at least two rows on average (ids and
+  free text get none). The values come from the rank histogram, which lists
+  every distinct value while there are no more of them than its size (1000 by default in
+  ``GenerateStatistics``); when it does not list them all, no domain is inferred.
+
+A feature that is missing in every row (``num_non_missing == 0``) has no type to infer and
+is left out.
+
+Example::
+
+    schema = infer_schema(read_statistics("statistics/Split-train/FeatureStats.pb"))
+    write_schema(schema, "schema/schema.pbtxt")
+
+    with beam.Pipeline() as p:
+        schemas = stats_pcoll | "InferSchema" >> InferSchema()
+"""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+
+from beam_pipeline.errors import PipelineError
+from transforms.metrics import NAMESPACE
+
+__all__ = ["infer_schema", "InferSchema", "write_schema", "read_schema"]
+
+_StatsType = statistics_pb2.FeatureNameStatistics.Type
+_SCHEMA_TYPE = {
+    _StatsType.INT: schema_pb2.INT,
+    _StatsType.FLOAT: schema_pb2.FLOAT,
+    _StatsType.STRING: schema_pb2.BYTES,
+    _StatsType.BYTES: schema_pb2.BYTES,
+}
+# Labels GenerateStatistics (and TFDV) show instead of values that are not text.
+_PLACEHOLDER_LABELS = frozenset({"__BYTES_VALUE__", "__LARGE_BYTES__"})
+
+
+def _feature_name(feature: statistics_pb2.FeatureNameStatistics) -> str:
+    return ".".join(feature.path.step) if feature.path.step else feature.name
+
+
+def _common_stats(feature: statistics_pb2.FeatureNameStatistics) -> statistics_pb2.CommonStatistics:
+    which = feature.WhichOneof("stats")
+    if which is None or which == "struct_stats":
+        return statistics_pb2.CommonStatistics()
+    return getattr(feature, which).common_stats
+
+
+def _string_values(feature: statistics_pb2.FeatureNameStatistics) -> dict[str, float]:
+    """Value -> count from the rank histogram (or the top values when there is none)."""
+    if feature.WhichOneof("stats") != "string_stats":
+        return {}
+    string_stats = feature.string_stats
+    if string_stats.rank_histogram.buckets:
+        return {b.label: b.sample_count for b in string_stats.rank_histogram.buckets}
+    return {v.value: v.frequency for v in string_stats.top_values}
+
+
+def _single_dataset(
+    stats: statistics_pb2.DatasetFeatureStatisticsList, argument: str, function: str
+) -> statistics_pb2.DatasetFeatureStatistics:
+    if not isinstance(stats, statistics_pb2.DatasetFeatureStatisticsList):
+        raise TypeError(
+            f"{function} takes a DatasetFeatureStatisticsList as {argument}, got "
+            f"{type(stats).__name__}.")
+    if len(stats.datasets) != 1:
+        raise ValueError(
+            f"{function} needs {argument} with exactly one dataset (one split), got "
+            f"{len(stats.datasets)}; compute statistics per split.")
+    return stats.datasets[0]
+
+
+def infer_schema(
+    stats: statistics_pb2.DatasetFeatureStatisticsList,
+    infer_feature_shape: bool = True,
+    max_string_domain_size: int = 100,
+) -> schema_pb2.Schema:
+    """Infers a schema from the statistics of one split, as TFDV's ``infer_schema``.
+
+    Args:
+      stats: statistics with exactly one dataset (e.g. from ``GenerateStatistics``).
+      infer_feature_shape: give required single-valued features ``shape {dim {size: 1}}``
+        so that tf.Transform feeds them as dense tensors.
+      max_string_domain_size: largest number of distinct values of a STRING feature that
+        gets a string domain.
+
+    Returns:
+      The schema; features in the statistics' order.
+
+    Raises:
+      TypeError: ``stats`` is not a DatasetFeatureStatisticsList.
+      ValueError: ``stats`` does not hold exactly one dataset, or
+        ``max_string_domain_size`` is negative.
+    """
+    dataset = _single_dataset(stats, "stats", "infer_schema")
+    if isinstance(max_string_domain_size, bool) or not isinstance(max_string_domain_size, int) \
+            or max_string_domain_size < 0:
+        raise ValueError(
+            f"max_string_domain_size must be an integer >= 0, got {max_string_domain_size!r}.")
+    schema = schema_pb2.Schema()
+    for feature_stats in dataset.features:
+        schema_type = _SCHEMA_TYPE.get(feature_stats.type)
+        common = _common_stats(feature_stats)
+        if schema_type is None or common.num_non_missing == 0:
+            continue  # STRUCT features, and features with no data to infer a type from.
+        name = _feature_name(feature_stats)
+        feature = schema.feature.add(name=name, type=schema_type)
+        required = common.num_missing == 0
+        if required:
+            feature.presence.min_fraction = 1.0
+        feature.presence.min_count = 1
+        if common.min_num_values > 0:
+            if common.min_num_values == common.max_num_values:
+                feature.value_count.min = common.min_num_values
+                feature.value_count.max = common.max_num_values
+            else:
+                feature.value_count.min = 1
+        if (infer_feature_shape and required and common.min_num_values == 1
+                and common.max_num_values == 1):
+            feature.shape.dim.add(size=1)  # shape and value_count are one oneof
+        domain = _inferred_string_domain(feature_stats, max_string_domain_size)
+        if domain is not None:
+            schema.string_domain.add(name=name, value=domain)
+            feature.domain = name
+    return schema
+
+
+# A string domain is inferred only when values repeat: on average every value in at least
+# this many rows.
+_MIN_ROWS_PER_DOMAIN_VALUE = 2
+
+
+def _inferred_string_domain(
+    feature_stats: statistics_pb2.FeatureNameStatistics, max_size: int
+) -> list[str] | None:
+    if feature_stats.type != _StatsType.STRING:
+        return None
+    string_stats = feature_stats.string_stats
+    values = _string_values(feature_stats)
+    if (
+        not values
+        or string_stats.invalid_utf8_count > 0
+        or len(values) > max_size
+        or string_stats.unique > len(values)  # the histogram does not list every value
+        # Ids and free text (values mostly unique) are no category: a domain learned from
+        # them would flag nearly every new row of another split as an unseen value.
+        or len(values) * _MIN_ROWS_PER_DOMAIN_VALUE > string_stats.common_stats.num_non_missing
+        or _PLACEHOLDER_LABELS.intersection(values)
+    ):
+        return None
+    return sorted(values)
+
+
+class _InferSchemaFn(beam.DoFn):
+    def __init__(self, infer_feature_shape: bool, max_string_domain_size: int):
+        self._infer_feature_shape = infer_feature_shape
+        self._max_string_domain_size = max_string_domain_size
+        self._features = beam.metrics.Metrics.counter(NAMESPACE, "schema.features")
+        self._domains = beam.metrics.Metrics.counter(NAMESPACE, "schema.string_domains")
+
+    def process(self, stats: statistics_pb2.DatasetFeatureStatisticsList):
+        schema = infer_schema(stats, self._infer_feature_shape, self._max_string_domain_size)
+        self._features.inc(len(schema.feature))
+        self._domains.inc(len(schema.string_domain))
+        yield schema
+
+
+class InferSchema(
+    beam.PTransform[
+        beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList],
+        beam.PCollection[schema_pb2.Schema],
+    ]
+):
+    """Infers one schema per statistics element with :func:`infer_schema`."""
+
+    def __init__(self, infer_feature_shape: bool = True, max_string_domain_size: int = 100):
+        """Checks the options.
+
+        Args:
+          infer_feature_shape: see :func:`infer_schema`.
+          max_string_domain_size: see :func:`infer_schema`.
+
+        Raises:
+          ValueError: ``max_string_domain_size`` is not an integer >= 0.
+        """
+        super().__init__()
+        if isinstance(max_string_domain_size, bool) or not isinstance(
+                max_string_domain_size, int) or max_string_domain_size < 0:
+            raise ValueError(
+                f"max_string_domain_size must be an integer >= 0, got "
+                f"{max_string_domain_size!r}.")
+        self._infer_feature_shape = bool(infer_feature_shape)
+        self._max_string_domain_size = max_string_domain_size
+
+    def expand(
+        self, stats: beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList]
+    ) -> beam.PCollection[schema_pb2.Schema]:
+        return stats | "Infer" >> beam.ParDo(
+            _InferSchemaFn(self._infer_feature_shape, self._max_string_domain_size)
+        ).with_output_types(schema_pb2.Schema)
+
+
+def _gfile():
+    # Imported lazily: TensorFlow takes seconds to import.
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def write_schema(schema: schema_pb2.Schema, path: str) -> None:
+    """Writes ``schema`` as a text proto (``schema.pbtxt``, as TFX's SchemaGen does).
+
+    Args:
+      schema: the schema to write.
+      path: the file to create or overwrite; its folder is created when missing;
+        ``gs://`` paths work.
+
+    Raises:
+      TypeError: ``schema`` is not a tensorflow_metadata Schema.
+    """
+    if not isinstance(schema, schema_pb2.Schema):
+        raise TypeError(f"write_schema takes a Schema, got {type(schema).__name__}.")
+    gfile = _gfile()
+    folder = os.path.dirname(path)
+    if folder:
+        gfile.makedirs(folder)
+    with gfile.GFile(path, "w") as f:
+        f.write(text_format.MessageToString(schema))
+
+
+def read_schema(path: str) -> schema_pb2.Schema:
+    """Reads a text-proto schema such as the one :func:`write_schema` writes.
+
+    Args:
+      path: the ``schema.pbtxt`` file; ``gs://`` paths work.
+
+    Returns:
+      The schema.
+
+    Raises:
+      PipelineError: the file does not exist or is not a text-format Schema.
+    """
+    gfile = _gfile()
+    if not gfile.exists(path):
+        raise PipelineError(
+            f"Schema file {path} does not exist; pass the path of an existing schema.pbtxt "
+            "or let the pipeline infer one.")
+    with gfile.GFile(path, "r") as f:
+        text = f.read()
+    try:
+        return text_format.Parse(text, schema_pb2.Schema())
+    except text_format.ParseError as err:
+        raise PipelineError(
+            f"Schema file {path} is not a valid text-format tensorflow_metadata Schema "
+            f"({err}); fix that line or delete the file to infer the schema again.") from err
