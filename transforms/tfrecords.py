@@ -26,6 +26,15 @@ from apache_beam.utils.windowed_value import WindowedValue
 __all__ = ["WriteTFRecordBatches", "SHARD_SUFFIX"]
 
 SHARD_SUFFIX = ".tfrecord.gz"
+# zlib level 1: a third of the default level's (6) time for files about 20% larger; the
+# examples are intermediate artifacts, rewritten by every run, so speed wins.
+_GZIP_LEVEL = 1
+
+
+def _options():
+    import tensorflow as tf
+
+    return tf.io.TFRecordOptions(compression_type="GZIP", compression_level=_GZIP_LEVEL)
 
 
 class _WriteBundleFiles(beam.DoFn):
@@ -44,7 +53,7 @@ class _WriteBundleFiles(beam.DoFn):
 
             tf.io.gfile.makedirs(self._tmp_dir)
             self._path = FileSystems.join(self._tmp_dir, f"{uuid.uuid4().hex}{SHARD_SUFFIX}")
-            self._writer = tf.io.TFRecordWriter(self._path, options="GZIP")
+            self._writer = tf.io.TFRecordWriter(self._path, options=_options())
         write = self._writer.write
         for record in records:
             write(record)
@@ -64,7 +73,7 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
     if not paths:
         # An empty split still gets one (empty) file so readers' globs match.
         empty = FileSystems.join(out_dir, f"data-00000-of-00001{SHARD_SUFFIX}")
-        tf.io.TFRecordWriter(empty, options="GZIP").close()
+        tf.io.TFRecordWriter(empty, options=_options()).close()
         paths, final = [], [empty]
     else:
         final = [

@@ -76,6 +76,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
       dataset_fingerprint: identifies the train data's content; the cache is keyed by it
         (tf.Transform adds the analyzers' own fingerprints, so a changed
         ``preprocessing_fn`` misses the cache by itself).
+      batch_size: rows per RecordBatch fed to tf.Transform; None lets TFXIO tune it.
     """
 
     def __init__(
@@ -85,8 +86,10 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         preprocessing_fn: Callable,
         cache_dir: Optional[str] = None,
         dataset_fingerprint: str = "",
+        batch_size: Optional[int] = None,
     ):
         super().__init__()
+        self._batch_size = batch_size
         if Split.TRAIN not in examples:
             raise ValueError("TransformExamples needs a train split to analyze.")
         self._examples = dict(examples)
@@ -106,7 +109,8 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         train_io = self._tfxio(Split.TRAIN)
         adapter_config = train_io.TensorAdapterConfig()
         raw = {
-            split: pbegin | f"Read[{split.value}]" >> self._tfxio(split).BeamSource()
+            split: pbegin
+            | f"Read[{split.value}]" >> self._tfxio(split).BeamSource(batch_size=self._batch_size)
             for split in self._examples
         }
         if self._cache_dir is not None:
