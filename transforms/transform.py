@@ -108,6 +108,10 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
     def expand(self, pbegin):
         train_io = self._tfxio(Split.TRAIN)
         adapter_config = train_io.TensorAdapterConfig()
+        # The train split is read twice, once to analyze and once to transform: a single
+        # read would make the runner hold every train row in memory until the analysis
+        # finishes (the transform waits for it as a side input); two reads keep memory flat.
+        analysis_data = pbegin | "ReadForAnalysis" >> train_io.BeamSource(self._batch_size)
         raw = {
             split: pbegin
             | f"Read[{split.value}]" >> self._tfxio(split).BeamSource(batch_size=self._batch_size)
@@ -118,13 +122,13 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
                 self._cache_dir, [self._dataset_key]
             )
             transform_fn, output_cache = (
-                {self._dataset_key: raw[Split.TRAIN]},
+                {self._dataset_key: analysis_data},
                 input_cache,
                 adapter_config,
             ) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(self._preprocessing_fn)
         else:
             transform_fn = (
-                raw[Split.TRAIN],
+                analysis_data,
                 adapter_config,
             ) | "Analyze" >> tft_beam.AnalyzeDataset(self._preprocessing_fn)
             output_cache = None
