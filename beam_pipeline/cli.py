@@ -261,6 +261,7 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the process exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's C++ INFO lines are noise
     argv = sys.argv[1:] if argv is None else argv
     try:
         config = parse_config(argv)

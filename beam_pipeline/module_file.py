@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from beam_pipeline.errors import PipelineError
 
-__all__ = ["load_module", "get_preprocessing_fn", "module_fingerprint"]
+__all__ = ["load_module", "get_preprocessing_fn", "module_fingerprint", "pickle_by_value"]
 
 
 def _read(path: str) -> bytes:
@@ -68,7 +68,20 @@ def load_module(path: str) -> types.ModuleType:
             f"Module file {path}{line} raised {type(e).__name__}: {e} while being imported; "
             "fix the module so it imports cleanly."
         ) from e
+    pickle_by_value(module)
     return module
+
+
+def pickle_by_value(module: types.ModuleType) -> None:
+    """Makes Beam pickle the module's functions by value, not by import name.
+
+    The module is imported under a generated name that worker processes (DirectRunner
+    multi_processing, portable runners, Dataflow) cannot import; tf.Transform's stages carry
+    the user's ``preprocessing_fn`` and must ship its code instead.
+    """
+    from apache_beam.internal.cloudpickle import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
 
 
 def _user_line(e: BaseException, path: str) -> str:

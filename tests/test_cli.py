@@ -129,6 +129,18 @@ def test_transform_output_opens_and_transformed_examples_are_complete(bundled_ru
     assert abs(sum(z) / len(z)) < 0.05  # z-scored over the train split
 
 
+def test_multi_processing_workers_run_the_user_module(tmp_path):
+    # Worker processes cannot import the module file by its generated name: its functions
+    # must travel by value (a regression: Transform failed with ModuleNotFoundError).
+    root = str(tmp_path)
+    args = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
+    code = cli.main(args + ["--direct_num_workers=2", f"--pipeline_root={root}", "--no_trainer"])
+    assert code == 0
+    stages = _summary(_run_dir(root))
+    assert stages["Transform"]["status"] == "ok"
+    assert stages["Transform"]["rows_out"] == stages["ExampleGen"]["rows_out"]
+
+
 def test_rerun_reuses_the_analyzer_cache(tmp_path):
     root = str(tmp_path)
     args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer"]

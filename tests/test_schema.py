@@ -111,13 +111,14 @@ BIN = pa.list_(pa.binary())
             pa.array([[b"b"], [b"a"], [b"b"], [b"a"]], BIN), {},
             'string_domain { name: "f" value: "a" value: "b" } '
             'feature { name: "f" type: BYTES domain: "f" '
-            "presence { min_fraction: 1.0 min_count: 1 } shape { dim { size: 1 } } }",
+            "presence { min_fraction: 1.0 min_count: 1 } shape { dim { size: 1 } } "
+            "distribution_constraints { min_domain_mass: 0.99 } }",
             id="small_string_domain"),
         pytest.param(
             pa.array([["é"], None, ["x"], ["x"], ["é"]], pa.large_list(pa.large_string())), {},
             'string_domain { name: "f" value: "x" value: "é" } '
             'feature { name: "f" type: BYTES domain: "f" presence { min_count: 1 } '
-            "value_count { min: 1 max: 1 } }",
+            "value_count { min: 1 max: 1 } distribution_constraints { min_domain_mass: 0.99 } }",
             id="large_string_optional_with_domain"),
         pytest.param(
             pa.array([[b"a"], [b"b"], [b"c"], [b"a"]], BIN), {},
@@ -139,7 +140,10 @@ BIN = pa.list_(pa.binary())
             'feature { name: "f" type: BYTES presence { min_fraction: 1.0 min_count: 1 } '
             "shape { dim { size: 1 } } }",
             id="large_values_no_domain"),
-        pytest.param(pa.array([None, None], I64), {}, "", id="always_missing_is_left_out"),
+        pytest.param(
+            pa.array([None, None], I64), {},
+            'feature { name: "f" type: INT presence { min_count: 0 } }',
+            id="always_missing_is_kept_optional"),
     ],
 )
 def test_infer_schema_table(column, kwargs, expected):

@@ -18,8 +18,13 @@ For each feature of the (single) dataset in a ``DatasetFeatureStatisticsList``:
   every distinct value while there are no more of them than its size (1000 by default in
   ``GenerateStatistics``); when it does not list them all, no domain is inferred.
 
-A feature that is missing in every row (``num_non_missing == 0``) has no type to infer and
-is left out.
+A feature that is missing in every row (``num_non_missing == 0``) is kept, optional
+(``presence {min_count: 0}``), with the type its statistics carry (BYTES for a CSV column
+that is always empty), so module files that read it still run.
+
+An inferred string domain tolerates 1% of values outside it
+(``distribution_constraints {min_domain_mass: 0.99}``): rare categories that one split has
+and the train split lacks are reported, not blocking; a real shift still blocks.
 
 Example::
 
@@ -120,10 +125,15 @@ def infer_schema(
     for feature_stats in dataset.features:
         schema_type = _SCHEMA_TYPE.get(feature_stats.type)
         common = _common_stats(feature_stats)
-        if schema_type is None or common.num_non_missing == 0:
-            continue  # STRUCT features, and features with no data to infer a type from.
+        if schema_type is None:
+            continue  # STRUCT features
         name = _feature_name(feature_stats)
         feature = schema.feature.add(name=name, type=schema_type)
+        if common.num_non_missing == 0:
+            # A column that is empty in every row stays in the schema, optional, as TFX
+            # keeps it: module files that read it (e.g. TFX's taxi module) must still run.
+            feature.presence.min_count = 0
+            continue
         required = common.num_missing == 0
         if required:
             feature.presence.min_fraction = 1.0
@@ -141,8 +151,12 @@ def infer_schema(
         if domain is not None:
             schema.string_domain.add(name=name, value=domain)
             feature.domain = name
+            feature.distribution_constraints.min_domain_mass = _MIN_DOMAIN_MASS
     return schema
 
+
+# The share of a split's values that must fall inside an inferred string domain.
+_MIN_DOMAIN_MASS = 0.99
 
 # A string domain is inferred only when values repeat: on average every value in at least
 # this many rows.

@@ -1,0 +1,684 @@
+"""Scale-out runners without a cloud account.
+
+- Which runners count as remote, and the up-front refusal of local paths with them.
+- The module file staged beside the run's artifacts and verified by its sha256.
+- Job ids and console links.
+- Dataflow: the job graphs of the data phase, the Transform phase and the training step,
+  built offline (``--dry_run``) from the orchestrator's own builders, and checked on the
+  pipeline proto Dataflow would receive: the steps, the container image, the resource hints
+  (on the training step only), the staged module; and every pickled function and coder of
+  those graphs is loaded in a fresh process, as a Dataflow worker would.
+- Portable runners (what Flink and Spark execute): the whole pipeline on
+  ``PortableRunner --job_endpoint=embed --environment_type=EXTERNAL`` against a pool of
+  separate SDK worker processes this module starts and stops.
+"""
+
+from __future__ import annotations
+
+import base64
+import bz2
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import zlib
+
+import pytest
+from conftest import PENGUIN_DIR, REPO, TESTDATA
+
+from beam_pipeline.beam_options import create_pipeline, parse_beam_args
+from beam_pipeline.config import DataConfig, DataFormat, PipelineConfig, Split, TrainerConfig
+from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import (
+    JobInfo,
+    check_remote_paths,
+    dataflow_console_url,
+    describe_job,
+    fetch_staged_module,
+    job_info,
+    read_staged_module,
+    remote_runner_reason,
+    stage_module_file,
+)
+
+MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
+PENGUINS = os.path.join(PENGUIN_DIR, "penguins.csv")
+IMAGE = "us-central1-docker.pkg.dev/placeholder-project/beam/beam-pipeline:0.1.0"
+ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
+ACCELERATOR_URN = "beam:resources:accelerator:v1"
+MIN_RAM_URN = "beam:resources:min_ram_bytes:v1"
+# Placeholders: --dry_run builds the job without credentials (bucket names need 3+
+# characters, or Beam looks for a default bucket online).
+DATAFLOW = (
+    "--runner=DataflowRunner",
+    "--dry_run=True",
+    "--project=placeholder-project",
+    "--region=us-central1",
+    "--temp_location=gs://placeholder-bucket/tmp",
+)
+RUN_ROOT = "gs://placeholder-bucket/runs/r1"
+
+
+# --- which runners are remote -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags, remote",
+    [
+        ([], False),
+        (["--runner=DirectRunner", "--direct_running_mode=multi_processing"], False),
+        (["--runner=PrismRunner"], False),
+        (list(DATAFLOW), True),
+        (["--runner=apache_beam.runners.dataflow.dataflow_runner.DataflowRunner"], True),
+        (["--runner=PortableRunner", "--job_endpoint=embed"], True),  # DOCKER by default
+        (["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"], False),
+        (
+            [
+                "--runner=PortableRunner",
+                "--job_endpoint=embed",
+                "--environment_type=EXTERNAL",
+                "--environment_config=localhost:50000",
+            ],
+            False,
+        ),
+        (
+            [
+                "--runner=PortableRunner",
+                "--job_endpoint=embed",
+                "--environment_type=EXTERNAL",
+                "--environment_config=pool.internal:50000",
+            ],
+            True,
+        ),
+        (
+            [
+                "--runner=PortableRunner",
+                "--job_endpoint=jobs.internal:8099",
+                "--environment_type=PROCESS",
+            ],
+            True,
+        ),
+        (["--runner=FlinkRunner"], False),  # [auto]: in-process Flink, LOOPBACK workers
+        (["--runner=FlinkRunner", "--flink_master=[local]", "--environment_type=DOCKER"], True),
+        (["--runner=FlinkRunner", "--flink_master=flink.internal:8081"], True),
+        (
+            [
+                "--runner=FlinkRunner",
+                "--flink_master=flink.internal:8081",
+                "--environment_type=EXTERNAL",
+                "--environment_config=localhost:50000",
+            ],
+            True,  # the pool beside each task manager, on the cluster
+        ),
+        (["--runner=SparkRunner"], False),  # local[4]: LOOPBACK workers
+        (["--runner=SparkRunner", "--spark_master_url=spark://spark.internal:7077"], True),
+        (["--runner=mycompany.runners.CustomRunner"], True),
+    ],
+)
+def test_which_runners_cannot_read_this_machines_files(flags, remote):
+    reason = remote_runner_reason(parse_beam_args(flags))
+    assert (reason is not None) is remote, reason
+
+
+def _config(**data_kwargs) -> PipelineConfig:
+    root = data_kwargs.pop("pipeline_root", RUN_ROOT)
+    base_model = data_kwargs.pop("base_model", None)
+    return PipelineConfig(
+        data=DataConfig(**{"data": "gs://placeholder-bucket/penguins.csv", **data_kwargs}),
+        module_file=MODULE,  # local on purpose: the launcher stages it
+        pipeline_root=root,
+        trainer=TrainerConfig(base_model=base_model),
+    )
+
+
+@pytest.mark.parametrize(
+    "config, flags, match",
+    [
+        (
+            _config(pipeline_root="pipeline_runs"),
+            DATAFLOW,
+            r"^--pipeline_root pipeline_runs is on this machine's disk, but --runner="
+            r"DataflowRunner runs on Google Cloud workers, which cannot read it; pass "
+            r"--pipeline_root=gs://BUCKET/\.\.\. ",
+        ),
+        (_config(data=PENGUINS), DATAFLOW, r"^--data .*penguins\.csv is on this machine's disk"),
+        (
+            _config(data="", input_splits=((Split.TRAIN, "gs://b/t*"), (Split.EVAL, "/d/e*"))),
+            DATAFLOW,
+            r"^--input_splits eval=/d/e\* is on this machine's disk.*--input_splits=train=gs://",
+        ),
+        (_config(base_model="/models/m"), DATAFLOW, r"^--base_model /models/m is on this"),
+        (
+            _config(pipeline_root="file:///tmp/runs"),
+            ["--runner=FlinkRunner", "--flink_master=flink.internal:8081"],
+            r"^--pipeline_root file:///tmp/runs .* runs on the cluster at "
+            r"--flink_master=flink.internal:8081, which cannot read it",
+        ),
+        (
+            _config(pipeline_root="/tmp/runs"),
+            ["--runner=PortableRunner", "--job_endpoint=embed"],
+            r"--environment_type=DOCKER \(Beam's default\) runs its workers in containers",
+        ),
+    ],
+)
+def test_remote_runner_with_local_paths_is_refused_in_one_sentence(config, flags, match):
+    with pytest.raises(PipelineError, match=match) as e:
+        check_remote_paths(config, parse_beam_args(list(flags)))
+    one_sentence = re.search(r"\.\s+[A-Z]", str(e.value)) is None
+    assert one_sentence and str(e.value).endswith(".")
+
+
+@pytest.mark.parametrize(
+    "config, flags",
+    [
+        (_config(), DATAFLOW),  # gs:// everywhere; the module file may stay local
+        (_config(pipeline_root="pipeline_runs", data=PENGUINS), ["--runner=DirectRunner"]),
+        (
+            _config(pipeline_root="/tmp/runs", data=PENGUINS),
+            ["--runner=FlinkRunner", "--flink_master=[local]"],
+        ),
+    ],
+)
+def test_shared_paths_or_local_runners_pass(config, flags):
+    check_remote_paths(config, parse_beam_args(list(flags)))
+
+
+def test_run_refuses_before_creating_anything(tmp_path):
+    from beam_pipeline.pipeline import run
+
+    root = tmp_path / "root"
+    config = dataclasses.replace(
+        _config(pipeline_root=str(root), data=PENGUINS), beam_args=DATAFLOW
+    )
+    with pytest.raises(PipelineError, match="--pipeline_root .* is on this machine's disk"):
+        run(config)
+    assert not root.exists()  # no run directory, no staged module, no job
+
+
+# --- module staging -------------------------------------------------------------------------
+
+
+def test_module_is_staged_by_content_and_workers_verify_it(tmp_path):
+    module = tmp_path / "user" / "my_module.py"
+    module.parent.mkdir()
+    module.write_bytes(b"def run_fn(fn_args):\n    return None\n")
+    run_root = str(tmp_path / "runs" / "r1")
+    sha = hashlib.sha256(module.read_bytes()).hexdigest()
+
+    staged = stage_module_file(str(module), run_root)
+
+    assert staged.sha256 == sha and staged.source == str(module)
+    assert staged.path == os.path.join(run_root, "module", sha, "my_module.py")
+    assert open(staged.path, "rb").read() == module.read_bytes()
+    assert stage_module_file(str(module), run_root) == staged  # a rerun: same copy
+    assert read_staged_module(staged.path, sha) == module.read_bytes()
+
+    # The user edits the file meanwhile: a new stage is a new copy, the old one is intact.
+    module.write_bytes(b"def run_fn(fn_args):\n    return 1\n")
+    edited = stage_module_file(str(module), run_root)
+    assert edited.sha256 != sha and edited.path != staged.path
+    assert read_staged_module(staged.path, sha).endswith(b"return None\n")
+
+    # A worker gets a local copy of exactly the fingerprinted bytes, reused afterwards.
+    cache = str(tmp_path / "worker_tmp")
+    local = fetch_staged_module(staged.path, sha, local_dir=cache)
+    assert local == os.path.join(cache, sha, "my_module.py")
+    assert open(local, "rb").read().endswith(b"return None\n")
+    assert fetch_staged_module(staged.path, sha, local_dir=cache) == local
+
+    # A staged copy changed after staging is refused on the worker.
+    with open(staged.path, "ab") as f:
+        f.write(b"# edited in place\n")
+    with pytest.raises(PipelineError, match=r"^Staged module file .* has sha256 \w{12}, not "):
+        fetch_staged_module(staged.path, sha, local_dir=str(tmp_path / "other_worker"))
+    with pytest.raises(PipelineError, match="--module_file .*missing.py does not exist"):
+        stage_module_file(str(tmp_path / "missing.py"), run_root)
+
+
+# --- job ids and links ----------------------------------------------------------------------
+
+
+def test_dataflow_job_id_and_console_link():
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
+    from apache_beam.runners.dataflow.internal.clients import dataflow as dataflow_api
+
+    options = parse_beam_args(
+        ["--runner=DataflowRunner", "--project=my-project", "--region=europe-west4"]
+    )
+    result = DataflowPipelineResult(dataflow_api.Job(id="2026-01-02_03_04_05-67"), None)
+    url = (
+        "https://console.cloud.google.com/dataflow/jobs/europe-west4/2026-01-02_03_04_05-67"
+        "?project=my-project"
+    )
+    assert dataflow_console_url("2026-01-02_03_04_05-67", "europe-west4", "my-project") == url
+    assert job_info(result, options) == JobInfo("DataflowRunner", "2026-01-02_03_04_05-67", url)
+    assert describe_job(result, options) == f"DataflowRunner job 2026-01-02_03_04_05-67: {url}"
+
+
+def test_direct_and_dry_run_jobs_are_described():
+    import apache_beam as beam
+
+    options = parse_beam_args(["--runner=DirectRunner"])
+    p = create_pipeline(options)
+    _ = p | beam.Create([1])
+    assert describe_job(p.run(), options) == "DirectRunner (ran on this machine)"
+
+    options = parse_beam_args(list(DATAFLOW))
+    p = create_pipeline(options)
+    _ = p | beam.Create([1])
+    assert describe_job(p.run(), options) == (
+        "DataflowRunner (dry run: job graph built, nothing submitted)"
+    )
+
+
+# --- Dataflow job graphs, offline ------------------------------------------------------------
+
+
+def _environments(proto) -> dict:
+    """transform name -> (container image, resource hints) for every transform with an env."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    out = {}
+    for t in proto.components.transforms.values():
+        if not t.environment_id:
+            continue
+        env = proto.components.environments[t.environment_id]
+        assert env.urn == "beam:env:docker:v1", (t.unique_name, env.urn)
+        image = beam_runner_api_pb2.DockerPayload.FromString(env.payload).container_image
+        out[t.unique_name] = (image, dict(env.resource_hints))
+    return out
+
+
+def _decoded_fn_payloads(proto) -> dict[str, bytes]:
+    """transform name -> the decoded pickle of its DoFn (ParDo steps)."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    out = {}
+    for t in proto.components.transforms.values():
+        if t.spec.urn != "beam:transform:pardo:v1":
+            continue
+        raw = base64.b64decode(
+            beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload).do_fn.payload
+        )
+        for decompress in (zlib.decompress, bz2.decompress):
+            try:
+                raw = decompress(raw)
+                break
+            except (zlib.error, OSError, ValueError):
+                continue
+        out[t.unique_name] = raw
+    return out
+
+
+def _dry_run(build, *extra_flags):
+    """Builds a pipeline with ``build(p)`` and runs it on Dataflow with --dry_run.
+
+    Returns the pipeline proto Dataflow would receive (after its overrides).
+    """
+    p = create_pipeline(parse_beam_args([*DATAFLOW, *extra_flags]))
+    build(p)
+    p.run().wait_until_finish()  # dry run: the job is built, nothing is submitted
+    return p.runner.proto_pipeline
+
+
+@pytest.fixture(scope="module")
+def dataflow_graphs(tmp_path_factory):
+    """The Dataflow protos of the three Beam jobs of a run, built offline from the same
+    builders the orchestrator uses, with artifact paths on gs:// placeholders."""
+    import tensorflow_transform.beam as tft_beam
+
+    from beam_pipeline.module_file import get_preprocessing_fn, load_module
+    from beam_pipeline.pipeline import DataInputs, build_data_pipeline, build_transform_pipeline
+    from beam_pipeline.remote import register_module_for_workers
+    from beam_pipeline.run_dir import Artifact, RunDirectory
+    from transforms import example_gen as eg
+    from transforms.schema import read_schema
+    from transforms.training import TrainModel
+
+    config = PipelineConfig(
+        data=DataConfig(data=PENGUINS, csv_null_values=("", "NA")),
+        module_file=MODULE,
+        trainer=TrainerConfig(accelerator=ACCELERATOR, min_ram="16GB"),
+    )
+    csv_format = eg.CsvFormat(config.data.csv_delimiter, config.data.csv_null_values)
+    header = tuple(eg.read_csv_header([PENGUINS], csv_format))
+    inputs = DataInputs(((None, (PENGUINS,)),), DataFormat.CSV, header, "fingerprint")
+    staging = {a: f"{RUN_ROOT}/.staging/{a.value}-1" for a in Artifact}
+    graphs = {
+        "data": _dry_run(
+            lambda p: build_data_pipeline(p, config, inputs, csv_format, None, staging),
+            f"--sdk_container_image={IMAGE}",
+        )
+    }
+
+    module = load_module(MODULE)
+    register_module_for_workers(module)  # as the orchestrator does
+    preprocessing_fn = get_preprocessing_fn(module, MODULE)
+    schema = read_schema(os.path.join(TESTDATA, "schema_penguins.pbtxt"))
+    examples = {s: f"{RUN_ROOT}/examples/{s.value}/*.tfrecord.gz" for s in config.data.splits}
+    with tft_beam.Context(temp_dir=f"{RUN_ROOT}/.staging/tft-tmp"):
+        graphs["transform"] = _dry_run(
+            lambda p: build_transform_pipeline(
+                p,
+                examples,
+                schema,
+                preprocessing_fn,
+                MODULE,
+                "fingerprint",
+                "gs://placeholder-bucket/cache/transform",
+                staging[Artifact.TRANSFORM_GRAPH],
+                staging[Artifact.TRANSFORMED_EXAMPLES],
+            ),
+            f"--sdk_container_image={IMAGE}",
+        )
+
+    # The training step reads a run directory's artifacts when the job is built (it checks
+    # they exist): a local one with placeholder files stands in for the gs:// run.
+    from beam_pipeline.training_stage import build_training_job
+
+    run_dir = RunDirectory(str(tmp_path_factory.mktemp("pipeline_root")), "r1")
+    for part in ("transform_graph", "transformed_examples/train", "transformed_examples/eval"):
+        os.makedirs(os.path.join(run_dir.root, part))
+    for split in ("train", "eval"):
+        open(run_dir.path(Artifact.TRANSFORMED_EXAMPLES, split, "d.tfrecord.gz"), "wb").close()
+    staged = stage_module_file(MODULE, run_dir.root)
+    job = build_training_job(dataclasses.replace(config, module_file=staged.path), run_dir)
+    trainer = config.trainer
+    graphs["training"] = _dry_run(
+        lambda p: (
+            p
+            | "TrainModel"
+            >> TrainModel(job, accelerator=trainer.accelerator, min_ram=trainer.min_ram)
+        ),
+        f"--sdk_container_image={IMAGE}",
+    )
+    return graphs, staged
+
+
+@pytest.mark.parametrize(
+    "phase, steps",
+    [
+        (
+            "data",
+            [
+                "ExampleGen",
+                "WriteExamples",
+                "WriteRejected",
+                "Statistics[train]",
+                "WriteStatistics[train]",
+                "Statistics[eval]",
+                "WriteStatistics[eval]",
+            ],
+        ),
+        (
+            "transform",
+            [
+                "Transform/ReadForAnalysis",
+                "Transform/Analyze",
+                "Transform/Transform[train]",
+                "Transform/Transform[eval]",
+                "WriteTransformFn",
+                "Write[train]",
+                "Write[eval]",
+                "WriteCache",
+            ],
+        ),
+        ("training", ["TrainModel/CreateJob", "TrainModel/Reshuffle", "TrainModel/Train"]),
+    ],
+)
+def test_dataflow_graph_steps_image_and_hints(dataflow_graphs, phase, steps):
+    proto = dataflow_graphs[0][phase]
+    names = {t.unique_name for t in proto.components.transforms.values()}
+    for step in steps:
+        assert any(n == step or n.startswith(step + "/") for n in names), (step, sorted(names))
+    envs = _environments(proto)
+    assert {image for image, _ in envs.values()} == {IMAGE}
+    hinted = {name: hints for name, (_, hints) in envs.items() if hints}
+    if phase == "training":
+        # The training step alone gets the GPU worker (right fitting): Dataflow gives a step
+        # with its own hints its own worker pool; the data steps keep ordinary workers.
+        assert hinted == {
+            "TrainModel/Train": {ACCELERATOR_URN: ACCELERATOR.encode(), MIN_RAM_URN: b"16000000000"}
+        }
+    else:
+        assert hinted == {}
+
+
+def test_dataflow_training_job_carries_the_staged_module(dataflow_graphs):
+    graphs, staged = dataflow_graphs
+    payloads = _decoded_fn_payloads(graphs["training"])
+    carriers = [name for name, raw in payloads.items() if staged.path.encode() in raw]
+    # The job element (a Create inside TrainModel) names the staged copy, whose folder is
+    # the module's sha256; the copy's bytes have that sha256.
+    assert carriers and all(name.startswith("TrainModel/CreateJob") for name in carriers)
+    assert f"/module/{staged.sha256}/penguin_module.py" in staged.path
+    with open(staged.path, "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == staged.sha256
+    with open(MODULE, "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == staged.sha256
+
+
+_LOAD_ON_A_FRESH_WORKER = textwrap.dedent(
+    """
+    import sys
+    from apache_beam.internal import pickler
+    from apache_beam.portability.api import beam_runner_api_pb2
+    from apache_beam.runners import pipeline_context
+
+    loaded = 0
+    for path in sys.argv[1:]:
+        with open(path, "rb") as f:
+            proto = beam_runner_api_pb2.Pipeline.FromString(f.read())
+        context = pipeline_context.PipelineContext(proto.components)
+        for coder_id in proto.components.coders:
+            context.coders.get_by_id(coder_id)
+            loaded += 1
+        for t in proto.components.transforms.values():
+            if t.spec.urn == "beam:transform:pardo:v1":
+                fn = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload).do_fn
+            elif t.spec.urn.startswith("beam:transform:combine_"):
+                fn = beam_runner_api_pb2.CombinePayload.FromString(t.spec.payload).combine_fn
+            else:
+                continue
+            if "pickled" in fn.urn:
+                pickler.loads(fn.payload)
+                loaded += 1
+    print(loaded)
+    """
+)
+
+
+def test_every_pickled_function_of_the_dataflow_graphs_loads_in_a_fresh_process(
+    dataflow_graphs, tmp_path
+):
+    # A Dataflow worker has the project installed (image or --setup_file) but none of the
+    # launcher's state: no module file on sys.path, no objects created at launch.
+    paths = []
+    for phase, proto in dataflow_graphs[0].items():
+        path = tmp_path / f"{phase}.pb"
+        path.write_bytes(proto.SerializeToString())
+        paths.append(str(path))
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_ON_A_FRESH_WORKER, *paths],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) > 50
+
+
+def test_setup_file_stages_the_project_and_the_default_image_is_dataflows(tmp_path):
+    """--setup_file instead of an image: Beam builds this project's sdist into the job."""
+    import apache_beam as beam
+
+    project = tmp_path / "project"
+    for name in ("setup.py", "README.md"):
+        project.joinpath(name).parent.mkdir(exist_ok=True)
+        project.joinpath(name).write_bytes(open(os.path.join(REPO, name), "rb").read())
+    for package in ("beam_pipeline", "transforms", "trainer"):
+        _copy_package(os.path.join(REPO, package), str(project / package))
+    proto = _dry_run(
+        lambda p: p | beam.Create([1]) | beam.Map(str), f"--setup_file={project / 'setup.py'}"
+    )
+    (image, _), *_ = _environments(proto).values()
+    assert image == f"gcr.io/cloud-dataflow/v1beta3/beam_python3.{sys.version_info[1]}_sdk:2.77.0"
+    env = next(iter(proto.components.environments.values()))
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    staged = [
+        beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(d.role_payload).staged_name
+        for d in env.dependencies
+        if d.role_urn == "beam:artifact:role:staging_to:v1"
+    ]
+    assert "workflow.tar.gz" in staged, staged
+
+
+def _copy_package(src: str, dst: str) -> None:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+# --- the whole pipeline on a portable runner with a worker pool -------------------------------
+
+_WORKER_POOL = textwrap.dedent(
+    """
+    import subprocess, sys
+    from concurrent import futures
+
+    import grpc
+    from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
+    from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
+
+
+    class Pool(BeamFnExternalWorkerPoolServicer):
+        # Beam's worker_pool_main, bound to 127.0.0.1 only, with each SDK worker a separate
+        # process whose output goes to this pool's log (Beam's pipes it and never reads it,
+        # so a chatty worker would block once the pipe is full).
+        def StartWorker(self, request, context):
+            code = (
+                "from apache_beam.runners.worker.sdk_worker import SdkHarness; "
+                f"SdkHarness({request.control_endpoint.url!r}, "
+                f"worker_id={request.worker_id!r}).run()"
+            )
+            print("starting worker", request.worker_id, flush=True)
+            self._worker_processes[request.worker_id] = subprocess.Popen(
+                [sys.executable, "-c", code], stdout=sys.stdout, stderr=sys.stderr
+            )
+            return beam_fn_api_pb2.StartWorkerResponse()
+
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+    beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(
+        Pool(use_process=True), server
+    )
+    server.add_insecure_port("127.0.0.1:" + sys.argv[1])
+    server.start()
+    print("worker pool ready", flush=True)
+    server.wait_for_termination()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def worker_pool(tmp_path_factory):
+    """A pool of SDK worker processes on 127.0.0.1, as a Flink/Spark cluster would run.
+
+    The pool's workers import the project from ``PYTHONPATH`` (on a cluster: the image or
+    ``--setup_file``) and run in another folder, so nothing of the launching process
+    (its sys.path, its loaded module file, its objects) is there. Yields
+    ``(address, log path)``; the pool and its workers are stopped afterwards.
+    """
+    folder = tmp_path_factory.mktemp("worker_pool")
+    log_path = folder / "pool.log"
+    port = _free_port()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
+    with open(log_path, "wb") as log:
+        pool = subprocess.Popen(
+            [sys.executable, "-u", "-c", _WORKER_POOL, str(port)],
+            cwd=str(folder),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the pool and its workers
+        )
+    try:
+        deadline = time.time() + 120
+        while b"worker pool ready" not in log_path.read_bytes():
+            assert pool.poll() is None, log_path.read_text()[-3000:]
+            assert time.time() < deadline, "the worker pool did not start in 120 s"
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}", log_path
+    finally:
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(pool.pid, sig)  # the group this fixture created, by its id
+            except ProcessLookupError:
+                break
+            try:
+                pool.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@pytest.mark.slow
+def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, tmp_path):
+    from beam_pipeline import cli
+    from beam_pipeline.pipeline import run
+    from beam_pipeline.run_dir import Artifact, RunDirectory
+    from beam_pipeline.summary import StageStatus
+    from beam_pipeline.training_stage import run_training_stage
+
+    address, log_path = worker_pool
+    root = str(tmp_path / "root")
+    portable = [
+        "--runner=PortableRunner",
+        "--job_endpoint=embed",
+        "--environment_type=EXTERNAL",
+        f"--environment_config={address}",
+    ]
+    # The bundled example, as `python -m beam_pipeline` runs it, with a short training.
+    config = cli.parse_config(
+        [*portable, f"--pipeline_root={root}", "--run_id=portable", "--train_steps=20"]
+    )
+    try:
+        summary = run(config)
+        stages = {s.stage: s for s in summary.stages}
+        run_dir = RunDirectory(root, "portable")
+        trainer = stages.get("Trainer")
+        if trainer is None:  # training not yet wired into run(): the same stage, by hand
+            staged = stage_module_file(config.module_file, run_dir.root)
+            model_config = dataclasses.replace(config, module_file=staged.path)
+            trainer = run_training_stage(model_config, run_dir, parse_beam_args(portable))
+    except BaseException:
+        print(log_path.read_text()[-6000:])  # the workers' side of the story
+        raise
+
+    example_gen, transform = stages["ExampleGen"], stages["Transform"]
+    assert example_gen.status is StageStatus.OK and example_gen.rows_in == {"all": 344}
+    assert sum(example_gen.rows_out.values()) == 344 and example_gen.rows_rejected == 0
+    assert example_gen.details["job"]["job_id"]  # the portable job service's id
+    assert transform.status is StageStatus.OK and transform.rows_out == example_gen.rows_out
+    assert trainer.status is StageStatus.OK, trainer.note
+    assert run_dir.is_published(Artifact.MODEL)
+    # The training step ran in a pool worker, not in this process.
+    host, pid = trainer.details["worker"].rsplit(":", 1)
+    assert int(pid) != os.getpid()
+    assert log_path.read_text().count("starting worker") >= 3  # data, Transform, training
