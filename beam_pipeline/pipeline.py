@@ -34,9 +34,11 @@ from apache_beam.metrics.metric import MetricsFilter
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import DataFormat, PipelineConfig, Split
 from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
-from beam_pipeline.module_file import get_preprocessing_fn, load_module
+from beam_pipeline.module_file import get_preprocessing_fn
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus
+from beam_pipeline.training_stage import run_training_stage
+from trainer import load_trainer_module
 from transforms import example_gen as eg
 from transforms.metrics import NAMESPACE
 
@@ -298,6 +300,7 @@ def _run_transform(
     config, inputs, preprocessing_fn, module_path, schema, run_dir, options, summary
 ):
     import tensorflow_transform.beam as tft_beam
+    from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
     from transforms.transform import (
         TransformExamples,
@@ -339,6 +342,11 @@ def _run_transform(
                 )
             beam_result = p.run()
             beam_result.wait_until_finish()
+        # The raw data's metadata beside the graph, as TFX's Transform writes it, so
+        # tft.TFTransformOutput(...).raw_feature_spec() works for ported module files.
+        metadata_io.write_metadata(
+            dataset_metadata.DatasetMetadata(schema), FileSystems.join(graph_tmp, "metadata")
+        )
     except BaseException:
         run_dir.discard(graph_tmp)
         run_dir.discard(examples_tmp)
@@ -392,8 +400,10 @@ def run(config: PipelineConfig) -> RunSummary:
     inputs = _check_data(config, csv_format)
     preprocessing_fn = None
     if config.module_file:
-        module = load_module(config.module_file)
-        preprocessing_fn = get_preprocessing_fn(module, config.module_file)
+        # Loaded once here, before any Beam work: a syntax error, a trainer_fn or a bad
+        # run_fn signature stops the run now, not after the data stages.
+        user_module = load_trainer_module(config.module_file)
+        preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
     user_schema = read_schema(config.data.schema) if config.data.schema else None
     if Split.TRAIN not in config.data.splits:
         raise PipelineError("--split_buckets has no train split; add train=N.")
@@ -418,6 +428,7 @@ def run(config: PipelineConfig) -> RunSummary:
                 options,
                 summary,
             )
+            summary.stages.append(run_training_stage(config, run_dir, options))
     finally:
         with FileSystems.create(FileSystems.join(run_dir.root, "summary.json")) as f:
             f.write(summary.to_json().encode("utf-8"))

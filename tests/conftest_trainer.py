@@ -6,7 +6,7 @@ made from the bundled ``penguins.csv`` (``NA`` = missing) and the bundled module
 ``preprocessing_fn``: tf.Transform analyzes the train split on the DirectRunner, the saved
 transform graph then transforms both splits in plain TensorFlow.
 
-Test modules use the session fixture by binding it to a module name::
+Test modules use the session fixture by binding it to a module name (one build is shared)::
 
     import conftest_trainer
 
@@ -20,8 +20,10 @@ Test modules use the session fixture by binding it to a module name::
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -42,6 +44,9 @@ __all__ = [
     "penguin_run_dir",
     "read_raw_examples",
     "copy_run_dir",
+    "penguin_config",
+    "classify_accuracy",
+    "run_python",
 ]
 
 PENGUIN_MODULE = os.path.join(BUNDLED_EXAMPLE_DIR, "penguin_module.py")
@@ -133,7 +138,7 @@ def build_penguin_run_dir(pipeline_root: str, run_id: str = RUN_ID) -> RunDirect
     import tensorflow_transform.beam as tft_beam
     from apache_beam.options.pipeline_options import PipelineOptions
     from google.protobuf import text_format
-    from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io, schema_utils
+    from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
     from beam_pipeline.beam_options import create_pipeline
     from beam_pipeline.examples.penguin import penguin_module
@@ -166,10 +171,8 @@ def build_penguin_run_dir(pipeline_root: str, run_id: str = RUN_ID) -> RunDirect
         data = p | "Instances" >> beam.Create(instances)
         transform_fn = (data, metadata) | tft_beam.AnalyzeDataset(penguin_module.preprocessing_fn)
         _ = transform_fn | tft_beam.WriteTransformFn(run_dir.path(Artifact.TRANSFORM_GRAPH))
-    # The raw metadata beside the graph, as TFX's Transform writes it (raw_feature_spec()).
-    metadata_io.write_metadata(
-        metadata, run_dir.path(Artifact.TRANSFORM_GRAPH, tft.TFTransformOutput.RAW_METADATA_DIR)
-    )
+    # Like the Transform stage, no raw metadata is written beside the graph (TFX writes
+    # transform_graph/metadata/); the trainer's export falls back to schema.pbtxt.
     shutil.rmtree(tmp, ignore_errors=True)
 
     tft_output = tft.TFTransformOutput(run_dir.path(Artifact.TRANSFORM_GRAPH))
@@ -208,17 +211,69 @@ def copy_run_dir(src: RunDirectory, pipeline_root: str, run_id: str = RUN_ID) ->
 
 @pytest.fixture(scope="session")
 def penguin_run_dir(tmp_path_factory) -> RunDirectory:
-    """The penguin data artifacts, built once per test session (read-only: copy to train)."""
-    return build_penguin_run_dir(str(tmp_path_factory.mktemp("penguin_data")))
+    """The penguin data artifacts, built once per test session (read-only: copy to train).
+
+    Each test module binds this fixture under its own name, which pytest treats as separate
+    fixtures; they share one build through a fixed folder of the session's temp dir.
+    """
+    root = tmp_path_factory.getbasetemp() / "penguin_data"
+    built = root / "BUILT"
+    if not built.exists():
+        shutil.rmtree(root, ignore_errors=True)
+        build_penguin_run_dir(str(root))
+        built.write_text("")
+    return RunDirectory(str(root), RUN_ID)
 
 
-def penguin_config(**trainer_kwargs) -> PipelineConfig:
-    """A PipelineConfig for the bundled module with the given TrainerConfig fields."""
+def penguin_config(module_file: str = PENGUIN_MODULE, **trainer_kwargs) -> PipelineConfig:
+    """A PipelineConfig for ``module_file`` with the given TrainerConfig fields."""
     import dataclasses
 
     from beam_pipeline.config import TrainerConfig
 
     return PipelineConfig(
-        module_file=PENGUIN_MODULE,
+        module_file=module_file,
         trainer=dataclasses.replace(TrainerConfig(), **trainer_kwargs),
     )
+
+
+def classify_accuracy(model_dir: str, raw_examples: list[bytes]) -> float:
+    """Accuracy of a serving SavedModel on raw tf.Examples (species from its own vocabulary).
+
+    Uses only the SavedModel folder: its ``serving_default`` signature and the ``species``
+    vocabulary asset it carries, so it checks what a serving system would see.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(model_dir)
+    scores = loaded.signatures["serving_default"](examples=tf.constant(raw_examples))["scores"]
+    with open(os.path.join(model_dir, "assets", "species"), "rb") as f:
+        vocabulary = f.read().split(b"\n")
+    truth = [
+        vocabulary.index(
+            tf.train.Example.FromString(r).features.feature["species"].bytes_list.value[0]
+        )
+        for r in raw_examples
+    ]
+    return float(np.mean(np.argmax(scores.numpy(), axis=1) == np.array(truth)))
+
+
+def run_python(code: str, *args: str, timeout: float = 240) -> dict:
+    """Runs ``code`` in a fresh Python process (repo and tests importable).
+
+    Returns:
+      the JSON object printed on the last line of its standard output.
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, f"subprocess failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])

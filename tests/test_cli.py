@@ -116,6 +116,7 @@ def test_transform_output_opens_and_transformed_examples_are_complete(bundled_ru
         tf_output.vocabulary_by_name("species")
         and len(tf_output.vocabulary_by_name("species")) == 3
     )
+    assert set(tf_output.raw_feature_spec()) >= {"species", "island", "sex"}
     feature_spec = tf_output.transformed_feature_spec()
     assert "species_xf" in feature_spec and "body_mass_g_xf" in feature_spec
     rows_out = _summary(bundled_run)["ExampleGen"]["rows_out"]
@@ -320,3 +321,30 @@ def test_python_dash_m_exit_code_and_message(tmp_path):
     )
     assert proc.returncode == EXIT_USER_ERROR
     assert "matches no file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+_CLASSIFY_RUN = """
+import json, sys
+import conftest_trainer
+from beam_pipeline.run_dir import Artifact, RunDirectory
+
+run_dir = RunDirectory(sys.argv[1], sys.argv[2])
+examples = conftest_trainer.read_raw_examples(run_dir, "eval")
+accuracy = conftest_trainer.classify_accuracy(run_dir.path(Artifact.MODEL), examples)
+print(json.dumps({"accuracy": accuracy, "n": len(examples)}))
+"""
+
+
+def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process(tmp_path):
+    import conftest_trainer
+
+    root = str(tmp_path)
+    assert cli.main(["--runner=DirectRunner", f"--pipeline_root={root}", "--run_id=full"]) == 0
+    stages = _summary(os.path.join(root, "runs", "full"))
+    trainer = stages["Trainer"]
+    assert trainer["status"] == "ok"
+    assert trainer["artifact"] == os.path.join(root, "runs", "full", "model")
+    assert "sparse_categorical_accuracy=" in trainer["note"]
+    served = conftest_trainer.run_python(_CLASSIFY_RUN, root, "full")
+    assert served["n"] == stages["ExampleGen"]["rows_out"]["eval"]
+    assert served["accuracy"] >= 0.9  # 100 steps reach about 0.97 on the eval split

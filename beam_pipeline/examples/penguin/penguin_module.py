@@ -4,12 +4,31 @@ It works on the raw Palmer penguins table (``penguins.csv``, with its missing va
 ``preprocessing_fn`` imputes missing measurements with their mean, z-scores them, and maps
 the string columns through vocabularies. A TFX module file ports to beam-pipeline by
 changing only its import lines.
+
+It trains in both of the trainer's forms (the runner uses ``run_fn`` when both exist):
+
+- ``run_fn(fn_args)``, as TFX's ``penguin_utils_keras.py``: a Keras 3 model on the
+  transformed features, resumable through ``keras.callbacks.BackupAndRestore`` in
+  ``fn_args.model_run_dir``, exported with a ``serving_default`` signature that parses
+  serialized raw tf.Examples, applies the tf.Transform layer and returns class scores.
+  The changes from TFX's module: ``from trainer import FnArgs`` instead of
+  ``tfx.components.FnArgs``; ``tf.saved_model.save`` (Keras 3 has no ``save_format='tf'``),
+  done by ``trainer.export_serving_model``; the runner's ``fn_args.strategy``.
+- ``PenguinSpec``, the class-based form: the same model, loss, optimizer and metrics as
+  members of one class; the runner owns the loop, checkpoints and the export.
 """
 
 from __future__ import annotations
 
+import os
+
+import keras
+import keras_tuner
 import tensorflow as tf
 import tensorflow_transform as tft
+from tfx_bsl.public import tfxio
+
+from trainer import FnArgs, TrainSpec, export_serving_model, warm_start
 
 LABEL_KEY = "species"
 NUMERIC_FEATURES = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
@@ -51,3 +70,137 @@ def preprocessing_fn(inputs):
         _dense(inputs[LABEL_KEY], b""), vocab_filename=LABEL_KEY
     )
     return outputs
+
+
+# ----------------------------------------------------------------------------- training
+
+FEATURE_KEYS = [transformed_name(k) for k in NUMERIC_FEATURES]
+CATEGORICAL_KEYS = [transformed_name(k) for k in CATEGORICAL_FEATURES]
+TRAIN_BATCH_SIZE = 20
+EVAL_BATCH_SIZE = 10
+
+
+def _get_hyperparameters() -> keras_tuner.HyperParameters:
+    """The hyperparameters used when neither the tuner nor --hyperparameters gives some."""
+    hp = keras_tuner.HyperParameters()
+    hp.Choice("learning_rate", [1e-2, 1e-3], default=1e-2)
+    hp.Int("num_layers", 1, 3, default=2)
+    return hp
+
+
+def _build_model(
+    hparams: keras_tuner.HyperParameters, tf_transform_output: tft.TFTransformOutput
+) -> keras.Model:
+    """A small DNN over the z-scored measurements and one-hot island/sex; logits of 3 classes."""
+    inputs = {k: keras.Input(shape=(1,), name=k) for k in FEATURE_KEYS}
+    parts = [keras.layers.Concatenate()(list(inputs.values()))]
+    for key in CATEGORICAL_KEYS:
+        inputs[key] = keras.Input(shape=(1,), name=key, dtype="int64")
+        buckets = tf_transform_output.num_buckets_for_transformed_feature(key)
+        parts.append(keras.layers.CategoryEncoding(buckets, output_mode="one_hot")(inputs[key]))
+    d = keras.layers.Concatenate()(parts)
+    for _ in range(int(hparams.get("num_layers"))):
+        d = keras.layers.Dense(8, activation="relu")(d)
+    classes = tf_transform_output.vocabulary_size_by_name(LABEL_KEY)
+    return keras.Model(inputs=inputs, outputs=keras.layers.Dense(classes)(d))
+
+
+def _input_fn(file_pattern, data_accessor, tf_transform_output, batch_size):
+    """Endless batches of (transformed features, label), as TFX's penguin module reads them."""
+    return data_accessor.tf_dataset_factory(
+        file_pattern,
+        tfxio.TensorFlowDatasetOptions(
+            batch_size=batch_size, label_key=transformed_name(LABEL_KEY)
+        ),
+        tf_transform_output.transformed_metadata.schema,
+    )
+
+
+def _scores(logits):
+    return {"scores": tf.nn.softmax(logits)}
+
+
+def _epochs(train_steps: int) -> tuple[int, int]:
+    """(steps_per_epoch, epochs) for exactly ``train_steps`` steps in about 10 epochs.
+
+    An epoch is BackupAndRestore's resume point, so a killed attempt loses at most one.
+    """
+    target = max(1, train_steps // 10)
+    steps = max(d for d in range(1, target + 1) if train_steps % d == 0)
+    return steps, train_steps // steps
+
+
+def run_fn(fn_args: FnArgs) -> None:
+    """Trains the model on the transformed examples and exports it for serving (TFX style)."""
+    tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
+    train_dataset = _input_fn(
+        fn_args.train_files, fn_args.data_accessor, tf_transform_output, TRAIN_BATCH_SIZE
+    )
+    eval_dataset = _input_fn(
+        fn_args.eval_files, fn_args.data_accessor, tf_transform_output, EVAL_BATCH_SIZE
+    )
+    if fn_args.hyperparameters:
+        hparams = keras_tuner.HyperParameters.from_config(fn_args.hyperparameters)
+    else:
+        hparams = _get_hyperparameters()
+    # TFX's module creates tf.distribute.MirroredStrategy() here; that works too.
+    strategy = fn_args.strategy or tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = _build_model(hparams, tf_transform_output)
+        model.compile(
+            optimizer=keras.optimizers.Adam(hparams.get("learning_rate")),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy()],
+        )
+    if fn_args.base_model:
+        warm_start(model, fn_args.base_model)
+    steps_per_epoch, epochs = _epochs(fn_args.train_steps)
+    if epochs:  # train_steps=0: export the (warm-started) model as it is
+        model.fit(
+            train_dataset,
+            steps_per_epoch=steps_per_epoch,
+            epochs=epochs,
+            validation_data=eval_dataset,
+            validation_steps=fn_args.eval_steps,
+            validation_freq=epochs,
+            callbacks=[
+                # Kept after training (delete_checkpoint=False): model_run holds it.
+                keras.callbacks.BackupAndRestore(
+                    os.path.join(fn_args.model_run_dir, "backup"), delete_checkpoint=False
+                ),
+                keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+            ],
+            verbose=0,
+        )
+    export_serving_model(
+        model,
+        tf_transform_output,
+        fn_args.serving_model_dir,
+        raw_label_keys=[LABEL_KEY],
+        outputs=_scores,
+        schema_path=fn_args.schema_path,
+    )
+
+
+class PenguinSpec(TrainSpec):
+    """The same training as ``run_fn`` in the class-based form: the runner owns the loop."""
+
+    label_key = transformed_name(LABEL_KEY)
+    raw_label_keys = (LABEL_KEY,)
+    batch_size = TRAIN_BATCH_SIZE
+    eval_batch_size = EVAL_BATCH_SIZE
+
+    def default_hyperparameters(self) -> keras_tuner.HyperParameters:
+        return _get_hyperparameters()
+
+    def model(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        return _build_model(hp, self.tf_transform_output)
+
+    def loss(self, hp: keras_tuner.HyperParameters) -> keras.losses.Loss:
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def metrics(self, hp: keras_tuner.HyperParameters) -> list:
+        return [keras.metrics.SparseCategoricalAccuracy()]
+
+    def serving_outputs(self, predictions):
+        return _scores(predictions)

@@ -1,0 +1,206 @@
+"""FnArgs, DataAccessor and the hyperparameters file on the penguin fixture (real tfx-bsl, TF)."""
+
+from __future__ import annotations
+
+import json
+
+import conftest_trainer
+import pytest
+
+from beam_pipeline.errors import PipelineError
+from beam_pipeline.run_dir import Artifact
+from beam_pipeline.training_stage import build_training_job
+from trainer import DataAccessor, FnArgs, TunerFnResult, load_hyperparameters, run_trainer
+
+penguin_run_dir = conftest_trainer.penguin_run_dir
+
+TRANSFORMED_FEATURES = {
+    "bill_length_mm_xf",
+    "bill_depth_mm_xf",
+    "flipper_length_mm_xf",
+    "body_mass_g_xf",
+    "island_xf",
+    "sex_xf",
+}
+# One row in three of the 344 goes to eval (conftest_trainer).
+TRAIN_ROWS, EVAL_ROWS = 229, 115
+
+
+def _schema(run_dir):
+    import tensorflow_transform as tft
+
+    return tft.TFTransformOutput(run_dir.path(Artifact.TRANSFORM_GRAPH)).transformed_metadata.schema
+
+
+def test_tf_dataset_factory_gives_batched_features_and_label(penguin_run_dir):
+    import tensorflow as tf
+    from tfx_bsl.public import tfxio
+
+    pattern = penguin_run_dir.path(Artifact.TRANSFORMED_EXAMPLES, "train", "*")
+    dataset = DataAccessor().tf_dataset_factory(
+        [pattern],
+        tfxio.TensorFlowDatasetOptions(batch_size=16, label_key="species_xf"),
+        _schema(penguin_run_dir),
+    )
+    features, label = next(iter(dataset))
+    assert set(features) == TRANSFORMED_FEATURES
+    assert features["bill_length_mm_xf"].dtype == tf.float32
+    assert features["island_xf"].dtype == tf.int64
+    assert features["bill_length_mm_xf"].shape == (16,)
+    assert label.shape == (16,) and label.dtype == tf.int64
+    assert set(label.numpy()) <= {0, 1, 2}
+
+
+def test_one_epoch_reads_every_example_once(penguin_run_dir):
+    from tfx_bsl.public import tfxio
+
+    pattern = penguin_run_dir.path(Artifact.TRANSFORMED_EXAMPLES, "eval", "*.tfrecord.gz")
+    dataset = DataAccessor().tf_dataset_factory(
+        pattern,  # a single pattern string works as well as a list
+        tfxio.TensorFlowDatasetOptions(batch_size=50, num_epochs=1, shuffle=False),
+        _schema(penguin_run_dir),
+    )
+    assert sum(int(batch["species_xf"].shape[0]) for batch in dataset) == EVAL_ROWS
+
+
+def test_record_batch_factory_gives_arrow_batches(penguin_run_dir):
+    from tfx_bsl.public import tfxio
+
+    pattern = penguin_run_dir.path(Artifact.TRANSFORMED_EXAMPLES, "train", "*")
+    batches = list(
+        DataAccessor().record_batch_factory(
+            [pattern], tfxio.RecordBatchesOptions(batch_size=100, num_epochs=1, shuffle=False)
+        )
+    )
+    assert sum(b.num_rows for b in batches) == TRAIN_ROWS
+    assert set(batches[0].schema.names) == TRANSFORMED_FEATURES | {"species_xf"}
+
+
+@pytest.mark.parametrize(
+    "pattern, schema, match",
+    [
+        ("{root}/nowhere/*.gz", True, "matches no file"),
+        ([], True, "empty list of file patterns"),
+        ("{root}/transformed_examples/train/*", False, "without a schema"),
+    ],
+)
+def test_data_accessor_errors(penguin_run_dir, pattern, schema, match):
+    from tfx_bsl.public import tfxio
+
+    if isinstance(pattern, str):
+        pattern = pattern.format(root=penguin_run_dir.root)
+    with pytest.raises(PipelineError, match=match):
+        DataAccessor().tf_dataset_factory(
+            pattern,
+            tfxio.TensorFlowDatasetOptions(batch_size=4),
+            _schema(penguin_run_dir) if schema else None,
+        )
+
+
+def test_fn_args_deprecated_twins_hold_the_same_values():
+    args = FnArgs(schema_path="s.pbtxt", transform_graph_path="graph")
+    assert (args.schema_file, args.transform_output) == ("s.pbtxt", "graph")
+    old_names = FnArgs(schema_file="s.pbtxt", transform_output="graph")
+    assert (old_names.schema_path, old_names.transform_graph_path) == ("s.pbtxt", "graph")
+    with pytest.raises(ValueError, match="deprecated twin"):
+        FnArgs(schema_path="a", schema_file="b")
+
+
+def test_tuner_fn_result_is_tfx_shaped():
+    result = TunerFnResult(tuner="t", fit_kwargs={"x": 1})
+    assert result.tuner == "t" and result.fit_kwargs == {"x": 1}
+    assert TunerFnResult._fields == ("tuner", "fit_kwargs")
+
+
+# A run_fn that records what it received and saves the smallest model that serves.
+_RECORDING_MODULE = """
+import json, os
+import tensorflow as tf
+
+def run_fn(fn_args):
+    seen = {
+        name: getattr(fn_args, name)
+        for name in ("working_dir", "train_files", "eval_files", "train_steps", "eval_steps",
+                     "schema_path", "schema_file", "transform_graph_path", "transform_output",
+                     "serving_model_dir", "eval_model_dir", "model_run_dir", "base_model",
+                     "hyperparameters", "custom_config")
+    }
+    seen["num_examples"] = dict(fn_args.num_examples)
+    seen["replicas"] = fn_args.strategy.num_replicas_in_sync
+    seen["accessor"] = type(fn_args.data_accessor).__name__
+    with open(os.path.join(fn_args.model_run_dir, "seen.json"), "w") as f:
+        json.dump(seen, f)
+    module = tf.Module()
+    module.f = tf.function(lambda x: {"y": x}, input_signature=[tf.TensorSpec([None], tf.string)])
+    tf.saved_model.save(module, fn_args.serving_model_dir,
+                        signatures={"serving_default": module.f})
+    return {"custom_metric": 0.5}
+"""
+
+
+def test_run_fn_receives_tfx_fn_args_from_the_run_directory(penguin_run_dir, tmp_path):
+    module = tmp_path / "recording_module.py"
+    module.write_text(_RECORDING_MODULE)
+    hp_file = tmp_path / "hp.json"
+    hp_file.write_text(json.dumps({"learning_rate": 0.01, "num_layers": 2}))
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
+    config = conftest_trainer.penguin_config(
+        str(module),
+        train_steps=7,
+        eval_steps=3,
+        hyperparameters=str(hp_file),
+        custom_config='{"a": [1, 2]}',
+    )
+
+    result = run_trainer(build_training_job(config, run_dir))
+
+    seen = json.loads((tmp_path / "root/runs/fixture/model_run/seen.json").read_text())
+    model_run = run_dir.path(Artifact.MODEL_RUN)
+    assert seen["train_steps"] == 7 and seen["eval_steps"] == 3
+    assert seen["working_dir"] == seen["model_run_dir"] == model_run
+    assert seen["train_files"] == [
+        run_dir.path(Artifact.TRANSFORMED_EXAMPLES, "train", "*.tfrecord.gz")
+    ]
+    assert (
+        seen["schema_path"] == seen["schema_file"] == run_dir.path(Artifact.SCHEMA, "schema.pbtxt")
+    )
+    assert (
+        seen["transform_graph_path"]
+        == seen["transform_output"]
+        == run_dir.path(Artifact.TRANSFORM_GRAPH)
+    )
+    assert seen["custom_config"] == {"a": [1, 2]}
+    assert seen["hyperparameters"]["values"] == {"learning_rate": 0.01, "num_layers": 2}
+    assert seen["num_examples"] == {"train": TRAIN_ROWS, "eval": EVAL_ROWS}
+    assert seen["base_model"] is None and seen["replicas"] == 1
+    assert seen["accessor"] == "DataAccessor"
+    assert result.metrics == {"custom_metric": 0.5}  # a dict run_fn returns is the metrics
+    assert result.module_kind == "run_fn" and not result.reused
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (None, "does not exist"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"space": [{"class_name": "Nope", "config": {}}], "values": {}}', "not a Keras Tuner"),
+    ],
+)
+def test_bad_hyperparameters_files(tmp_path, content, match):
+    path = tmp_path / "hp.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(PipelineError, match=match):
+        load_hyperparameters(str(path))
+
+
+def test_hyperparameters_file_accepts_a_tuner_config(tmp_path):
+    import keras_tuner
+
+    hp = keras_tuner.HyperParameters()
+    hp.Choice("learning_rate", [1e-2, 1e-3], default=1e-3)
+    path = tmp_path / "best_hyperparameters.json"
+    path.write_text(json.dumps(hp.get_config()))
+    loaded = keras_tuner.HyperParameters.from_config(load_hyperparameters(str(path)))
+    assert loaded.get("learning_rate") == 1e-3

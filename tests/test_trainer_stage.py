@@ -1,0 +1,162 @@
+"""The Trainer stage on Beam: DirectRunner end to end, and the Dataflow job graph offline."""
+
+from __future__ import annotations
+
+import os
+
+import conftest_trainer
+import pytest
+
+from beam_pipeline.beam_options import create_pipeline, parse_beam_args
+from beam_pipeline.errors import PipelineError
+from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact
+from beam_pipeline.summary import StageStatus
+from beam_pipeline.training_stage import build_training_job, run_training_stage
+from trainer import RESULT_FILE, run_trainer
+from transforms.training import TrainModel
+
+penguin_run_dir = conftest_trainer.penguin_run_dir
+
+ACCURACY_FLOOR = 0.9  # 100 steps of the bundled run_fn; it reaches about 0.97 on eval
+ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
+ACCELERATOR_URN = "beam:resources:accelerator:v1"
+MIN_RAM_URN = "beam:resources:min_ram_bytes:v1"
+
+_CLASSIFY = """
+import json, sys
+import conftest_trainer
+from beam_pipeline.run_dir import RunDirectory
+
+examples = conftest_trainer.read_raw_examples(RunDirectory(sys.argv[2], conftest_trainer.RUN_ID))
+print(json.dumps({"accuracy": conftest_trainer.classify_accuracy(sys.argv[1], examples),
+                  "n": len(examples)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(penguin_run_dir, tmp_path_factory):
+    """The Trainer stage run once on the DirectRunner (bundled run_fn, 100 steps)."""
+    root = str(tmp_path_factory.mktemp("stage") / "root")
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, root)
+    config = conftest_trainer.penguin_config(
+        train_steps=100, eval_steps=5, accelerator=ACCELERATOR, min_ram="2GB"
+    )
+    options = parse_beam_args(["--runner=DirectRunner"])
+    return config, run_dir, options, run_training_stage(config, run_dir, options)
+
+
+@pytest.mark.slow
+def test_stage_trains_and_publishes(trained):
+    _, run_dir, _, report = trained
+    model = run_dir.path(Artifact.MODEL)
+    assert report.status is StageStatus.OK and report.artifact == model
+    assert report.note.startswith("eval loss=")
+    assert "sparse_categorical_accuracy=" in report.note
+    assert report.note.endswith(f"model: {model}")
+    assert report.details["num_replicas"] == 1
+    assert report.details["metrics"]["sparse_categorical_accuracy"] >= ACCURACY_FLOOR
+    assert report.details["counters"]["trainer.jobs"] == 1
+    assert run_dir.is_published(Artifact.MODEL) and run_dir.is_published(Artifact.MODEL_RUN)
+    model_run = run_dir.path(Artifact.MODEL_RUN)
+    assert {"train", "validation", "backup", RESULT_FILE, PUBLISHED_MARKER} <= set(
+        os.listdir(model_run)
+    )
+    assert not os.path.exists(os.path.join(model_run, "export"))  # moved to model/
+
+
+@pytest.mark.slow
+def test_exported_model_classifies_raw_examples_in_a_fresh_process(trained):
+    _, run_dir, _, _ = trained
+    # A fresh process loads model/ alone and classifies the raw eval split.
+    served = conftest_trainer.run_python(
+        _CLASSIFY, run_dir.path(Artifact.MODEL), run_dir.pipeline_root
+    )
+    assert served["n"] == 115
+    assert served["accuracy"] >= ACCURACY_FLOOR
+
+
+@pytest.mark.slow
+def test_rerun_of_a_published_run_is_cached(trained):
+    config, run_dir, options, report = trained
+    again = run_training_stage(config, run_dir, options)
+    assert again.status is StageStatus.CACHED
+    assert again.details["metrics"] == report.details["metrics"]
+
+
+@pytest.mark.slow
+def test_base_model_warm_starts_the_spec(trained, penguin_run_dir, tmp_path):
+    # PenguinSpec builds the same model as run_fn: with no training step at all, the
+    # weights loaded from the earlier run's model/ classify as well as that model.
+    _, trained_run_dir, _, _ = trained
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
+    config = conftest_trainer.penguin_config(
+        train_steps=0, eval_steps=5, base_model=trained_run_dir.path(Artifact.MODEL)
+    )
+    result = run_trainer(build_training_job(config, run_dir, entry_point="PenguinSpec"))
+    assert (result.start_step, result.final_step) == (0, 0)
+    assert result.metrics["sparse_categorical_accuracy"] >= ACCURACY_FLOOR
+
+
+@pytest.mark.slow
+def test_user_error_on_the_worker_fails_the_stage_with_its_message(penguin_run_dir, tmp_path):
+    module = tmp_path / "broken_module.py"
+    module.write_text("def run_fn(fn_args):\n    raise KeyError('species_xf')\n")
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
+    options = parse_beam_args(["--runner=DirectRunner"])
+    with pytest.raises(PipelineError, match=r"broken_module\.py:2 raised KeyError"):
+        run_training_stage(conftest_trainer.penguin_config(str(module)), run_dir, options)
+    assert not run_dir.is_published(Artifact.MODEL)
+
+
+@pytest.mark.parametrize(
+    "hints, match",
+    [
+        ({"min_ram": "lots"}, "--trainer_min_ram 'lots' is not a valid Beam resource hint"),
+        ({"accelerator": 3}, "--trainer_accelerator 3 is not a valid Beam resource hint"),
+    ],
+)
+def test_bad_resource_hints(penguin_run_dir, hints, match):
+    job = build_training_job(conftest_trainer.penguin_config(), penguin_run_dir)
+    with pytest.raises(PipelineError, match=match):
+        TrainModel(job, **hints)
+
+
+def test_dataflow_job_graph_puts_the_hints_on_the_training_step_only(penguin_run_dir):
+    import apache_beam as beam
+
+    # Placeholders: --dry_run builds the job without credentials (bucket names need 3+
+    # characters, or Beam goes looking for a default bucket online).
+    options = parse_beam_args(
+        [
+            "--runner=DataflowRunner",
+            "--dry_run=True",
+            "--project=placeholder-project",
+            "--region=us-central1",
+            "--temp_location=gs://placeholder-bucket/tmp",
+        ]
+    )
+    job = build_training_job(conftest_trainer.penguin_config(), penguin_run_dir)
+    examples = penguin_run_dir.path(Artifact.TRANSFORMED_EXAMPLES, "train", "*")
+    p = create_pipeline(options)
+    _ = (
+        p
+        | "ReadExamples" >> beam.io.ReadFromTFRecord(examples)
+        | "CountExamples" >> beam.combiners.Count.Globally()
+    )
+    _ = p | "TrainModel" >> TrainModel(job, accelerator=ACCELERATOR, min_ram="16GB")
+    p.run().wait_until_finish()  # dry run: the job is built, nothing is submitted
+
+    for proto in (p.to_runner_api(), p.runner.proto_pipeline):  # ours, and what Dataflow gets
+        components = proto.components
+        hints = {
+            t.unique_name: dict(components.environments[t.environment_id].resource_hints)
+            for t in components.transforms.values()
+            if t.environment_id
+        }
+        assert hints["TrainModel/Train"] == {
+            ACCELERATOR_URN: ACCELERATOR.encode(),
+            MIN_RAM_URN: b"16000000000",
+        }
+        data_steps = {name: h for name, h in hints.items() if name != "TrainModel/Train"}
+        assert any(name.startswith("ReadExamples") for name in data_steps)
+        assert all(h == {} for h in data_steps.values()), data_steps

@@ -1,0 +1,325 @@
+"""``run_trainer``: one training job, run in a plain process (a Beam worker calls it).
+
+It loads the module file, hands ``run_fn`` (or the TrainSpec runner) its ``FnArgs`` with
+the worker's distribution strategy, checks that ``serving_model_dir`` then holds a loadable
+SavedModel with ``serving_default``, and records the result as ``training_result.json`` in
+``model_run_dir``. That file is the completion marker: a job whose marker and SavedModel
+exist is not redone, and a job killed before it resumes from the checkpoints in
+``model_run_dir`` (both folders must therefore be stable per run).
+
+Example::
+
+    job = TrainingJob(module_file="penguin_module.py", module_source=open(...).read(),
+                      train_files=("run/transformed_examples/train/*",), ...)
+    result = run_trainer(job)
+    result.metrics, result.num_replicas
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from beam_pipeline.errors import PipelineError
+from trainer import export
+from trainer.data_accessor import DataAccessor
+from trainer.fn_args import ExampleCounts, FnArgs
+from trainer.module_loader import ModuleKind, TrainerModule, error_place, load_trainer_module
+from trainer.spec import run_spec
+from trainer.strategy import choose_strategy, describe
+
+__all__ = [
+    "RESULT_FILE",
+    "TrainingJob",
+    "TrainingResult",
+    "run_trainer",
+    "load_hyperparameters",
+    "read_result",
+]
+
+RESULT_FILE = "training_result.json"
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingJob:
+    """Everything a worker needs to train (plain values: it travels as a Beam element).
+
+    Attributes:
+      module_file: the module file's path as the user gave it.
+      module_source: its text, so a worker without the launcher's disk can load it.
+      train_files / eval_files: file patterns of the transformed examples.
+      transform_graph_path: the tf.Transform output folder.
+      schema_path: the raw schema (``schema.pbtxt``).
+      serving_model_dir: where the serving SavedModel goes (stable per run).
+      model_run_dir: logs, checkpoints and the completion marker (stable per run).
+      train_steps / eval_steps: reach ``fn_args``.
+      hyperparameters: a Keras Tuner HyperParameters config, or None.
+      base_model: a SavedModel folder to warm-start from, or None.
+      custom_config: reaches ``fn_args.custom_config``.
+      entry_point: the run_fn-like function or TrainSpec class to use (default: run_fn,
+        else the only TrainSpec subclass).
+      logical_cpus: for tests: mirror over this many logical CPU devices when no GPU.
+    """
+
+    module_file: str
+    module_source: Optional[str]
+    train_files: tuple[str, ...]
+    eval_files: tuple[str, ...]
+    transform_graph_path: str
+    schema_path: Optional[str]
+    serving_model_dir: str
+    model_run_dir: str
+    train_steps: int
+    eval_steps: int
+    hyperparameters: Optional[Mapping[str, Any]] = None
+    base_model: Optional[str] = None
+    custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    entry_point: Optional[str] = None
+    logical_cpus: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingResult:
+    """What a training job did (or, with ``error``, why it could not).
+
+    Attributes:
+      serving_model_dir / model_run_dir: the job's folders.
+      module_kind: ``run_fn`` or ``spec``.
+      metrics: evaluation metrics (from the spec runner, from a dict ``run_fn`` returned,
+        or else the last values the module logged to TensorBoard's ``validation`` folder).
+      num_replicas / devices / strategy: the strategy the runner handed to the module.
+      start_step / final_step: the step counter at start and end (spec runner only: a
+        ``run_fn``'s loop is its own).
+      seconds: wall time of the attempt that trained.
+      reused: True when a completed earlier attempt was found and nothing was redone.
+      worker: host and process that ran it.
+      error: a user error message (no retry helps); the other fields are then empty.
+    """
+
+    serving_model_dir: str
+    model_run_dir: str
+    module_kind: str = ""
+    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    num_replicas: int = 0
+    devices: tuple[str, ...] = ()
+    strategy: str = ""
+    start_step: Optional[int] = None
+    final_step: Optional[int] = None
+    seconds: float = 0.0
+    reused: bool = False
+    worker: str = ""
+    error: Optional[str] = None
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingResult:
+        d = json.loads(text)
+        d["devices"] = tuple(d.get("devices", ()))
+        return cls(**d)
+
+    @classmethod
+    def failed(cls, job: TrainingJob, message: str) -> TrainingResult:
+        return cls(job.serving_model_dir, job.model_run_dir, error=message, worker=_worker())
+
+
+def _worker() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def load_hyperparameters(path: str) -> dict[str, Any]:
+    """Reads a hyperparameters JSON file as a Keras Tuner ``HyperParameters`` config.
+
+    The file is either a config (``{"space": [...], "values": {...}}``, as
+    ``HyperParameters.get_config()`` writes and the tuner stage outputs) or a plain
+    ``{"name": value}`` object, turned into fixed hyperparameters.
+
+    Raises:
+      PipelineError: the file is missing, not JSON, or not a hyperparameters object.
+    """
+    import keras_tuner
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(path):
+        raise PipelineError(
+            f"--hyperparameters file {path} does not exist; pass a Keras Tuner config JSON "
+            "(e.g. the tuner's best_hyperparameters.json)."
+        )
+    try:
+        data = json.loads(tf.io.gfile.GFile(path).read())
+    except ValueError as e:
+        raise PipelineError(
+            f"--hyperparameters file {path} is not valid JSON ({e}); fix the file."
+        ) from None
+    if not isinstance(data, dict):
+        raise PipelineError(
+            f"--hyperparameters file {path} holds a {type(data).__name__}, not a JSON object; "
+            'write {"name": value, ...} or a HyperParameters.get_config() object.'
+        )
+    if "space" not in data and "values" not in data:
+        hp = keras_tuner.HyperParameters()
+        for name, value in data.items():
+            hp.Fixed(name, value)
+        return hp.get_config()
+    try:
+        keras_tuner.HyperParameters.from_config(data)
+    except Exception as e:  # noqa: BLE001  keras-tuner raises assorted errors on bad configs
+        raise PipelineError(
+            f"--hyperparameters file {path} is not a Keras Tuner HyperParameters config "
+            f"({type(e).__name__}: {e}); write HyperParameters.get_config() as JSON."
+        ) from None
+    return data
+
+
+def read_result(model_run_dir: str) -> Optional[TrainingResult]:
+    """The completion marker of ``model_run_dir``, or None when training did not finish."""
+    import tensorflow as tf
+
+    path = tf.io.gfile.join(model_run_dir, RESULT_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    return TrainingResult.from_json(tf.io.gfile.GFile(path).read())
+
+
+def _write_result(result: TrainingResult) -> None:
+    import tensorflow as tf
+
+    path = tf.io.gfile.join(result.model_run_dir, RESULT_FILE)
+    tmp = path + ".tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(result.to_json())
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _tensorboard_metrics(model_run_dir: str) -> dict[str, float]:
+    """The last value of each ``epoch_*`` scalar Keras's TensorBoard logged for validation."""
+    import tensorflow as tf
+
+    latest: dict[str, tuple[int, float, float]] = {}
+    pattern = tf.io.gfile.join(model_run_dir, "validation", "events.out.tfevents.*")
+    for path in tf.io.gfile.glob(pattern):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if not value.tag.startswith("epoch_"):
+                    continue
+                number = (
+                    float(tf.make_ndarray(value.tensor))
+                    if value.HasField("tensor")
+                    else float(value.simple_value)
+                )
+                key = value.tag[len("epoch_") :]
+                seen = latest.get(key)
+                if seen is None or (event.step, event.wall_time) >= seen[:2]:
+                    latest[key] = (event.step, event.wall_time, number)
+    return {k: v[2] for k, v in sorted(latest.items())}
+
+
+def _fn_args(job: TrainingJob, strategy) -> FnArgs:
+    import tensorflow as tf
+
+    return FnArgs(
+        working_dir=job.model_run_dir,
+        train_files=list(job.train_files),
+        eval_files=list(job.eval_files),
+        train_steps=job.train_steps,
+        eval_steps=job.eval_steps,
+        schema_path=job.schema_path,
+        transform_graph_path=job.transform_graph_path,
+        data_accessor=DataAccessor(),
+        serving_model_dir=job.serving_model_dir,
+        eval_model_dir=tf.io.gfile.join(job.model_run_dir, "eval_model"),
+        model_run_dir=job.model_run_dir,
+        base_model=job.base_model,
+        hyperparameters=dict(job.hyperparameters) if job.hyperparameters else None,
+        custom_config=dict(job.custom_config),
+        num_examples=ExampleCounts({"train": job.train_files, "eval": job.eval_files}),
+        strategy=strategy,
+    )
+
+
+def _run_user_code(loaded: TrainerModule, fn_args: FnArgs):
+    """Runs run_fn or the spec; an exception in user code becomes one actionable line."""
+    what = "run_fn" if loaded.kind is ModuleKind.RUN_FN else loaded.spec_class.__name__
+    try:
+        if loaded.kind is ModuleKind.RUN_FN:
+            return loaded.run_fn(fn_args)
+        return run_spec(loaded.spec_class, fn_args)
+    except PipelineError:
+        raise
+    except Exception as e:  # noqa: BLE001  user code: report where it failed, do not retry
+        _LOG.exception("Training with %s from %s failed.", what, loaded.path)
+        where = error_place(e, loaded.module.__file__ or loaded.path, loaded.path)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise PipelineError(
+            f"{what} in {where} raised {type(e).__name__} ({first}); fix the "
+            "module file (the full traceback is in the worker log)."
+        ) from None
+
+
+def run_trainer(job: TrainingJob) -> TrainingResult:
+    """Runs one training job to a checked serving SavedModel.
+
+    Returns:
+      the :class:`TrainingResult` (``reused=True`` when a finished attempt was found).
+
+    Raises:
+      PipelineError: a user error: the module file, its run_fn/spec, or its export.
+    """
+    import tensorflow as tf
+
+    previous = read_result(job.model_run_dir)
+    if previous is not None and tf.saved_model.contains_saved_model(job.serving_model_dir):
+        _LOG.info("Training in %s already finished; not redone.", job.model_run_dir)
+        return dataclasses.replace(previous, reused=True)
+
+    start = time.time()
+    loaded = load_trainer_module(
+        job.module_file, source=job.module_source, entry_point=job.entry_point
+    )
+    if loaded.kind is ModuleKind.NONE:
+        raise PipelineError(
+            f"Module file {job.module_file} defines no run_fn(fn_args) and no TrainSpec "
+            "subclass; add one to train a model."
+        )
+    tf.io.gfile.makedirs(job.model_run_dir)
+    if tf.io.gfile.exists(job.serving_model_dir):
+        # Left by an attempt killed while exporting: the next export must start clean.
+        tf.io.gfile.rmtree(job.serving_model_dir)
+    strategy = choose_strategy(job.logical_cpus)
+    info = describe(strategy)
+    _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))
+    fn_args = _fn_args(job, strategy)
+    returned = _run_user_code(loaded, fn_args)
+    export.check_serving_model(job.serving_model_dir, job.module_file)
+
+    start_step = final_step = None
+    if loaded.kind is ModuleKind.SPEC:
+        metrics, start_step, final_step = returned.metrics, returned.start_step, returned.final_step
+    elif isinstance(returned, Mapping):
+        metrics = {str(k): float(v) for k, v in returned.items()}
+    else:
+        metrics = _tensorboard_metrics(job.model_run_dir)
+    result = TrainingResult(
+        serving_model_dir=job.serving_model_dir,
+        model_run_dir=job.model_run_dir,
+        module_kind=loaded.kind.value,
+        metrics=metrics,
+        num_replicas=info.num_replicas,
+        devices=info.devices,
+        strategy=info.name,
+        start_step=start_step,
+        final_step=final_step,
+        seconds=round(time.time() - start, 3),
+        worker=_worker(),
+    )
+    _write_result(result)
+    return result

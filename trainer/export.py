@@ -1,0 +1,186 @@
+"""Serving export and its checks: a SavedModel whose ``serving_default`` takes serialized
+tf.Examples, applies the tf.Transform graph and runs the model; warm start from one.
+
+The tf.Transform layer (``tft.TFTransformOutput.transform_features_layer()``, a tf_keras
+layer) is attached to the Keras 3 model so ``tf.saved_model.save`` tracks its assets and
+variables, as TFX's module files do with ``model.tft_layer``.
+
+Example::
+
+    export_serving_model(model, tf_transform_output, fn_args.serving_model_dir,
+                         raw_label_keys=("species",))
+    check_serving_model(fn_args.serving_model_dir, module_file="my_module.py")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Optional
+
+from beam_pipeline.errors import PipelineError
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+__all__ = [
+    "SERVING_SIGNATURE",
+    "raw_feature_spec",
+    "model_input_names",
+    "export_serving_model",
+    "check_serving_model",
+    "check_base_model",
+    "warm_start",
+]
+
+SERVING_SIGNATURE = "serving_default"
+
+
+def raw_feature_spec(
+    tf_transform_output: tft.TFTransformOutput, schema_path: Optional[str] = None
+) -> dict:
+    """The raw features' parsing spec: from the transform graph, else from ``schema_path``."""
+    try:
+        return dict(tf_transform_output.raw_feature_spec())
+    except OSError:
+        if schema_path is None:
+            raise
+    import tensorflow as tf
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tensorflow_transform.tf_metadata import schema_utils
+
+    schema = text_format.Parse(tf.io.gfile.GFile(schema_path).read(), schema_pb2.Schema())
+    return dict(schema_utils.schema_as_feature_spec(schema).feature_spec)
+
+
+def model_input_names(model: keras.Model) -> Optional[list[str]]:
+    """The input names of a model with dict inputs (a functional model), else None."""
+    try:
+        inputs = model.input
+    except (AttributeError, ValueError):  # a subclassed model has no symbolic inputs
+        return None
+    return list(inputs) if isinstance(inputs, Mapping) else None
+
+
+def export_serving_model(
+    model: keras.Model,
+    tf_transform_output: tft.TFTransformOutput,
+    serving_model_dir: str,
+    *,
+    raw_label_keys: Sequence[str] = (),
+    outputs: Optional[Callable[[tf.Tensor], Mapping[str, tf.Tensor]]] = None,
+    schema_path: Optional[str] = None,
+) -> str:
+    """Saves ``model`` with a ``serving_default`` signature over serialized tf.Examples.
+
+    Args:
+      model: a Keras 3 model taking the transformed features (a dict).
+      tf_transform_output: the run's tf.Transform output.
+      serving_model_dir: where to write the SavedModel.
+      raw_label_keys: raw features absent at serving time (the label).
+      outputs: maps the model's output to the signature's outputs; default
+        ``{"outputs": y}``.
+      schema_path: the raw schema, used when the transform graph has no raw metadata.
+
+    Returns:
+      ``serving_model_dir``.
+    """
+    import tensorflow as tf
+
+    spec = raw_feature_spec(tf_transform_output, schema_path)
+    for key in raw_label_keys:
+        spec.pop(key, None)
+    names = model_input_names(model)
+    to_outputs = outputs or (lambda y: {"outputs": y})
+    # Attached as an attribute so the SavedModel tracks the transform graph's assets.
+    model.tft_layer = tf_transform_output.transform_features_layer()
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def serve(serialized):
+        parsed = tf.io.parse_example(serialized, spec)
+        transformed = model.tft_layer(parsed)
+        inputs = {k: transformed[k] for k in names} if names is not None else transformed
+        return dict(to_outputs(model(inputs, training=False)))
+
+    tf.saved_model.save(model, serving_model_dir, signatures={SERVING_SIGNATURE: serve})
+    return serving_model_dir
+
+
+def check_serving_model(serving_model_dir: str, module_file: str = "the module file") -> list[str]:
+    """Checks that ``serving_model_dir`` holds a loadable SavedModel with ``serving_default``.
+
+    Returns:
+      the SavedModel's signature names.
+
+    Raises:
+      PipelineError: no SavedModel there, it does not load, or it lacks serving_default.
+    """
+    import tensorflow as tf
+
+    if not tf.saved_model.contains_saved_model(serving_model_dir):
+        raise PipelineError(
+            f"The trainer in {module_file} wrote no SavedModel to fn_args.serving_model_dir "
+            f"({serving_model_dir}); end run_fn with tf.saved_model.save(model, "
+            "fn_args.serving_model_dir, signatures={'serving_default': ...})."
+        )
+    try:
+        loaded = tf.saved_model.load(serving_model_dir)
+    except Exception as e:  # noqa: BLE001  any load failure is the same user-facing problem
+        raise PipelineError(
+            f"The SavedModel that {module_file} wrote to {serving_model_dir} does not load "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); save it with "
+            "tf.saved_model.save and check its signatures."
+        ) from None
+    names = sorted(loaded.signatures.keys())
+    if SERVING_SIGNATURE not in names:
+        raise PipelineError(
+            f"The SavedModel that {module_file} wrote to {serving_model_dir} has no "
+            f"'serving_default' signature (it has {names or 'none'}); pass "
+            "signatures={'serving_default': serve_fn} to tf.saved_model.save."
+        )
+    return names
+
+
+def check_base_model(base_model: str) -> None:
+    """Raises PipelineError unless ``base_model`` is a SavedModel folder."""
+    import tensorflow as tf
+
+    if not tf.saved_model.contains_saved_model(base_model):
+        raise PipelineError(
+            f"--base_model {base_model} is not a SavedModel folder; pass the model/ folder "
+            "of an earlier run."
+        )
+
+
+def warm_start(model: keras.Model, base_model: str) -> None:
+    """Loads the weights of a SavedModel exported from the same architecture into ``model``.
+
+    The SavedModel's variables are a checkpoint rooted at the exported model, so they are
+    matched by their place in the model, not by name. Optimizer slots come along when the
+    optimizer matches; its step counter is reset to 0, so ``train_steps`` counts afresh.
+
+    Raises:
+      PipelineError: ``base_model`` is not a SavedModel, or its variables do not fit.
+    """
+    import os
+
+    import tensorflow as tf
+
+    check_base_model(base_model)
+    try:
+        status = tf.train.Checkpoint(root=model).read(
+            os.path.join(base_model, "variables", "variables")
+        )
+        status.expect_partial()
+        status.assert_nontrivial_match()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        raise PipelineError(
+            f"--base_model {base_model} does not fit this model "
+            f"({(str(e).splitlines() or [type(e).__name__])[0]}); warm-start only from a model "
+            "with the same architecture."
+        ) from None
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None:
+        optimizer.iterations.assign(0)

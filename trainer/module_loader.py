@@ -1,0 +1,230 @@
+"""Loads a user's module file and finds its training entry point, with errors a user can act on.
+
+A module file trains a model in one of two ways: a TFX-style ``run_fn(fn_args)``, or one
+subclass of :class:`trainer.TrainSpec` (the runner owns the loop). ``trainer_fn``
+(tf.estimator) is refused: tf.estimator is gone from TensorFlow 2.16+. The launcher checks
+the module with :func:`check_trainer_module` before any Beam work starts; the worker loads it
+again with :func:`load_trainer_module` (from the source carried in the job when the file is
+not on the worker's disk). Files are executed by :func:`beam_pipeline.module_file.load_module`,
+the same loader the Transform stage uses.
+
+Example::
+
+    kind = check_trainer_module("penguin_module.py")      # ModuleKind.RUN_FN
+    module = load_trainer_module("penguin_module.py")
+    module.run_fn(fn_args)
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import inspect
+import os
+import tempfile
+import traceback
+import types
+from collections.abc import Callable
+from typing import Optional
+
+from beam_pipeline.errors import PipelineError
+from beam_pipeline.module_file import load_module
+from trainer.spec import TrainSpec
+
+__all__ = ["ModuleKind", "TrainerModule", "check_trainer_module", "load_trainer_module"]
+
+
+class ModuleKind(str, enum.Enum):
+    """How a module file trains a model."""
+
+    RUN_FN = "run_fn"
+    SPEC = "spec"
+    NONE = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerModule:
+    """A loaded module file and its training entry point.
+
+    Attributes:
+      path: the module file as the user named it (used in messages).
+      module: the executed Python module.
+      kind: RUN_FN, SPEC or NONE (no training entry point).
+      run_fn: the ``run_fn`` when kind is RUN_FN.
+      spec_class: the TrainSpec subclass when kind is SPEC.
+    """
+
+    path: str
+    module: types.ModuleType
+    kind: ModuleKind
+    run_fn: Optional[Callable] = None
+    spec_class: Optional[type[TrainSpec]] = None
+
+
+def error_place(exc: BaseException, filename: str, display: str) -> str:
+    """``display:line`` for the line of ``filename`` nearest to where ``exc`` was raised."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if os.path.abspath(frame.filename) == os.path.abspath(filename):
+            return f"{display}:{frame.lineno}"
+    return display
+
+
+def _tfx_import_line(source: str) -> Optional[int]:
+    """The first line of ``source`` that imports tfx, or None (also for unparsable source)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(n.split(".")[0] == "tfx" for n in names):
+            return node.lineno
+    return None
+
+
+def _execute(display: str, path: str) -> types.ModuleType:
+    """Imports the file with the runner's module loader; a tfx import gets its own advice."""
+    try:
+        return load_module(path)
+    except PipelineError as e:
+        if "No module named 'tfx" not in str(e):
+            raise
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path) as f:
+            line = _tfx_import_line(f.read())
+        where = f"{display}:{line}" if line else display
+        raise PipelineError(
+            f"Module file {where} imports tfx, which beam-pipeline does not use; "
+            "replace tfx.components.FnArgs/DataAccessor/TunerFnResult with "
+            "`from trainer import FnArgs, DataAccessor, TunerFnResult` (only the import "
+            "lines need to change)."
+        ) from None
+
+
+def _spec_classes(module: types.ModuleType) -> dict[str, type[TrainSpec]]:
+    return {
+        name: obj
+        for name, obj in vars(module).items()
+        if inspect.isclass(obj)
+        and issubclass(obj, TrainSpec)
+        and obj.__module__ == module.__name__
+        and not inspect.isabstract(obj)
+    }
+
+
+def _check_run_fn(display: str, run_fn: object) -> Callable:
+    if not callable(run_fn):
+        raise PipelineError(
+            f"Module file {display} has a run_fn that is not a function; define "
+            "`def run_fn(fn_args):` there."
+        )
+    try:
+        inspect.signature(run_fn).bind(None)
+    except TypeError:
+        line = getattr(getattr(run_fn, "__code__", None), "co_firstlineno", "?")
+        raise PipelineError(
+            f"run_fn in {display}:{line} must take exactly one argument; change it to "
+            "`def run_fn(fn_args):`."
+        ) from None
+    except ValueError:  # a builtin without a signature: let the call decide.
+        pass
+    return run_fn  # type: ignore[return-value]
+
+
+def _resolve(display: str, module: types.ModuleType, entry_point: Optional[str]) -> TrainerModule:
+    specs = _spec_classes(module)
+    if entry_point:
+        obj = getattr(module, entry_point, None)
+        if obj is None:
+            raise PipelineError(
+                f"Module file {display} has no {entry_point!r} to train with; name its "
+                "run_fn or one of its TrainSpec subclasses as the entry point."
+            )
+        if inspect.isclass(obj) and issubclass(obj, TrainSpec):
+            return TrainerModule(display, module, ModuleKind.SPEC, spec_class=obj)
+        return TrainerModule(display, module, ModuleKind.RUN_FN, run_fn=_check_run_fn(display, obj))
+    if hasattr(module, "run_fn"):
+        # run_fn wins when both are defined: it is what a TFX module file means.
+        run_fn = _check_run_fn(display, module.run_fn)
+        return TrainerModule(display, module, ModuleKind.RUN_FN, run_fn=run_fn)
+    if len(specs) > 1:
+        raise PipelineError(
+            f"Module file {display} defines several TrainSpec subclasses ({', '.join(specs)}) "
+            "and no run_fn; keep one, or pass the one to use as the trainer entry point."
+        )
+    if specs:
+        (spec_class,) = specs.values()
+        return TrainerModule(display, module, ModuleKind.SPEC, spec_class=spec_class)
+    if hasattr(module, "trainer_fn"):
+        raise PipelineError(
+            f"Module file {display} defines trainer_fn, which needs tf.estimator, and "
+            "tf.estimator was removed in TensorFlow 2.16; rewrite it as run_fn(fn_args) that "
+            "trains a Keras model and saves it to fn_args.serving_model_dir."
+        )
+    return TrainerModule(display, module, ModuleKind.NONE)
+
+
+def load_trainer_module(
+    module_file: str,
+    *,
+    source: Optional[str] = None,
+    entry_point: Optional[str] = None,
+) -> TrainerModule:
+    """Executes a module file and finds how it trains.
+
+    Args:
+      module_file: the module file's path as the user gave it.
+      source: the file's text, used when ``module_file`` is not readable here (a worker
+        that does not share the launcher's disk): it is written to a temporary file of the
+        same name and loaded from there.
+      entry_point: the name of the ``run_fn``-like function or TrainSpec subclass to use;
+        by default ``run_fn``, else the module's only TrainSpec subclass.
+
+    Returns:
+      the loaded :class:`TrainerModule`; its kind is NONE when there is nothing to train.
+
+    Raises:
+      PipelineError: the file is missing, has a syntax error, fails to import, defines
+        only ``trainer_fn``, has a ``run_fn`` with the wrong signature, or several specs.
+    """
+    import tensorflow as tf  # gfile: the module file may be on gs://
+
+    path = module_file
+    if source is not None and not tf.io.gfile.exists(module_file):
+        folder = tempfile.mkdtemp(prefix="beam_pipeline_module_")
+        path = os.path.join(folder, os.path.basename(module_file))
+        with open(path, "w") as f:
+            f.write(source)
+    module = _execute(module_file, path)
+    return _resolve(module_file, module, entry_point)
+
+
+def check_trainer_module(
+    module_file: str, *, required: bool = False, entry_point: Optional[str] = None
+) -> ModuleKind:
+    """Loads and checks a module file before any Beam work; returns how it trains.
+
+    Args:
+      module_file: the module file's path.
+      required: raise when the module has no training entry point (the user asked for
+        training explicitly); otherwise NONE means "run the data stages only".
+      entry_point: as in :func:`load_trainer_module`.
+
+    Raises:
+      PipelineError: as :func:`load_trainer_module`, or no entry point when ``required``.
+    """
+    kind = load_trainer_module(module_file, entry_point=entry_point).kind
+    if required and kind is ModuleKind.NONE:
+        raise PipelineError(
+            f"Module file {module_file} defines no run_fn(fn_args) and no TrainSpec subclass; "
+            "add one to train a model, or leave out the trainer flags to run the data "
+            "stages only."
+        )
+    return kind

@@ -1,0 +1,267 @@
+"""The class-based training contract: one ``TrainSpec`` subclass, and the runner owns the loop.
+
+In the spirit of ElasticDL's TrainSpec and Determined's Trial: the members of one object
+give the model, loss, optimizer, metrics and datasets for a set of hyperparameters, and
+share state through ``self`` (no globals). The runner (:func:`run_spec`) does the rest:
+
+- builds the model, optimizer and metrics inside the worker's strategy scope
+  (``MirroredStrategy`` over the local GPUs), so training is data-parallel;
+- trains ``fn_args.train_steps`` steps in intervals of ``checkpoint_every`` steps, saving a
+  checkpoint (model and optimizer, step counter included) in
+  ``<model_run_dir>/checkpoints`` after each; a retried attempt restores the latest one and
+  continues from its step, and TensorBoard logs land in ``model_run_dir``;
+- evaluates ``fn_args.eval_steps`` batches with Keras metrics, whose state variables are
+  summed across replicas before ``result()``: an AUC comes from the merged confusion
+  counts of all replicas, never from an average of per-replica AUCs;
+- exports a SavedModel whose ``serving_default`` parses serialized tf.Examples, applies
+  the tf.Transform graph and runs the model.
+
+Example (a module file)::
+
+    from trainer import TrainSpec
+
+    class PenguinSpec(TrainSpec):
+        label_key = "species_xf"
+        raw_label_keys = ("species",)
+
+        def model(self, hp):
+            inputs = {k: keras.Input(shape=(1,), name=k) for k in FEATURES}
+            ...
+            return keras.Model(inputs, outputs)
+
+        def loss(self, hp):
+            return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
+
+if TYPE_CHECKING:
+    import keras
+    import keras_tuner
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    from trainer.fn_args import FnArgs
+
+__all__ = ["TrainSpec", "SpecOutcome", "run_spec", "CHECKPOINT_SUBDIR", "EVAL_LOG_SUBDIR"]
+
+CHECKPOINT_SUBDIR = "checkpoints"
+EVAL_LOG_SUBDIR = "eval"
+
+
+class TrainSpec:
+    """Base class of a module file's training spec; subclass it and fill in the members.
+
+    The runner creates the subclass with no arguments, sets :attr:`fn_args` and
+    :attr:`tf_transform_output`, calls :meth:`setup` once, then the other members with
+    the run's hyperparameters (``keras_tuner.HyperParameters``).
+
+    Class attributes:
+      label_key: the transformed label feature (used by the default datasets).
+      raw_label_keys: raw features that serving requests do not carry (the raw label).
+      batch_size / eval_batch_size: global batch sizes (split across replicas).
+      checkpoint_every: training steps between checkpoints.
+    """
+
+    label_key: ClassVar[Optional[str]] = None
+    raw_label_keys: ClassVar[Sequence[str]] = ()
+    batch_size: ClassVar[int] = 64
+    eval_batch_size: ClassVar[int] = 64
+    checkpoint_every: ClassVar[int] = 100
+
+    fn_args: FnArgs
+    tf_transform_output: tft.TFTransformOutput
+
+    def setup(self) -> None:
+        """Called once before the other members; keep shared state on ``self``."""
+
+    def default_hyperparameters(self) -> keras_tuner.HyperParameters:
+        """The hyperparameters used when the run has none (no tuner, no --hyperparameters)."""
+        import keras_tuner
+
+        return keras_tuner.HyperParameters()
+
+    def model(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+        """The model, taking the transformed features; built inside the strategy scope."""
+        raise NotImplementedError(f"{type(self).__name__} must define model(self, hp).")
+
+    def loss(self, hp: keras_tuner.HyperParameters) -> Any:
+        """A Keras loss (object or name)."""
+        raise NotImplementedError(f"{type(self).__name__} must define loss(self, hp).")
+
+    def optimizer(self, hp: keras_tuner.HyperParameters) -> keras.optimizers.Optimizer:
+        """The optimizer; by default Adam with ``hp['learning_rate']`` (or 1e-3)."""
+        import keras
+
+        rate = hp.get("learning_rate") if "learning_rate" in hp.values else 1e-3
+        return keras.optimizers.Adam(rate)
+
+    def metrics(self, hp: keras_tuner.HyperParameters) -> list:
+        """Keras metrics to compute in training and evaluation."""
+        return []
+
+    def _dataset(self, files: Sequence[str], batch_size: int) -> tf.data.Dataset:
+        from tfx_bsl.public import tfxio
+
+        if not self.label_key:
+            raise NotImplementedError(
+                f"{type(self).__name__} must set label_key or define train_dataset and "
+                "eval_dataset."
+            )
+        return self.fn_args.data_accessor.tf_dataset_factory(
+            files,
+            tfxio.TensorFlowDatasetOptions(batch_size=batch_size, label_key=self.label_key),
+            self.tf_transform_output.transformed_metadata.schema,
+        )
+
+    def train_dataset(self, hp: keras_tuner.HyperParameters) -> tf.data.Dataset:
+        """Endless batches of (features, label) for training (global batch size)."""
+        return self._dataset(self.fn_args.train_files, self.batch_size)
+
+    def eval_dataset(self, hp: keras_tuner.HyperParameters) -> tf.data.Dataset:
+        """Batches of (features, label) for evaluation; ``eval_steps`` of them are read."""
+        return self._dataset(self.fn_args.eval_files, self.eval_batch_size)
+
+    def serving_outputs(self, predictions: tf.Tensor) -> Mapping[str, tf.Tensor]:
+        """The serving signature's outputs from the model's output."""
+        return {"outputs": predictions}
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecOutcome:
+    """What :func:`run_spec` did.
+
+    Attributes:
+      metrics: evaluation metrics (``loss`` and the spec's metrics).
+      start_step: the step training started from (restored from a checkpoint, else 0).
+      final_step: the optimizer's step counter at the end.
+    """
+
+    metrics: dict[str, float]
+    start_step: int
+    final_step: int
+
+
+def _select_inputs(dataset: tf.data.Dataset, names: Optional[list[str]]) -> tf.data.Dataset:
+    """Keeps only the model's inputs in (features, label) elements (no structure warnings)."""
+    spec = dataset.element_spec
+    if names is None or not (isinstance(spec, tuple) and isinstance(spec[0], Mapping)):
+        return dataset
+    return dataset.map(lambda features, label: ({k: features[k] for k in names}, label))
+
+
+def _checkpoint_callback(manager: tf.train.CheckpointManager):
+    import keras
+
+    class _SaveCheckpoint(keras.callbacks.Callback):
+        """Saves model + optimizer at each epoch end (an epoch is one checkpoint interval)."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            manager.save(checkpoint_number=int(self.model.optimizer.iterations.numpy()))
+
+    return _SaveCheckpoint()
+
+
+def _write_eval_summaries(log_dir: str, metrics: Mapping[str, float], step: int) -> None:
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(log_dir)
+    with writer.as_default():
+        for name, value in metrics.items():
+            tf.summary.scalar(f"epoch_{name}", value, step=step)
+    writer.close()
+
+
+def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
+    """Trains, evaluates and exports with a TrainSpec; resumes from a checkpoint if any.
+
+    Args:
+      spec_class: the module's TrainSpec subclass.
+      fn_args: the run's arguments; ``fn_args.strategy`` is used when set.
+
+    Returns:
+      the evaluation metrics and the step counter at start and end.
+    """
+    import keras
+    import keras_tuner
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    from trainer import export
+
+    spec = spec_class()
+    spec.fn_args = fn_args
+    spec.tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
+    spec.setup()
+    hp = (
+        keras_tuner.HyperParameters.from_config(fn_args.hyperparameters)
+        if fn_args.hyperparameters
+        else spec.default_hyperparameters()
+    )
+    strategy = fn_args.strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = spec.model(hp)
+        model.compile(optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp))
+        if model.built:  # optimizer slots exist before a checkpoint is restored into them
+            model.optimizer.build(model.trainable_variables)
+    names = export.model_input_names(model)
+    train_ds = _select_inputs(spec.train_dataset(hp), names)
+    eval_ds = _select_inputs(spec.eval_dataset(hp), names)
+
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(
+        checkpoint, os.path.join(fn_args.model_run_dir, CHECKPOINT_SUBDIR), max_to_keep=2
+    )
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    elif fn_args.base_model:
+        export.warm_start(model, fn_args.base_model)
+    start_step = int(model.optimizer.iterations.numpy())
+
+    train_steps = int(fn_args.train_steps or 0)
+    interval = max(1, min(spec.checkpoint_every, train_steps or 1))
+    callbacks = [
+        keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
+        _checkpoint_callback(manager),
+    ]
+    # Epochs are checkpoint intervals, so a restored step is always an epoch boundary and
+    # Keras resumes at `initial_epoch`; a last, shorter interval is a second fit call.
+    full_epochs, remainder = divmod(train_steps, interval)
+    if start_step < full_epochs * interval:
+        model.fit(
+            train_ds,
+            steps_per_epoch=interval,
+            epochs=full_epochs,
+            initial_epoch=start_step // interval,
+            callbacks=callbacks,
+            verbose=0,
+        )
+    if remainder and int(model.optimizer.iterations.numpy()) < train_steps:
+        model.fit(
+            train_ds,
+            steps_per_epoch=remainder,
+            epochs=full_epochs + 1,
+            initial_epoch=full_epochs,
+            callbacks=callbacks,
+            verbose=0,
+        )
+    final_step = int(model.optimizer.iterations.numpy())
+
+    results = model.evaluate(eval_ds, steps=fn_args.eval_steps, return_dict=True, verbose=0)
+    metrics = {k: float(v) for k, v in results.items()}
+    _write_eval_summaries(os.path.join(fn_args.model_run_dir, EVAL_LOG_SUBDIR), metrics, final_step)
+
+    export.export_serving_model(
+        model,
+        spec.tf_transform_output,
+        fn_args.serving_model_dir,
+        raw_label_keys=spec.raw_label_keys,
+        outputs=spec.serving_outputs,
+        schema_path=fn_args.schema_path,
+    )
+    return SpecOutcome(metrics=metrics, start_step=start_step, final_step=final_step)

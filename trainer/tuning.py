@@ -1,0 +1,681 @@
+"""Tuning without a long-lived oracle server: trials run in workers, the oracle advances in rounds.
+
+Two halves, neither importing Beam (the Beam step is :class:`transforms.tuning.RunTrials`):
+
+- In a worker, :class:`TrialRunner` loads the module file (from the source text carried in
+  the job when the file is not on the worker's disk), calls ``tuner_fn(fn_args)`` once and
+  runs trials with the returned tuner: for each trial it rebuilds the keras-tuner ``Trial``
+  from the hyperparameters config the launcher sent and calls the tuner's own
+  ``run_trial`` with ``fit_kwargs``, so the tuner's callbacks, ``executions_per_trial``,
+  Hyperband's ``tuner/epochs`` / ``tuner/initial_epoch`` and its resume from the parent
+  trial's checkpoint behave as in ``tuner.search``. The tuner's project folder is the
+  shared tuner folder, so a checkpoint written by one worker is found by the worker that
+  resumes it. Each attempt's :class:`TrialResult` is written beside the trial's checkpoint
+  (``trial_<id>/beam_result-<attempt>.json``); a worker retried by the runner finds it and
+  returns it instead of training again, so no trial is counted twice.
+- On the launcher, :class:`OracleRounds` drives any keras-tuner oracle (RandomSearch,
+  GridSearch, BayesianOptimization, Hyperband): it asks for up to P trials per round
+  (``create_trial`` with P distinct tuner ids, as P keras-tuner workers would), then reports
+  the results (``update_trial`` / ``end_trial``, which also save the oracle's state to the
+  tuner folder), until the oracle stops or ``max_trials`` is reached. A trial that raises
+  is recorded with its error and the search goes on; keras-tuner's
+  ``max_consecutive_failed_trials`` still ends a hopeless search, here as a PipelineError.
+
+Example (what the tuner stage does, minus Beam)::
+
+    job = TuningJob(module_file="penguin_module.py", module_source=source,
+                    train_files=(...,), eval_files=(...,), transform_graph_path=graph,
+                    schema_path=schema, tuner_dir="/run/tuner", train_steps=20, eval_steps=5)
+    rounds = OracleRounds(load_tuner(job, job.tuner_dir), parallel_trials=2, max_trials=4)
+    runner = TrialRunner(job)                    # on each worker
+    while specs := rounds.next_round():
+        rounds.report({s.trial_id: runner.run(s) for s in specs})
+    rounds.best_hyperparameters()                # a HyperParameters config
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import os
+import posixpath
+import socket
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+from beam_pipeline.errors import PipelineError
+from trainer.data_accessor import DataAccessor
+from trainer.fn_args import ExampleCounts, FnArgs, TunerFnResult
+from trainer.module_loader import error_place, load_trainer_module
+
+if TYPE_CHECKING:
+    import keras_tuner
+
+__all__ = [
+    "TrialStatus",
+    "TuningJob",
+    "TrialSpec",
+    "TrialResult",
+    "TrialRecord",
+    "TrialRunner",
+    "OracleRounds",
+    "load_tuner",
+    "limit_threads",
+    "read_trial_result",
+    "worker_name",
+    "prewarm",
+]
+
+_LOG = logging.getLogger(__name__)
+_RESULT_PREFIX = "beam_result-"
+_WORKERS_SUBDIR = "workers"
+
+
+def _join(*parts: str) -> str:
+    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
+
+
+def worker_name() -> str:
+    """``host:pid`` of this process (what a trial records as its worker)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class TrialStatus(str, enum.Enum):
+    """How a trial ended; the values are keras-tuner's ``TrialStatus`` strings.
+
+    INVALID: the trial raised; the oracle retries it up to its ``max_retries_per_trial``
+    (0 by default) and then records it FAILED. FAILED: it raised keras-tuner's
+    ``FailedTrialError`` (no retry), or ran out of retries.
+    """
+
+    COMPLETED = "COMPLETED"
+    INVALID = "INVALID"
+    FAILED = "FAILED"
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningJob:
+    """What every trial of one search needs (plain values: it travels to the workers).
+
+    Attributes:
+      module_file: the module file's path as the user gave it.
+      module_source: its text, so a worker without the launcher's disk can load it.
+      train_files / eval_files: file patterns of the transformed examples.
+      transform_graph_path: the tf.Transform output folder.
+      schema_path: the raw schema (``schema.pbtxt``), or None.
+      tuner_dir: the shared tuner folder: ``fn_args.working_dir`` on the launcher; the
+        tuner project (oracle state, trial checkpoints, results) lives in it.
+      train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
+      custom_config: reaches ``fn_args.custom_config``.
+      threads_per_trial: TensorFlow intra-op threads of a trial's process (0: TF's default).
+    """
+
+    module_file: str
+    module_source: Optional[str]
+    train_files: tuple[str, ...]
+    eval_files: tuple[str, ...]
+    transform_graph_path: str
+    schema_path: Optional[str]
+    tuner_dir: str
+    train_steps: int
+    eval_steps: int
+    custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    threads_per_trial: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSpec:
+    """One trial to run: a Beam element.
+
+    Attributes:
+      trial_id: the oracle's trial id.
+      attempt: 0 for the first run of the trial, n for the oracle's n-th retry of it.
+      hyperparameters: the trial's ``HyperParameters.get_config()`` (Hyperband's
+        ``tuner/epochs``, ``tuner/initial_epoch`` and ``tuner/trial_id`` among its values).
+      project_dir: the tuner project's shared folder (trial checkpoints are read and
+        written there).
+      round: the round of the search that asked for it (0-based).
+    """
+
+    trial_id: str
+    attempt: int
+    hyperparameters: Mapping[str, Any]
+    project_dir: str
+    round: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialResult:
+    """What one attempt of a trial did.
+
+    Attributes:
+      trial_id / attempt: which trial attempt.
+      status: COMPLETED, INVALID (raised) or FAILED (``FailedTrialError``).
+      hyperparameters: the trial's HyperParameters config after the model was built (a
+        build may register new hyperparameters; the oracle learns them from here).
+      metrics: the objective and the other metrics at the best epoch (COMPLETED only).
+      best_step: the best epoch, as keras-tuner reports it.
+      error: ``ErrorType: message (module.py:line)`` when the trial raised.
+      traceback: the full traceback when it raised.
+      fatal: the error ends the whole search (keras-tuner's ``FatalError``, or a
+        ``tuner_fn`` that fails on the worker).
+      seconds: wall time of the attempt (build + fit).
+      worker: ``host:pid`` of the process that ran it.
+      reused: the result of an earlier, finished run of this attempt (a runner retry).
+    """
+
+    trial_id: str
+    attempt: int
+    status: TrialStatus
+    hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    metrics: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    best_step: int = 0
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+    fatal: bool = False
+    seconds: float = 0.0
+    worker: str = ""
+    reused: bool = False
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        return json.dumps(d, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialResult:
+        d = json.loads(text)
+        d["status"] = TrialStatus(d["status"])
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    """One row of the trials table.
+
+    Attributes:
+      trial_id: the oracle's trial id.
+      status: COMPLETED or FAILED (INVALID while a retry is pending).
+      objective: the oracle's score of the trial (None unless COMPLETED).
+      hyperparameters: the trial's hyperparameter values.
+      metrics: its metrics at the best epoch.
+      seconds: wall time of its last attempt.
+      worker: ``host:pid`` of the process that ran its last attempt.
+      attempts: how many times it ran.
+      round: the round of its last attempt.
+      error: why it failed.
+    """
+
+    trial_id: str
+    status: TrialStatus
+    objective: Optional[float]
+    hyperparameters: Mapping[str, Any]
+    metrics: Mapping[str, float]
+    seconds: float
+    worker: str
+    attempts: int
+    round: int
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        return d
+
+
+def limit_threads(threads: int) -> bool:
+    """Caps this process's TensorFlow thread pools so parallel trials do not fight for cores.
+
+    Call it before TensorFlow runs its first op (first thing in a worker process): the
+    pools cannot be resized after that.
+
+    Args:
+      threads: intra-op threads (inter-op get at least 2); 0 or less leaves TF's default.
+
+    Returns:
+      True when the pools have that size now.
+    """
+    if threads <= 0:
+        return False
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(max(2, threads))
+    except RuntimeError:  # TF already initialized in this process; keep what it has.
+        have = tf.config.threading.get_intra_op_parallelism_threads()
+        if have != threads:
+            _LOG.info("TensorFlow already runs %s intra-op threads; not %d.", have, threads)
+        return have == threads
+    return True
+
+
+def prewarm() -> None:
+    """Imports what a trial needs (seconds of imports), so a warm worker's first trial is fast."""
+    import keras  # noqa: F401
+    import keras_tuner  # noqa: F401
+    import tensorflow  # noqa: F401
+    import tensorflow_transform  # noqa: F401
+    from tfx_bsl.public import tfxio  # noqa: F401
+
+
+def _result_path(project_dir: str, trial_id: str, attempt: int) -> str:
+    return _join(project_dir, f"trial_{trial_id}", f"{_RESULT_PREFIX}{attempt}.json")
+
+
+def read_trial_result(project_dir: str, trial_id: str, attempt: int) -> Optional[TrialResult]:
+    """The result an earlier run of this trial attempt left, or None."""
+    import tensorflow as tf
+
+    path = _result_path(project_dir, trial_id, attempt)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return TrialResult.from_json(f.read())
+
+
+def _write_trial_result(project_dir: str, result: TrialResult) -> None:
+    import tensorflow as tf
+
+    path = _result_path(project_dir, result.trial_id, result.attempt)
+    tf.io.gfile.makedirs(_join(project_dir, f"trial_{result.trial_id}"))
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(result.to_json())
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _fn_args(job: TuningJob, working_dir: str, strategy=None) -> FnArgs:
+    return FnArgs(
+        working_dir=working_dir,
+        train_files=list(job.train_files),
+        eval_files=list(job.eval_files),
+        train_steps=job.train_steps,
+        eval_steps=job.eval_steps,
+        schema_path=job.schema_path,
+        transform_graph_path=job.transform_graph_path,
+        data_accessor=DataAccessor(telemetry_descriptors=("beam_pipeline", "Tuner")),
+        custom_config=dict(job.custom_config),
+        num_examples=ExampleCounts({"train": job.train_files, "eval": job.eval_files}),
+        strategy=strategy,
+    )
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def load_tuner(job: TuningJob, working_dir: str, *, strategy=None) -> TunerFnResult:
+    """Loads the module file and calls its ``tuner_fn`` with the tuning ``FnArgs``.
+
+    The tuner's project folder is then set to ``<job.tuner_dir>/<project_name>`` whatever
+    ``directory`` the module gave it, so every process reads and writes the same one.
+
+    Args:
+      job: the tuning job.
+      working_dir: ``fn_args.working_dir``: the tuner folder on the launcher; a folder of
+        its own per worker process (so a tuner created with ``overwrite=True`` clears only
+        that folder, never the shared project).
+      strategy: reaches ``fn_args.strategy``.
+
+    Returns:
+      the :class:`TunerFnResult` (``fit_kwargs`` as a dict).
+
+    Raises:
+      PipelineError: the module file fails to load, defines no ``tuner_fn``, or
+        ``tuner_fn`` raises or returns something other than a tuner and fit_kwargs.
+    """
+    import keras_tuner
+
+    loaded = load_trainer_module(job.module_file, source=job.module_source)
+    tuner_fn = getattr(loaded.module, "tuner_fn", None)
+    if not callable(tuner_fn):
+        raise PipelineError(
+            f"Module file {job.module_file} defines no tuner_fn(fn_args); add one that returns "
+            "TunerFnResult(tuner=..., fit_kwargs=...), or pass --no_tuner."
+        )
+    try:
+        result = tuner_fn(_fn_args(job, working_dir, strategy))
+    except PipelineError:
+        raise
+    except Exception as e:  # noqa: BLE001  user code: say where it failed
+        where = error_place(e, loaded.module.__file__ or job.module_file, job.module_file)
+        _LOG.exception("tuner_fn in %s failed.", job.module_file)
+        raise PipelineError(
+            f"tuner_fn in {where} raised {type(e).__name__} ({_one_line(e)}); fix the module "
+            "file (the full traceback is in the log)."
+        ) from None
+    tuner = getattr(result, "tuner", None)
+    fit_kwargs = getattr(result, "fit_kwargs", None)
+    if not isinstance(tuner, keras_tuner.engine.base_tuner.BaseTuner) or not isinstance(
+        fit_kwargs, Mapping
+    ):
+        raise PipelineError(
+            f"tuner_fn in {job.module_file} returned {type(result).__name__}, not "
+            "TunerFnResult(tuner=<a keras_tuner tuner>, fit_kwargs=<dict>); return "
+            "`TunerFnResult(tuner=tuner, fit_kwargs={...})` (from trainer import TunerFnResult)."
+        )
+    project_dir = _join(job.tuner_dir, tuner.project_name)
+    if os.path.normpath(str(tuner.project_dir)) != os.path.normpath(project_dir):
+        _set_project_dir(tuner, project_dir)
+    return TunerFnResult(tuner=tuner, fit_kwargs=dict(fit_kwargs))
+
+
+def _set_project_dir(tuner: keras_tuner.engine.base_tuner.BaseTuner, project_dir: str) -> None:
+    """Points the tuner and its oracle at ``project_dir`` (what their constructor does)."""
+    directory, name = posixpath.split(project_dir) if "://" in project_dir else os.path.split(
+        project_dir
+    )
+    tuner.directory = directory
+    tuner.project_name = name
+    tuner.oracle._set_project_dir(directory, name)  # pylint: disable=protected-access
+
+
+class TrialRunner:
+    """Runs trials of one tuning job in this process (a Beam worker creates one per DoFn).
+
+    ``tuner_fn`` is called once, on the first trial; later trials reuse the tuner and its
+    ``fit_kwargs``, as ``tuner.search`` does. TensorFlow's thread pools are capped to
+    ``job.threads_per_trial`` at construction.
+
+    Example::
+
+        runner = TrialRunner(job)
+        result = runner.run(spec)    # a TrialResult, also written to the shared folder
+    """
+
+    def __init__(self, job: TuningJob) -> None:
+        self._job = job
+        limit_threads(job.threads_per_trial)
+        self._loaded: Optional[TunerFnResult] = None
+        self._module_path = job.module_file
+
+    def _tuner(self) -> TunerFnResult:
+        if self._loaded is None:
+            from trainer.strategy import choose_strategy
+
+            working_dir = _join(
+                self._job.tuner_dir,
+                _WORKERS_SUBDIR,
+                f"{socket.gethostname()}-{os.getpid()}",
+            )
+            self._loaded = load_tuner(self._job, working_dir, strategy=choose_strategy())
+            module = getattr(self._loaded.tuner, "__module__", "")
+            self._module_path = getattr(
+                __import__("sys").modules.get(module), "__file__", None
+            ) or self._job.module_file
+        return self._loaded
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        """Runs one trial attempt, or returns the result an earlier run of it left.
+
+        Never raises for an error in the trial (it is the result's ``error``); a
+        ``tuner_fn`` that fails here gives a ``fatal`` result.
+        """
+        done = read_trial_result(spec.project_dir, spec.trial_id, spec.attempt)
+        if done is not None:
+            return dataclasses.replace(done, reused=True)
+        start = time.time()
+        try:
+            loaded = self._tuner()
+        except PipelineError as e:
+            return TrialResult(
+                spec.trial_id,
+                spec.attempt,
+                TrialStatus.FAILED,
+                dict(spec.hyperparameters),
+                error=str(e),
+                fatal=True,
+                seconds=round(time.time() - start, 3),
+                worker=worker_name(),
+            )
+        if loaded.tuner.project_dir != spec.project_dir:
+            _set_project_dir(loaded.tuner, spec.project_dir)
+        result = self._execute(loaded, spec, start)
+        _write_trial_result(spec.project_dir, result)
+        return result
+
+    def _execute(self, loaded: TunerFnResult, spec: TrialSpec, start: float) -> TrialResult:
+        import keras_tuner
+
+        # keras-tuner's own conversion of run_trial's return value (History, dict, float,
+        # or a list of them) to the metrics it reports; private, but keras-tuner is pinned.
+        from keras_tuner.src.engine import tuner_utils
+
+        tuner = loaded.tuner
+        objective = tuner.oracle.objective
+        hp = keras_tuner.HyperParameters.from_config(dict(spec.hyperparameters))
+        trial = keras_tuner.engine.trial.Trial(hp, trial_id=spec.trial_id, status="RUNNING")
+        status, metrics, step, error, trace, fatal = TrialStatus.COMPLETED, {}, 0, None, None, False
+        try:
+            returned = tuner.run_trial(trial, **loaded.fit_kwargs)
+            tuner_utils.validate_trial_results(returned, objective, "Tuner.run_trial()")
+            metrics = {
+                str(k): float(v)
+                for k, v in tuner_utils.convert_to_metrics_dict(returned, objective).items()
+            }
+            step = int(tuner_utils.get_best_step(returned, objective))
+        except Exception as e:  # noqa: BLE001  a trial's error is its result, as in keras-tuner
+            trace = traceback.format_exc()
+            where = error_place(e, self._module_path, self._job.module_file)
+            error = f"{type(e).__name__}: {_one_line(e)} ({where})"
+            fatal = isinstance(e, keras_tuner.errors.FatalError)
+            failed = fatal or isinstance(e, keras_tuner.errors.FailedTrialError)
+            status = TrialStatus.FAILED if failed else TrialStatus.INVALID
+            _LOG.warning("Trial %s raised %s", spec.trial_id, error)
+        return TrialResult(
+            trial_id=spec.trial_id,
+            attempt=spec.attempt,
+            status=status,
+            hyperparameters=trial.hyperparameters.get_config(),
+            metrics=metrics,
+            best_step=step,
+            error=error,
+            traceback=trace,
+            fatal=fatal,
+            seconds=round(time.time() - start, 3),
+            worker=worker_name(),
+        )
+
+
+class OracleRounds:
+    """Drives a keras-tuner oracle in rounds of up to ``parallel_trials`` trials (launcher side).
+
+    Args:
+      tuner: the launcher's tuner (from :func:`load_tuner`); its oracle is driven.
+      parallel_trials: trials asked per round (each with its own tuner id, so the oracle
+        hands out that many at once, as it would to that many keras-tuner workers).
+      max_trials: caps the oracle's own ``max_trials`` (Hyperband has none by default).
+      module_file: named in error messages.
+
+    Raises:
+      PipelineError: ``parallel_trials`` or ``max_trials`` below 1.
+    """
+
+    def __init__(
+        self,
+        tuner: keras_tuner.engine.base_tuner.BaseTuner,
+        parallel_trials: int,
+        max_trials: Optional[int] = None,
+        module_file: str = "",
+    ) -> None:
+        if parallel_trials < 1 or (max_trials is not None and max_trials < 1):
+            raise PipelineError(
+                f"--tuner_parallel_trials={parallel_trials} / --tuner_max_trials={max_trials} "
+                "are out of range; pass values of at least 1."
+            )
+        self._tuner = tuner
+        self._oracle = tuner.oracle
+        self._module_file = module_file
+        if max_trials is not None and not self._oracle.trials:
+            own = self._oracle.max_trials
+            self._oracle.max_trials = max_trials if own is None else min(own, max_trials)
+        self._oracle.verbose = 0  # the stage reports the trials; keras-tuner would print them
+        self._tuner_ids = tuple(f"beam-trial-slot-{i}" for i in range(parallel_trials))
+        self._results: dict[str, TrialResult] = {}
+        self._pending: list[TrialSpec] = []
+        self.rounds = 0
+
+    @property
+    def project_dir(self) -> str:
+        """The tuner project's shared folder."""
+        return str(self._tuner.project_dir)
+
+    @property
+    def objective(self) -> tuple[str, str]:
+        """(name, direction) of the oracle's objective."""
+        return self._oracle.objective.name, self._oracle.objective.direction
+
+    def next_round(self) -> list[TrialSpec]:
+        """Asks the oracle for the next round's trials; an empty list when the search is over.
+
+        Raises:
+          PipelineError: the previous round was not reported.
+        """
+        if self._pending:
+            raise PipelineError(
+                "OracleRounds.next_round was called before the previous round's results were "
+                "reported; call report() first."
+            )
+        specs = []
+        for tuner_id in self._tuner_ids:
+            trial = self._oracle.create_trial(tuner_id)
+            if trial.status != "RUNNING":
+                # STOPPED: the search is over; IDLE: the oracle waits for running trials
+                # (Hyperband's next rung). Either way, no more trials this round.
+                break
+            run_times = getattr(self._oracle, "_run_times", {})
+            specs.append(
+                TrialSpec(
+                    trial_id=trial.trial_id,
+                    attempt=int(run_times.get(trial.trial_id, 0)),
+                    hyperparameters=trial.hyperparameters.get_config(),
+                    project_dir=self.project_dir,
+                    round=self.rounds,
+                )
+            )
+        if specs:
+            self.rounds += 1
+        self._pending = specs
+        return specs
+
+    def report(self, results: Mapping[str, TrialResult]) -> None:
+        """Reports a round's results to the oracle (trial id order) and saves its state.
+
+        A trial with no result (its worker was lost for good) is reported as raised.
+
+        Raises:
+          PipelineError: a fatal trial error, or keras-tuner's limit of consecutive
+            failed trials was reached.
+        """
+        import keras_tuner
+
+        pending, self._pending = self._pending, []
+        for spec in sorted(pending, key=lambda s: s.trial_id):
+            result = results.get(spec.trial_id)
+            if result is None:
+                result = TrialResult(
+                    spec.trial_id,
+                    spec.attempt,
+                    TrialStatus.INVALID,
+                    dict(spec.hyperparameters),
+                    error="no result came back from the worker that ran it",
+                )
+            self._results[spec.trial_id] = result
+            if result.fatal:
+                raise PipelineError(
+                    f"Trial {spec.trial_id} hit an error that stops the whole search "
+                    f"({result.error}); fix tuner_fn or the model in {self._module_file}."
+                )
+            trial = self._oracle.get_trial(spec.trial_id)
+            if result.hyperparameters:
+                trial.hyperparameters = keras_tuner.HyperParameters.from_config(
+                    dict(result.hyperparameters)
+                )
+            status = result.status
+            if status is TrialStatus.COMPLETED:
+                try:
+                    self._oracle.update_trial(
+                        spec.trial_id, dict(result.metrics), step=result.best_step
+                    )
+                except ValueError as e:  # the objective is not among the metrics
+                    status = TrialStatus.FAILED
+                    self._results[spec.trial_id] = dataclasses.replace(
+                        result, status=status, error=f"ValueError: {_one_line(e)}"
+                    )
+            trial.status = status.value
+            trial.message = result.traceback or self._results[spec.trial_id].error
+            try:
+                self._oracle.end_trial(trial)
+            except RuntimeError as e:
+                if "consecutive failures" not in str(e):
+                    raise
+                limit = self._oracle.max_consecutive_failed_trials
+                raise PipelineError(
+                    f"Tuning stopped: {limit} trials in a row failed (keras-tuner's "
+                    f"max_consecutive_failed_trials={limit}), the last one with "
+                    f"{self._results[spec.trial_id].error}; fix the model or the search space "
+                    f"in {self._module_file}."
+                ) from None
+        self._oracle.save()
+
+    def records(self) -> list[TrialRecord]:
+        """The trials table, in the order the trials started."""
+        rows = []
+        order = list(self._oracle.start_order) or sorted(self._oracle.trials)
+        for trial_id in order:
+            trial = self._oracle.trials[trial_id]
+            result = self._results.get(trial_id)
+            try:
+                status = TrialStatus(trial.status)
+            except ValueError:  # RUNNING: asked for but never reported
+                status = TrialStatus.INVALID
+            completed = status is TrialStatus.COMPLETED
+            rows.append(
+                TrialRecord(
+                    trial_id=trial_id,
+                    status=status,
+                    objective=float(trial.score) if completed and trial.score is not None else None,
+                    hyperparameters=dict(trial.hyperparameters.values),
+                    metrics=dict(result.metrics) if result else {},
+                    seconds=result.seconds if result else 0.0,
+                    worker=result.worker if result else "",
+                    attempts=(result.attempt + 1) if result else 0,
+                    round=self._round_of(trial_id),
+                    error=None if completed or not result else result.error,
+                )
+            )
+        return rows
+
+    def _round_of(self, trial_id: str) -> int:
+        return self._round_index.get(trial_id, -1)
+
+    @property
+    def _round_index(self) -> dict[str, int]:
+        return {tid: r.round for tid, r in self._spec_rounds.items()}
+
+    @property
+    def _spec_rounds(self) -> dict[str, TrialSpec]:
+        return {}
+
+    def best_hyperparameters(self) -> Optional[dict[str, Any]]:
+        """The best completed trial's HyperParameters config, or None when none completed."""
+        best = self._oracle.get_best_trials(1)
+        if not best or best[0].status != TrialStatus.COMPLETED.value:
+            return None
+        return best[0].hyperparameters.get_config()
+
+    def last_error(self) -> Optional[str]:
+        """The error of the last trial that failed, if any."""
+        failed = [r for r in self._results.values() if r.error]
+        return failed[-1].error if failed else None
+
+
+def completed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The COMPLETED records."""
+    return [r for r in records if r.status is TrialStatus.COMPLETED]

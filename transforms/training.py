@@ -1,0 +1,102 @@
+"""``TrainModel``: the training step, one :class:`trainer.TrainingJob` through one DoFn.
+
+The DoFn carries Beam resource hints (``accelerator``, ``min_ram``) when they are set, so
+on Dataflow the step gets its own (GPU) worker pool while the data steps keep theirs; on
+the DirectRunner it runs in a worker of the local runner. A ``Reshuffle`` keeps the step
+out of the creating stage, so a retry (preemption) reruns the training step alone, which
+then resumes from the checkpoints in ``model_run_dir``.
+
+A user error (bad module, failed export) does not raise: no retry would help, so the step
+emits a :class:`trainer.TrainingResult` with ``error`` set, and the caller reports it.
+
+Example::
+
+    with create_pipeline(options) as p:
+        results = p | "Train" >> TrainModel(
+            job, accelerator="type:nvidia-l4;count:1;install-nvidia-driver", min_ram="16GB")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.transforms import resources
+
+from beam_pipeline.errors import PipelineError
+from trainer import TrainingJob, TrainingResult, run_trainer
+from transforms.metrics import NAMESPACE
+
+__all__ = ["TrainModel"]
+
+
+@beam.typehints.with_input_types(TrainingJob)
+@beam.typehints.with_output_types(TrainingResult)
+class _TrainDoFn(beam.DoFn):
+    """Runs :func:`trainer.run_trainer` on one job; counts jobs, reuses, errors and steps."""
+
+    def __init__(self) -> None:
+        self._jobs = beam.metrics.Metrics.counter(NAMESPACE, "trainer.jobs")
+        self._reused = beam.metrics.Metrics.counter(NAMESPACE, "trainer.jobs_reused")
+        self._errors = beam.metrics.Metrics.counter(NAMESPACE, "trainer.user_errors")
+        self._steps = beam.metrics.Metrics.counter(NAMESPACE, "trainer.steps_trained")
+        self._replicas = beam.metrics.Metrics.gauge(NAMESPACE, "trainer.replicas")
+
+    def process(self, job: TrainingJob) -> Iterator[TrainingResult]:
+        self._jobs.inc()
+        try:
+            result = run_trainer(job)
+        except PipelineError as e:
+            self._errors.inc()
+            yield TrainingResult.failed(job, str(e))
+            return
+        if result.reused:
+            self._reused.inc()
+        elif result.final_step is not None:
+            self._steps.inc(result.final_step - (result.start_step or 0))
+        self._replicas.set(result.num_replicas)
+        yield result
+
+
+class TrainModel(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrainingResult]]):
+    """Trains one model on a worker; the output holds its one :class:`TrainingResult`.
+
+    Args:
+      job: what to train (plain values; see :class:`trainer.TrainingJob`).
+      accelerator: Beam accelerator hint, e.g. ``type:nvidia-l4;count:1;install-nvidia-driver``.
+      min_ram: Beam min_ram hint, e.g. ``16GB``.
+
+    Raises:
+      PipelineError: a hint value Beam cannot parse.
+    """
+
+    def __init__(
+        self,
+        job: TrainingJob,
+        accelerator: Optional[str] = None,
+        min_ram: Optional[str] = None,
+    ) -> None:
+        super().__init__()
+        self._job = job
+        self._hints = {k: v for k, v in (("accelerator", accelerator), ("min_ram", min_ram)) if v}
+        for name, value in self._hints.items():
+            try:
+                resources.parse_resource_hints({name: value})
+            except ValueError as e:
+                raise PipelineError(
+                    f"--trainer_{name} {value!r} is not a valid Beam resource hint ({e}); use "
+                    "e.g. --trainer_min_ram=16GB or "
+                    "--trainer_accelerator='type:nvidia-l4;count:1;install-nvidia-driver'."
+                ) from None
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[TrainingResult]:
+        train = beam.ParDo(_TrainDoFn())
+        if self._hints:
+            train = train.with_resource_hints(**self._hints)
+        return (
+            pbegin
+            | "CreateJob" >> beam.Create([self._job])
+            | "Reshuffle" >> beam.Reshuffle()
+            | "Train" >> train
+        )
