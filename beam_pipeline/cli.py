@@ -64,6 +64,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "trainer_min_ram": ("trainer", "min_ram"),
     "custom_config": ("trainer", "custom_config"),
     "trainer": ("trainer", "enabled"),
+    "trainer_entry_point": ("trainer", "entry_point"),
     "tuner": ("tuner", "enabled"),
     "tuner_parallel_trials": ("tuner", "parallel_trials"),
     "tuner_max_trials": ("tuner", "max_trials"),
@@ -120,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--trainer_min_ram", help="e.g. 16GB")
     g.add_argument("--custom_config", help="JSON object reaching fn_args.custom_config.")
+    g.add_argument(
+        "--trainer_entry_point",
+        help="run_fn-like function or TrainSpec class of the module to train with.",
+    )
     g.add_argument("--no_trainer", dest="trainer", action="store_false")
     g = p.add_argument_group("tuner")
     g.add_argument("--tuner_parallel_trials", type=int)

@@ -113,6 +113,8 @@ class TrainerConfig:
       accelerator: Beam resource hint, e.g. ``type:nvidia-l4;count:1;install-nvidia-driver``.
       min_ram: Beam resource hint, e.g. ``16GB``.
       custom_config: JSON object text reaching ``fn_args.custom_config`` as a dict.
+      entry_point: the module's ``run_fn``-like function or TrainSpec subclass to train
+        with (default: ``run_fn``, else the module's only TrainSpec subclass).
     """
 
     enabled: bool = True
@@ -123,6 +125,7 @@ class TrainerConfig:
     accelerator: Optional[str] = None
     min_ram: Optional[str] = None
     custom_config: str = "{}"
+    entry_point: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -402,7 +402,9 @@ def run(config: PipelineConfig) -> RunSummary:
     if config.module_file:
         # Loaded once here, before any Beam work: a syntax error, a trainer_fn or a bad
         # run_fn signature stops the run now, not after the data stages.
-        user_module = load_trainer_module(config.module_file)
+        user_module = load_trainer_module(
+            config.module_file, entry_point=config.trainer.entry_point
+        )
         preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
     user_schema = read_schema(config.data.schema) if config.data.schema else None
     if Split.TRAIN not in config.data.splits:
@@ -428,7 +430,9 @@ def run(config: PipelineConfig) -> RunSummary:
                 options,
                 summary,
             )
-            summary.stages.append(run_training_stage(config, run_dir, options))
+            summary.stages.append(
+                run_training_stage(config, run_dir, options, entry_point=config.trainer.entry_point)
+            )
     finally:
         with FileSystems.create(FileSystems.join(run_dir.root, "summary.json")) as f:
             f.write(summary.to_json().encode("utf-8"))

@@ -11,9 +11,6 @@ holds what the orchestrator needs for that:
   ``<run_dir>/module/<sha256>/<file name>``; workers load it with
   :func:`fetch_staged_module`, which refuses any copy whose sha256 is not the one the run
   fingerprinted, so every worker runs exactly the code the launcher checked.
-- :func:`register_module_for_workers` makes Beam pickle the module file's functions *by
-  value*: tf.Transform traces ``preprocessing_fn`` inside a DoFn on the workers, and a
-  by-reference pickle would ask each worker to import a module only the launcher has.
 - :func:`wait_for_job`, :func:`job_info` and :func:`describe_job` give each submitted
   job's id and console link (logged as soon as the job is submitted, so a user can watch a
   long Dataflow job while the launcher waits).
@@ -22,14 +19,13 @@ Example::
 
     options = parse_beam_args(config.beam_args)
     check_remote_paths(config, options)          # before RunDirectory.create
-    module = load_module(config.module_file)
-    register_module_for_workers(module)
     run_dir = RunDirectory.create(config.pipeline_root, config.run_id)
     staged = stage_module_file(config.module_file, run_dir.root)
     ...
-    job = wait_for_job(p.run(), options, "Transform")
-    print(describe_job(p.result, options))
-    # Dataflow job 2026-01-01_00_00_00-123 (https://console.cloud.google.com/dataflow/...)
+    result = p.run()
+    job = wait_for_job(result, options, "Transform")  # logs the id and link at submission
+    describe_job(result, options)
+    # 'DataflowRunner job 2026-01-01_00_00_00-123: https://console.cloud.google.com/...'
 
     # on a worker:
     local_path = fetch_staged_module(staged.path, staged.sha256)
@@ -47,7 +43,6 @@ import os
 import posixpath
 import re
 import tempfile
-import types
 import uuid
 from typing import Any, Optional
 
@@ -64,7 +59,6 @@ __all__ = [
     "is_local_path",
     "job_info",
     "read_staged_module",
-    "register_module_for_workers",
     "remote_runner_reason",
     "stage_module_file",
     "wait_for_job",
@@ -369,29 +363,6 @@ def fetch_staged_module(path: str, sha256: str, local_dir: Optional[str] = None)
         f.write(data)
     os.replace(tmp, local)
     return local
-
-
-def register_module_for_workers(module: types.ModuleType) -> None:
-    """Makes Beam pickle the functions and classes of a loaded module file by value.
-
-    ``module_file.load_module`` registers the user's module in ``sys.modules`` under a
-    generated name, so Beam's pickler (cloudpickle) would pickle its functions *by
-    reference*: a worker would then have to import that generated name, which only the
-    launching process has ("No module named 'user_module_...'"). tf.Transform pickles
-    ``preprocessing_fn`` into a DoFn that traces it on the workers, so without this every
-    portable runner and Dataflow fails in the Transform phase. By value, the function's
-    code and the module globals it uses travel inside the pickled DoFn. (Imports of
-    installed packages such as ``tensorflow`` stay by reference, as they should; sibling
-    files the module imports must be installed on the workers.)
-
-    Applies to Beam's default pickler; ``--pickle_library=dill`` pickles by reference.
-
-    Args:
-      module: the module returned by ``module_file.load_module``.
-    """
-    from apache_beam.internal.cloudpickle import cloudpickle
-
-    cloudpickle.register_pickle_by_value(module)
 
 
 @dataclasses.dataclass(frozen=True)

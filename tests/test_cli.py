@@ -300,7 +300,15 @@ def test_yaml_config_and_flags(tmp_path):
         "split_buckets: {train: 3, eval: 1}\n"
         "beam_args: ['--direct_running_mode=in_memory']\n"
     )
-    cfg = cli.parse_config([f"--config={config}", "--train_steps=7", "--runner=DirectRunner"])
+    cfg = cli.parse_config(
+        [
+            f"--config={config}",
+            "--train_steps=7",
+            "--trainer_entry_point=PenguinSpec",
+            "--runner=DirectRunner",
+        ]
+    )
+    assert cfg.trainer.entry_point == "PenguinSpec"
     assert cfg.data.csv_null_values == ("NA",)
     assert [(s.value, n) for s, n in cfg.data.split_buckets] == [("train", 3), ("eval", 1)]
     assert cfg.trainer.train_steps == 7
