@@ -86,11 +86,13 @@ def _single_dataset(
     if not isinstance(stats, statistics_pb2.DatasetFeatureStatisticsList):
         raise TypeError(
             f"{function} takes a DatasetFeatureStatisticsList as {argument}, got "
-            f"{type(stats).__name__}.")
+            f"{type(stats).__name__}."
+        )
     if len(stats.datasets) != 1:
         raise ValueError(
             f"{function} needs {argument} with exactly one dataset (one split), got "
-            f"{len(stats.datasets)}; compute statistics per split.")
+            f"{len(stats.datasets)}; compute statistics per split."
+        )
     return stats.datasets[0]
 
 
@@ -117,10 +119,14 @@ def infer_schema(
         ``max_string_domain_size`` is negative.
     """
     dataset = _single_dataset(stats, "stats", "infer_schema")
-    if isinstance(max_string_domain_size, bool) or not isinstance(max_string_domain_size, int) \
-            or max_string_domain_size < 0:
+    if (
+        isinstance(max_string_domain_size, bool)
+        or not isinstance(max_string_domain_size, int)
+        or max_string_domain_size < 0
+    ):
         raise ValueError(
-            f"max_string_domain_size must be an integer >= 0, got {max_string_domain_size!r}.")
+            f"max_string_domain_size must be an integer >= 0, got {max_string_domain_size!r}."
+        )
     schema = schema_pb2.Schema()
     for feature_stats in dataset.features:
         schema_type = _SCHEMA_TYPE.get(feature_stats.type)
@@ -144,8 +150,12 @@ def infer_schema(
                 feature.value_count.max = common.max_num_values
             else:
                 feature.value_count.min = 1
-        if (infer_feature_shape and required and common.min_num_values == 1
-                and common.max_num_values == 1):
+        if (
+            infer_feature_shape
+            and required
+            and common.min_num_values == 1
+            and common.max_num_values == 1
+        ):
             feature.shape.dim.add(size=1)  # shape and value_count are one oneof
         domain = _inferred_string_domain(feature_stats, max_string_domain_size)
         if domain is not None:
@@ -217,11 +227,14 @@ class InferSchema(
           ValueError: ``max_string_domain_size`` is not an integer >= 0.
         """
         super().__init__()
-        if isinstance(max_string_domain_size, bool) or not isinstance(
-                max_string_domain_size, int) or max_string_domain_size < 0:
+        if (
+            isinstance(max_string_domain_size, bool)
+            or not isinstance(max_string_domain_size, int)
+            or max_string_domain_size < 0
+        ):
             raise ValueError(
-                f"max_string_domain_size must be an integer >= 0, got "
-                f"{max_string_domain_size!r}.")
+                f"max_string_domain_size must be an integer >= 0, got {max_string_domain_size!r}."
+            )
         self._infer_feature_shape = bool(infer_feature_shape)
         self._max_string_domain_size = max_string_domain_size
 
@@ -277,7 +290,8 @@ def read_schema(path: str) -> schema_pb2.Schema:
     if not gfile.exists(path):
         raise PipelineError(
             f"Schema file {path} does not exist; pass the path of an existing schema.pbtxt "
-            "or let the pipeline infer one.")
+            "or let the pipeline infer one."
+        )
     with gfile.GFile(path, "r") as f:
         text = f.read()
     try:
@@ -285,4 +299,5 @@ def read_schema(path: str) -> schema_pb2.Schema:
     except text_format.ParseError as err:
         raise PipelineError(
             f"Schema file {path} is not a valid text-format tensorflow_metadata Schema "
-            f"({err}); fix that line or delete the file to infer the schema again.") from err
+            f"({err}); fix that line or delete the file to infer the schema again."
+        ) from err

@@ -264,10 +264,12 @@ class _StatisticsCombineFn(beam.CombineFn):
             lengths = lengths.drop_null()
         lengths = lengths.to_numpy().astype(np.int64, copy=False)
         lo, hi = int(lengths.min()), int(lengths.max())
-        feature.min_num_values = lo if feature.min_num_values is None else min(
-            feature.min_num_values, lo)
-        feature.max_num_values = hi if feature.max_num_values is None else max(
-            feature.max_num_values, hi)
+        feature.min_num_values = (
+            lo if feature.min_num_values is None else min(feature.min_num_values, lo)
+        )
+        feature.max_num_values = (
+            hi if feature.max_num_values is None else max(feature.max_num_values, hi)
+        )
         feature.tot_num_values += int(lengths.sum())
         # Rows have few distinct value counts: add (count, number of rows) pairs.
         if hi <= 16 * len(lengths) + 1024:
@@ -278,7 +280,8 @@ class _StatisticsCombineFn(beam.CombineFn):
             distinct, counts = np.unique(lengths, return_counts=True)
             weights = counts.astype(np.float64)
         feature.num_values_sketch.AddValues(
-            pa.array(distinct.astype(np.float64)), pa.array(weights))
+            pa.array(distinct.astype(np.float64)), pa.array(weights)
+        )
 
         values = column.flatten()
         if values.null_count:
@@ -345,7 +348,8 @@ class _StatisticsCombineFn(beam.CombineFn):
         feature.finite_min = min(feature.finite_min, float(finite.min()))
         feature.finite_max = max(feature.finite_max, float(finite.max()))
         feature.finite_count, feature.mean, feature.m2 = _merge_moments(
-            feature.finite_count, feature.mean, feature.m2, finite.size, batch_mean, batch_m2)
+            feature.finite_count, feature.mean, feature.m2, finite.size, batch_mean, batch_m2
+        )
 
     @staticmethod
     def _add_strings(feature: _FeatureAccumulator, values: pa.Array) -> None:
@@ -381,8 +385,7 @@ class _StatisticsCombineFn(beam.CombineFn):
     ) -> None:
         if other.kind is not None and mine.kind is None:
             mine.kind = other.kind
-            mine.values_sketch, mine.top_k, mine.kmv = (
-                other.values_sketch, other.top_k, other.kmv)
+            mine.values_sketch, mine.top_k, mine.kmv = (other.values_sketch, other.top_k, other.kmv)
         elif other.kind is not None:
             self._set_kind(name, mine, other.kind)  # raises on INT vs FLOAT etc.
             if other.values_sketch is not None:
@@ -392,10 +395,16 @@ class _StatisticsCombineFn(beam.CombineFn):
                 mine.kmv.Merge(other.kmv)
         mine.num_non_missing += other.num_non_missing
         if other.min_num_values is not None:
-            mine.min_num_values = other.min_num_values if mine.min_num_values is None else min(
-                mine.min_num_values, other.min_num_values)
-            mine.max_num_values = other.max_num_values if mine.max_num_values is None else max(
-                mine.max_num_values, other.max_num_values)
+            mine.min_num_values = (
+                other.min_num_values
+                if mine.min_num_values is None
+                else min(mine.min_num_values, other.min_num_values)
+            )
+            mine.max_num_values = (
+                other.max_num_values
+                if mine.max_num_values is None
+                else max(mine.max_num_values, other.max_num_values)
+            )
         mine.tot_num_values += other.tot_num_values
         mine.num_items += other.num_items
         mine.num_values_sketch.Merge(other.num_values_sketch)
@@ -408,7 +417,8 @@ class _StatisticsCombineFn(beam.CombineFn):
         mine.finite_min = min(mine.finite_min, other.finite_min)
         mine.finite_max = max(mine.finite_max, other.finite_max)
         mine.finite_count, mine.mean, mine.m2 = _merge_moments(
-            mine.finite_count, mine.mean, mine.m2, other.finite_count, other.mean, other.m2)
+            mine.finite_count, mine.mean, mine.m2, other.finite_count, other.mean, other.m2
+        )
         mine.total_length += other.total_length
         mine.invalid_utf8_count += other.invalid_utf8_count
 
@@ -427,11 +437,12 @@ class _StatisticsCombineFn(beam.CombineFn):
     ) -> statistics_pb2.DatasetFeatureStatisticsList:
         result = statistics_pb2.DatasetFeatureStatisticsList()
         dataset = result.datasets.add(
-            name=self._dataset_name, num_examples=accumulator.num_examples)
+            name=self._dataset_name, num_examples=accumulator.num_examples
+        )
         for name in sorted(accumulator.features):
             self._feature_proto(
-                name, accumulator.features[name], accumulator.num_examples,
-                dataset.features.add())
+                name, accumulator.features[name], accumulator.num_examples, dataset.features.add()
+            )
         return result
 
     def _feature_proto(
@@ -461,7 +472,9 @@ class _StatisticsCombineFn(beam.CombineFn):
             common.avg_num_values = feature.tot_num_values / feature.num_non_missing
             common.num_values_histogram.CopyFrom(
                 _quantiles_histogram(
-                    feature.num_values_sketch, self._num_quantiles, feature.num_non_missing))
+                    feature.num_values_sketch, self._num_quantiles, feature.num_non_missing
+                )
+            )
 
     def _numeric_stats(
         self, feature: _FeatureAccumulator, proto: statistics_pb2.NumericStatistics
@@ -481,9 +494,9 @@ class _StatisticsCombineFn(beam.CombineFn):
         median = feature.values_sketch.GetQuantiles(2).flatten().to_numpy()
         proto.median = float(median[1])
         quantiles.MergeFrom(
-            _quantiles_histogram(feature.values_sketch, self._num_quantiles, num_values))
-        standard.MergeFrom(
-            _equi_width_histogram(feature, self._num_histogram_buckets, num_values))
+            _quantiles_histogram(feature.values_sketch, self._num_quantiles, num_values)
+        )
+        standard.MergeFrom(_equi_width_histogram(feature, self._num_histogram_buckets, num_values))
 
     def _string_stats(
         self, feature: _FeatureAccumulator, proto: statistics_pb2.StringStatistics
@@ -503,7 +516,8 @@ class _StatisticsCombineFn(beam.CombineFn):
             zip(labels[: self._num_rank_histogram_buckets], counts, strict=False)
         ):
             proto.rank_histogram.buckets.add(
-                low_rank=rank, high_rank=rank, label=label, sample_count=count)
+                low_rank=rank, high_rank=rank, label=label, sample_count=count
+            )
 
 
 def _count_invalid_utf8(values: pa.Array) -> int:
@@ -511,7 +525,8 @@ def _count_invalid_utf8(values: pa.Array) -> int:
     counted = pc.value_counts(values)
     invalid = 0
     for value, count in zip(
-            counted.field(0).to_pylist(), counted.field(1).to_pylist(), strict=True):
+        counted.field(0).to_pylist(), counted.field(1).to_pylist(), strict=True
+    ):
         try:
             value.decode("utf-8")
         except UnicodeDecodeError:
@@ -527,7 +542,8 @@ def _quantiles_histogram(
     bounds = sketch.GetQuantiles(num_buckets).flatten().to_numpy()
     for low, high in zip(bounds[:-1], bounds[1:], strict=True):
         histogram.buckets.add(
-            low_value=float(low), high_value=float(high), sample_count=total / num_buckets)
+            low_value=float(low), high_value=float(high), sample_count=total / num_buckets
+        )
     return histogram
 
 
@@ -546,14 +562,15 @@ def _equi_width_histogram(
     histogram = statistics_pb2.Histogram(type=_Histogram.STANDARD)
     low, high = feature.finite_min, feature.finite_max
     if feature.finite_count == 0 or low == high:
-        bucket_low = -math.inf if feature.num_neg_inf else (low if feature.finite_count
-                                                            else feature.min)
-        bucket_high = math.inf if feature.num_pos_inf else (high if feature.finite_count
-                                                            else feature.max)
+        bucket_low = (
+            -math.inf if feature.num_neg_inf else (low if feature.finite_count else feature.min)
+        )
+        bucket_high = (
+            math.inf if feature.num_pos_inf else (high if feature.finite_count else feature.max)
+        )
         histogram.buckets.add(low_value=bucket_low, high_value=bucket_high, sample_count=total)
         return histogram
-    points, cumulative = feature.values_sketch.GetQuantilesAndCumulativeWeights(
-        _FINE_QUANTILES)
+    points, cumulative = feature.values_sketch.GetQuantilesAndCumulativeWeights(_FINE_QUANTILES)
     points = points.flatten().to_numpy()
     cumulative = cumulative.flatten().to_numpy()
     distinct, first, repeats = np.unique(points, return_index=True, return_counts=True)
@@ -568,17 +585,21 @@ def _equi_width_histogram(
         atom = (repeats > 1) | ~np.isfinite(previous) | ~np.isfinite(distinct) | ~(span > 0)
         atom[0] = True
         fraction = np.where(
-            atom, (distinct < inner).astype(np.float64),
-            np.clip((inner - previous) / np.where(atom, 1.0, span), 0.0, 1.0))
+            atom,
+            (distinct < inner).astype(np.float64),
+            np.clip((inner - previous) / np.where(atom, 1.0, span), 0.0, 1.0),
+        )
     below = fraction @ mass  # values < each inner edge
     cumulative_at_edges = np.concatenate([[0.0], below, [float(total)]])
     counts = np.maximum(np.diff(cumulative_at_edges), 0.0)
     for i, count in enumerate(counts):
         bucket_low = -math.inf if (i == 0 and feature.num_neg_inf) else float(edges[i])
         bucket_high = (
-            math.inf if (i == num_buckets - 1 and feature.num_pos_inf) else float(edges[i + 1]))
+            math.inf if (i == num_buckets - 1 and feature.num_pos_inf) else float(edges[i + 1])
+        )
         histogram.buckets.add(
-            low_value=bucket_low, high_value=bucket_high, sample_count=float(count))
+            low_value=bucket_low, high_value=bucket_high, sample_count=float(count)
+        )
     return histogram
 
 
@@ -664,7 +685,8 @@ def write_statistics(stats: statistics_pb2.DatasetFeatureStatisticsList, path: s
     """
     if not isinstance(stats, statistics_pb2.DatasetFeatureStatisticsList):
         raise TypeError(
-            f"write_statistics takes a DatasetFeatureStatisticsList, got {type(stats).__name__}.")
+            f"write_statistics takes a DatasetFeatureStatisticsList, got {type(stats).__name__}."
+        )
     gfile = _gfile()
     folder = os.path.dirname(path)
     if folder:
@@ -689,7 +711,8 @@ def read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
     if not gfile.exists(path):
         raise PipelineError(
             f"Statistics file {path} does not exist; run the statistics stage first or "
-            "pass the path of an existing FeatureStats.pb file.")
+            "pass the path of an existing FeatureStats.pb file."
+        )
     with gfile.GFile(path, "rb") as f:
         data = f.read()
     stats = statistics_pb2.DatasetFeatureStatisticsList()
@@ -698,5 +721,6 @@ def read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
     except Exception as err:  # noqa: BLE001  protobuf raises DecodeError or a RuntimeError
         raise PipelineError(
             f"Statistics file {path} is not a binary DatasetFeatureStatisticsList ({err}); "
-            "delete it and run the statistics stage again.") from err
+            "delete it and run the statistics stage again."
+        ) from err
     return stats

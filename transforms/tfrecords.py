@@ -8,9 +8,16 @@ and only the files of committed bundles (gathered after a combine, so outputs of
 or retried attempts are never seen) are renamed to ``data-SSSSS-of-NNNNN.tfrecord.gz``;
 leftovers of failed attempts are deleted.
 
+:class:`ReadExampleBatches` is the reading side: gzip TFRecords of tf.Example to Arrow
+RecordBatches typed by a schema, read with TensorFlow's C++ reader in batches and decoded
+by tfx-bsl's decoder, the one TFXIO's ``TFExampleRecord`` uses. Why not TFXIO's
+``BeamSource``: it reads through Beam's ``ReadFromTFRecord``, which frames every record in
+Python (about 29 µs a record here: 30 s of a 1M-row Transform).
+
 Example::
 
     serialized_lists | WriteTFRecordBatches("out/train")   # out/train/data-*.tfrecord.gz
+    p | ReadExampleBatches(["out/train/data-00000-of-00001.tfrecord.gz"], schema)
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-__all__ = ["WriteTFRecordBatches", "SHARD_SUFFIX"]
+__all__ = ["WriteTFRecordBatches", "ReadExampleBatches", "SHARD_SUFFIX"]
 
 SHARD_SUFFIX = ".tfrecord.gz"
 # zlib level 1: a third of the default level's (6) time for files about 20% larger; the
@@ -104,4 +111,47 @@ class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
             | "WriteBundles" >> beam.ParDo(_WriteBundleFiles(self._tmp_dir))
             | "Gather" >> beam.combiners.ToList()
             | "Finalize" >> beam.Map(_finalize, self._out_dir, self._tmp_dir)
+        )
+
+
+class _DecodeFile(beam.DoFn):
+    """One gzip TFRecord file of tf.Examples -> RecordBatches of up to ``batch_size`` rows."""
+
+    def __init__(self, schema_bytes: bytes, batch_size: int):
+        self._schema_bytes = schema_bytes
+        self._batch_size = batch_size
+
+    def setup(self):
+        from tfx_bsl.coders import example_coder
+
+        self._decoder = example_coder.ExamplesToRecordBatchDecoder(self._schema_bytes)
+
+    def process(self, path: str):
+        import tensorflow as tf
+
+        dataset = tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=8 << 20)
+        for records in dataset.batch(self._batch_size).as_numpy_iterator():
+            yield self._decoder.DecodeBatch(list(records))
+
+
+class ReadExampleBatches(beam.PTransform[beam.pvalue.PBegin, beam.PCollection]):
+    """Reads gzip TFRecord files of tf.Example as RecordBatches typed by ``schema``.
+
+    The batches have the Arrow schema of ``tfxio.TFExampleRecord(..., schema=schema)``, so
+    its ``TensorAdapterConfig`` describes them (tf.Transform's input).
+    """
+
+    def __init__(self, files, schema, batch_size: int = 4096):
+        super().__init__()
+        if not files:
+            raise ValueError("ReadExampleBatches needs at least one file.")
+        self._files = list(files)
+        self._schema_bytes = schema.SerializeToString()
+        self._batch_size = batch_size
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ListFiles" >> beam.Create(self._files)
+            | "Decode" >> beam.ParDo(_DecodeFile(self._schema_bytes, self._batch_size))
         )

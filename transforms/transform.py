@@ -1,7 +1,8 @@
 """Transform: tf.Transform's analyze-and-transform over the split examples, via TFXIO.
 
-The examples are read as Arrow RecordBatches by tfx-bsl's ``TFExampleRecord`` TFXIO with
-the schema; the analyzers run over the train split (with tf.Transform's analyzer cache,
+The examples are read as Arrow RecordBatches typed by the schema (tfx-bsl's decoder, as
+its ``TFExampleRecord`` TFXIO, whose ``TensorAdapterConfig`` describes them to
+tf.Transform); the analyzers run over the train split (with tf.Transform's analyzer cache,
 so an unchanged dataset and ``preprocessing_fn`` reuse the previous run's analysis);
 every split is transformed and written as gzip TFRecords of tf.Example; the transform
 graph is written where ``tft.TFTransformOutput`` opens it.
@@ -30,7 +31,7 @@ from tfx_bsl.public import tfxio
 
 from beam_pipeline.config import Split
 from transforms.metrics import NAMESPACE
-from transforms.tfrecords import WriteTFRecordBatches
+from transforms.tfrecords import ReadExampleBatches, WriteTFRecordBatches
 
 __all__ = [
     "TransformResult",
@@ -76,7 +77,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
       dataset_fingerprint: identifies the train data's content; the cache is keyed by it
         (tf.Transform adds the analyzers' own fingerprints, so a changed
         ``preprocessing_fn`` misses the cache by itself).
-      batch_size: rows per RecordBatch fed to tf.Transform; None lets TFXIO tune it.
+      batch_size: rows per RecordBatch fed to tf.Transform.
     """
 
     def __init__(
@@ -86,10 +87,16 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         preprocessing_fn: Callable,
         cache_dir: Optional[str] = None,
         dataset_fingerprint: str = "",
-        batch_size: Optional[int] = None,
+        batch_size: int = 4096,
     ):
         super().__init__()
         self._batch_size = batch_size
+        import tensorflow as tf
+
+        self._files = {split: sorted(tf.io.gfile.glob(p)) for split, p in examples.items()}
+        empty = [p for split, p in examples.items() if not self._files[split]]
+        if empty:
+            raise ValueError(f"TransformExamples: no examples match {empty[0]}.")
         if Split.TRAIN not in examples:
             raise ValueError("TransformExamples needs a train split to analyze.")
         self._examples = dict(examples)
@@ -97,6 +104,9 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         self._preprocessing_fn = preprocessing_fn
         self._cache_dir = cache_dir
         self._dataset_key = dataset_cache_key(dataset_fingerprint)
+
+    def _read(self, split: Split) -> ReadExampleBatches:
+        return ReadExampleBatches(self._files[split], self._schema, self._batch_size)
 
     def _tfxio(self, split: Split) -> tfxio.TFExampleRecord:
         return tfxio.TFExampleRecord(
@@ -111,11 +121,9 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         # The train split is read twice, once to analyze and once to transform: a single
         # read would make the runner hold every train row in memory until the analysis
         # finishes (the transform waits for it as a side input); two reads keep memory flat.
-        analysis_data = pbegin | "ReadForAnalysis" >> train_io.BeamSource(self._batch_size)
+        analysis_data = pbegin | "ReadForAnalysis" >> self._read(Split.TRAIN)
         raw = {
-            split: pbegin
-            | f"Read[{split.value}]" >> self._tfxio(split).BeamSource(batch_size=self._batch_size)
-            for split in self._examples
+            split: pbegin | f"Read[{split.value}]" >> self._read(split) for split in self._examples
         }
         if self._cache_dir is not None:
             input_cache = pbegin | "ReadCache" >> tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(

@@ -74,8 +74,9 @@ _SCHEMA_TYPE_OF_STATS = {
     _StatsType.BYTES: "BYTES",
     _StatsType.STRUCT: "STRUCT",
 }
-_INACTIVE_STAGES = frozenset({
-    schema_pb2.PLANNED, schema_pb2.ALPHA, schema_pb2.DEPRECATED, schema_pb2.DEBUG_ONLY})
+_INACTIVE_STAGES = frozenset(
+    {schema_pb2.PLANNED, schema_pb2.ALPHA, schema_pb2.DEPRECATED, schema_pb2.DEBUG_ONLY}
+)
 # How many off-domain values a description names.
 _MAX_NAMED_VALUES = 5
 
@@ -115,71 +116,108 @@ class _Reasons:
                 info.description = " ".join(long for _, _, _, long in reasons)
 
 
-def _check_presence(reasons: _Reasons, name: str, feature: schema_pb2.Feature,
-                    common: Optional[statistics_pb2.CommonStatistics],
-                    num_examples: int) -> bool:
+def _check_presence(
+    reasons: _Reasons,
+    name: str,
+    feature: schema_pb2.Feature,
+    common: Optional[statistics_pb2.CommonStatistics],
+    num_examples: int,
+) -> bool:
     """Presence checks; returns whether the feature has values to check further."""
     presence = feature.presence
     required = presence.min_count > 0 or presence.min_fraction > 0
     if common is None:
         if required:
-            reasons.add(name, _Info.ERROR, _Info.SCHEMA_MISSING_COLUMN, "Column dropped",
-                        "The feature was present in the schema but is missing from the data.")
+            reasons.add(
+                name,
+                _Info.ERROR,
+                _Info.SCHEMA_MISSING_COLUMN,
+                "Column dropped",
+                "The feature was present in the schema but is missing from the data.",
+            )
         return False
     if common.num_non_missing == 0:
         if required:
-            reasons.add(name, _Info.ERROR, _Info.FEATURE_TYPE_NOT_PRESENT, "No examples contain "
-                        "the feature", "The feature is missing in every example.")
+            reasons.add(
+                name,
+                _Info.ERROR,
+                _Info.FEATURE_TYPE_NOT_PRESENT,
+                "No examples contain the feature",
+                "The feature is missing in every example.",
+            )
         return False
     present_fraction = common.num_non_missing / num_examples
     if presence.HasField("min_fraction") and (
-            present_fraction < presence.min_fraction
-            or (presence.min_fraction >= 1.0 and common.num_missing > 0)):
+        present_fraction < presence.min_fraction
+        or (presence.min_fraction >= 1.0 and common.num_missing > 0)
+    ):
         reasons.add(
-            name, _Info.ERROR, _Info.FEATURE_TYPE_LOW_FRACTION_PRESENT,
+            name,
+            _Info.ERROR,
+            _Info.FEATURE_TYPE_LOW_FRACTION_PRESENT,
             "Column has missing values",
             f"The feature is present in {present_fraction:.2%} of the examples "
             f"({common.num_missing} missing), below the schema's presence.min_fraction "
-            f"{presence.min_fraction:g}.")
+            f"{presence.min_fraction:g}.",
+        )
     if presence.HasField("min_count") and common.num_non_missing < presence.min_count:
         reasons.add(
-            name, _Info.ERROR, _Info.FEATURE_TYPE_LOW_NUMBER_PRESENT,
+            name,
+            _Info.ERROR,
+            _Info.FEATURE_TYPE_LOW_NUMBER_PRESENT,
             "Column present in too few examples",
             f"The feature is present in {common.num_non_missing} examples, below the "
-            f"schema's presence.min_count {presence.min_count}.")
+            f"schema's presence.min_count {presence.min_count}.",
+        )
     return True
 
 
-def _check_values(reasons: _Reasons, name: str, feature: schema_pb2.Feature,
-                  common: statistics_pb2.CommonStatistics) -> None:
+def _check_values(
+    reasons: _Reasons,
+    name: str,
+    feature: schema_pb2.Feature,
+    common: statistics_pb2.CommonStatistics,
+) -> None:
     """value_count and shape checks."""
     if feature.HasField("value_count"):
         value_count = feature.value_count
         if value_count.HasField("min") and common.min_num_values < value_count.min:
-            reasons.add(name, _Info.ERROR, _Info.FEATURE_TYPE_LOW_NUMBER_VALUES,
-                        "Missing values",
-                        f"Some examples have fewer values than expected: "
-                        f"{common.min_num_values} < value_count.min {value_count.min}.")
+            reasons.add(
+                name,
+                _Info.ERROR,
+                _Info.FEATURE_TYPE_LOW_NUMBER_VALUES,
+                "Missing values",
+                f"Some examples have fewer values than expected: "
+                f"{common.min_num_values} < value_count.min {value_count.min}.",
+            )
         if value_count.HasField("max") and common.max_num_values > value_count.max:
-            reasons.add(name, _Info.ERROR, _Info.FEATURE_TYPE_HIGH_NUMBER_VALUES,
-                        "Superfluous values",
-                        f"Some examples have more values than expected: "
-                        f"{common.max_num_values} > value_count.max {value_count.max}.")
+            reasons.add(
+                name,
+                _Info.ERROR,
+                _Info.FEATURE_TYPE_HIGH_NUMBER_VALUES,
+                "Superfluous values",
+                f"Some examples have more values than expected: "
+                f"{common.max_num_values} > value_count.max {value_count.max}.",
+            )
     if feature.HasField("shape"):
         size = 1
         for dim in feature.shape.dim:
             size *= dim.size
-        if (common.num_missing > 0 or common.min_num_values != size
-                or common.max_num_values != size):
+        if common.num_missing > 0 or common.min_num_values != size or common.max_num_values != size:
             reasons.add(
-                name, _Info.ERROR, _Info.INVALID_FEATURE_SHAPE, "Invalid shape",
+                name,
+                _Info.ERROR,
+                _Info.INVALID_FEATURE_SHAPE,
+                "Invalid shape",
                 f"The schema gives the feature a fixed shape of {size} value(s), but "
                 f"{common.num_missing} examples miss it and present examples have "
-                f"{common.min_num_values} to {common.max_num_values} values.")
+                f"{common.min_num_values} to {common.max_num_values} values.",
+            )
 
 
-def _string_domain(schema: schema_pb2.Schema, feature: schema_pb2.Feature,
-                   reasons: _Reasons, name: str) -> Optional[schema_pb2.StringDomain]:
+def _string_domain(
+    schema: schema_pb2.Schema, feature: schema_pb2.Feature, reasons: _Reasons, name: str
+) -> Optional[schema_pb2.StringDomain]:
     if feature.HasField("string_domain"):
         return feature.string_domain
     if feature.WhichOneof("domain_info") != "domain":
@@ -187,16 +225,24 @@ def _string_domain(schema: schema_pb2.Schema, feature: schema_pb2.Feature,
     for domain in schema.string_domain:
         if domain.name == feature.domain:
             return domain
-    reasons.add(name, _Info.ERROR, _Info.INVALID_DOMAIN_SPECIFICATION, "Missing domain",
-                f"The feature's domain {feature.domain!r} is not a string_domain of the "
-                "schema.")
+    reasons.add(
+        name,
+        _Info.ERROR,
+        _Info.INVALID_DOMAIN_SPECIFICATION,
+        "Missing domain",
+        f"The feature's domain {feature.domain!r} is not a string_domain of the schema.",
+    )
     return None
 
 
-def _check_domain(reasons: _Reasons, name: str, schema: schema_pb2.Schema,
-                  feature: schema_pb2.Feature,
-                  feature_stats: statistics_pb2.FeatureNameStatistics,
-                  common: statistics_pb2.CommonStatistics) -> None:
+def _check_domain(
+    reasons: _Reasons,
+    name: str,
+    schema: schema_pb2.Schema,
+    feature: schema_pb2.Feature,
+    feature_stats: statistics_pb2.FeatureNameStatistics,
+    common: statistics_pb2.CommonStatistics,
+) -> None:
     domain = _string_domain(schema, feature, reasons, name)
     if domain is None or feature_stats.type not in (_StatsType.STRING, _StatsType.BYTES):
         return
@@ -206,22 +252,30 @@ def _check_domain(reasons: _Reasons, name: str, schema: schema_pb2.Schema,
         return
     total = common.tot_num_values
     unseen_count = sum(unseen.values())
-    min_mass = (feature.distribution_constraints.min_domain_mass
-                if feature.distribution_constraints.HasField("min_domain_mass") else 1.0)
+    min_mass = (
+        feature.distribution_constraints.min_domain_mass
+        if feature.distribution_constraints.HasField("min_domain_mass")
+        else 1.0
+    )
     if min_mass < 1.0 and total > 0 and unseen_count / total <= 1.0 - min_mass:
         return
     ranked = sorted(unseen.items(), key=lambda vc: (-vc[1], vc[0]))
     named = ", ".join(f"{v} ({_percent(c, total)})" for v, c in ranked[:_MAX_NAMED_VALUES])
-    more = f" and {len(ranked) - _MAX_NAMED_VALUES} more" if len(ranked) > _MAX_NAMED_VALUES \
-        else ""
-    reasons.add(name, _Info.ERROR, _Info.ENUM_TYPE_UNEXPECTED_STRING_VALUES,
-                "Unexpected string values",
-                f"Examples contain values missing from the schema: {named}{more}.")
+    more = f" and {len(ranked) - _MAX_NAMED_VALUES} more" if len(ranked) > _MAX_NAMED_VALUES else ""
+    reasons.add(
+        name,
+        _Info.ERROR,
+        _Info.ENUM_TYPE_UNEXPECTED_STRING_VALUES,
+        "Unexpected string values",
+        f"Examples contain values missing from the schema: {named}{more}.",
+    )
 
 
-def _missing_fraction(dataset: statistics_pb2.DatasetFeatureStatistics,
-                      features: dict[str, statistics_pb2.FeatureNameStatistics],
-                      name: str) -> float:
+def _missing_fraction(
+    dataset: statistics_pb2.DatasetFeatureStatistics,
+    features: dict[str, statistics_pb2.FeatureNameStatistics],
+    name: str,
+) -> float:
     feature_stats = features.get(name)
     if feature_stats is None:
         return 1.0
@@ -261,7 +315,8 @@ def validate_statistics(
         baseline = _single_dataset(baseline_stats, "baseline_stats", "validate_statistics")
     if not 0.0 <= max_missing_fraction_jump <= 1.0:
         raise ValueError(
-            f"max_missing_fraction_jump must be in [0, 1], got {max_missing_fraction_jump!r}.")
+            f"max_missing_fraction_jump must be in [0, 1], got {max_missing_fraction_jump!r}."
+        )
 
     anomalies = anomalies_pb2.Anomalies()
     anomalies.baseline.CopyFrom(schema)
@@ -271,9 +326,11 @@ def validate_statistics(
         info.severity = _Info.ERROR
         info.short_description = "No examples"
         info.description = f"The split {dataset.name!r} has no examples."
-        info.reason.add(type=_Info.DATASET_LOW_NUM_EXAMPLES,
-                        short_description=info.short_description,
-                        description=info.description)
+        info.reason.add(
+            type=_Info.DATASET_LOW_NUM_EXAMPLES,
+            short_description=info.short_description,
+            description=info.description,
+        )
         return anomalies
 
     reasons = _Reasons()
@@ -287,38 +344,51 @@ def validate_statistics(
         common = None if feature_stats is None else _common_stats(feature_stats)
         if not _check_presence(reasons, name, feature, common, dataset.num_examples):
             continue
-        if (feature.type in _EXPECTED_STATS_TYPES
-                and feature_stats.type not in _EXPECTED_STATS_TYPES[feature.type]):
+        if (
+            feature.type in _EXPECTED_STATS_TYPES
+            and feature_stats.type not in _EXPECTED_STATS_TYPES[feature.type]
+        ):
             reasons.add(
-                name, _Info.ERROR, _Info.UNEXPECTED_DATA_TYPE, "Unexpected data type",
+                name,
+                _Info.ERROR,
+                _Info.UNEXPECTED_DATA_TYPE,
+                "Unexpected data type",
                 f"Expected data of type: {schema_pb2.FeatureType.Name(feature.type)} but got "
-                f"{_SCHEMA_TYPE_OF_STATS.get(feature_stats.type, 'UNKNOWN')}.")
+                f"{_SCHEMA_TYPE_OF_STATS.get(feature_stats.type, 'UNKNOWN')}.",
+            )
             continue
         _check_values(reasons, name, feature, common)
         _check_domain(reasons, name, schema, feature, feature_stats, common)
 
     for name, feature_stats in features.items():
         if name not in schema_names and _common_stats(feature_stats).num_non_missing > 0:
-            reasons.add(name, _Info.ERROR, _Info.SCHEMA_NEW_COLUMN, "New column",
-                        "New column (column in data but not in schema).")
+            reasons.add(
+                name,
+                _Info.ERROR,
+                _Info.SCHEMA_NEW_COLUMN,
+                "New column",
+                "New column (column in data but not in schema).",
+            )
 
     if baseline is not None and baseline.num_examples > 0:
         baseline_features = {_feature_name(f): f for f in baseline.features}
         for feature in schema.feature:
             name = feature.name
-            if _is_deprecated(feature) or (
-                    name not in features and name not in baseline_features):
+            if _is_deprecated(feature) or (name not in features and name not in baseline_features):
                 continue
             current = _missing_fraction(dataset, features, name)
             before = _missing_fraction(baseline, baseline_features, name)
             if abs(current - before) > max_missing_fraction_jump:
                 reasons.add(
-                    name, _Info.WARNING, _Info.COMPARATOR_L_INFTY_HIGH,
+                    name,
+                    _Info.WARNING,
+                    _Info.COMPARATOR_L_INFTY_HIGH,
                     "Missing fraction changed",
                     f"The feature is missing in {current:.1%} of the examples of "
                     f"{dataset.name!r} but in {before:.1%} of the baseline "
                     f"{baseline.name!r}, a change above the threshold "
-                    f"{max_missing_fraction_jump:g}.")
+                    f"{max_missing_fraction_jump:g}.",
+                )
     reasons.to_proto(anomalies)
     return anomalies
 
@@ -333,7 +403,8 @@ def is_blocking(anomalies: anomalies_pb2.Anomalies) -> bool:
       True when the pipeline should stop before training.
     """
     return anomalies.dataset_anomaly_info.severity == _Info.ERROR or any(
-        info.severity == _Info.ERROR for info in anomalies.anomaly_info.values())
+        info.severity == _Info.ERROR for info in anomalies.anomaly_info.values()
+    )
 
 
 def format_anomalies(split: str, anomalies: anomalies_pb2.Anomalies) -> str:
@@ -354,13 +425,17 @@ def format_anomalies(split: str, anomalies: anomalies_pb2.Anomalies) -> str:
     lines = [f"Split {split!r}: {len(infos)} anomalous feature(s), {blocking} blocking."]
     if has_dataset:
         info = anomalies.dataset_anomaly_info
-        lines.append(f"  {_Info.Severity.Name(info.severity):<7} (split) "
-                     f"{info.short_description}: {info.description}")
+        lines.append(
+            f"  {_Info.Severity.Name(info.severity):<7} (split) "
+            f"{info.short_description}: {info.description}"
+        )
     for name in sorted(infos):
         info = infos[name]
         kinds = ",".join(_Info.Type.Name(r.type) for r in info.reason)
-        lines.append(f"  {_Info.Severity.Name(info.severity):<7} {name}: "
-                     f"{info.short_description}: {info.description} [{kinds}]")
+        lines.append(
+            f"  {_Info.Severity.Name(info.severity):<7} {name}: "
+            f"{info.short_description}: {info.description} [{kinds}]"
+        )
     return "\n".join(lines)
 
 
@@ -415,11 +490,12 @@ class ValidateStatistics(
         if baseline is not None and not isinstance(baseline, beam.pvalue.PCollection):
             raise TypeError(
                 "ValidateStatistics takes the baseline statistics as a PCollection, got "
-                f"{type(baseline).__name__}.")
+                f"{type(baseline).__name__}."
+            )
         if not 0.0 <= max_missing_fraction_jump <= 1.0:
             raise ValueError(
-                "max_missing_fraction_jump must be in [0, 1], got "
-                f"{max_missing_fraction_jump!r}.")
+                f"max_missing_fraction_jump must be in [0, 1], got {max_missing_fraction_jump!r}."
+            )
         self._schema = schema
         self._baseline = baseline
         self._max_jump = max_missing_fraction_jump

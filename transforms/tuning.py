@@ -1,0 +1,112 @@
+"""``RunTrials``: one round of a hyperparameter search, a trial per element, fanned out to workers.
+
+The round's :class:`trainer.TrialSpec` elements are created, ``Reshuffle``d (so each trial
+can land on its own worker, and a retried worker reruns its trial alone) and run by a DoFn
+that calls :class:`trainer.tuning.TrialRunner` (the module's ``tuner_fn`` once per DoFn
+instance, then the tuner's ``run_trial`` per trial). The DoFn carries the ``accelerator`` /
+``min_ram`` resource hints when they are set, so on Dataflow trials get GPU workers while
+the launcher keeps the oracle.
+
+A trial's error does not fail the step: it is the trial's result (status INVALID or
+FAILED, with the error text), so the other trials go on; the oracle decides what it means.
+
+Example::
+
+    with create_pipeline(options) as p:
+        results = p | "RunTrials" >> RunTrials(job, specs, accelerator=None, min_ram="8GB")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.transforms import resources
+
+from beam_pipeline.errors import PipelineError
+from trainer.tuning import TrialResult, TrialRunner, TrialSpec, TrialStatus, TuningJob
+from transforms.metrics import NAMESPACE
+
+__all__ = ["RunTrials"]
+
+
+@beam.typehints.with_input_types(TrialSpec)
+@beam.typehints.with_output_types(TrialResult)
+class _RunTrialDoFn(beam.DoFn):
+    """Runs trials with one :class:`TrialRunner` per DoFn instance; counts their outcomes."""
+
+    def __init__(self, job: TuningJob) -> None:
+        self._job = job
+        self._trials = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_run")
+        self._completed = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_completed")
+        self._failed = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_failed")
+        self._reused = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_reused")
+        self._millis = beam.metrics.Metrics.distribution(NAMESPACE, "tuner.trial_millis")
+        self._runner: Optional[TrialRunner] = None
+
+    def setup(self) -> None:
+        # Caps TF's thread pools before any op runs in this worker; the module and its
+        # tuner_fn load on the first trial.
+        self._runner = TrialRunner(self._job)
+
+    def process(self, spec: TrialSpec) -> Iterator[TrialResult]:
+        assert self._runner is not None  # set in setup()
+        result = self._runner.run(spec)
+        self._trials.inc()
+        if result.reused:
+            self._reused.inc()
+        elif result.status is TrialStatus.COMPLETED:
+            self._completed.inc()
+            self._millis.update(int(result.seconds * 1000))
+        else:
+            self._failed.inc()
+        yield result
+
+
+class RunTrials(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrialResult]]):
+    """Runs one round's trials on workers; the output holds one :class:`TrialResult` per trial.
+
+    Args:
+      job: what every trial needs (module source, data, shared tuner folder).
+      trials: this round's trials.
+      accelerator: Beam accelerator hint, e.g. ``type:nvidia-l4;count:1;install-nvidia-driver``.
+      min_ram: Beam min_ram hint, e.g. ``16GB``.
+
+    Raises:
+      PipelineError: no trials, or a hint value Beam cannot parse.
+    """
+
+    def __init__(
+        self,
+        job: TuningJob,
+        trials: Sequence[TrialSpec],
+        accelerator: Optional[str] = None,
+        min_ram: Optional[str] = None,
+    ) -> None:
+        super().__init__()
+        if not trials:
+            raise PipelineError("RunTrials was given no trials; ask the oracle for a round first.")
+        self._job = job
+        self._trials = list(trials)
+        self._hints = {k: v for k, v in (("accelerator", accelerator), ("min_ram", min_ram)) if v}
+        for name, value in self._hints.items():
+            try:
+                resources.parse_resource_hints({name: value})
+            except ValueError as e:
+                raise PipelineError(
+                    f"--tuner_{name} {value!r} is not a valid Beam resource hint ({e}); use "
+                    "e.g. --tuner_min_ram=16GB or "
+                    "--tuner_accelerator='type:nvidia-l4;count:1;install-nvidia-driver'."
+                ) from None
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[TrialResult]:
+        run = beam.ParDo(_RunTrialDoFn(self._job))
+        if self._hints:
+            run = run.with_resource_hints(**self._hints)
+        return (
+            pbegin
+            | "CreateTrials" >> beam.Create(self._trials)
+            | "Reshuffle" >> beam.Reshuffle()
+            | "RunTrial" >> run
+        )
