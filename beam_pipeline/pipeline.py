@@ -25,16 +25,19 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable, Mapping
 from typing import Optional
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import TestOptions
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import DataFormat, PipelineConfig, Split
 from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.module_file import get_preprocessing_fn
+from beam_pipeline.remote import JobInfo, check_remote_paths, stage_module_file, wait_for_job
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus
 from beam_pipeline.training_stage import run_training_stage
@@ -42,7 +45,7 @@ from trainer import load_trainer_module
 from transforms import example_gen as eg
 from transforms.metrics import NAMESPACE
 
-__all__ = ["run", "DataInputs"]
+__all__ = ["run", "DataInputs", "build_data_pipeline", "build_transform_pipeline"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -99,6 +102,72 @@ def _column_types(schema) -> dict[str, eg.ColumnType]:
     return {f.name: kinds[f.type] for f in schema.feature if f.type in kinds}
 
 
+def build_data_pipeline(
+    p: beam.Pipeline,
+    config: PipelineConfig,
+    inputs: DataInputs,
+    csv_format: eg.CsvFormat,
+    user_schema,
+    staging: Mapping[Artifact, str],
+) -> None:
+    """Wires the data phase (ExampleGen + Statistics) into ``p`` without running it.
+
+    The orchestrator runs what this builds; tests build it on Dataflow with ``--dry_run``.
+
+    Args:
+      p: the pipeline to add the steps to.
+      config: the run's configuration.
+      inputs: the checked inputs.
+      csv_format: delimiter and null values of CSV input.
+      user_schema: the ``--schema`` proto, or None.
+      staging: the staging folders of EXAMPLES, REJECTED and STATISTICS.
+    """
+    from transforms.statistics import GenerateStatistics, write_statistics
+
+    splits = config.data.splits
+    stats_path = {
+        s: FileSystems.join(staging[Artifact.STATISTICS], s.value, "FeatureStats.pb")
+        for s in splits
+    }
+    batch_sets, rejected_sets = [], []
+    for split, files in inputs.files:
+        splitter = eg.HashSplitter(
+            buckets=config.data.split_buckets,
+            partition_feature=config.data.partition_feature,
+            fixed_split=split,
+        )
+        label = f"ExampleGen[{split.value}]" if split else "ExampleGen"
+        if inputs.data_format is DataFormat.CSV:
+            types = _column_types(user_schema) if user_schema is not None else None
+            read = eg.ReadCsvExamples(files, inputs.header, csv_format, splitter, types)
+        else:
+            schema_bytes = user_schema.SerializeToString() if user_schema is not None else None
+            read = eg.ReadTFRecordExamples(files, splitter, schema_bytes)
+        result = p | label >> read
+        batch_sets.append(result.batches)
+        rejected_sets.append(result.rejected)
+    batches = tuple(batch_sets) | "AllBatches" >> beam.Flatten()
+    rejected = tuple(rejected_sets) | "AllRejected" >> beam.Flatten()
+    _ = batches | "WriteExamples" >> eg.WriteSplitExamples(staging[Artifact.EXAMPLES], splits)
+    _ = rejected | "WriteRejected" >> eg.WriteRejectedRows(staging[Artifact.REJECTED])
+    for split in splits:
+        _ = (
+            batches
+            | f"Select[{split.value}]"
+            >> beam.FlatMap(lambda sb, s: [sb.batch] if sb.split is s else [], split)
+            | f"Statistics[{split.value}]" >> GenerateStatistics(split.value)
+            | f"WriteStatistics[{split.value}]" >> beam.Map(write_statistics, stats_path[split])
+        )
+
+
+def _job_note(job: JobInfo) -> str:
+    """The job id and link for a stage's note; empty for a run on this machine."""
+    if not job.job_id and not job.url and not job.note.startswith("dry run"):
+        return ""
+    text = f"{job.runner} job {job.job_id}" if job.job_id else job.runner
+    return text + (f": {job.url}" if job.url else "") + (f" ({job.note})" if job.note else "")
+
+
 def _run_data_phase(
     config: PipelineConfig,
     inputs: DataInputs,
@@ -107,57 +176,40 @@ def _run_data_phase(
     run_dir: RunDirectory,
     options,
     summary: RunSummary,
-) -> dict:
-    """ExampleGen + Statistics in one Beam job; returns split -> statistics proto."""
-    from transforms.statistics import GenerateStatistics, read_statistics, write_statistics
+) -> Optional[dict]:
+    """ExampleGen + Statistics in one Beam job; returns split -> statistics proto.
+
+    Returns None on a ``--dry_run``: the job graph is built and nothing runs.
+    """
+    from transforms.statistics import read_statistics
 
     splits = config.data.splits
     staging = {
         a: run_dir.new_staging(a)
         for a in (Artifact.EXAMPLES, Artifact.REJECTED, Artifact.STATISTICS)
     }
-    stats_path = {
-        s: FileSystems.join(staging[Artifact.STATISTICS], s.value, "FeatureStats.pb")
-        for s in splits
-    }
     started = time.time()
     try:
         p = create_pipeline(options)
-        batch_sets, rejected_sets = [], []
-        for split, files in inputs.files:
-            splitter = eg.HashSplitter(
-                buckets=config.data.split_buckets,
-                partition_feature=config.data.partition_feature,
-                fixed_split=split,
-            )
-            label = f"ExampleGen[{split.value}]" if split else "ExampleGen"
-            if inputs.data_format is DataFormat.CSV:
-                types = _column_types(user_schema) if user_schema is not None else None
-                read = eg.ReadCsvExamples(files, inputs.header, csv_format, splitter, types)
-            else:
-                schema_bytes = user_schema.SerializeToString() if user_schema is not None else None
-                read = eg.ReadTFRecordExamples(files, splitter, schema_bytes)
-            result = p | label >> read
-            batch_sets.append(result.batches)
-            rejected_sets.append(result.rejected)
-        batches = tuple(batch_sets) | "AllBatches" >> beam.Flatten()
-        rejected = tuple(rejected_sets) | "AllRejected" >> beam.Flatten()
-        _ = batches | "WriteExamples" >> eg.WriteSplitExamples(staging[Artifact.EXAMPLES], splits)
-        _ = rejected | "WriteRejected" >> eg.WriteRejectedRows(staging[Artifact.REJECTED])
-        for split in splits:
-            _ = (
-                batches
-                | f"Select[{split.value}]"
-                >> beam.FlatMap(lambda sb, s: [sb.batch] if sb.split is s else [], split)
-                | f"Statistics[{split.value}]" >> GenerateStatistics(split.value)
-                | f"WriteStatistics[{split.value}]" >> beam.Map(write_statistics, stats_path[split])
-            )
+        build_data_pipeline(p, config, inputs, csv_format, user_schema, staging)
         result = p.run()
-        result.wait_until_finish()
+        job = wait_for_job(result, options, "ExampleGen+Statistics")
     except BaseException:
         for path in staging.values():
             run_dir.discard(path)
         raise
+    if options.view_as(TestOptions).dry_run:
+        for path in staging.values():
+            run_dir.discard(path)
+        summary.stages.append(
+            StageReport(
+                "ExampleGen",
+                StageStatus.SKIPPED,
+                note=_job_note(job),
+                details={"job": job.to_json()},
+            )
+        )
+        return None
     seconds = time.time() - started
     read = _counter(result, "example_gen.rows_read")
     rejected_n = _counter(result, "example_gen.rows_rejected")
@@ -193,6 +245,7 @@ def _run_data_phase(
     examples_dir = run_dir.publish(Artifact.EXAMPLES, staging[Artifact.EXAMPLES])
     stats_dir = run_dir.publish(Artifact.STATISTICS, staging[Artifact.STATISTICS])
     note = f"{rejected_n} rejected rows listed in {rejected_dir}" if rejected_n else ""
+    note = "; ".join(n for n in (note, _job_note(job)) if n)
     summary.stages.append(
         StageReport(
             "ExampleGen",
@@ -203,6 +256,7 @@ def _run_data_phase(
             seconds,
             examples_dir,
             note,
+            details={"job": job.to_json()},
         )
     )
     summary.stages.append(
@@ -296,17 +350,63 @@ def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
     return schema
 
 
+def build_transform_pipeline(
+    p: beam.Pipeline,
+    examples: Mapping[Split, str],
+    schema,
+    preprocessing_fn: Callable,
+    module_path: str,
+    fingerprint: str,
+    cache_dir: Optional[str],
+    graph_dir: str,
+    examples_dir: str,
+) -> None:
+    """Wires the Transform phase into ``p`` without running it (inside a tft_beam.Context).
+
+    Args:
+      p: the pipeline to add the steps to.
+      examples: split -> file pattern of the data phase's examples.
+      schema: the raw data schema.
+      preprocessing_fn: the module's tf.Transform function.
+      module_path: the module file (for messages).
+      fingerprint: the data fingerprint keying the analyzer cache.
+      cache_dir: the analyzer cache folder, or None.
+      graph_dir / examples_dir: where the transform graph and transformed examples go.
+
+    Raises:
+      PipelineError: ``preprocessing_fn`` raised while tf.Transform traced it.
+    """
+    import tensorflow_transform.beam as tft_beam
+
+    from transforms.transform import TransformExamples, WriteTransformedExamples
+
+    transform = TransformExamples(examples, schema, preprocessing_fn, cache_dir, fingerprint)
+    try:
+        result = p | "Transform" >> transform
+    except Exception as e:  # noqa: BLE001  tf.Transform traces the user's function here
+        raise PipelineError(
+            f"preprocessing_fn in {module_path} raised {type(e).__name__}: {e}; fix the "
+            "function (its inputs are the features of schema.pbtxt, optional ones as "
+            "SparseTensor)."
+        ) from e
+    _ = result.transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(graph_dir)
+    for split in examples:
+        _ = result.transformed[split] | f"Write[{split.value}]" >> WriteTransformedExamples(
+            examples_dir, split
+        )
+    if result.analyzer_cache is not None:
+        _ = result.analyzer_cache | "WriteCache" >> tft_beam.analyzer_cache.WriteAnalysisCacheToFS(
+            p, cache_dir
+        )
+
+
 def _run_transform(
     config, inputs, preprocessing_fn, module_path, schema, run_dir, options, summary
 ):
     import tensorflow_transform.beam as tft_beam
     from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
-    from transforms.transform import (
-        TransformExamples,
-        WriteTransformedExamples,
-        dataset_cache_key,
-    )
+    from transforms.transform import dataset_cache_key
 
     splits = config.data.splits
     graph_tmp = run_dir.new_staging(Artifact.TRANSFORM_GRAPH)
@@ -320,28 +420,19 @@ def _run_transform(
             examples = {
                 s: run_dir.path(Artifact.EXAMPLES, s.value, "*.tfrecord.gz") for s in splits
             }
-            try:
-                result = p | "Transform" >> TransformExamples(
-                    examples, schema, preprocessing_fn, cache_dir, inputs.fingerprint
-                )
-            except Exception as e:  # noqa: BLE001  tf.Transform traces the user's function here
-                raise PipelineError(
-                    f"preprocessing_fn in {module_path} raised {type(e).__name__}: {e}; fix the "
-                    "function (its inputs are the features of schema.pbtxt, optional ones as "
-                    "SparseTensor)."
-                ) from e
-            _ = result.transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(graph_tmp)
-            for split in splits:
-                _ = result.transformed[split] | f"Write[{split.value}]" >> WriteTransformedExamples(
-                    examples_tmp, split
-                )
-            if result.analyzer_cache is not None:
-                _ = (
-                    result.analyzer_cache
-                    | "WriteCache" >> tft_beam.analyzer_cache.WriteAnalysisCacheToFS(p, cache_dir)
-                )
+            build_transform_pipeline(
+                p,
+                examples,
+                schema,
+                preprocessing_fn,
+                module_path,
+                inputs.fingerprint,
+                cache_dir,
+                graph_tmp,
+                examples_tmp,
+            )
             beam_result = p.run()
-            beam_result.wait_until_finish()
+            job = wait_for_job(beam_result, options, "Transform")
         # The raw data's metadata beside the graph, as TFX's Transform writes it, so
         # tft.TFTransformOutput(...).raw_feature_spec() works for ported module files.
         metadata_io.write_metadata(
@@ -372,9 +463,16 @@ def _run_transform(
             0,
             time.time() - started,
             graph_dir,
-            f"transformed examples in {run_dir.path(Artifact.TRANSFORMED_EXAMPLES)}; "
-            f"analyzer cache {cache_note}",
-            details={"analyzer_cache": cache_note},
+            "; ".join(
+                n
+                for n in (
+                    f"transformed examples in {run_dir.path(Artifact.TRANSFORMED_EXAMPLES)}",
+                    f"analyzer cache {cache_note}",
+                    _job_note(job),
+                )
+                if n
+            ),
+            details={"analyzer_cache": cache_note, "job": job.to_json()},
         )
     )
 
@@ -396,6 +494,8 @@ def run(config: PipelineConfig) -> RunSummary:
     from transforms.schema import read_schema
 
     options = parse_beam_args(config.beam_args)
+    # First, before any file or job is created: remote workers cannot use local paths.
+    check_remote_paths(config, options)
     csv_format = eg.CsvFormat(config.data.csv_delimiter, config.data.csv_null_values)
     inputs = _check_data(config, csv_format)
     preprocessing_fn = None
@@ -412,8 +512,17 @@ def run(config: PipelineConfig) -> RunSummary:
 
     run_dir = RunDirectory.create(config.pipeline_root, config.run_id)
     summary = RunSummary(run_dir.root)
+    # The model phase's workers load the module staged beside the artifacts, named by its
+    # sha256 (<run_dir>/module/<sha256>/...), not the user's copy, which may change or be
+    # out of their reach.
+    model_config = config
+    if config.module_file:
+        staged = stage_module_file(config.module_file, run_dir.root)
+        model_config = dataclasses.replace(config, module_file=staged.path)
     try:
         stats = _run_data_phase(config, inputs, csv_format, user_schema, run_dir, options, summary)
+        if stats is None:  # --dry_run: the later phases need the data phase's output
+            return summary
         schema = _run_schema_and_validation(config, stats, user_schema, run_dir, summary)
         if preprocessing_fn is None:
             summary.stages.append(
@@ -431,7 +540,9 @@ def run(config: PipelineConfig) -> RunSummary:
                 summary,
             )
             summary.stages.append(
-                run_training_stage(config, run_dir, options, entry_point=config.trainer.entry_point)
+                run_training_stage(
+                    model_config, run_dir, options, entry_point=config.trainer.entry_point
+                )
             )
     finally:
         with FileSystems.create(FileSystems.join(run_dir.root, "summary.json")) as f:

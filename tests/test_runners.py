@@ -34,7 +34,14 @@ import pytest
 from conftest import PENGUIN_DIR, REPO, TESTDATA
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
-from beam_pipeline.config import DataConfig, DataFormat, PipelineConfig, Split, TrainerConfig
+from beam_pipeline.config import (
+    DataConfig,
+    DataFormat,
+    PipelineConfig,
+    Split,
+    TrainerConfig,
+    TunerConfig,
+)
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.remote import (
     JobInfo,
@@ -50,8 +57,10 @@ from beam_pipeline.remote import (
 
 MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
 PENGUINS = os.path.join(PENGUIN_DIR, "penguins.csv")
+TUNER_MODULE = os.path.join(TESTDATA, "tuner_module.py")
 IMAGE = "us-central1-docker.pkg.dev/placeholder-project/beam/beam-pipeline:0.1.0"
 ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
+T4 = "type:nvidia-tesla-t4;count:1;install-nvidia-driver"
 ACCELERATOR_URN = "beam:resources:accelerator:v1"
 MIN_RAM_URN = "beam:resources:min_ram_bytes:v1"
 # Placeholders: --dry_run builds the job without credentials (bucket names need 3+
@@ -63,7 +72,7 @@ DATAFLOW = (
     "--region=us-central1",
     "--temp_location=gs://placeholder-bucket/tmp",
 )
-RUN_ROOT = "gs://placeholder-bucket/runs/r1"
+RUN_ROOT = "gs://placeholder-bucket/runs"
 
 
 # --- which runners are remote -------------------------------------------------------------
@@ -247,7 +256,7 @@ def test_module_is_staged_by_content_and_workers_verify_it(tmp_path):
 
 def test_dataflow_job_id_and_console_link():
     from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
-    from apache_beam.runners.dataflow.internal.clients import dataflow as dataflow_api
+    from google.cloud import dataflow as dataflow_api
 
     options = parse_beam_args(
         ["--runner=DataflowRunner", "--project=my-project", "--region=europe-west4"]
@@ -275,6 +284,19 @@ def test_direct_and_dry_run_jobs_are_described():
     _ = p | beam.Create([1])
     assert describe_job(p.run(), options) == (
         "DataflowRunner (dry run: job graph built, nothing submitted)"
+    )
+
+
+def test_wait_for_job_returns_the_finished_jobs_info():
+    import apache_beam as beam
+
+    from beam_pipeline.remote import wait_for_job
+
+    options = parse_beam_args(["--runner=DirectRunner"])
+    p = create_pipeline(options)
+    _ = p | beam.Create([1, 2]) | beam.Map(lambda x: x + 1)
+    assert wait_for_job(p.run(), options, "Test") == JobInfo(
+        "DirectRunner", note="ran on this machine"
     )
 
 
@@ -331,39 +353,57 @@ def _dry_run(build, *extra_flags):
 @pytest.fixture(scope="module")
 def dataflow_graphs(tmp_path_factory):
     """The Dataflow protos of the three Beam jobs of a run, built offline from the same
-    builders the orchestrator uses, with artifact paths on gs:// placeholders."""
+    builders the orchestrator uses; also the module file the training job names.
+
+    The run directory is local: building a job already lists its input files (tf.Transform's
+    TFXIO source and analyzer cache do), which on gs:// would need credentials. Its
+    examples and transform graph are empty placeholder files: nothing is read in a dry run.
+    """
+    import keras_tuner
     import tensorflow_transform.beam as tft_beam
 
     from beam_pipeline.module_file import get_preprocessing_fn, load_module
     from beam_pipeline.pipeline import DataInputs, build_data_pipeline, build_transform_pipeline
-    from beam_pipeline.remote import register_module_for_workers
     from beam_pipeline.run_dir import Artifact, RunDirectory
+    from beam_pipeline.training_stage import build_training_job
+    from beam_pipeline.tuning_stage import build_tuning_job
+    from trainer.tuning import TrialSpec
     from transforms import example_gen as eg
     from transforms.schema import read_schema
     from transforms.training import TrainModel
+    from transforms.tuning import RunTrials
 
     config = PipelineConfig(
         data=DataConfig(data=PENGUINS, csv_null_values=("", "NA")),
         module_file=MODULE,
         trainer=TrainerConfig(accelerator=ACCELERATOR, min_ram="16GB"),
+        tuner=TunerConfig(accelerator=T4, min_ram="8GB"),
     )
+    run_dir = RunDirectory(str(tmp_path_factory.mktemp("pipeline_root")), "r1")
+    for artifact in (Artifact.EXAMPLES, Artifact.TRANSFORMED_EXAMPLES):
+        for split in config.data.splits:
+            os.makedirs(run_dir.path(artifact, split.value))
+            open(run_dir.path(artifact, split.value, "data-0.tfrecord.gz"), "wb").close()
+    os.makedirs(run_dir.path(Artifact.TRANSFORM_GRAPH))
+    staging = {a: os.path.join(run_dir.root, ".staging", a.value) for a in Artifact}
+    image = f"--sdk_container_image={IMAGE}"
+
     csv_format = eg.CsvFormat(config.data.csv_delimiter, config.data.csv_null_values)
     header = tuple(eg.read_csv_header([PENGUINS], csv_format))
     inputs = DataInputs(((None, (PENGUINS,)),), DataFormat.CSV, header, "fingerprint")
-    staging = {a: f"{RUN_ROOT}/.staging/{a.value}-1" for a in Artifact}
     graphs = {
         "data": _dry_run(
-            lambda p: build_data_pipeline(p, config, inputs, csv_format, None, staging),
-            f"--sdk_container_image={IMAGE}",
+            lambda p: build_data_pipeline(p, config, inputs, csv_format, None, staging), image
         )
     }
 
-    module = load_module(MODULE)
-    register_module_for_workers(module)  # as the orchestrator does
+    module = load_module(MODULE)  # registers its functions to be pickled by value
     preprocessing_fn = get_preprocessing_fn(module, MODULE)
     schema = read_schema(os.path.join(TESTDATA, "schema_penguins.pbtxt"))
-    examples = {s: f"{RUN_ROOT}/examples/{s.value}/*.tfrecord.gz" for s in config.data.splits}
-    with tft_beam.Context(temp_dir=f"{RUN_ROOT}/.staging/tft-tmp"):
+    examples = {
+        s: run_dir.path(Artifact.EXAMPLES, s.value, "*.tfrecord.gz") for s in config.data.splits
+    }
+    with tft_beam.Context(temp_dir=os.path.join(run_dir.root, ".staging", "tft-tmp")):
         graphs["transform"] = _dry_run(
             lambda p: build_transform_pipeline(
                 p,
@@ -372,24 +412,27 @@ def dataflow_graphs(tmp_path_factory):
                 preprocessing_fn,
                 MODULE,
                 "fingerprint",
-                "gs://placeholder-bucket/cache/transform",
+                run_dir.cache_path("transform"),
                 staging[Artifact.TRANSFORM_GRAPH],
                 staging[Artifact.TRANSFORMED_EXAMPLES],
             ),
-            f"--sdk_container_image={IMAGE}",
+            image,
         )
 
-    # The training step reads a run directory's artifacts when the job is built (it checks
-    # they exist): a local one with placeholder files stands in for the gs:// run.
-    from beam_pipeline.training_stage import build_training_job
-
-    run_dir = RunDirectory(str(tmp_path_factory.mktemp("pipeline_root")), "r1")
-    for part in ("transform_graph", "transformed_examples/train", "transformed_examples/eval"):
-        os.makedirs(os.path.join(run_dir.root, part))
-    for split in ("train", "eval"):
-        open(run_dir.path(Artifact.TRANSFORMED_EXAMPLES, split, "d.tfrecord.gz"), "wb").close()
-    staged = stage_module_file(MODULE, run_dir.root)
-    job = build_training_job(dataclasses.replace(config, module_file=staged.path), run_dir)
+    staged = stage_module_file(MODULE, run_dir.root)  # as the orchestrator does
+    model_config = dataclasses.replace(config, module_file=staged.path)
+    tuning = build_tuning_job(model_config, run_dir, staged.path, staging[Artifact.TUNER])
+    trial = TrialSpec("00", 0, keras_tuner.HyperParameters().get_config(), staging[Artifact.TUNER])
+    tuner = config.tuner
+    graphs["tuning round"] = _dry_run(
+        lambda p: (
+            p
+            | "RunTrials"
+            >> RunTrials(tuning, [trial], accelerator=tuner.accelerator, min_ram=tuner.min_ram)
+        ),
+        image,
+    )
+    job = build_training_job(model_config, run_dir)
     trainer = config.trainer
     graphs["training"] = _dry_run(
         lambda p: (
@@ -397,7 +440,7 @@ def dataflow_graphs(tmp_path_factory):
             | "TrainModel"
             >> TrainModel(job, accelerator=trainer.accelerator, min_ram=trainer.min_ram)
         ),
-        f"--sdk_container_image={IMAGE}",
+        image,
     )
     return graphs, staged
 
@@ -430,6 +473,7 @@ def dataflow_graphs(tmp_path_factory):
                 "WriteCache",
             ],
         ),
+        ("tuning round", ["RunTrials/CreateTrials", "RunTrials/Reshuffle", "RunTrials/RunTrial"]),
         ("training", ["TrainModel/CreateJob", "TrainModel/Reshuffle", "TrainModel/Train"]),
     ],
 )
@@ -441,23 +485,33 @@ def test_dataflow_graph_steps_image_and_hints(dataflow_graphs, phase, steps):
     envs = _environments(proto)
     assert {image for image, _ in envs.values()} == {IMAGE}
     hinted = {name: hints for name, (_, hints) in envs.items() if hints}
-    if phase == "training":
-        # The training step alone gets the GPU worker (right fitting): Dataflow gives a step
-        # with its own hints its own worker pool; the data steps keep ordinary workers.
-        assert hinted == {
-            "TrainModel/Train": {ACCELERATOR_URN: ACCELERATOR.encode(), MIN_RAM_URN: b"16000000000"}
-        }
-    else:
-        assert hinted == {}
+    # Only the trial and training steps get GPU workers (right fitting): Dataflow gives a
+    # step with its own hints its own worker pool; every other step keeps ordinary workers.
+    assert (
+        hinted
+        == {
+            "data": {},
+            "transform": {},
+            "tuning round": {
+                "RunTrials/RunTrial": {ACCELERATOR_URN: T4.encode(), MIN_RAM_URN: b"8000000000"}
+            },
+            "training": {
+                "TrainModel/Train": {
+                    ACCELERATOR_URN: ACCELERATOR.encode(),
+                    MIN_RAM_URN: b"16000000000",
+                }
+            },
+        }[phase]
+    )
 
 
-def test_dataflow_training_job_carries_the_staged_module(dataflow_graphs):
+@pytest.mark.parametrize("phase", ["tuning round", "training"])
+def test_dataflow_model_jobs_carry_the_staged_module(dataflow_graphs, phase):
     graphs, staged = dataflow_graphs
-    payloads = _decoded_fn_payloads(graphs["training"])
-    carriers = [name for name, raw in payloads.items() if staged.path.encode() in raw]
-    # The job element (a Create inside TrainModel) names the staged copy, whose folder is
-    # the module's sha256; the copy's bytes have that sha256.
-    assert carriers and all(name.startswith("TrainModel/CreateJob") for name in carriers)
+    payloads = _decoded_fn_payloads(graphs[phase])
+    # The job travels inside the graph (the elements of a Create, or the DoFn holding it)
+    # and names the staged copy, whose folder is the module's sha256.
+    assert any(staged.path.encode() in raw for raw in payloads.values()), sorted(payloads)
     assert f"/module/{staged.sha256}/penguin_module.py" in staged.path
     with open(staged.path, "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == staged.sha256
@@ -644,7 +698,7 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
     from beam_pipeline.pipeline import run
     from beam_pipeline.run_dir import Artifact, RunDirectory
     from beam_pipeline.summary import StageStatus
-    from beam_pipeline.training_stage import run_training_stage
+    from beam_pipeline.tuning_stage import run_tuning_stage
 
     address, log_path = worker_pool
     root = str(tmp_path / "root")
@@ -654,31 +708,37 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
         "--environment_type=EXTERNAL",
         f"--environment_config={address}",
     ]
-    # The bundled example, as `python -m beam_pipeline` runs it, with a short training.
+    # The bundled example as `python -m beam_pipeline` runs it (data stages, Transform,
+    # training), with a short training; then one small tuning round on the same runner
+    # (tuning is not part of run() yet, and the bundled module has no tuner_fn).
     config = cli.parse_config(
         [*portable, f"--pipeline_root={root}", "--run_id=portable", "--train_steps=20"]
+        + ["--no_tuner", "--tuner_parallel_trials=2", "--tuner_max_trials=2"]
+        + ["--tuner_train_steps=5", "--tuner_eval_steps=1"]
     )
+    run_dir = RunDirectory(root, "portable")
     try:
-        summary = run(config)
-        stages = {s.stage: s for s in summary.stages}
-        run_dir = RunDirectory(root, "portable")
-        trainer = stages.get("Trainer")
-        if trainer is None:  # training not yet wired into run(): the same stage, by hand
-            staged = stage_module_file(config.module_file, run_dir.root)
-            model_config = dataclasses.replace(config, module_file=staged.path)
-            trainer = run_training_stage(model_config, run_dir, parse_beam_args(portable))
+        stages = {s.stage: s for s in run(config).stages}
+        tune = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, enabled=True))
+        tuner, best = run_tuning_stage(
+            tune, run_dir, parse_beam_args(portable), module_file=TUNER_MODULE
+        )
     except BaseException:
         print(log_path.read_text()[-6000:])  # the workers' side of the story
         raise
 
-    example_gen, transform = stages["ExampleGen"], stages["Transform"]
+    example_gen, transform, trainer = stages["ExampleGen"], stages["Transform"], stages["Trainer"]
     assert example_gen.status is StageStatus.OK and example_gen.rows_in == {"all": 344}
     assert sum(example_gen.rows_out.values()) == 344 and example_gen.rows_rejected == 0
-    assert example_gen.details["job"]["job_id"]  # the portable job service's id
     assert transform.status is StageStatus.OK and transform.rows_out == example_gen.rows_out
     assert trainer.status is StageStatus.OK, trainer.note
     assert run_dir.is_published(Artifact.MODEL)
-    # The training step ran in a pool worker, not in this process.
-    host, pid = trainer.details["worker"].rsplit(":", 1)
-    assert int(pid) != os.getpid()
-    assert log_path.read_text().count("starting worker") >= 3  # data, Transform, training
+    assert tuner.status is StageStatus.OK, tuner.note
+    assert tuner.details["completed"] == 2 and best and os.path.exists(best)
+    # The trials and the training step ran in pool workers, not in this process.
+    workers = [*tuner.details["workers"], trainer.details["worker"]]
+    assert all(int(w.rsplit(":", 1)[1]) != os.getpid() for w in workers), workers
+    # One worker per job at least: data, Transform, training, the tuning round.
+    assert log_path.read_text().count("starting worker") >= 4
+    # The job service's ids reach the summary (on Dataflow: the job id and console link).
+    assert example_gen.details["job"]["job_id"] and transform.details["job"]["job_id"]
