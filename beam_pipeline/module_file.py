@@ -8,7 +8,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
@@ -19,7 +18,7 @@ from collections.abc import Callable
 
 from beam_pipeline.errors import PipelineError
 
-__all__ = ["load_module", "get_preprocessing_fn", "module_fingerprint", "pickle_by_value"]
+__all__ = ["load_module", "get_preprocessing_fn", "error_place", "pickle_by_value"]
 
 
 def _read(path: str) -> bytes:
@@ -31,11 +30,6 @@ def _read(path: str) -> bytes:
         )
     with tf.io.gfile.GFile(path, "rb") as f:
         return f.read()
-
-
-def module_fingerprint(path: str) -> str:
-    """sha256 of the module file's bytes (what a run records and workers check)."""
-    return hashlib.sha256(_read(path)).hexdigest()
 
 
 def load_module(path: str) -> types.ModuleType:
@@ -63,10 +57,9 @@ def load_module(path: str) -> types.ModuleType:
     try:
         exec(code, module.__dict__)  # noqa: S102  running the user's module is the point
     except Exception as e:  # noqa: BLE001  any import-time error of user code
-        line = _user_line(e, path)
         raise PipelineError(
-            f"Module file {path}{line} raised {type(e).__name__}: {e} while being imported; "
-            "fix the module so it imports cleanly."
+            f"Module file {error_place(e, path, path)} raised {type(e).__name__}: {e} while "
+            "being imported; fix the module so it imports cleanly."
         ) from e
     pickle_by_value(module)
     return module
@@ -84,9 +77,12 @@ def pickle_by_value(module: types.ModuleType) -> None:
     cloudpickle.register_pickle_by_value(module)
 
 
-def _user_line(e: BaseException, path: str) -> str:
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-    return f":{frames[-1].lineno}" if frames else ""
+def error_place(exc: BaseException, filename: str, display: str) -> str:
+    """``display:line`` for the line of ``filename`` nearest to where ``exc`` was raised."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if os.path.abspath(frame.filename) == os.path.abspath(filename):
+            return f"{display}:{frame.lineno}"
+    return display
 
 
 def get_preprocessing_fn(module: types.ModuleType, path: str) -> Callable:

@@ -23,16 +23,21 @@ import enum
 import inspect
 import os
 import tempfile
-import traceback
 import types
 from collections.abc import Callable
 from typing import Optional
 
 from beam_pipeline.errors import PipelineError
-from beam_pipeline.module_file import load_module
+from beam_pipeline.module_file import error_place, load_module
 from trainer.spec import TrainSpec
 
-__all__ = ["ModuleKind", "TrainerModule", "check_trainer_module", "load_trainer_module"]
+__all__ = [
+    "ModuleKind",
+    "TrainerModule",
+    "check_trainer_module",
+    "load_trainer_module",
+    "error_place",
+]
 
 
 class ModuleKind(str, enum.Enum):
@@ -60,14 +65,6 @@ class TrainerModule:
     kind: ModuleKind
     run_fn: Optional[Callable] = None
     spec_class: Optional[type[TrainSpec]] = None
-
-
-def error_place(exc: BaseException, filename: str, display: str) -> str:
-    """``display:line`` for the line of ``filename`` nearest to where ``exc`` was raised."""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if os.path.abspath(frame.filename) == os.path.abspath(filename):
-            return f"{display}:{frame.lineno}"
-    return display
 
 
 def _tfx_import_line(source: str) -> Optional[int]:
