@@ -14,7 +14,8 @@ REQUIRED = [
     "tfx-bsl==1.21.0",
     "tensorflow-metadata==1.21.0",
     "keras==3.15.1",
-    "keras-tuner==1.4.8",
+    # [bayesian]: scipy and scikit-learn for keras-tuner's BayesianOptimization oracle.
+    "keras-tuner[bayesian]==1.4.8",
     # keras-tuner imports tensorboard at run time without declaring it.
     "tensorboard==2.21.0",
     "pyarrow",

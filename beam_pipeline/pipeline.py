@@ -20,10 +20,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Optional
@@ -33,7 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import TestOptions
 
-from beam_pipeline.beam_options import create_pipeline, parse_beam_args
+from beam_pipeline.beam_options import create_pipeline, is_direct, parse_beam_args
 from beam_pipeline.config import DataFormat, PipelineConfig, Split
 from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.module_file import get_preprocessing_fn
@@ -41,6 +43,7 @@ from beam_pipeline.remote import JobInfo, check_remote_paths, stage_module_file,
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus
 from beam_pipeline.training_stage import run_training_stage
+from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
 from trainer import load_trainer_module
 from transforms import example_gen as eg
 from transforms.metrics import NAMESPACE
@@ -485,6 +488,25 @@ def _cache_entries(cache_dir: Optional[str], key: str) -> set[str]:
     return {m.path for m in match.metadata_list}
 
 
+def _default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerPool]:
+    """Worker processes for the trials when the user left the DirectRunner's mode unset.
+
+    Trials are heavy elements: by default they run ``--tuner_parallel_trials`` at a time
+    (at most one per core) in worker processes, although the data stages run in_memory. A
+    ``--direct_running_mode`` the user gives decides instead (see ``run_tuning_stage``).
+    """
+    if (
+        not config.tuner.enabled
+        or not is_direct(options)
+        or config.tuner.parallel_trials < 2
+        or any(a.startswith("--direct_running_mode") for a in config.beam_args)
+    ):
+        return None
+    cores = os.cpu_count() or 1
+    workers = max(1, min(config.tuner.parallel_trials, cores))
+    return LocalWorkerPool(workers, threads_per_worker=max(1, cores // workers))
+
+
 def run(config: PipelineConfig) -> RunSummary:
     """Runs the whole pipeline described by ``config``.
 
@@ -539,9 +561,21 @@ def run(config: PipelineConfig) -> RunSummary:
                 options,
                 summary,
             )
+            with contextlib.ExitStack() as stack:
+                pool = _default_tuner_pool(config, options)
+                if pool is not None:
+                    stack.enter_context(pool)
+                tuner_report, best_hyperparameters = run_tuning_stage(
+                    model_config, run_dir, options, worker_pool=pool
+                )
+            summary.stages.append(tuner_report)
             summary.stages.append(
                 run_training_stage(
-                    model_config, run_dir, options, entry_point=config.trainer.entry_point
+                    model_config,
+                    run_dir,
+                    options,
+                    best_hyperparameters,
+                    entry_point=config.trainer.entry_point,
                 )
             )
     finally:

@@ -92,6 +92,9 @@ class RunSummary:
         for s in self.stages:
             if s.note:
                 lines.append(f"{s.stage}: {s.note}")
+            table = s.details.get("table_head")  # e.g. the tuner's best trials
+            if table:
+                lines.extend("    " + row for row in str(table).splitlines())
         return "\n".join(lines)
 
     def to_json(self) -> str:

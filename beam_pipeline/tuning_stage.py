@@ -14,6 +14,11 @@ keras-tuner imported and their thread pools sized to share the cores, serving ev
 job as Beam EXTERNAL workers. Beam's own multi-processing mode starts fresh worker
 processes for every job, which would cost each round seconds of imports; the pool also
 reruns a round whose worker process died (the FnApiRunner would wait for it forever).
+In ``in_memory`` mode the trials run one after another in the launching process. On other
+runners (Dataflow, Flink, Spark) each round is one job of that runner.
+
+Without a ``tuner_fn``, a :class:`trainer.tuning.SearchSpace` from the pipeline config
+tunes the module's :class:`trainer.TrainSpec` through the same rounds.
 
 Artifact ``<run_dir>/tuner/`` (published atomically):
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -55,6 +61,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import create_pipeline, is_direct
 from beam_pipeline.config import PipelineConfig, Split
@@ -64,6 +71,7 @@ from beam_pipeline.summary import StageReport, StageStatus
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import (
     OracleRounds,
+    SearchSpace,
     TrialRecord,
     TrialResult,
     TrialSpec,
@@ -130,6 +138,9 @@ def _serve_pool_worker(threads: int) -> None:
     address, server = BeamFnExternalWorkerPoolServicer.start(use_process=False, port=0)
     sys.stdout.write(address + "\n")
     sys.stdout.flush()
+    # From now on the launcher no longer reads our standard output: what trials print
+    # (Keras progress bars...) goes to the log with stderr, or a full pipe would block us.
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdin.read()
     server.stop(0)
 
@@ -373,6 +384,8 @@ def build_tuning_job(
     module_file: str,
     tuner_dir: str,
     threads_per_trial: int = 0,
+    *,
+    search_space: Optional[SearchSpace] = None,
 ) -> TuningJob:
     """The tuning job of a run, with every input checked on the launching machine.
 
@@ -382,6 +395,7 @@ def build_tuning_job(
       module_file: the module file with ``tuner_fn``.
       tuner_dir: the shared tuner folder (the tuner artifact's staging folder).
       threads_per_trial: TensorFlow intra-op threads per trial process (0: default).
+      search_space: a config-declared search space (for a TrainSpec module).
 
     Raises:
       PipelineError: a missing artifact, bad step counts, or bad --custom_config.
@@ -425,6 +439,8 @@ def build_tuning_job(
         eval_steps=tuner.eval_steps,
         custom_config=custom_config,
         threads_per_trial=threads_per_trial,
+        search_space=search_space,
+        entry_point=config.trainer.entry_point,
     )
 
 
@@ -442,24 +458,30 @@ def _run_round(
     config: PipelineConfig,
     options: PipelineOptions,
     pool: Optional[LocalWorkerPool],
+    runners: shared.Shared,
 ) -> dict[str, int]:
     """Runs one round's Beam job; returns its counters. Reruns it after a lost pool worker."""
-    trials = RunTrials(
-        job, specs, accelerator=config.tuner.accelerator, min_ram=config.tuner.min_ram
-    )
+    hints = config.tuner
+
+    def trials() -> RunTrials:  # a transform is applied to one pipeline only: one per attempt
+        return RunTrials(
+            job, specs, accelerator=hints.accelerator, min_ram=hints.min_ram, runners=runners
+        )
+
     if pool is None:
         p = create_pipeline(options)
-        _ = p | "RunTrials" >> trials
+        _ = p | "RunTrials" >> trials()
         result = p.run()
         result.wait_until_finish()
         return _counters(result)
     for _ in range(_ROUND_ATTEMPTS):
+        pool.wait_ready()  # a process that could not start says why (its log) here
         outcome: dict[str, Any] = {}
 
         def run(outcome=outcome) -> None:
             try:
                 p = pool.pipeline(options)
-                _ = p | "RunTrials" >> trials
+                _ = p | "RunTrials" >> trials()
                 result = p.run()
                 result.wait_until_finish()
                 outcome["counters"] = _counters(result)
@@ -601,36 +623,53 @@ def _gather(specs: Sequence[TrialSpec]) -> dict[str, TrialResult]:
     return out
 
 
+@dataclasses.dataclass
+class _Search:
+    """What a search did: the driven oracle, summed counters, and where the time went."""
+
+    rounds: OracleRounds
+    counters: dict[str, int]
+    ran: bool
+    setup_seconds: float
+    round_seconds: list[float]
+
+
 def _search(
     config: PipelineConfig,
     job: TuningJob,
     options: PipelineOptions,
     pool: Optional[LocalWorkerPool],
-) -> tuple[OracleRounds, dict[str, int], bool]:
-    """Runs the search; returns the driven oracle, the summed counters and whether it ran."""
+) -> _Search:
+    """Runs the search: the launcher's tuner_fn, then rounds until the oracle stops."""
+    started = time.time()
     tuner = load_tuner(job, job.tuner_dir)
     rounds = OracleRounds(
         tuner.tuner, config.tuner.parallel_trials, config.tuner.max_trials, job.module_file
     )
+    search = _Search(rounds, {}, True, round(time.time() - started, 3), [])
     counters: collections.Counter = collections.Counter()
     dry_run = options.view_as(po.TestOptions).dry_run
+    runners = shared.Shared()  # workers keep their loaded tuner from round to round
     while True:
+        started = time.time()
         specs = rounds.next_round()
         if not specs:
-            return rounds, dict(counters), True
-        started = time.time()
-        counters.update(_run_round(job, specs, config, options, pool))
+            search.counters = dict(counters)
+            return search
+        counters.update(_run_round(job, specs, config, options, pool, runners))
         if dry_run:
-            return rounds, dict(counters), False
+            search.ran = False
+            return search
         results = _gather(specs)
+        rounds.report(results)
+        search.round_seconds.append(round(time.time() - started, 3))
         _LOG.info(
             "Tuner round %d: %d trial(s) in %.1f s: %s",
             specs[0].round,
             len(specs),
-            time.time() - started,
+            search.round_seconds[-1],
             ", ".join(f"{r.trial_id}={r.status.value}" for r in results.values()),
         )
-        rounds.report(results)
 
 
 def _cached_report(run_dir: RunDirectory, started: float) -> tuple[StageReport, Optional[str]]:
@@ -648,8 +687,9 @@ def _cached_report(run_dir: RunDirectory, started: float) -> tuple[StageReport, 
     )
 
 
-def _module_has_tuner_fn(module_file: str) -> bool:
-    return callable(getattr(load_trainer_module(module_file).module, "tuner_fn", None))
+def _module_has_tuner_fn(module_file: str, entry_point: Optional[str]) -> bool:
+    module = load_trainer_module(module_file, entry_point=entry_point).module
+    return callable(getattr(module, "tuner_fn", None))
 
 
 def run_tuning_stage(
@@ -659,6 +699,7 @@ def run_tuning_stage(
     module_file: Optional[str] = None,
     *,
     worker_pool: Optional[LocalWorkerPool] = None,
+    search_space: Optional[SearchSpace] = None,
 ) -> tuple[StageReport, Optional[str]]:
     """Tunes the module's model with its ``tuner_fn``; trials run as Beam work, in rounds.
 
@@ -669,6 +710,8 @@ def run_tuning_stage(
       module_file: the module file (default: ``config.module_file``).
       worker_pool: a started :class:`LocalWorkerPool` to run the rounds on (the caller
         closes it); by default one is made for the DirectRunner in multi_processing mode.
+      search_space: a search space from the pipeline config: the module's TrainSpec is
+        tuned without a ``tuner_fn`` (see :class:`trainer.tuning.SearchSpace`).
 
     Returns:
       (the StageReport, the path of ``best_hyperparameters.json`` or None). The report is
@@ -687,7 +730,7 @@ def run_tuning_stage(
         return StageReport(STAGE, StageStatus.SKIPPED, note="no module file, nothing to tune"), None
     if run_dir.is_published(Artifact.TUNER):
         return _cached_report(run_dir, started)
-    if not _module_has_tuner_fn(module_file):
+    if search_space is None and not _module_has_tuner_fn(module_file, config.trainer.entry_point):
         return (
             StageReport(STAGE, StageStatus.SKIPPED, note=f"{module_file} defines no tuner_fn"),
             None,
@@ -707,17 +750,20 @@ def run_tuning_stage(
                 threads = max(1, (os.cpu_count() or 1) // size)
                 pool = stack.enter_context(LocalWorkerPool(size, threads_per_worker=threads))
             threads = pool.threads_per_worker if pool is not None else 0
-            job = build_tuning_job(config, run_dir, module_file, staging, threads)
-            rounds, counters, ran = _search(config, job, options, pool)
+            job = build_tuning_job(
+                config, run_dir, module_file, staging, threads, search_space=search_space
+            )
+            search = _search(config, job, options, pool)
             workers = pool.num_workers if pool is not None else None
             restarts = pool.restarts if pool is not None else 0
     except BaseException:
         run_dir.discard(staging)
         raise
-    if not ran:
+    if not search.ran:
         run_dir.discard(staging)
         return StageReport(STAGE, StageStatus.SKIPPED, note="dry run: job graph built only"), None
 
+    rounds = search.rounds
     records = rounds.records()
     objective, direction = rounds.objective
     best = rounds.best_hyperparameters()
@@ -736,19 +782,20 @@ def run_tuning_stage(
         raise
     artifact = run_dir.publish(Artifact.TUNER, staging)
     best_path = os.path.join(artifact, BEST_HYPERPARAMETERS_FILE)
-    return _report(records, rounds, best, artifact, workers, restarts, counters, started), best_path
+    report = _report(records, search, best, artifact, workers, restarts, started)
+    return report, best_path
 
 
 def _report(
     records: Sequence[TrialRecord],
-    rounds: OracleRounds,
+    search: _Search,
     best: Mapping[str, Any],
     artifact: str,
     pool_workers: Optional[int],
     restarts: int,
-    counters: Mapping[str, int],
     started: float,
 ) -> StageReport:
+    rounds = search.rounds
     objective, direction = rounds.objective
     best_id = rounds.best_trial_id()
     top = next(r for r in records if r.trial_id == best_id)
@@ -779,6 +826,8 @@ def _report(
             "local_pool_workers": pool_workers,
             "worker_restarts": restarts,
             "table_head": _table_head(records, objective, direction),
-            "counters": dict(counters),
+            "counters": dict(search.counters),
+            "setup_seconds": search.setup_seconds,
+            "round_seconds": list(search.round_seconds),
         },
     )

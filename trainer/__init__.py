@@ -41,8 +41,26 @@ from trainer.module_loader import (
 )
 from trainer.spec import SpecOutcome, TrainSpec, run_spec
 from trainer.strategy import StrategyInfo, choose_strategy, configure_devices, describe
+from trainer.tuning import (
+    OracleRounds,
+    SearchSpace,
+    TrialRecord,
+    TrialResult,
+    TrialRunner,
+    TrialSpec,
+    TrialStatus,
+    TuningJob,
+)
 
 __all__ = [
+    "OracleRounds",
+    "SearchSpace",
+    "TrialRecord",
+    "TrialResult",
+    "TrialRunner",
+    "TrialSpec",
+    "TrialStatus",
+    "TuningJob",
     "DataAccessor",
     "ExampleCounts",
     "FnArgs",

@@ -21,12 +21,16 @@ Two halves, neither importing Beam (the Beam step is :class:`transforms.tuning.R
   is recorded with its error and the search goes on; keras-tuner's
   ``max_consecutive_failed_trials`` still ends a hopeless search, here as a PipelineError.
 
+Without a ``tuner_fn``, a :class:`SearchSpace` declared in the pipeline config tunes a
+module's :class:`trainer.TrainSpec` (categorical / int / float hyperparameters, log
+sampling, any of the four oracles).
+
 Example (what the tuner stage does, minus Beam)::
 
     job = TuningJob(module_file="penguin_module.py", module_source=source,
                     train_files=(...,), eval_files=(...,), transform_graph_path=graph,
                     schema_path=schema, tuner_dir="/run/tuner", train_steps=20, eval_steps=5)
-    rounds = OracleRounds(load_tuner(job, job.tuner_dir), parallel_trials=2, max_trials=4)
+    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, parallel_trials=2, max_trials=4)
     runner = TrialRunner(job)                    # on each worker
     while specs := rounds.next_round():
         rounds.report({s.trial_id: runner.run(s) for s in specs})
@@ -50,12 +54,17 @@ from typing import TYPE_CHECKING, Any, Optional
 from beam_pipeline.errors import PipelineError
 from trainer.data_accessor import DataAccessor
 from trainer.fn_args import ExampleCounts, FnArgs, TunerFnResult
-from trainer.module_loader import error_place, load_trainer_module
+from trainer.module_loader import ModuleKind, error_place, load_trainer_module
 
 if TYPE_CHECKING:
     import keras_tuner
 
 __all__ = [
+    "Direction",
+    "ParameterType",
+    "SearchAlgorithm",
+    "SearchParameter",
+    "SearchSpace",
     "TrialStatus",
     "TuningJob",
     "TrialSpec",
@@ -97,6 +106,202 @@ class TrialStatus(str, enum.Enum):
     FAILED = "FAILED"
 
 
+class ParameterType(str, enum.Enum):
+    """Kinds of hyperparameters a config-declared search space has."""
+
+    CATEGORICAL = "categorical"
+    INT = "int"
+    FLOAT = "float"
+
+
+class SearchAlgorithm(str, enum.Enum):
+    """The keras-tuner oracle a config-declared search space runs with."""
+
+    RANDOM = "random"
+    GRID = "grid"
+    BAYESIAN = "bayesian"
+    HYPERBAND = "hyperband"
+
+
+class Direction(str, enum.Enum):
+    """Whether the objective is minimized or maximized."""
+
+    MIN = "min"
+    MAX = "max"
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchParameter:
+    """One hyperparameter of a config-declared search space.
+
+    Attributes:
+      name: the name the model reads (``hp.get(name)``).
+      type: CATEGORICAL (``values``), INT or FLOAT (``min``..``max``, inclusive).
+      values: the choices of a categorical hyperparameter.
+      min / max / step: the range of an int or float one (``step`` optional).
+      log: sample the range log-uniformly (``min`` must be above 0).
+    """
+
+    name: str
+    type: ParameterType
+    values: tuple[Any, ...] = ()
+    min: Optional[float] = None
+    max: Optional[float] = None
+    step: Optional[float] = None
+    log: bool = False
+
+    def register(self, hp: keras_tuner.HyperParameters) -> None:
+        """Declares this hyperparameter in ``hp``."""
+        sampling = "log" if self.log else "linear"
+        if self.type is ParameterType.CATEGORICAL:
+            hp.Choice(self.name, list(self.values))
+        elif self.type is ParameterType.INT:
+            step = int(self.step) if self.step else None
+            hp.Int(self.name, int(self.min), int(self.max), step=step, sampling=sampling)
+        else:
+            hp.Float(self.name, self.min, self.max, step=self.step, sampling=sampling)
+
+
+_SPACE_KEYS = {"algorithm", "objective", "direction", "max_trials", "max_epochs", "seed"}
+_PARAMETER_KEYS = {"type", "values", "min", "max", "step", "log"}
+
+
+def _enum(kind: type[enum.Enum], value: Any, where: str):
+    try:
+        return kind(str(value).lower())
+    except ValueError:
+        names = ", ".join(m.value for m in kind)
+        raise PipelineError(f"{where} is {value!r}; use one of: {names}.") from None
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PipelineError(f"{where} is {value!r}; use a whole number of at least 1.")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """A search space declared in the pipeline config, for a module without ``tuner_fn``.
+
+    The module's :class:`trainer.TrainSpec` builds, compiles and trains each trial's model
+    (``model`` / ``loss`` / ``optimizer`` / ``metrics``, ``train_dataset`` /
+    ``eval_dataset``); its ``default_hyperparameters()`` values not in the space stay
+    fixed, so the best hyperparameters hold every value the spec reads.
+
+    Example (the ``search_space`` section of a pipeline YAML, as Determined's configs
+    declare one)::
+
+        search_space:
+          algorithm: bayesian           # random | grid | bayesian | hyperband
+          objective: val_sparse_categorical_accuracy
+          direction: max                # optional for metrics keras-tuner knows
+          max_trials: 8
+          seed: 42
+          hyperparameters:
+            learning_rate: {type: float, min: 1.0e-4, max: 1.0e-1, log: true}
+            num_layers: {type: int, min: 1, max: 3}
+            units: {type: categorical, values: [8, 16, 32]}
+
+    Attributes:
+      parameters: the hyperparameters searched.
+      algorithm: the keras-tuner oracle.
+      objective / direction: the metric to optimize (``val_`` metrics need eval data).
+      max_trials: the oracle's budget (Hyperband: its ``max_epochs`` and brackets decide).
+      max_epochs: Hyperband's most epochs of ``train_steps`` steps for one model.
+      seed: the oracle's seed.
+    """
+
+    parameters: tuple[SearchParameter, ...]
+    algorithm: SearchAlgorithm = SearchAlgorithm.RANDOM
+    objective: str = "val_loss"
+    direction: Optional[Direction] = None
+    max_trials: int = 10
+    max_epochs: int = 3
+    seed: Optional[int] = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str = "search_space") -> SearchSpace:
+        """Reads the config section shown in the class docstring.
+
+        Raises:
+          PipelineError: an unknown key or type, a missing or empty range, or a log range
+            that reaches 0; the message names the key.
+        """
+        if not isinstance(data, Mapping):
+            raise PipelineError(f"{where} is not a mapping; write it as in the docs' example.")
+        unknown = set(data) - _SPACE_KEYS - {"hyperparameters"}
+        if unknown:
+            raise PipelineError(
+                f"{where} has unknown key(s) {sorted(unknown)}; use "
+                f"{sorted(_SPACE_KEYS | {'hyperparameters'})}."
+            )
+        declared = data.get("hyperparameters")
+        if not isinstance(declared, Mapping) or not declared:
+            raise PipelineError(
+                f"{where}.hyperparameters is missing or empty; declare at least one, e.g. "
+                "learning_rate: {type: float, min: 1.0e-4, max: 1.0e-1, log: true}."
+            )
+        parameters = tuple(
+            _parameter(str(name), spec, f"{where}.hyperparameters.{name}")
+            for name, spec in declared.items()
+        )
+        direction = data.get("direction")
+        seed = data.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise PipelineError(f"{where}.seed is {seed!r}; use a whole number.")
+        return cls(
+            parameters=parameters,
+            algorithm=_enum(SearchAlgorithm, data.get("algorithm", "random"), f"{where}.algorithm"),
+            objective=str(data.get("objective", "val_loss")),
+            direction=None
+            if direction is None
+            else _enum(Direction, direction, f"{where}.direction"),
+            max_trials=_positive_int(data.get("max_trials", 10), f"{where}.max_trials"),
+            max_epochs=_positive_int(data.get("max_epochs", 3), f"{where}.max_epochs"),
+            seed=seed,
+        )
+
+    def hyperparameters(self) -> keras_tuner.HyperParameters:
+        """The space as keras-tuner ``HyperParameters``."""
+        import keras_tuner
+
+        hp = keras_tuner.HyperParameters()
+        for parameter in self.parameters:
+            parameter.register(hp)
+        return hp
+
+
+def _parameter(name: str, spec: Any, where: str) -> SearchParameter:
+    if not isinstance(spec, Mapping):
+        raise PipelineError(f"{where} is not a mapping; write e.g. {{type: int, min: 1, max: 3}}.")
+    unknown = set(spec) - _PARAMETER_KEYS
+    if unknown:
+        raise PipelineError(
+            f"{where} has unknown key(s) {sorted(unknown)}; use {sorted(_PARAMETER_KEYS)}."
+        )
+    kind = _enum(ParameterType, spec.get("type", ""), f"{where}.type")
+    log = bool(spec.get("log", False))
+    if kind is ParameterType.CATEGORICAL:
+        values = spec.get("values")
+        if not isinstance(values, (list, tuple)) or not values:
+            raise PipelineError(f"{where}.values is missing or empty; list the choices.")
+        return SearchParameter(name, kind, values=tuple(values))
+    low, high, step = spec.get("min"), spec.get("max"), spec.get("step")
+    number = int if kind is ParameterType.INT else (int, float)
+    for key, value in (("min", low), ("max", high), ("step", step)):
+        if (value is not None or key != "step") and (
+            isinstance(value, bool) or not isinstance(value, number)
+        ):
+            wanted = "a whole number" if kind is ParameterType.INT else "a number"
+            raise PipelineError(f"{where}.{key} is {value!r}; give {wanted}.")
+    if low > high:
+        raise PipelineError(f"{where} has min {low} above max {high}; swap them.")
+    if log and low <= 0:
+        raise PipelineError(f"{where} samples log-uniformly from min {low}; use a min above 0.")
+    return SearchParameter(name, kind, min=low, max=high, step=step, log=log)
+
+
 @dataclasses.dataclass(frozen=True)
 class TuningJob:
     """What every trial of one search needs (plain values: it travels to the workers).
@@ -112,6 +317,11 @@ class TuningJob:
       train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
       custom_config: reaches ``fn_args.custom_config``.
       threads_per_trial: TensorFlow intra-op threads of a trial's process (0: TF's default).
+      search_space: a search space declared in the pipeline config; with it, a module
+        whose model is a :class:`trainer.TrainSpec` subclass is tuned without a
+        ``tuner_fn`` (see :class:`SearchSpace`).
+      entry_point: the TrainSpec subclass to tune with a search space, when the module
+        has several (the trainer's ``entry_point``).
     """
 
     module_file: str
@@ -125,6 +335,8 @@ class TuningJob:
     eval_steps: int
     custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     threads_per_trial: int = 0
+    search_space: Optional[SearchSpace] = None
+    entry_point: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,10 +542,32 @@ def load_tuner(job: TuningJob, working_dir: str, *, strategy=None) -> TunerFnRes
       PipelineError: the module file fails to load, defines no ``tuner_fn``, or
         ``tuner_fn`` raises or returns something other than a tuner and fit_kwargs.
     """
+    return _load_tuner(job, working_dir, strategy)[0]
+
+
+def _load_tuner(job: TuningJob, working_dir: str, strategy=None) -> tuple[TunerFnResult, str]:
+    """:func:`load_tuner`, plus the path the module was executed from (for error places)."""
     import keras_tuner
 
-    loaded = load_trainer_module(job.module_file, source=job.module_source)
+    loaded = load_trainer_module(
+        job.module_file, source=job.module_source, entry_point=job.entry_point
+    )
     tuner_fn = getattr(loaded.module, "tuner_fn", None)
+    if callable(tuner_fn) and job.search_space is not None:
+        raise PipelineError(
+            f"Module file {job.module_file} defines tuner_fn and the pipeline config declares "
+            "a search_space; keep one of them."
+        )
+    if job.search_space is not None:
+        if loaded.kind is not ModuleKind.SPEC:
+            raise PipelineError(
+                f"The pipeline config declares a search_space but module file "
+                f"{job.module_file} trains with {loaded.kind.value}, not a TrainSpec subclass; "
+                "define tuner_fn(fn_args) instead, or train with a TrainSpec."
+            )
+        fn_args = _fn_args(job, working_dir, strategy)
+        result = _spec_tuner(loaded.spec_class, job.search_space, fn_args)
+        return result, str(loaded.module.__file__ or job.module_file)
     if not callable(tuner_fn):
         raise PipelineError(
             f"Module file {job.module_file} defines no tuner_fn(fn_args); add one that returns "
@@ -363,13 +597,100 @@ def load_tuner(job: TuningJob, working_dir: str, *, strategy=None) -> TunerFnRes
     project_dir = _join(job.tuner_dir, tuner.project_name)
     if os.path.normpath(str(tuner.project_dir)) != os.path.normpath(project_dir):
         _set_project_dir(tuner, project_dir)
-    return TunerFnResult(tuner=tuner, fit_kwargs=dict(fit_kwargs))
+    return TunerFnResult(tuner=tuner, fit_kwargs=dict(fit_kwargs)), str(
+        loaded.module.__file__ or job.module_file
+    )
+
+
+def _spec_tuner(spec_class: type, space: SearchSpace, fn_args: FnArgs) -> TunerFnResult:
+    """A keras-tuner tuner over ``space`` whose trials train with the module's TrainSpec."""
+    import keras_tuner
+
+    from trainer.export import model_input_names
+
+    class SpecHyperModel(keras_tuner.HyperModel):
+        """Builds and fits a trial's model with the TrainSpec (made once per process)."""
+
+        def __init__(self) -> None:
+            super().__init__(name=spec_class.__name__)
+            self._spec = None
+
+        def spec(self):
+            if self._spec is None:
+                import tensorflow_transform as tft
+
+                spec = spec_class()
+                spec.fn_args = fn_args
+                spec.tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
+                spec.setup()
+                self._spec = spec
+            return self._spec
+
+        def build(self, hp):
+            spec = self.spec()
+            model = spec.model(hp)
+            model.compile(
+                optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp)
+            )
+            return model
+
+        def fit(self, hp, model, *args, **kwargs):
+            spec, names = self.spec(), model_input_names(model)
+            return model.fit(
+                _model_inputs(spec.train_dataset(hp), names),
+                steps_per_epoch=fn_args.train_steps,
+                validation_data=_model_inputs(spec.eval_dataset(hp), names),
+                validation_steps=fn_args.eval_steps,
+                **kwargs,
+            )
+
+    hypermodel = SpecHyperModel()
+    # The spec's defaults that the space does not search stay fixed at their values.
+    hp = keras_tuner.HyperParameters()
+    searched = {p.name for p in space.parameters}
+    defaults = hypermodel.spec().default_hyperparameters()
+    for name, value in defaults.values.items():
+        if name not in searched:
+            hp.Fixed(name, value)
+    hp.merge(space.hyperparameters())
+    objective = (
+        keras_tuner.Objective(space.objective, space.direction.value)
+        if space.direction is not None
+        else space.objective
+    )
+    common = dict(
+        hypermodel=hypermodel,
+        objective=objective,
+        hyperparameters=hp,
+        tune_new_entries=False,
+        seed=space.seed,
+        directory=fn_args.working_dir,
+        project_name=f"{spec_class.__name__}_tuning",
+    )
+    if space.algorithm is SearchAlgorithm.HYPERBAND:
+        tuner = keras_tuner.Hyperband(max_epochs=space.max_epochs, **common)
+    else:
+        kind = {
+            SearchAlgorithm.RANDOM: keras_tuner.RandomSearch,
+            SearchAlgorithm.GRID: keras_tuner.GridSearch,
+            SearchAlgorithm.BAYESIAN: keras_tuner.BayesianOptimization,
+        }[space.algorithm]
+        tuner = kind(max_trials=space.max_trials, **common)
+    return TunerFnResult(tuner=tuner, fit_kwargs={"verbose": 0})
+
+
+def _model_inputs(dataset, names: Optional[Sequence[str]]):
+    """Keeps only the model's inputs in (features, label) elements, as the spec runner does."""
+    spec = dataset.element_spec
+    if names is None or not (isinstance(spec, tuple) and isinstance(spec[0], Mapping)):
+        return dataset
+    return dataset.map(lambda features, label: ({k: features[k] for k in names}, label))
 
 
 def _set_project_dir(tuner: keras_tuner.engine.base_tuner.BaseTuner, project_dir: str) -> None:
     """Points the tuner and its oracle at ``project_dir`` (what their constructor does)."""
-    directory, name = posixpath.split(project_dir) if "://" in project_dir else os.path.split(
-        project_dir
+    directory, name = (
+        posixpath.split(project_dir) if "://" in project_dir else os.path.split(project_dir)
     )
     tuner.directory = directory
     tuner.project_name = name
@@ -404,11 +725,9 @@ class TrialRunner:
                 _WORKERS_SUBDIR,
                 f"{socket.gethostname()}-{os.getpid()}",
             )
-            self._loaded = load_tuner(self._job, working_dir, strategy=choose_strategy())
-            module = getattr(self._loaded.tuner, "__module__", "")
-            self._module_path = getattr(
-                __import__("sys").modules.get(module), "__file__", None
-            ) or self._job.module_file
+            self._loaded, self._module_path = _load_tuner(
+                self._job, working_dir, strategy=choose_strategy()
+            )
         return self._loaded
 
     def run(self, spec: TrialSpec) -> TrialResult:
@@ -519,6 +838,7 @@ class OracleRounds:
         self._tuner_ids = tuple(f"beam-trial-slot-{i}" for i in range(parallel_trials))
         self._results: dict[str, TrialResult] = {}
         self._pending: list[TrialSpec] = []
+        self._round_of: dict[str, int] = {}
         self.rounds = 0
 
     @property
@@ -559,6 +879,8 @@ class OracleRounds:
                     round=self.rounds,
                 )
             )
+        for spec in specs:
+            self._round_of[spec.trial_id] = self.rounds
         if specs:
             self.rounds += 1
         self._pending = specs
@@ -646,22 +968,11 @@ class OracleRounds:
                     seconds=result.seconds if result else 0.0,
                     worker=result.worker if result else "",
                     attempts=(result.attempt + 1) if result else 0,
-                    round=self._round_of(trial_id),
+                    round=self._round_of.get(trial_id, -1),
                     error=None if completed or not result else result.error,
                 )
             )
         return rows
-
-    def _round_of(self, trial_id: str) -> int:
-        return self._round_index.get(trial_id, -1)
-
-    @property
-    def _round_index(self) -> dict[str, int]:
-        return {tid: r.round for tid, r in self._spec_rounds.items()}
-
-    @property
-    def _spec_rounds(self) -> dict[str, TrialSpec]:
-        return {}
 
     def best_hyperparameters(self) -> Optional[dict[str, Any]]:
         """The best completed trial's HyperParameters config, or None when none completed."""
@@ -670,12 +981,14 @@ class OracleRounds:
             return None
         return best[0].hyperparameters.get_config()
 
+    def best_trial_id(self) -> Optional[str]:
+        """The id of the best completed trial, or None when none completed."""
+        best = self._oracle.get_best_trials(1)
+        if not best or best[0].status != TrialStatus.COMPLETED.value:
+            return None
+        return best[0].trial_id
+
     def last_error(self) -> Optional[str]:
         """The error of the last trial that failed, if any."""
         failed = [r for r in self._results.values() if r.error]
         return failed[-1].error if failed else None
-
-
-def completed(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """The COMPLETED records."""
-    return [r for r in records if r.status is TrialStatus.COMPLETED]

@@ -1,8 +1,9 @@
 """Beam PTransforms of the pipeline's data-parallel stages (no orchestration here).
 
 One module per concept: ``example_gen`` (read, type, split, write examples),
-``statistics``, ``schema``, ``validation``, ``transform`` (tf.Transform) and ``tfrecords``
-(the batched TFRecord sink).
+``statistics``, ``schema``, ``validation``, ``transform`` (tf.Transform), ``tfrecords``
+(the batched TFRecord sink and reader), ``tuning`` (trial fan-out) and ``training`` (the
+training step).
 
 Example::
 
@@ -22,7 +23,9 @@ from transforms.example_gen import (
 from transforms.schema import InferSchema, infer_schema, read_schema, write_schema
 from transforms.statistics import GenerateStatistics, read_statistics, write_statistics
 from transforms.tfrecords import WriteTFRecordBatches
+from transforms.training import TrainModel
 from transforms.transform import TransformExamples, TransformResult, WriteTransformedExamples
+from transforms.tuning import RunTrials
 from transforms.validation import (
     ValidateStatistics,
     format_anomalies,
@@ -38,7 +41,9 @@ __all__ = [
     "ReadCsvExamples",
     "ReadTFRecordExamples",
     "RejectedRow",
+    "RunTrials",
     "SplitBatch",
+    "TrainModel",
     "TransformExamples",
     "TransformResult",
     "ValidateStatistics",

@@ -1,11 +1,11 @@
 """``RunTrials``: one round of a hyperparameter search, a trial per element, fanned out to workers.
 
-The round's :class:`trainer.TrialSpec` elements are created, ``Reshuffle``d (so each trial
-can land on its own worker, and a retried worker reruns its trial alone) and run by a DoFn
-that calls :class:`trainer.tuning.TrialRunner` (the module's ``tuner_fn`` once per DoFn
-instance, then the tuner's ``run_trial`` per trial). The DoFn carries the ``accelerator`` /
-``min_ram`` resource hints when they are set, so on Dataflow trials get GPU workers while
-the launcher keeps the oracle.
+The round's :class:`trainer.tuning.TrialSpec` elements are created, ``Reshuffle``d (so each
+trial can land on its own worker, and a retried worker reruns its trial alone) and run by a
+DoFn that calls :class:`trainer.tuning.TrialRunner` (the module's ``tuner_fn`` once per
+worker process and search, then the tuner's ``run_trial`` per trial). The DoFn carries the
+``accelerator`` / ``min_ram`` resource hints when they are set, so on Dataflow trials get
+GPU workers while the launcher keeps the oracle.
 
 A trial's error does not fail the step: it is the trial's result (status INVALID or
 FAILED, with the error text), so the other trials go on; the oracle decides what it means.
@@ -13,7 +13,8 @@ FAILED, with the error text), so the other trials go on; the oracle decides what
 Example::
 
     with create_pipeline(options) as p:
-        results = p | "RunTrials" >> RunTrials(job, specs, accelerator=None, min_ram="8GB")
+        runners = shared.Shared()   # one per search: workers keep their tuner across rounds
+        results = p | "RunTrials" >> RunTrials(job, specs, min_ram="8GB", runners=runners)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Optional
 
 import apache_beam as beam
 from apache_beam.transforms import resources
+from apache_beam.utils import shared
 
 from beam_pipeline.errors import PipelineError
 from trainer.tuning import TrialResult, TrialRunner, TrialSpec, TrialStatus, TuningJob
@@ -36,8 +38,9 @@ __all__ = ["RunTrials"]
 class _RunTrialDoFn(beam.DoFn):
     """Runs trials with one :class:`TrialRunner` per DoFn instance; counts their outcomes."""
 
-    def __init__(self, job: TuningJob) -> None:
+    def __init__(self, job: TuningJob, runners: Optional[shared.Shared]) -> None:
         self._job = job
+        self._runners = runners
         self._trials = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_run")
         self._completed = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_completed")
         self._failed = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_failed")
@@ -47,8 +50,13 @@ class _RunTrialDoFn(beam.DoFn):
 
     def setup(self) -> None:
         # Caps TF's thread pools before any op runs in this worker; the module and its
-        # tuner_fn load on the first trial.
-        self._runner = TrialRunner(self._job)
+        # tuner_fn load on the first trial. With a Shared handle, a process that served an
+        # earlier round of the same search keeps its runner (and its loaded tuner).
+        if self._runners is None:
+            self._runner = TrialRunner(self._job)
+        else:
+            job = self._job
+            self._runner = self._runners.acquire(lambda: TrialRunner(job), tag=job.tuner_dir)
 
     def process(self, spec: TrialSpec) -> Iterator[TrialResult]:
         assert self._runner is not None  # set in setup()
@@ -72,6 +80,10 @@ class RunTrials(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrialResult
       trials: this round's trials.
       accelerator: Beam accelerator hint, e.g. ``type:nvidia-l4;count:1;install-nvidia-driver``.
       min_ram: Beam min_ram hint, e.g. ``16GB``.
+      runners: one ``apache_beam.utils.shared.Shared`` handle for all rounds of a search:
+        a worker process that ran a trial of an earlier round reuses its loaded module and
+        tuner instead of calling ``tuner_fn`` again (per process; Beam's mechanism for
+        sharing an object between DoFn instances).
 
     Raises:
       PipelineError: no trials, or a hint value Beam cannot parse.
@@ -83,12 +95,14 @@ class RunTrials(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrialResult
         trials: Sequence[TrialSpec],
         accelerator: Optional[str] = None,
         min_ram: Optional[str] = None,
+        runners: Optional[shared.Shared] = None,
     ) -> None:
         super().__init__()
         if not trials:
             raise PipelineError("RunTrials was given no trials; ask the oracle for a round first.")
         self._job = job
         self._trials = list(trials)
+        self._runners = runners
         self._hints = {k: v for k, v in (("accelerator", accelerator), ("min_ram", min_ram)) if v}
         for name, value in self._hints.items():
             try:
@@ -101,7 +115,7 @@ class RunTrials(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrialResult
                 ) from None
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[TrialResult]:
-        run = beam.ParDo(_RunTrialDoFn(self._job))
+        run = beam.ParDo(_RunTrialDoFn(self._job, self._runners))
         if self._hints:
             run = run.with_resource_hints(**self._hints)
         return (

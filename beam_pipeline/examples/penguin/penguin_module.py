@@ -28,7 +28,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 from tfx_bsl.public import tfxio
 
-from trainer import FnArgs, TrainSpec, export_serving_model, warm_start
+from trainer import FnArgs, TrainSpec, TunerFnResult, export_serving_model, warm_start
 
 LABEL_KEY = "species"
 NUMERIC_FEATURES = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
@@ -179,6 +179,45 @@ def run_fn(fn_args: FnArgs) -> None:
         raw_label_keys=[LABEL_KEY],
         outputs=_scores,
         schema_path=fn_args.schema_path,
+    )
+
+
+def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
+    """A random search over the learning rate and the depth, as TFX's penguin tuner_fn."""
+    tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
+
+    def build(hparams: keras_tuner.HyperParameters) -> keras.Model:
+        model = _build_model(hparams, tf_transform_output)
+        model.compile(
+            optimizer=keras.optimizers.Adam(hparams.get("learning_rate")),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy()],
+        )
+        return model
+
+    tuner = keras_tuner.RandomSearch(
+        build,
+        max_trials=4,
+        hyperparameters=_get_hyperparameters(),
+        allow_new_entries=False,
+        objective=keras_tuner.Objective("val_sparse_categorical_accuracy", "max"),
+        directory=fn_args.working_dir,
+        project_name="penguin_tuning",
+        seed=42,
+    )
+    return TunerFnResult(
+        tuner=tuner,
+        fit_kwargs={
+            "x": _input_fn(
+                fn_args.train_files, fn_args.data_accessor, tf_transform_output, TRAIN_BATCH_SIZE
+            ),
+            "validation_data": _input_fn(
+                fn_args.eval_files, fn_args.data_accessor, tf_transform_output, EVAL_BATCH_SIZE
+            ),
+            "steps_per_epoch": fn_args.train_steps,
+            "validation_steps": fn_args.eval_steps,
+            "verbose": 0,
+        },
     )
 
 

@@ -1,0 +1,406 @@
+"""Benchmark: 8 trials of one small model, plain ``keras_tuner`` search vs. the Tuner stage.
+
+(a) sequential: the module's ``tuner_fn`` and ``tuner.search(**fit_kwargs)`` in one
+    process, as keras-tuner (and TFX's Tuner) run it: one trial after another.
+(b) stage: :func:`beam_pipeline.tuning_stage.run_tuning_stage` on the DirectRunner in
+    multi_processing mode with 2 workers, 2 trials per round, trials capped to 1 TF thread.
+
+Same module, same seed (so the same 8 learning rates), same steps. Every trial builds the
+same architecture (2 x 16 units; only the learning rate varies), so trials cost the same.
+Each phase runs in a fresh Python process; what is timed starts after the imports.
+
+Figures:
+  sequential_s / stage_s: wall time of the search (b: with a warm worker pool);
+  pool_start_s: starting the 2 worker processes (imports), once per search; the stage
+    starts it itself (overlapping the launcher's own tuner_fn call) unless given one;
+  speedup_warm = sequential_s / stage_s; speedup_cold = sequential_s / (pool_start_s +
+    stage_s);
+  overhead_per_trial_s = (sum of the rounds' wall times - sum over rounds of the round's
+    slowest trial) / trials: what the fan-out costs beyond the trials themselves (asking
+    and updating the oracle, the round's Beam job, bundles, result files);
+  fixed_s = stage_s - sum of the rounds' wall times: once per search (the launcher's own
+    tuner_fn call, writing the tables and the plot, publishing);
+  cores_busy: CPU seconds / wall seconds of the search (b: the launcher and the pool's
+    processes);
+  speedup_ceiling: sequential_s / the wall time of a control, two plain keras-tuner
+    searches of trials/2 each run side by side without Beam: what 2-way parallelism can
+    give on this machine once two trainings slow each other down;
+  machine load: /proc/loadavg before and after each phase and the CPU seconds other
+    processes used during it (as a share of one core).
+
+Usage (from the repository root; writes benchmarks/results/tuner_<stamp>.json)::
+
+    .venv/bin/python benchmarks/bench_tuner.py [--train_steps 200] [--trials 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(REPO, "benchmarks", "out", "tuner")
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+
+MODULE = '''
+"""The benchmark's module: the penguin features, a fixed 2 x 16 DNN, a log-uniform rate."""
+import keras
+import keras_tuner
+import tensorflow_transform as tft
+from tfx_bsl.public import tfxio
+
+from trainer import FnArgs, TunerFnResult
+
+FEATURES = ["bill_length_mm_xf", "bill_depth_mm_xf", "flipper_length_mm_xf", "body_mass_g_xf"]
+
+
+def _dataset(files, data_accessor, tf_transform_output, batch_size):
+    return data_accessor.tf_dataset_factory(
+        files,
+        tfxio.TensorFlowDatasetOptions(batch_size=batch_size, label_key="species_xf"),
+        tf_transform_output.transformed_metadata.schema,
+    )
+
+
+def _build(hp):
+    inputs = {k: keras.Input(shape=(1,), name=k) for k in FEATURES}
+    d = keras.layers.Concatenate()(list(inputs.values()))
+    for _ in range(2):
+        d = keras.layers.Dense(16, activation="relu")(d)
+    model = keras.Model(inputs, keras.layers.Dense(3)(d))
+    model.compile(
+        optimizer=keras.optimizers.Adam(hp.Float("learning_rate", 1e-4, 1e-1, sampling="log")),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy()],
+    )
+    return model
+
+
+def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
+    custom = fn_args.custom_config
+    tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
+    tuner = keras_tuner.RandomSearch(
+        _build,
+        max_trials=custom["trials"],
+        seed=custom["seed"],
+        objective=keras_tuner.Objective("val_sparse_categorical_accuracy", "max"),
+        directory=fn_args.working_dir,
+        project_name="bench",
+    )
+    return TunerFnResult(
+        tuner=tuner,
+        fit_kwargs={
+            "x": _dataset(fn_args.train_files, fn_args.data_accessor, tf_transform_output, 20),
+            "validation_data": _dataset(
+                fn_args.eval_files, fn_args.data_accessor, tf_transform_output, 10
+            ),
+            "steps_per_epoch": fn_args.train_steps,
+            "validation_steps": fn_args.eval_steps,
+            "verbose": 0,
+        },
+    )
+'''
+
+
+def _loadavg() -> list[float]:
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def _busy_cpu_s() -> float:
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _pid_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _make_data(root: str) -> str:
+    """The bundled penguin data through the CLI's data stages; returns the run folder."""
+    run = os.path.join(root, "runs", "data")
+    if os.path.exists(os.path.join(run, "transformed_examples", "_PUBLISHED")):
+        return run
+    shutil.rmtree(root, ignore_errors=True)
+    from beam_pipeline import cli
+
+    code = cli.main(
+        [
+            "--runner=DirectRunner",
+            f"--pipeline_root={root}",
+            "--run_id=data",
+            "--no_trainer",
+            "--no_tuner",
+        ]
+    )
+    if code:
+        raise SystemExit(f"the data stages failed with exit code {code}")
+    return run
+
+
+def _phase_sequential(args, run: str, module: str) -> dict:
+    import importlib.util
+
+    from trainer import FnArgs
+
+    spec = importlib.util.spec_from_file_location("bench_module", module)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    work = os.path.join(OUT, f"sequential{args.tag}")
+    shutil.rmtree(work, ignore_errors=True)
+    fn_args = FnArgs(
+        working_dir=work,
+        train_files=[os.path.join(run, "transformed_examples", "train", "*.tfrecord.gz")],
+        eval_files=[os.path.join(run, "transformed_examples", "eval", "*.tfrecord.gz")],
+        train_steps=args.train_steps,
+        eval_steps=args.eval_steps,
+        transform_graph_path=os.path.join(run, "transform_graph"),
+        custom_config={"trials": args.trials, "seed": args.seed},
+    )
+    start, cpu = time.time(), _self_cpu_s()
+    result = mod.tuner_fn(fn_args)
+    result.tuner.oracle.verbose = 0
+    result.tuner.search(**result.fit_kwargs)
+    wall, cpu = time.time() - start, _self_cpu_s() - cpu
+    trials = sorted(result.tuner.oracle.trials.values(), key=lambda t: t.trial_id)
+    return {
+        "sequential_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "cores_busy": round(cpu / wall, 2),
+        "learning_rates": [t.hyperparameters.values["learning_rate"] for t in trials],
+        "statuses": [t.status for t in trials],
+    }
+
+
+def _phase_stage(args, run: str, module: str) -> dict:
+    import dataclasses
+
+    from beam_pipeline.beam_options import parse_beam_args
+    from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig
+    from beam_pipeline.run_dir import Artifact, RunDirectory
+    from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
+
+    root = os.path.join(OUT, "stage")
+    shutil.rmtree(root, ignore_errors=True)
+    run_dir = RunDirectory.create(root, "bench")
+    for artifact in (Artifact.SCHEMA, Artifact.TRANSFORM_GRAPH, Artifact.TRANSFORMED_EXAMPLES):
+        shutil.copytree(os.path.join(run, artifact.value), run_dir.path(artifact))
+    config = PipelineConfig(
+        module_file=module,
+        tuner=TunerConfig(
+            parallel_trials=args.parallel,
+            train_steps=args.train_steps,
+            eval_steps=args.eval_steps,
+        ),
+        trainer=dataclasses.replace(
+            TrainerConfig(), custom_config=json.dumps({"trials": args.trials, "seed": args.seed})
+        ),
+    )
+    options = parse_beam_args(
+        [
+            "--runner=DirectRunner",
+            "--direct_running_mode=multi_processing",
+            f"--direct_num_workers={args.parallel}",
+        ]
+    )
+    threads = args.threads if args.threads >= 0 else max(1, (os.cpu_count() or 1) // args.parallel)
+    start = time.time()
+    with LocalWorkerPool(args.parallel, threads_per_worker=threads) as pool:
+        pool.wait_ready()
+        pool_start = time.time() - start
+        start, cpu = time.time(), _self_cpu_s() + sum(_pid_cpu_s(p) for p in pool.pids)
+        report, _ = run_tuning_stage(config, run_dir, options, worker_pool=pool)
+        wall = time.time() - start
+        cpu = _self_cpu_s() + sum(_pid_cpu_s(p) for p in pool.pids) - cpu
+    with open(run_dir.path(Artifact.TUNER, "trials.json")) as f:
+        trials = json.load(f)["trials"]
+    rounds: dict[int, float] = {}
+    for t in trials:
+        rounds[t["round"]] = max(rounds.get(t["round"], 0.0), t["seconds"])
+    return {
+        "stage_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "cores_busy": round(cpu / wall, 2),
+        "pool_start_s": round(pool_start, 2),
+        "rounds": len(rounds),
+        "round_s": report.details["round_seconds"],
+        "setup_s": report.details["setup_seconds"],
+        "sum_round_max_trial_s": round(sum(rounds.values()), 2),
+        "mean_trial_s": round(sum(t["seconds"] for t in trials) / len(trials), 2),
+        "workers": sorted({t["worker"] for t in trials}),
+        "learning_rates": [t["hyperparameters"]["learning_rate"] for t in trials],
+        "statuses": [t["status"] for t in trials],
+        "note": report.note,
+    }
+
+
+def _phase_env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _run_pair(argv: list[str], trials: int) -> dict:
+    """Control: two plain sequential searches of trials/2 each, side by side, no Beam.
+
+    Their wall time is what any 2-way parallel scheme needs on this machine once trials
+    slow each other down (shared caches, memory bandwidth, TF's and tf.data's threads);
+    sequential_s divided by it is the speedup ceiling the stage is measured against.
+    """
+    env = _phase_env()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--phase",
+                "sequential",
+                f"--tag=-pair{i}",
+                *argv,
+                f"--trials={trials // 2}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        for i in range(2)
+    ]
+    walls = []
+    for proc in procs:
+        out, err = proc.communicate()
+        if proc.returncode:
+            raise SystemExit(f"the side-by-side control failed:\n{err[-4000:]}")
+        walls.append(json.loads(out.strip().splitlines()[-1])["sequential_s"])
+    return {"side_by_side_s": walls, "pair_s": max(walls)}
+
+
+def _run_phase(phase: str, argv: list[str]) -> dict:
+    """Runs one phase in a fresh process; returns its figures plus the machine's load."""
+    before, busy = _loadavg(), _busy_cpu_s()
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
+    env = _phase_env()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--phase", phase, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    wall = time.time() - start
+    if proc.returncode:
+        raise SystemExit(f"phase {phase} failed:\n{proc.stderr[-4000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures.update(
+        loadavg_before=before,
+        loadavg_after=_loadavg(),
+        process_wall_s=round(wall, 2),
+        other_cpu_share_of_one_core=round(max(0.0, _busy_cpu_s() - busy - own) / wall, 2),
+    )
+    return figures
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--train_steps", type=int, default=200)
+    parser.add_argument("--eval_steps", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=8)
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=-1,
+        help="TF intra-op threads per worker (0: TF's default; default: cores / --parallel, "
+        "as the stage does)",
+    )
+    parser.add_argument("--phase", choices=["sequential", "stage"], help=argparse.SUPPRESS)
+    parser.add_argument("--tag", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    module = os.path.join(OUT, "bench_module.py")
+    if args.phase:
+        run = os.path.join(OUT, "data", "runs", "data")
+        figures = (_phase_sequential if args.phase == "sequential" else _phase_stage)(
+            args, run, module
+        )
+        print(json.dumps(figures))
+        return
+
+    os.makedirs(OUT, exist_ok=True)
+    with open(module, "w") as f:
+        f.write(MODULE)
+    _make_data(os.path.join(OUT, "data"))
+    passthrough = [
+        f"--train_steps={args.train_steps}",
+        f"--eval_steps={args.eval_steps}",
+        f"--trials={args.trials}",
+        f"--parallel={args.parallel}",
+        f"--seed={args.seed}",
+        f"--threads={args.threads}",
+    ]
+    sequential = _run_phase("sequential", passthrough)
+    pair = _run_pair(passthrough, args.trials)
+    stage = _run_phase("stage", passthrough)
+    seq, par = sequential["sequential_s"], stage["stage_s"]
+    result = {
+        "benchmark": "tuner",
+        "when": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "cpus": os.cpu_count(),
+        "settings": vars(args) | {"phase": None},
+        "sequential": sequential,
+        "side_by_side": pair,
+        "stage": stage,
+        "same_trials": sequential["learning_rates"] == stage["learning_rates"],
+        "speedup_warm": round(seq / par, 2),
+        "speedup_cold": round(seq / (par + stage["pool_start_s"]), 2),
+        "overhead_per_trial_s": round(
+            (sum(stage["round_s"]) - stage["sum_round_max_trial_s"]) / args.trials, 2
+        ),
+        "fixed_s": round(par - sum(stage["round_s"]), 2),
+        "speedup_ceiling": round(seq / pair["pair_s"], 2),
+        "trials_per_min": {
+            "sequential": round(60 * args.trials / seq, 1),
+            "stage_warm": round(60 * args.trials / par, 1),
+            "stage_cold": round(60 * args.trials / (par + stage["pool_start_s"]), 1),
+        },
+    }
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"tuner_{result['when']}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps(result, indent=2))
+    rate = result["trials_per_min"]
+    cold = round(par + stage["pool_start_s"], 2)
+    print(
+        "\n| | wall s | trials/min |\n|---|---|---|\n"
+        f"| (a) keras_tuner search, sequential | {seq} | {rate['sequential']} |\n"
+        f"| (b) stage, 2 workers, warm pool | {par} | {rate['stage_warm']} |\n"
+        f"| (b) + pool start ({stage['pool_start_s']} s) | {cold} | {rate['stage_cold']} |\n\n"
+        f"speedup {result['speedup_warm']}x warm, {result['speedup_cold']}x cold; fan-out "
+        f"overhead {result['overhead_per_trial_s']} s/trial, {result['fixed_s']} s once per "
+        f"search; two plain searches side by side (no Beam) reach "
+        f"{result['speedup_ceiling']}x on this machine; results in {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()

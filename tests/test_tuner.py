@@ -1,0 +1,285 @@
+"""The tuner's two halves without Beam: OracleRounds (launcher) and TrialRunner (worker).
+
+A real keras-tuner search in this process on a tiny in-memory classifier
+(``tests/testdata/tiny_tuner_module.py``): rounds, max_trials, the best trial, failed and
+fatal trials, Hyperband's resumed trials, seeds, and a retried worker reusing a finished
+trial. The Beam stage itself is tested in ``test_tuner_stage.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from beam_pipeline.config import PipelineConfig, TunerConfig
+from beam_pipeline.errors import PipelineError
+from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.summary import StageStatus
+from beam_pipeline.tuning_stage import run_tuning_stage
+from trainer.tuning import (
+    Direction,
+    OracleRounds,
+    ParameterType,
+    SearchAlgorithm,
+    SearchParameter,
+    SearchSpace,
+    TrialRunner,
+    TrialStatus,
+    TuningJob,
+    load_tuner,
+    read_trial_result,
+)
+from transforms.tuning import RunTrials
+
+TINY = os.path.join(os.path.dirname(__file__), "testdata", "tiny_tuner_module.py")
+
+
+def _job(tmp_path, module_file: str = TINY, **custom) -> TuningJob:
+    return TuningJob(
+        module_file=module_file,
+        module_source=None,
+        train_files=(),
+        eval_files=(),
+        transform_graph_path="unused",
+        schema_path=None,
+        tuner_dir=str(tmp_path / "tuner"),
+        train_steps=1,
+        eval_steps=1,
+        custom_config=custom,
+    )
+
+
+def _search(job: TuningJob, parallel: int, max_trials=None):
+    """Runs a whole search in this process; returns the driver and the round sizes."""
+    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, parallel, max_trials, "tiny")
+    runner, sizes = TrialRunner(job), []
+    while specs := rounds.next_round():
+        sizes.append(len(specs))
+        rounds.report({s.trial_id: runner.run(s) for s in specs})
+    return rounds, sizes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "parallel, max_trials, sizes",
+    [
+        (3, None, [3, 1]),  # the tuner's own max_trials=4
+        (2, 3, [2, 1]),  # --tuner_max_trials caps it
+    ],
+)
+def test_rounds_ask_up_to_parallel_trials_until_max_trials(tmp_path, parallel, max_trials, sizes):
+    rounds, got = _search(_job(tmp_path), parallel, max_trials)
+    assert got == sizes
+    records = rounds.records()
+    assert [r.trial_id for r in records] == [str(i) for i in range(sum(sizes))]
+    assert all(r.status is TrialStatus.COMPLETED and r.attempts == 1 for r in records)
+    assert [r.round for r in records] == [i for i, n in enumerate(sizes) for _ in range(n)]
+    # The best hyperparameters are the completed trial with the highest objective.
+    best = max(records, key=lambda r: r.objective)
+    assert rounds.best_trial_id() == best.trial_id
+    assert rounds.best_hyperparameters()["values"] == best.hyperparameters
+    # The oracle's state is saved in the shared tuner project.
+    assert os.path.exists(os.path.join(rounds.project_dir, "oracle.json"))
+
+
+def test_a_retried_worker_reuses_the_finished_trial(tmp_path):
+    job = _job(tmp_path)
+    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 1, 1, "tiny")
+    (spec,) = rounds.next_round()
+    first = TrialRunner(job).run(spec)
+    again = TrialRunner(job).run(spec)  # a new worker process, as after a retry
+    assert first.status is TrialStatus.COMPLETED and not first.reused
+    assert again.reused and again.metrics == first.metrics and again.worker == first.worker
+    assert read_trial_result(spec.project_dir, spec.trial_id, 0) == first
+
+
+@pytest.mark.slow
+def test_a_failing_hyperparameter_value_fails_its_trial_only(tmp_path):
+    rounds, _ = _search(_job(tmp_path, fail_on_units=4, max_trials=6, seed=2), 2)
+    records = rounds.records()
+    failed = [r for r in records if r.hyperparameters["units"] == 4]
+    assert len(records) == 6 and len(failed) == 1  # seed 2 tries units=4 once, last
+    for r in failed:
+        assert r.status is TrialStatus.FAILED and r.objective is None
+        assert r.error.startswith("ValueError: no model with units=4 (")
+        assert "tiny_tuner_module.py:" in r.error
+    assert all(r.status is TrialStatus.COMPLETED for r in records if r not in failed)
+
+
+@pytest.mark.parametrize(
+    "custom, message",
+    [
+        ({"fail_all": True, "max_trials": 5}, r"Tuning stopped: 3 trials in a row failed"),
+        ({"not_a_model": True}, r"Trial 0 hit an error that stops the whole search"),
+    ],
+)
+def test_hopeless_searches_stop_with_a_clear_error(tmp_path, custom, message):
+    with pytest.raises(PipelineError, match=message):
+        _search(_job(tmp_path, **custom), 2)
+
+
+@pytest.mark.slow
+def test_hyperband_resumes_trials_from_their_parents_checkpoints(tmp_path):
+    rounds, sizes = _search(_job(tmp_path, tuner="hyperband"), 2)
+    records = {r.trial_id: r for r in rounds.records()}
+    assert len(records) == 5 and sum(sizes) == 5  # max_epochs=2, factor=2: brackets of 3 + 2
+    assert all(r.status is TrialStatus.COMPLETED for r in records.values())
+    resumed = [r for r in records.values() if "tuner/trial_id" in r.hyperparameters]
+    assert len(resumed) == 1
+    child = resumed[0].hyperparameters
+    parent = child["tuner/trial_id"]
+    assert (child["tuner/initial_epoch"], child["tuner/epochs"]) == (1, 2)
+    assert records[parent].round < resumed[0].round
+    assert os.path.exists(
+        os.path.join(rounds.project_dir, f"trial_{parent}", "checkpoint.weights.h5")
+    )
+
+
+@pytest.mark.slow
+def test_the_same_seed_gives_the_same_trials(tmp_path):
+    first, _ = _search(_job(tmp_path / "a", seed=11), 2, max_trials=2)
+    second, _ = _search(_job(tmp_path / "b", seed=11), 2, max_trials=2)
+    other, _ = _search(_job(tmp_path / "c", seed=12), 2, max_trials=2)
+    values = [[r.hyperparameters for r in s.records()] for s in (first, second, other)]
+    assert values[0] == values[1]
+    assert values[0] != values[2]
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("x = 1\n", r"defines no tuner_fn\(fn_args\)"),
+        (
+            "def tuner_fn(fn_args):\n    return {}['tuner']\n",
+            r"tuner_fn in .*bad\.py:2 raised KeyError",
+        ),
+        ("def tuner_fn(fn_args):\n    return 42\n", r"returned int, not TunerFnResult"),
+    ],
+)
+def test_tuner_fn_errors_name_the_module_and_line(tmp_path, source, message):
+    module = tmp_path / "bad.py"
+    module.write_text(source)
+    with pytest.raises(PipelineError, match=message):
+        load_tuner(_job(tmp_path, module_file=str(module)), str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "tuner_config, module, note",
+    [
+        (TunerConfig(enabled=False), TINY, "tuning is disabled"),
+        (TunerConfig(), None, "no module file, nothing to tune"),
+        (TunerConfig(), "no_tuner_fn", "defines no tuner_fn"),
+    ],
+)
+def test_stage_skips(tmp_path, tuner_config, module, note):
+    if module == "no_tuner_fn":
+        module = str(tmp_path / "m.py")
+        (tmp_path / "m.py").write_text("def run_fn(fn_args):\n    pass\n")
+    config = PipelineConfig(module_file=module, tuner=tuner_config)
+    report, best = run_tuning_stage(config, RunDirectory.create(str(tmp_path)), None)
+    assert report.status is StageStatus.SKIPPED and note in report.note and best is None
+
+
+def test_stage_reports_a_published_tuner_as_cached(tmp_path):
+    run_dir = RunDirectory.create(str(tmp_path))
+    with run_dir.stage(Artifact.TUNER) as staging:
+        with open(os.path.join(staging, "best_hyperparameters.json"), "w") as f:
+            json.dump({"space": [], "values": {"units": 4}}, f)
+    report, best = run_tuning_stage(PipelineConfig(module_file=TINY), run_dir, None)
+    assert report.status is StageStatus.CACHED
+    assert best == run_dir.path(Artifact.TUNER, "best_hyperparameters.json")
+
+
+def test_a_bad_resource_hint_is_refused(tmp_path):
+    job = _job(tmp_path)
+    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 1, 1, "tiny")
+    message = r"--tuner_min_ram 'lots' is not a valid Beam resource hint"
+    with pytest.raises(PipelineError, match=message):
+        RunTrials(job, rounds.next_round(), min_ram="lots")
+
+
+SPACE = {
+    "algorithm": "Bayesian",
+    "objective": "val_sparse_categorical_accuracy",
+    "direction": "max",
+    "max_trials": 8,
+    "seed": 42,
+    "hyperparameters": {
+        "learning_rate": {"type": "float", "min": 1e-4, "max": 1e-1, "log": True},
+        "num_layers": {"type": "int", "min": 1, "max": 3},
+        "units": {"type": "categorical", "values": [8, 16, 32]},
+    },
+}
+
+
+def test_a_search_space_reads_from_config():
+    space = SearchSpace.from_mapping(SPACE)
+    assert space.algorithm is SearchAlgorithm.BAYESIAN and space.direction is Direction.MAX
+    assert (space.objective, space.max_trials, space.seed) == (SPACE["objective"], 8, 42)
+    assert space.parameters == (
+        SearchParameter("learning_rate", ParameterType.FLOAT, min=1e-4, max=1e-1, log=True),
+        SearchParameter("num_layers", ParameterType.INT, min=1, max=3),
+        SearchParameter("units", ParameterType.CATEGORICAL, values=(8, 16, 32)),
+    )
+    hp = space.hyperparameters()
+    configs = {p.name: p.get_config() for p in hp.space}
+    assert configs["learning_rate"]["sampling"] == "log"
+    assert (configs["num_layers"]["min_value"], configs["num_layers"]["max_value"]) == (1, 3)
+    assert configs["units"]["values"] == [8, 16, 32]
+
+
+def _with(hyperparameters=None, **top):
+    """SPACE with top-level keys replaced and hyperparameters added or replaced."""
+    data = {**SPACE, **top}
+    if hyperparameters is not None:
+        data["hyperparameters"] = {**SPACE["hyperparameters"], **hyperparameters}
+    return data
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (_with(budget=3), r"search_space has unknown key\(s\) \['budget'\]"),
+        ({**SPACE, "hyperparameters": {}}, r"search_space.hyperparameters is missing or empty"),
+        (_with(algorithm="annealing"), r"search_space.algorithm is 'annealing'; use one of"),
+        (_with(max_trials=0), r"search_space.max_trials is 0; use a whole number"),
+        (
+            _with({"units": {"type": "choice", "values": [1]}}),
+            r"hyperparameters.units.type is 'choice'; use one of: categorical, int, float",
+        ),
+        (
+            _with({"units": {"type": "categorical"}}),
+            r"hyperparameters.units.values is missing or empty",
+        ),
+        (
+            _with({"num_layers": {"type": "int", "min": 3, "max": 1}}),
+            r"hyperparameters.num_layers has min 3 above max 1; swap them",
+        ),
+        (
+            _with({"num_layers": {"type": "int", "min": 1.5, "max": 3}}),
+            r"hyperparameters.num_layers.min is 1.5; give a whole number",
+        ),
+        (
+            _with({"learning_rate": {"type": "float", "min": 0, "max": 1, "log": True}}),
+            r"hyperparameters.learning_rate samples log-uniformly from min 0; use a min above 0",
+        ),
+    ],
+)
+def test_a_bad_search_space_names_the_key(data, message):
+    with pytest.raises(PipelineError, match=message):
+        SearchSpace.from_mapping(data)
+
+
+def test_a_search_space_needs_a_trainspec_module_and_no_tuner_fn(tmp_path):
+    space = SearchSpace.from_mapping(SPACE)
+    run_fn_module = tmp_path / "run_fn_module.py"
+    run_fn_module.write_text("def run_fn(fn_args):\n    pass\n")
+    job = dataclasses.replace(_job(tmp_path, module_file=str(run_fn_module)), search_space=space)
+    with pytest.raises(PipelineError, match=r"trains with run_fn, not a TrainSpec subclass"):
+        load_tuner(job, str(tmp_path))
+    job = dataclasses.replace(_job(tmp_path), search_space=space)
+    with pytest.raises(PipelineError, match=r"defines tuner_fn and the pipeline config declares"):
+        load_tuner(job, str(tmp_path))

@@ -1,0 +1,293 @@
+"""The Tuner stage on the DirectRunner in multi_processing mode with two worker processes.
+
+Real Beam, TensorFlow and keras-tuner on the penguin run directory; the module file is
+``tests/testdata/tuner_module.py`` (the penguin model; ``--custom_config`` picks the tuner
+and the failures). Trials run two at a time on two warm worker processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+
+import conftest_trainer
+import keras_tuner
+import pytest
+
+from beam_pipeline.beam_options import create_pipeline, parse_beam_args
+from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig
+from beam_pipeline.errors import PipelineError
+from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact
+from beam_pipeline.summary import StageStatus
+from beam_pipeline.training_stage import run_training_stage
+from beam_pipeline.tuning_stage import (
+    BEST_HYPERPARAMETERS_FILE,
+    OBJECTIVE_PLOT,
+    TRIALS_CSV,
+    TRIALS_JSON,
+    LocalWorkerPool,
+    build_tuning_job,
+    run_tuning_stage,
+)
+from trainer import load_hyperparameters
+from trainer.tuning import OracleRounds, SearchSpace, load_tuner
+from transforms.tuning import RunTrials
+
+penguin_run_dir = conftest_trainer.penguin_run_dir
+
+MODULE = os.path.join(os.path.dirname(__file__), "testdata", "tuner_module.py")
+OPTIONS = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
+TWO_WORKERS = parse_beam_args([*OPTIONS, "--direct_num_workers=2"])
+
+ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
+DATAFLOW_DRY_RUN = [
+    # Placeholders: --dry_run builds the job without credentials (bucket names need 3+
+    # characters, or Beam goes looking for a default bucket online).
+    "--runner=DataflowRunner",
+    "--dry_run=True",
+    "--project=placeholder-project",
+    "--region=us-central1",
+    "--temp_location=gs://placeholder-bucket/tmp",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def _config(max_trials=None, parallel=2, **custom) -> PipelineConfig:
+    return PipelineConfig(
+        module_file=MODULE,
+        tuner=TunerConfig(
+            parallel_trials=parallel, max_trials=max_trials, train_steps=5, eval_steps=2
+        ),
+        trainer=TrainerConfig(train_steps=5, eval_steps=2, custom_config=json.dumps(custom)),
+    )
+
+
+def _trials(run_dir) -> list[dict]:
+    with open(run_dir.path(Artifact.TUNER, TRIALS_JSON)) as f:
+        return json.load(f)["trials"]
+
+
+def _best(run_dir) -> dict:
+    with open(run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def tuned(penguin_run_dir, tmp_path_factory):
+    """A random search of 4 trials, 2 per round; the stage makes its own worker pool."""
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path_factory.mktemp("tuned")))
+    config = _config(max_trials=4, seed=3)
+    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS)
+    return config, run_dir, report, best
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """Two warm worker processes shared by the other searches of this file."""
+    with LocalWorkerPool(2, threads_per_worker=1) as warm:
+        yield warm
+
+
+@pytest.fixture
+def run_dir(penguin_run_dir, tmp_path):
+    return conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
+
+
+def test_trials_run_two_at_a_time_in_two_worker_processes(tuned):
+    _, run_dir, report, _ = tuned
+    trials = _trials(run_dir)
+    assert report.status is StageStatus.OK
+    assert [t["status"] for t in trials] == ["COMPLETED"] * 4
+    assert [t["round"] for t in trials] == [0, 0, 1, 1]
+    workers = {t["worker"] for t in trials}
+    assert len(workers) == 2 and f"{os.uname().nodename}:{os.getpid()}" not in workers
+    for r in (0, 1):  # each round's two trials ran in different processes
+        assert len({t["worker"] for t in trials if t["round"] == r}) == 2
+    assert report.details["rounds"] == 2 and report.details["local_pool_workers"] == 2
+    assert report.details["counters"]["tuner.trials_run"] == 4
+    assert report.details["counters"]["tuner.trials_completed"] == 4
+
+
+def test_best_hyperparameters_are_the_best_completed_trials(tuned):
+    _, run_dir, report, best_path = tuned
+    assert best_path == run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)
+    best_trial = max(_trials(run_dir), key=lambda t: t["objective"])
+    best = _best(run_dir)
+    assert best["values"] == best_trial["hyperparameters"]
+    assert keras_tuner.HyperParameters.from_config(best).values == best_trial["hyperparameters"]
+    assert load_hyperparameters(best_path) == best
+    assert report.details["best_trial"] == best_trial["trial_id"]
+    assert report.details["best_hyperparameters"] == best_trial["hyperparameters"]
+
+
+def test_artifacts_and_report(tuned):
+    _, run_dir, report, _ = tuned
+    tuner_dir = run_dir.path(Artifact.TUNER)
+    assert run_dir.is_published(Artifact.TUNER) and report.artifact == tuner_dir
+    with open(os.path.join(tuner_dir, TRIALS_CSV)) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["trial_id"] for r in rows] == ["0", "1", "2", "3"]
+    assert {"objective", "learning_rate", "num_layers", "seconds", "worker"} <= set(rows[0])
+    with open(os.path.join(tuner_dir, OBJECTIVE_PLOT), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.exists(os.path.join(tuner_dir, "test_tuning", "oracle.json"))
+    assert report.note.startswith("4 trials (4 completed, 0 failed) in 2 rounds on 2 worker")
+    head = report.details["table_head"].splitlines()
+    assert head[0].split()[:3] == ["trial", "status", "val_sparse_categorical_accuracy"]
+    assert head[1].split()[0] == report.details["best_trial"]
+
+
+def test_the_trainer_receives_the_best_hyperparameters(tuned):
+    config, run_dir, _, best_path = tuned
+    report = run_training_stage(
+        config, run_dir, parse_beam_args(["--runner=DirectRunner"]), best_path
+    )
+    assert report.status is StageStatus.OK
+    with open(run_dir.path(Artifact.MODEL_RUN, "received_hyperparameters.json")) as f:
+        assert json.load(f) == _best(run_dir)
+
+
+def test_a_rerun_is_cached(tuned):
+    config, run_dir, _, best_path = tuned
+    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS)
+    assert report.status is StageStatus.CACHED and best == best_path
+
+
+@pytest.mark.parametrize(
+    "custom, trials, failed",
+    [
+        # max_epochs=2, factor=2: brackets of 3 and 2 trials; trials print 200 KB each (a
+        # worker whose output nobody reads must not block)
+        ({"tuner": "hyperband", "print_kb": 200}, 5, 0),
+        ({"tuner": "bayesian", "max_trials": 3}, 3, 0),
+        ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1),
+    ],
+)
+def test_oracles_complete_their_searches(run_dir, pool, custom, trials, failed):
+    report, best = run_tuning_stage(_config(**custom), run_dir, TWO_WORKERS, worker_pool=pool)
+    rows = _trials(run_dir)
+    assert report.status is StageStatus.OK and best is not None
+    assert len(rows) == trials
+    assert [r["status"] for r in rows].count("FAILED") == failed
+    assert len({r["worker"] for r in rows}) == 2
+    for r in rows:
+        if r["status"] == "FAILED":
+            assert r["hyperparameters"]["num_layers"] == 3
+            assert r["error"].startswith("ValueError: this model cannot be built with")
+            assert "tuner_module.py:" in r["error"]
+        if "tuner/trial_id" in r["hyperparameters"]:  # Hyperband's resumed trial
+            parent = r["hyperparameters"]["tuner/trial_id"]
+            assert r["status"] == "COMPLETED"
+            assert next(p for p in rows if p["trial_id"] == parent)["round"] < r["round"]
+    if custom["tuner"] == "hyperband":
+        assert any("tuner/trial_id" in r["hyperparameters"] for r in rows)
+
+
+def test_a_search_whose_trials_all_fail_stops_with_a_clear_error(run_dir, pool):
+    config = _config(max_trials=4, fail_all=True)
+    message = r"Tuning stopped: 3 trials in a row failed .* RuntimeError: training diverged"
+    with pytest.raises(PipelineError, match=message):
+        run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
+    assert not os.path.exists(run_dir.path(Artifact.TUNER))
+    assert os.listdir(os.path.join(run_dir.root, ".staging")) == []
+
+
+def test_the_same_seed_gives_the_same_trials_on_a_rerun(penguin_run_dir, tmp_path, pool):
+    values = []
+    for name in ("first", "second"):
+        run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / name))
+        run_tuning_stage(_config(max_trials=2, seed=5), run_dir, TWO_WORKERS, worker_pool=pool)
+        values.append([t["hyperparameters"] for t in _trials(run_dir)])
+    assert values[0] == values[1] and len(values[0]) == 2
+
+
+# The abandoned job's gRPC reader threads raise when its worker process dies.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_lost_worker_process_is_replaced_and_no_trial_counts_twice(run_dir, pool, tmp_path):
+    marker = str(tmp_path / "exited-once")
+    restarts = pool.restarts
+    report, _ = run_tuning_stage(
+        _config(max_trials=2, exit_once=marker), run_dir, TWO_WORKERS, worker_pool=pool
+    )
+    rows = _trials(run_dir)
+    assert os.path.exists(marker) and pool.restarts == restarts + 1
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+    assert [r["attempts"] for r in rows] == [1, 1]
+    assert report.details["worker_restarts"] == restarts + 1
+    assert os.path.exists(run_dir.path(Artifact.TUNER, PUBLISHED_MARKER))
+
+
+def test_in_memory_mode_runs_the_trials_in_the_launching_process(run_dir):
+    options = parse_beam_args(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
+    report, best = run_tuning_stage(_config(max_trials=2), run_dir, options)
+    rows = _trials(run_dir)
+    assert report.status is StageStatus.OK and best is not None
+    assert report.details["local_pool_workers"] is None
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+    assert {r["worker"] for r in rows} == {f"{os.uname().nodename}:{os.getpid()}"}
+
+
+def test_dataflow_job_graph_puts_the_hints_on_the_trial_step_only(run_dir):
+    config = _config(max_trials=2)
+    job = build_tuning_job(config, run_dir, MODULE, str(run_dir.path(Artifact.TUNER)))
+    specs = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 2).next_round()
+    p = create_pipeline(parse_beam_args(DATAFLOW_DRY_RUN))
+    _ = p | "RunTrials" >> RunTrials(job, specs, accelerator=ACCELERATOR, min_ram="16GB")
+    p.run().wait_until_finish()  # dry run: the job is built, nothing is submitted
+    for proto in (p.to_runner_api(), p.runner.proto_pipeline):  # ours, and what Dataflow gets
+        components = proto.components
+        hints = {
+            t.unique_name: dict(components.environments[t.environment_id].resource_hints)
+            for t in components.transforms.values()
+            if t.environment_id
+        }
+        assert hints["RunTrials/RunTrial"] == {
+            "beam:resources:accelerator:v1": ACCELERATOR.encode(),
+            "beam:resources:min_ram_bytes:v1": b"16000000000",
+        }
+        others = {name: h for name, h in hints.items() if name != "RunTrials/RunTrial"}
+        assert others and all(h == {} for h in others.values()), others
+
+
+def test_a_dataflow_dry_run_builds_the_first_round_only(run_dir):
+    options = parse_beam_args(DATAFLOW_DRY_RUN)
+    report, best = run_tuning_stage(_config(max_trials=2), run_dir, options)
+    assert report.status is StageStatus.SKIPPED and report.note.startswith("dry run")
+    assert best is None and not os.path.exists(run_dir.path(Artifact.TUNER))
+
+
+def test_a_config_search_space_tunes_a_trainspec_without_tuner_fn(run_dir, pool):
+    module = os.path.join(os.path.dirname(__file__), "testdata", "spec_tuner_module.py")
+    space = SearchSpace.from_mapping(
+        {
+            "algorithm": "random",
+            "objective": "val_sparse_categorical_accuracy",
+            "direction": "max",
+            "max_trials": 2,
+            "seed": 3,
+            "hyperparameters": {
+                "learning_rate": {"type": "float", "min": 1e-3, "max": 1e-1, "log": True},
+                "num_layers": {"type": "int", "min": 1, "max": 2},
+            },
+        }
+    )
+    config = dataclasses.replace(_config(), module_file=module)
+    report, best_path = run_tuning_stage(
+        config, run_dir, TWO_WORKERS, worker_pool=pool, search_space=space
+    )
+    rows = _trials(run_dir)
+    assert report.status is StageStatus.OK
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+    assert len({r["worker"] for r in rows}) == 2
+    best = _best(run_dir)
+    # The spec's default that the space does not search stays fixed in every trial.
+    assert all(r["hyperparameters"]["units"] == 8 for r in rows)
+    assert set(best["values"]) == {"learning_rate", "num_layers", "units"}
+    # The trainer's TrainSpec runner builds its model with them.
+    options = parse_beam_args(["--runner=DirectRunner"])
+    assert run_training_stage(config, run_dir, options, best_path).status is StageStatus.OK
+    with open(run_dir.path(Artifact.MODEL_RUN, "spec_hyperparameters.json")) as f:
+        assert json.load(f) == best["values"]

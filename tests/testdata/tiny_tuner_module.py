@@ -1,0 +1,61 @@
+"""A module file for fast tuner tests: a tiny classifier on in-memory arrays (no input files).
+
+``fn_args.custom_config`` picks the search: ``tuner`` (``random`` or ``hyperband``),
+``max_trials``, ``seed``, ``max_consecutive_failed_trials``; ``fail_on_units`` makes the
+model raise for that ``units`` value, ``fail_all`` every trial, ``not_a_model`` makes the
+hypermodel return a string (keras-tuner's fatal error).
+"""
+
+from __future__ import annotations
+
+import keras
+import keras_tuner
+import numpy as np
+
+from trainer import FnArgs, TunerFnResult
+
+
+def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
+    custom = fn_args.custom_config
+    x = np.random.RandomState(0).normal(size=(64, 4)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int64")
+
+    builds = []  # the first build is the tuner's own (it reads the search space)
+
+    def build(hp):
+        units = hp.Int("units", 2, 8, step=2)
+        rate = hp.Float("learning_rate", 1e-3, 1e-1, sampling="log")
+        trial = bool(builds)
+        builds.append(units)
+        if trial and custom.get("not_a_model"):
+            return "not a model"
+        if trial and custom.get("fail_all"):
+            raise ValueError("this model never builds")
+        if custom.get("fail_on_units") == units:
+            raise ValueError(f"no model with units={units}")
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(units, activation="relu"), keras.layers.Dense(2)]
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(rate),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+        return model
+
+    common = dict(
+        hypermodel=build,
+        objective="val_accuracy",
+        directory=fn_args.working_dir,
+        project_name="tiny",
+        seed=custom.get("seed", 7),
+        max_consecutive_failed_trials=custom.get("max_consecutive_failed_trials", 3),
+    )
+    if custom.get("tuner") == "hyperband":
+        tuner = keras_tuner.Hyperband(max_epochs=2, factor=2, **common)
+    else:
+        tuner = keras_tuner.RandomSearch(max_trials=custom.get("max_trials", 4), **common)
+    return TunerFnResult(
+        tuner=tuner,
+        fit_kwargs={"x": x, "y": y, "validation_data": (x, y), "batch_size": 16, "verbose": 0},
+    )
