@@ -72,6 +72,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "tuner_eval_steps": ("tuner", "eval_steps"),
     "tuner_accelerator": ("tuner", "accelerator"),
     "tuner_min_ram": ("tuner", "min_ram"),
+    "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
 }
 # Keys of a YAML config file whose paths are read relative to the file.
 _PATH_KEYS = {"data", "module_file", "schema", "hyperparameters", "base_model", "pipeline_root"}
@@ -207,6 +208,15 @@ def _convert(key: str, value: Any) -> Any:
         return _pairs(key, value, int)
     if key == "input_splits":
         return _pairs(key, value, str)
+    if key == "search_space":
+        from trainer.tuning import SearchSpace
+
+        if not isinstance(value, dict):
+            raise PipelineError(
+                "search_space in --config must be a mapping (algorithm, objective, "
+                "hyperparameters: {...}); see README's tuning section."
+            )
+        return SearchSpace.from_mapping(value)
     if key == "data_format":
         return DataFormat(value)
     if key == "custom_config":

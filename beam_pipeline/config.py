@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-from typing import Optional
+from typing import Any, Optional
 
 __all__ = [
     "Split",
@@ -138,6 +138,8 @@ class TunerConfig:
       max_trials: caps the tuner's own ``max_trials`` when given.
       train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
       accelerator / min_ram: resource hints of the trial step.
+      search_space: a search space declared in the YAML config (``search_space:``), used
+        with a TrainSpec module that has no ``tuner_fn`` (a ``trainer.tuning.SearchSpace``).
     """
 
     enabled: bool = True
@@ -147,6 +149,7 @@ class TunerConfig:
     eval_steps: int = 5
     accelerator: Optional[str] = None
     min_ram: Optional[str] = None
+    search_space: Optional[Any] = None
 
 
 @dataclasses.dataclass(frozen=True)

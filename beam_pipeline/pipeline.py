@@ -566,7 +566,11 @@ def run(config: PipelineConfig) -> RunSummary:
                 if pool is not None:
                     stack.enter_context(pool)
                 tuner_report, best_hyperparameters = run_tuning_stage(
-                    model_config, run_dir, options, worker_pool=pool
+                    model_config,
+                    run_dir,
+                    options,
+                    worker_pool=pool,
+                    search_space=config.tuner.search_space,
                 )
             summary.stages.append(tuner_report)
             summary.stages.append(

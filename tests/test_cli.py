@@ -299,6 +299,13 @@ def test_yaml_config_and_flags(tmp_path):
         "csv_null_values: [NA]\n"
         "split_buckets: {train: 3, eval: 1}\n"
         "beam_args: ['--direct_running_mode=in_memory']\n"
+        "search_space:\n"
+        "  algorithm: random\n"
+        "  objective: val_loss\n"
+        "  max_trials: 3\n"
+        "  hyperparameters:\n"
+        "    learning_rate: {type: float, min: 1.0e-4, max: 1.0e-1, log: true}\n"
+        "    units: {type: categorical, values: [8, 16]}\n"
     )
     cfg = cli.parse_config(
         [
@@ -309,6 +316,9 @@ def test_yaml_config_and_flags(tmp_path):
         ]
     )
     assert cfg.trainer.entry_point == "PenguinSpec"
+    space = cfg.tuner.search_space
+    assert space.max_trials == 3
+    assert [p.name for p in space.parameters] == ["learning_rate", "units"]
     assert cfg.data.csv_null_values == ("NA",)
     assert [(s.value, n) for s, n in cfg.data.split_buckets] == [("train", 3), ("eval", 1)]
     assert cfg.trainer.train_steps == 7
