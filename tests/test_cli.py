@@ -41,7 +41,9 @@ def _summary(run_dir):
 @pytest.fixture(scope="module")
 def bundled_run(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("bundled"))
-    code = cli.main(["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer"])
+    code = cli.main(
+        ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+    )
     assert code == 0
     return _run_dir(root)
 
@@ -57,8 +59,8 @@ def test_bundled_run_publishes_every_data_artifact(bundled_run):
         "transformed_examples",
     ]
     stages = _summary(bundled_run)
-    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"]
-    assert list(stages)[-1] == "Trainer"  # --no_trainer
+    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 2
+    assert list(stages)[-2:] == ["Tuner", "Trainer"]  # --no_tuner --no_trainer
     eg = stages["ExampleGen"]
     assert eg["rows_in"] == {"all": 344}
     assert sum(eg["rows_out"].values()) == 344 and eg["rows_rejected"] == 0
@@ -136,7 +138,9 @@ def test_multi_processing_workers_run_the_user_module(tmp_path):
     # must travel by value (a regression: Transform failed with ModuleNotFoundError).
     root = str(tmp_path)
     args = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-    code = cli.main(args + ["--direct_num_workers=2", f"--pipeline_root={root}", "--no_trainer"])
+    code = cli.main(
+        args + ["--direct_num_workers=2", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+    )
     assert code == 0
     stages = _summary(_run_dir(root))
     assert stages["Transform"]["status"] == "ok"
@@ -145,7 +149,7 @@ def test_multi_processing_workers_run_the_user_module(tmp_path):
 
 def test_rerun_reuses_the_analyzer_cache(tmp_path):
     root = str(tmp_path)
-    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer"]
+    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
     assert cli.main(args + ["--run_id=first"]) == 0
     assert cli.main(args + ["--run_id=second"]) == 0
     first = _summary(os.path.join(root, "runs", "first"))["Transform"]["details"]
@@ -271,7 +275,7 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
 
     # A schema that says 'sex' is always present: the data has NA there.
     first = tmp_path / "first"
-    assert cli.main(["--runner=DirectRunner", f"--pipeline_root={first}", "--no_trainer"]) == 0
+    assert cli.main(["--pipeline_root", str(first), "--no_trainer", "--no_tuner"]) == 0
     schema = read_schema(os.path.join(_run_dir(str(first)), "schema", "schema.pbtxt"))
     for f in schema.feature:
         if f.name == "sex":
@@ -279,7 +283,7 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
     path = str(tmp_path / "schema.pbtxt")
     write_schema(schema, path)
     root = tmp_path / "second"
-    code = cli.main([f"--schema={path}", f"--pipeline_root={root}", "--no_trainer"])
+    code = cli.main([f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"])
     assert code == EXIT_ANOMALIES
     err = capsys.readouterr().err
     assert "sex" in err and "--ignore_anomalies" in err
@@ -287,7 +291,8 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
     assert "transform_graph" not in _published(run_dir)
     assert "anomalies" in _published(run_dir)
     code = cli.main(
-        [f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--ignore_anomalies"]
+        [f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+        + ["--ignore_anomalies"]
     )
     assert code == 0
 
@@ -360,7 +365,9 @@ def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process
     root = str(tmp_path)
     assert cli.main(["--runner=DirectRunner", f"--pipeline_root={root}", "--run_id=full"]) == 0
     stages = _summary(os.path.join(root, "runs", "full"))
-    trainer = stages["Trainer"]
+    tuner, trainer = stages["Tuner"], stages["Trainer"]
+    assert tuner["status"] == "ok"
+    assert tuner["details"]["best_hyperparameters"]  # 4 trials, 2 at a time, by default
     assert trainer["status"] == "ok"
     assert trainer["artifact"] == os.path.join(root, "runs", "full", "model")
     assert "sparse_categorical_accuracy=" in trainer["note"]
