@@ -145,6 +145,20 @@ class RunDirectory:
             gfile.rename(staging, final)
         return final
 
+    def transformed_example_files(self, split, stage: str) -> tuple[str, ...]:
+        """The file pattern of a split's transformed examples, for a model-phase stage.
+
+        Raises:
+          PipelineError: there are none (the Transform stage did not run in this run).
+        """
+        pattern = self.path(Artifact.TRANSFORMED_EXAMPLES, split.value, "*.tfrecord.gz")
+        if not _gfile().glob(pattern):
+            raise PipelineError(
+                f"The {stage} found no transformed {split.value} examples at {pattern}; run the "
+                "Transform stage in this run directory first."
+            )
+        return (pattern,)
+
     def discard(self, staging: str) -> None:
         """Deletes a staging folder (a failed or abandoned artifact)."""
         gfile = _gfile()

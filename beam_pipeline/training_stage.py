@@ -66,13 +66,7 @@ def _gfile():
 
 
 def _split_files(run_dir: RunDirectory, split: Split) -> tuple[str, ...]:
-    pattern = run_dir.path(Artifact.TRANSFORMED_EXAMPLES, split.value, "*.tfrecord.gz")
-    if not _gfile().glob(pattern):
-        raise PipelineError(
-            f"The trainer found no transformed {split.value} examples at {pattern}; run the "
-            "Transform stage in this run directory first."
-        )
-    return (pattern,)
+    return run_dir.transformed_example_files(split, "trainer")
 
 
 def build_training_job(

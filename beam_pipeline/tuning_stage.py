@@ -369,13 +369,7 @@ def local_pool_size(options: PipelineOptions, parallel_trials: int) -> int:
 
 
 def _split_files(run_dir: RunDirectory, split: Split) -> tuple[str, ...]:
-    pattern = run_dir.path(Artifact.TRANSFORMED_EXAMPLES, split.value, "*.tfrecord.gz")
-    if not _gfile().glob(pattern):
-        raise PipelineError(
-            f"The tuner found no transformed {split.value} examples at {pattern}; run the "
-            "Transform stage in this run directory first."
-        )
-    return (pattern,)
+    return run_dir.transformed_example_files(split, "tuner")
 
 
 def build_tuning_job(

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from typing import Optional
 
 import apache_beam as beam
-from apache_beam.transforms import resources
 
 from beam_pipeline.errors import PipelineError
 from trainer import TrainingJob, TrainingResult, run_trainer
+from transforms.hints import resource_hints
 from transforms.metrics import NAMESPACE
 
 __all__ = ["TrainModel"]
@@ -79,16 +79,7 @@ class TrainModel(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrainingRe
     ) -> None:
         super().__init__()
         self._job = job
-        self._hints = {k: v for k, v in (("accelerator", accelerator), ("min_ram", min_ram)) if v}
-        for name, value in self._hints.items():
-            try:
-                resources.parse_resource_hints({name: value})
-            except ValueError as e:
-                raise PipelineError(
-                    f"--trainer_{name} {value!r} is not a valid Beam resource hint ({e}); use "
-                    "e.g. --trainer_min_ram=16GB or "
-                    "--trainer_accelerator='type:nvidia-l4;count:1;install-nvidia-driver'."
-                ) from None
+        self._hints = resource_hints("trainer", accelerator, min_ram)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[TrainingResult]:
         train = beam.ParDo(_TrainDoFn())

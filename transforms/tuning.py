@@ -23,11 +23,11 @@ from collections.abc import Iterator, Sequence
 from typing import Optional
 
 import apache_beam as beam
-from apache_beam.transforms import resources
 from apache_beam.utils import shared
 
 from beam_pipeline.errors import PipelineError
 from trainer.tuning import TrialResult, TrialRunner, TrialSpec, TrialStatus, TuningJob
+from transforms.hints import resource_hints
 from transforms.metrics import NAMESPACE
 
 __all__ = ["RunTrials"]
@@ -103,16 +103,7 @@ class RunTrials(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrialResult
         self._job = job
         self._trials = list(trials)
         self._runners = runners
-        self._hints = {k: v for k, v in (("accelerator", accelerator), ("min_ram", min_ram)) if v}
-        for name, value in self._hints.items():
-            try:
-                resources.parse_resource_hints({name: value})
-            except ValueError as e:
-                raise PipelineError(
-                    f"--tuner_{name} {value!r} is not a valid Beam resource hint ({e}); use "
-                    "e.g. --tuner_min_ram=16GB or "
-                    "--tuner_accelerator='type:nvidia-l4;count:1;install-nvidia-driver'."
-                ) from None
+        self._hints = resource_hints("tuner", accelerator, min_ram)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[TrialResult]:
         run = beam.ParDo(_RunTrialDoFn(self._job, self._runners))
