@@ -59,15 +59,18 @@ def preprocessing_fn(inputs):
     outputs = {}
     for key in NUMERIC_FEATURES:
         x = _to_float(inputs[key])
-        # Impute a missing measurement with the feature's mean over present values.
-        mean = tft.mean(x)
-        outputs[transformed_name(key)] = tft.scale_to_z_score(_dense(x, mean))
+        # Impute a missing measurement with the feature's mean over present values. Named
+        # analyzers keep tf.Transform's analyzer-cache keys stable across tracings.
+        mean = tft.mean(x, name=f"mean_{key}")
+        outputs[transformed_name(key)] = tft.scale_to_z_score(
+            _dense(x, mean), name=f"z_score_{key}"
+        )
     for key in CATEGORICAL_FEATURES:
         outputs[transformed_name(key)] = tft.compute_and_apply_vocabulary(
-            _dense(inputs[key], b"unknown"), num_oov_buckets=1, vocab_filename=key
+            _dense(inputs[key], b"unknown"), num_oov_buckets=1, vocab_filename=key, name=key
         )
     outputs[transformed_name(LABEL_KEY)] = tft.compute_and_apply_vocabulary(
-        _dense(inputs[LABEL_KEY], b""), vocab_filename=LABEL_KEY
+        _dense(inputs[LABEL_KEY], b""), vocab_filename=LABEL_KEY, name=LABEL_KEY
     )
     return outputs
 
