@@ -521,6 +521,7 @@ def run(config: PipelineConfig) -> RunSummary:
     csv_format = eg.CsvFormat(config.data.csv_delimiter, config.data.csv_null_values)
     inputs = _check_data(config, csv_format)
     preprocessing_fn = None
+    tunes = False
     if config.module_file:
         # Loaded once here, before any Beam work: a syntax error, a trainer_fn or a bad
         # run_fn signature stops the run now, not after the data stages.
@@ -528,6 +529,9 @@ def run(config: PipelineConfig) -> RunSummary:
             config.module_file, entry_point=config.trainer.entry_point
         )
         preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
+        tunes = callable(getattr(user_module.module, "tuner_fn", None)) or bool(
+            config.tuner.search_space
+        )
     user_schema = read_schema(config.data.schema) if config.data.schema else None
     if Split.TRAIN not in config.data.splits:
         raise PipelineError("--split_buckets has no train split; add train=N.")
@@ -562,7 +566,7 @@ def run(config: PipelineConfig) -> RunSummary:
                 summary,
             )
             with contextlib.ExitStack() as stack:
-                pool = _default_tuner_pool(config, options)
+                pool = _default_tuner_pool(config, options) if tunes else None
                 if pool is not None:
                     stack.enter_context(pool)
                 tuner_report, best_hyperparameters = run_tuning_stage(
