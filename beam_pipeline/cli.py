@@ -33,6 +33,7 @@ from beam_pipeline.config import (
     TrainerConfig,
     TransformConfig,
     TunerConfig,
+    parse_custom_config,
 )
 from beam_pipeline.errors import PipelineError
 
@@ -221,14 +222,7 @@ def _convert(key: str, value: Any) -> Any:
         return DataFormat(value)
     if key == "custom_config":
         text = value if isinstance(value, str) else json.dumps(value)
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise PipelineError(
-                f"--custom_config is not valid JSON ({e.msg} at column {e.colno}); fix it."
-            ) from e
-        if not isinstance(parsed, dict):
-            raise PipelineError("--custom_config must be a JSON object, e.g. '{\"epochs\": 3}'.")
+        parse_custom_config(text)  # checked here, parsed again where fn_args is built
         return text
     return value
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import os
 from typing import Any, Optional
 
@@ -26,10 +27,34 @@ __all__ = [
     "PipelineConfig",
     "BUNDLED_EXAMPLE_DIR",
     "BUNDLED_CONFIG",
+    "parse_custom_config",
 ]
 
 BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "penguin")
 BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")
+
+
+def parse_custom_config(text: str) -> dict[str, Any]:
+    """``--custom_config`` text -> the dict ``fn_args.custom_config`` receives.
+
+    Raises:
+      PipelineError: the text is not JSON, or not a JSON object.
+    """
+    from beam_pipeline.errors import PipelineError
+
+    try:
+        parsed = json.loads(text or "{}")
+    except json.JSONDecodeError as e:
+        raise PipelineError(
+            f"--custom_config is not valid JSON ({e.msg} at column {e.colno}); pass a JSON "
+            "object such as '{\"epochs\": 3}'."
+        ) from None
+    if not isinstance(parsed, dict):
+        raise PipelineError(
+            f"--custom_config is a JSON {type(parsed).__name__}, not an object; pass a JSON "
+            "object such as '{\"epochs\": 3}'."
+        )
+    return parsed
 
 
 class Split(str, enum.Enum):

@@ -145,6 +145,20 @@ class RunDirectory:
             gfile.rename(staging, final)
         return final
 
+    def transform_graph(self, stage: str) -> str:
+        """The published transform graph folder, for a model-phase stage.
+
+        Raises:
+          PipelineError: there is none (the Transform stage did not run in this run).
+        """
+        graph = self.path(Artifact.TRANSFORM_GRAPH)
+        if not _gfile().exists(graph):
+            raise PipelineError(
+                f"The {stage} found no transform graph at {graph}; run the Transform stage in "
+                "this run directory first."
+            )
+        return graph
+
     def transformed_example_files(self, split, stage: str) -> tuple[str, ...]:
         """The file pattern of a split's transformed examples, for a model-phase stage.
 

@@ -26,7 +26,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Optional
@@ -37,7 +36,7 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.beam_options import create_pipeline
-from beam_pipeline.config import PipelineConfig, Split
+from beam_pipeline.config import PipelineConfig, Split, parse_custom_config
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact, RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
@@ -96,24 +95,8 @@ def build_training_job(
             f"{trainer_config.eval_steps} are out of range; pass --train_steps >= 0 and "
             "--eval_steps >= 1."
         )
-    graph = run_dir.path(Artifact.TRANSFORM_GRAPH)
-    if not _gfile().exists(graph):
-        raise PipelineError(
-            f"The trainer found no transform graph at {graph}; run the Transform stage in "
-            "this run directory first."
-        )
-    try:
-        custom_config = json.loads(trainer_config.custom_config or "{}")
-    except ValueError as e:
-        raise PipelineError(
-            f"--custom_config is not valid JSON ({e}); pass a JSON object such as "
-            "'{\"epochs\": 3}'."
-        ) from None
-    if not isinstance(custom_config, dict):
-        raise PipelineError(
-            f"--custom_config is a JSON {type(custom_config).__name__}, not an object; pass "
-            "a JSON object such as '{\"epochs\": 3}'."
-        )
+    graph = run_dir.transform_graph("trainer")
+    custom_config = parse_custom_config(trainer_config.custom_config)
     base_model = trainer_config.base_model
     if base_model:
         check_base_model(base_model)

@@ -64,7 +64,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import create_pipeline, is_direct
-from beam_pipeline.config import PipelineConfig, Split
+from beam_pipeline.config import PipelineConfig, Split, parse_custom_config
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
@@ -400,24 +400,8 @@ def build_tuning_job(
             f"--tuner_train_steps={tuner.train_steps} / --tuner_eval_steps={tuner.eval_steps} "
             "are out of range; pass values of at least 1."
         )
-    graph = run_dir.path(Artifact.TRANSFORM_GRAPH)
-    if not _gfile().exists(graph):
-        raise PipelineError(
-            f"The tuner found no transform graph at {graph}; run the Transform stage in this "
-            "run directory first."
-        )
-    try:
-        custom_config = json.loads(config.trainer.custom_config or "{}")
-    except ValueError as e:
-        raise PipelineError(
-            f"--custom_config is not valid JSON ({e}); pass a JSON object such as "
-            "'{\"epochs\": 3}'."
-        ) from None
-    if not isinstance(custom_config, dict):
-        raise PipelineError(
-            f"--custom_config is a JSON {type(custom_config).__name__}, not an object; pass "
-            "a JSON object such as '{\"epochs\": 3}'."
-        )
+    graph = run_dir.transform_graph("tuner")
+    custom_config = parse_custom_config(config.trainer.custom_config)
     schema_path = run_dir.path(Artifact.SCHEMA, "schema.pbtxt")
     with _gfile().GFile(module_file) as f:
         module_source = f.read()
