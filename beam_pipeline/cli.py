@@ -33,6 +33,7 @@ from beam_pipeline.config import (
     TrainerConfig,
     TransformConfig,
     TunerConfig,
+    TunerSchedule,
     parse_custom_config,
 )
 from beam_pipeline.errors import PipelineError
@@ -68,6 +69,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "trainer_entry_point": ("trainer", "entry_point"),
     "tuner": ("tuner", "enabled"),
     "tuner_parallel_trials": ("tuner", "parallel_trials"),
+    "tuner_schedule": ("tuner", "schedule"),
     "tuner_max_trials": ("tuner", "max_trials"),
     "tuner_train_steps": ("tuner", "train_steps"),
     "tuner_eval_steps": ("tuner", "eval_steps"),
@@ -130,6 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no_trainer", dest="trainer", action="store_false")
     g = p.add_argument_group("tuner")
     g.add_argument("--tuner_parallel_trials", type=int)
+    g.add_argument(
+        "--tuner_schedule",
+        choices=[s.value for s in TunerSchedule],
+        help="rolling (default): a worker that finishes a trial starts the next at once; "
+        "rounds: synchronous rounds (reproducible adaptive searches).",
+    )
     g.add_argument("--tuner_max_trials", type=int)
     g.add_argument("--tuner_train_steps", type=int)
     g.add_argument("--tuner_eval_steps", type=int)
@@ -220,6 +228,14 @@ def _convert(key: str, value: Any) -> Any:
         return SearchSpace.from_mapping(value)
     if key == "data_format":
         return DataFormat(value)
+    if key == "tuner_schedule":
+        try:
+            return TunerSchedule(value)
+        except ValueError:
+            raise PipelineError(
+                f"tuner_schedule: {value!r} is not a schedule; use one of "
+                f"{', '.join(s.value for s in TunerSchedule)}."
+            ) from None
     if key == "custom_config":
         text = value if isinstance(value, str) else json.dumps(value)
         parse_custom_config(text)  # checked here, parsed again where fn_args is built

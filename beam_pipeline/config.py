@@ -73,6 +73,20 @@ class DataFormat(str, enum.Enum):
     TFRECORD = "tfrecord"
 
 
+class TunerSchedule(str, enum.Enum):
+    """How the tuner's trials are handed to workers.
+
+    ROLLING: a worker that finishes a trial gets the next one at once (each trial is its
+    own small job, several run at a time); every worker stays busy, but an adaptive
+    oracle (BayesianOptimization) sees results in the order they finish.
+    ROUNDS: synchronous rounds of ``parallel_trials`` trials; the next round starts when
+    the round's slowest trial ends; an adaptive oracle's trials are the same on a rerun.
+    """
+
+    ROLLING = "rolling"
+    ROUNDS = "rounds"
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Where the input data is and how ExampleGen reads, splits and checks it.
@@ -159,7 +173,9 @@ class TunerConfig:
 
     Attributes:
       enabled: False (``--no_tuner``) skips tuning.
-      parallel_trials: trials asked of the oracle per round and run at once.
+      parallel_trials: trials that run at once.
+      schedule: rolling (a freed worker gets the next trial at once) or synchronous
+        rounds; see :class:`TunerSchedule`.
       max_trials: caps the tuner's own ``max_trials`` when given.
       train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
       accelerator / min_ram: resource hints of the trial step.
@@ -169,6 +185,7 @@ class TunerConfig:
 
     enabled: bool = True
     parallel_trials: int = 2
+    schedule: TunerSchedule = TunerSchedule.ROLLING
     max_trials: Optional[int] = None
     train_steps: int = 20
     eval_steps: int = 5

@@ -25,7 +25,7 @@ Artifact ``<run_dir>/tuner/`` (published atomically):
 - ``best_hyperparameters.json``: the best completed trial's ``HyperParameters`` config
   (``keras_tuner.HyperParameters.from_config`` reads it; the trainer gets its path);
 - ``trials.json`` / ``trials.csv``: per trial its hyperparameters, objective, status,
-  seconds, attempts, round, worker (host:pid) and error;
+  start time, seconds, attempts, round, worker (host:pid) and error;
 - ``objective.png``: the objective per trial and the best so far;
 - ``<project_name>/``: keras-tuner's project: ``oracle.json`` (oracle state), per trial
   ``trial.json``, its checkpoint and ``beam_result-<attempt>.json``;
@@ -49,6 +49,7 @@ import json
 import logging
 import math
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -64,7 +65,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import create_pipeline, is_direct
-from beam_pipeline.config import PipelineConfig, Split, parse_custom_config
+from beam_pipeline.config import PipelineConfig, Split, TunerSchedule, parse_custom_config
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
@@ -314,18 +315,34 @@ class LocalWorkerPool:
             self._children[i] = _Child(i, self.threads_per_worker, self._log_dir)
         self.restarts += 1
 
-    def pipeline(self, options: PipelineOptions) -> beam.Pipeline:
-        """A pipeline whose workers are this pool's processes (one Beam worker each)."""
+    def restart_worker(self, index: int) -> None:
+        """Replaces process ``index`` (after it exited); the others go on with their work."""
+        self._children[index].close()
+        self._children[index] = _Child(index, self.threads_per_worker, self._log_dir)
+        self.restarts += 1
+
+    def pipeline(self, options: PipelineOptions, worker: Optional[int] = None) -> beam.Pipeline:
+        """A pipeline whose workers are this pool's processes (one Beam worker each).
+
+        Args:
+          options: the job's options (the runner is replaced).
+          worker: run the whole job on process ``worker`` only (one Beam worker), so
+            that jobs running at the same time each get their own process.
+        """
         from apache_beam.runners.portability.fn_api_runner import fn_runner
         from apache_beam.transforms import environments
 
         if self._dispatcher is None:
             self.start()
         assert self._dispatcher is not None
+        if worker is None:
+            endpoint, workers = self._dispatcher.endpoint, self.num_workers
+        else:
+            endpoint, workers = self._children[worker].wait_ready(), 1
         settings = options.get_all_options(drop_default=True)
-        settings.update(direct_running_mode="in_memory", direct_num_workers=self.num_workers)
+        settings.update(direct_running_mode="in_memory", direct_num_workers=workers)
         runner = fn_runner.FnApiRunner(
-            default_environment=environments.ExternalEnvironment(self._dispatcher.endpoint)
+            default_environment=environments.ExternalEnvironment(endpoint)
         )
         return beam.Pipeline(runner=runner, options=PipelineOptions(**settings))
 
@@ -546,14 +563,14 @@ def _write_trials(folder: str, records: Sequence[TrialRecord], objective: str, d
     writer = csv.writer(out)
     writer.writerow(
         ["trial_id", "status", "objective", *hp_names, *metric_names]
-        + ["seconds", "attempts", "round", "worker", "error"]
+        + ["started", "seconds", "attempts", "round", "worker", "error"]
     )
     for r in records:
         writer.writerow(
             [r.trial_id, r.status.value, "" if r.objective is None else r.objective]
             + [r.hyperparameters.get(k, "") for k in hp_names]
             + [r.metrics.get(k, "") for k in metric_names]
-            + [r.seconds, r.attempts, r.round, r.worker, r.error or ""]
+            + [r.started, r.seconds, r.attempts, r.round, r.worker, r.error or ""]
         )
     _write_text(os.path.join(folder, TRIALS_CSV), out.getvalue())
 
@@ -603,13 +620,34 @@ def _gather(specs: Sequence[TrialSpec]) -> dict[str, TrialResult]:
 
 @dataclasses.dataclass
 class _Search:
-    """What a search did: the driven oracle, summed counters, and where the time went."""
+    """What a search did: the driven oracle, summed counters, and where the time went.
+
+    ``round_seconds``: wall time of each synchronous round; ``trial_job_seconds``: per
+    trial of a rolling search, from its job's start to its report to the oracle.
+    """
 
     rounds: OracleRounds
     counters: dict[str, int]
     ran: bool
     setup_seconds: float
-    round_seconds: list[float]
+    schedule: TunerSchedule
+    round_seconds: list[float] = dataclasses.field(default_factory=list)
+    trial_job_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _schedule(
+    config: PipelineConfig, options: PipelineOptions, pool: Optional[LocalWorkerPool]
+) -> TunerSchedule:
+    """Rolling needs jobs that can run side by side: a pool's processes or a real runner.
+
+    In the DirectRunner's in_memory mode every trial runs in the launching process, one at
+    a time, so there is nothing to roll; a dry run builds the first round's graph only.
+    """
+    if options.view_as(po.TestOptions).dry_run:
+        return TunerSchedule.ROUNDS
+    if pool is None and is_direct(options):
+        return TunerSchedule.ROUNDS
+    return config.tuner.schedule
 
 
 def _search(
@@ -620,14 +658,19 @@ def _search(
 ) -> _Search:
     """Runs the search: the launcher's tuner_fn, then rounds until the oracle stops."""
     started = time.time()
+    schedule = _schedule(config, options, pool)
+    runners = shared.Shared()  # workers keep their loaded tuner from job to job
     tuner = load_tuner(job, job.tuner_dir)
-    rounds = OracleRounds(
-        tuner.tuner, config.tuner.parallel_trials, config.tuner.max_trials, job.module_file
-    )
-    search = _Search(rounds, {}, True, round(time.time() - started, 3), [])
+    slots = config.tuner.parallel_trials if pool is None else pool.num_workers
+    if schedule is TunerSchedule.ROUNDS:
+        slots = config.tuner.parallel_trials
+    rounds = OracleRounds(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
+    search = _Search(rounds, {}, True, round(time.time() - started, 3), schedule)
+    if schedule is TunerSchedule.ROLLING:
+        _roll(search, job, config, options, pool, runners)
+        return search
     counters: collections.Counter = collections.Counter()
     dry_run = options.view_as(po.TestOptions).dry_run
-    runners = shared.Shared()  # workers keep their loaded tuner from round to round
     while True:
         started = time.time()
         specs = rounds.next_round()
@@ -647,6 +690,132 @@ def _search(
             len(specs),
             search.round_seconds[-1],
             ", ".join(f"{r.trial_id}={r.status.value}" for r in results.values()),
+        )
+
+
+@dataclasses.dataclass(eq=False)
+class _TrialJob:
+    """One trial's job of a rolling search, running in its own thread."""
+
+    slot: int
+    spec: TrialSpec
+    tries: int
+    started: float
+
+
+def _job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
+    """The options of one trial's job: a given --job_name gets the trial as a suffix.
+
+    Trial jobs run side by side, and Dataflow refuses two running jobs of the same name.
+    """
+    name = options.view_as(po.GoogleCloudOptions).job_name
+    if not name:
+        return options
+    settings = options.get_all_options(drop_default=True)
+    settings["job_name"] = f"{name}-trial-{trial_id}".lower().replace("_", "-")
+    return PipelineOptions(**settings)
+
+
+def _roll(
+    search: _Search,
+    job: TuningJob,
+    config: PipelineConfig,
+    options: PipelineOptions,
+    pool: Optional[LocalWorkerPool],
+    runners: shared.Shared,
+) -> None:
+    """The rolling schedule: every slot runs one trial's job; a freed slot asks for the next.
+
+    Each trial is its own small Beam job (on a pool: on the slot's own process), run in a
+    thread of this process; this thread alone talks to the oracle. The FnApiRunner waits
+    forever for a pool process that died, so this thread also watches the pool: a lost
+    process is replaced and its trial's job rerun (a finished trial's result file is
+    reused, so nothing counts twice); the abandoned job's thread is a daemon.
+    """
+    rounds = search.rounds
+    hints = config.tuner
+    slots = rounds.slots
+    done: queue.Queue = queue.Queue()
+    running: dict[int, _TrialJob] = {}
+    counters: collections.Counter = collections.Counter()
+
+    def launch(slot: int, spec: TrialSpec, tries: int = 1) -> None:
+        entry = _TrialJob(slot, spec, tries, time.time())
+        running[slot] = entry
+
+        def run() -> None:
+            try:
+                if pool is not None:
+                    p = pool.pipeline(options, worker=slot)
+                else:
+                    p = create_pipeline(_job_options(options, spec.trial_id))
+                _ = p | "RunTrials" >> RunTrials(
+                    job,
+                    [spec],
+                    accelerator=hints.accelerator,
+                    min_ram=hints.min_ram,
+                    runners=runners,
+                )
+                result = p.run()
+                result.wait_until_finish()
+                done.put((entry, _counters(result), None))
+            except BaseException as e:  # noqa: BLE001  handed to the launcher's thread
+                done.put((entry, None, e))
+
+        name = f"tuner-trial-{spec.trial_id}-slot-{slot}"
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    ask = True
+    while True:
+        if ask:
+            free = [slot for slot in range(slots) if slot not in running]
+            for slot, spec in zip(free, rounds.ask(len(free)) if free else []):
+                launch(slot, spec)
+            ask = False
+        if not running:  # the oracle has nothing more to run and nothing runs
+            search.counters = dict(counters)
+            return
+        try:
+            entry, counts, error = done.get(timeout=0.5)
+        except queue.Empty:
+            for slot in pool.lost_workers() if pool is not None else []:
+                pool.restart_worker(slot)
+                lost = running.pop(slot, None)
+                if lost is None:
+                    continue
+                if lost.tries >= _ROUND_ATTEMPTS:
+                    raise PipelineError(
+                        f"Tuner worker process {slot} kept exiting while it ran trial "
+                        f"{lost.spec.trial_id} (see the logs in {pool.log_dir}); the trial "
+                        "probably runs out of memory: shrink the model or pass "
+                        "--direct_num_workers=1."
+                    ) from None
+                _LOG.warning(
+                    "Tuner worker process %d exited during trial %s (log in %s); restarted "
+                    "it and rerunning the trial.",
+                    slot,
+                    lost.spec.trial_id,
+                    pool.log_dir,
+                )
+                launch(slot, lost.spec, lost.tries + 1)
+            continue
+        if running.get(entry.slot) is not entry:  # an abandoned job (its process was lost)
+            continue
+        del running[entry.slot]
+        if error is not None:
+            raise error
+        counters.update(counts)
+        results = _gather([entry.spec])
+        rounds.report(results, [entry.spec])
+        seconds = round(time.time() - entry.started, 3)
+        search.trial_job_seconds[entry.spec.trial_id] = seconds
+        ask = True
+        _LOG.info(
+            "Tuner trial %s: %s in %.1f s on slot %d",
+            entry.spec.trial_id,
+            ", ".join(r.status.value for r in results.values()) or "no result",
+            seconds,
+            entry.slot,
         )
 
 
@@ -780,9 +949,13 @@ def _report(
     done = sum(r.status is TrialStatus.COMPLETED for r in records)
     workers = sorted({r.worker for r in records if r.worker})
     best_values = dict(best.get("values", {}))
+    if search.schedule is TunerSchedule.ROLLING:
+        how = f"{rounds.slots} at a time (rolling)"
+    else:
+        how = f"in {rounds.rounds} rounds"
     note = (
-        f"{len(records)} trials ({done} completed, {len(records) - done} failed) in "
-        f"{rounds.rounds} rounds on {len(workers)} worker process(es); best {objective}="
+        f"{len(records)} trials ({done} completed, {len(records) - done} failed) {how} "
+        f"on {len(workers)} worker process(es); best {objective}="
         f"{top.objective:.4g} (trial {top.trial_id}): {_format_hps(best_values)}; "
         f"table: {os.path.join(artifact, TRIALS_CSV)}"
     )
@@ -799,6 +972,7 @@ def _report(
             "trials": len(records),
             "completed": done,
             "failed": len(records) - done,
+            "schedule": search.schedule.value,
             "rounds": rounds.rounds,
             "workers": workers,
             "local_pool_workers": pool_workers,
@@ -807,5 +981,6 @@ def _report(
             "counters": dict(search.counters),
             "setup_seconds": search.setup_seconds,
             "round_seconds": list(search.round_seconds),
+            "trial_job_seconds": dict(search.trial_job_seconds),
         },
     )

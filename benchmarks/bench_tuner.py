@@ -3,7 +3,10 @@
 (a) sequential: the module's ``tuner_fn`` and ``tuner.search(**fit_kwargs)`` in one
     process, as keras-tuner (and TFX's Tuner) run it: one trial after another.
 (b) stage: :func:`beam_pipeline.tuning_stage.run_tuning_stage` on the DirectRunner in
-    multi_processing mode with 2 workers, 2 trials per round, trials capped to 1 TF thread.
+    multi_processing mode with 2 workers, 2 trials at a time, trials capped to 1 TF thread,
+    with the default rolling schedule (a freed worker starts the next trial at once, each
+    trial its own small job), and (c) the same with synchronous rounds
+    (``--tuner_schedule=rounds``: each round waits for its slowest trial).
 
 Same module, same seed (so the same 8 learning rates), same steps. Every trial builds the
 same architecture (2 x 16 units; only the learning rate varies), so trials cost the same.
@@ -15,13 +18,18 @@ Figures:
     starts it itself (overlapping the launcher's own tuner_fn call) unless given one;
   speedup_warm = sequential_s / stage_s; speedup_cold = sequential_s / (pool_start_s +
     stage_s);
-  overhead_per_trial_s = (sum of the rounds' wall times - sum over rounds of the round's
-    slowest trial) / trials: what the fan-out costs beyond the trials themselves (asking
-    and updating the oracle, the round's Beam job, bundles, result files);
-  fixed_s = stage_s - sum of the rounds' wall times: once per search (the launcher's own
-    tuner_fn call, writing the tables and the plot, publishing);
+  overhead_per_trial_s: what the fan-out costs a worker per trial beyond the trial
+    itself (asking and updating the oracle, the trial's Beam job, bundles, result files):
+    rolling: the mean of (trial's job wall time, launch to report - the trial's own
+    seconds); rounds: (sum of the rounds' wall times - sum over rounds of the round's
+    slowest trial) / trials;
+  idle_per_trial_s: (workers x search wall time - the trials' own seconds) / trials: all
+    the time a worker does not train, fan-out, barriers and fixed costs included;
+  fixed_s: once per search (the launcher's own tuner_fn call, writing the tables and the
+    plot, publishing): stage_s - the rounds' wall times (rounds), stage_s - the span from
+    the first trial's start to the last trial's report (rolling);
   cores_busy: CPU seconds / wall seconds of the search (b: the launcher and the pool's
-    processes);
+    processes); launcher_cpu_s: the launching process's share (oracle, jobs, tables);
   speedup_ceiling: sequential_s / the wall time of a control, two plain keras-tuner
     searches of trials/2 each run side by side without Beam: what 2-way parallelism can
     give on this machine once two trainings slow each other down;
@@ -192,11 +200,12 @@ def _phase_stage(args, run: str, module: str) -> dict:
     import dataclasses
 
     from beam_pipeline.beam_options import parse_beam_args
-    from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig
+    from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
     from beam_pipeline.run_dir import Artifact, RunDirectory
     from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
 
-    root = os.path.join(OUT, "stage")
+    schedule = TunerSchedule(args.phase.split("-", 1)[1])
+    root = os.path.join(OUT, f"stage-{schedule.value}")
     shutil.rmtree(root, ignore_errors=True)
     run_dir = RunDirectory.create(root, "bench")
     for artifact in (Artifact.SCHEMA, Artifact.TRANSFORM_GRAPH, Artifact.TRANSFORMED_EXAMPLES):
@@ -205,6 +214,7 @@ def _phase_stage(args, run: str, module: str) -> dict:
         module_file=module,
         tuner=TunerConfig(
             parallel_trials=args.parallel,
+            schedule=schedule,
             train_steps=args.train_steps,
             eval_steps=args.eval_steps,
         ),
@@ -224,25 +234,42 @@ def _phase_stage(args, run: str, module: str) -> dict:
     with LocalWorkerPool(args.parallel, threads_per_worker=threads) as pool:
         pool.wait_ready()
         pool_start = time.time() - start
-        start, cpu = time.time(), _self_cpu_s() + sum(_pid_cpu_s(p) for p in pool.pids)
+        start, own = time.time(), _self_cpu_s()
+        workers_cpu = sum(_pid_cpu_s(p) for p in pool.pids)
         report, _ = run_tuning_stage(config, run_dir, options, worker_pool=pool)
         wall = time.time() - start
-        cpu = _self_cpu_s() + sum(_pid_cpu_s(p) for p in pool.pids) - cpu
+        own = _self_cpu_s() - own
+        cpu = own + sum(_pid_cpu_s(p) for p in pool.pids) - workers_cpu
     with open(run_dir.path(Artifact.TUNER, "trials.json")) as f:
         trials = json.load(f)["trials"]
-    rounds: dict[int, float] = {}
-    for t in trials:
-        rounds[t["round"]] = max(rounds.get(t["round"], 0.0), t["seconds"])
+    trial_s = sum(t["seconds"] for t in trials)
+    details = report.details
+    if schedule is TunerSchedule.ROLLING:
+        jobs = details["trial_job_seconds"]
+        overhead = sum(jobs[t["trial_id"]] - t["seconds"] for t in trials) / len(trials)
+        first = min(t["started"] for t in trials)
+        last = max(t["started"] + jobs[t["trial_id"]] for t in trials)
+        fixed = wall - (last - first)
+    else:
+        rounds: dict[int, float] = {}
+        for t in trials:
+            rounds[t["round"]] = max(rounds.get(t["round"], 0.0), t["seconds"])
+        overhead = (sum(details["round_seconds"]) - sum(rounds.values())) / len(trials)
+        fixed = wall - sum(details["round_seconds"])
     return {
+        "schedule": schedule.value,
         "stage_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
+        "launcher_cpu_s": round(own, 2),
         "cores_busy": round(cpu / wall, 2),
         "pool_start_s": round(pool_start, 2),
-        "rounds": len(rounds),
-        "round_s": report.details["round_seconds"],
-        "setup_s": report.details["setup_seconds"],
-        "sum_round_max_trial_s": round(sum(rounds.values()), 2),
-        "mean_trial_s": round(sum(t["seconds"] for t in trials) / len(trials), 2),
+        "rounds": details["rounds"],
+        "round_s": details["round_seconds"],
+        "setup_s": details["setup_seconds"],
+        "mean_trial_s": round(trial_s / len(trials), 2),
+        "overhead_per_trial_s": round(overhead, 3),
+        "idle_per_trial_s": round((args.parallel * wall - trial_s) / len(trials), 3),
+        "fixed_s": round(fixed, 2),
         "workers": sorted({t["worker"] for t in trials}),
         "learning_rates": [t["hyperparameters"]["learning_rate"] for t in trials],
         "statuses": [t["status"] for t in trials],
@@ -333,7 +360,11 @@ def main(argv=None) -> None:
         help="TF intra-op threads per worker (0: TF's default; default: cores / --parallel, "
         "as the stage does)",
     )
-    parser.add_argument("--phase", choices=["sequential", "stage"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--phase",
+        choices=["sequential", "stage-rolling", "stage-rounds"],
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--tag", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     module = os.path.join(OUT, "bench_module.py")
@@ -359,8 +390,8 @@ def main(argv=None) -> None:
     ]
     sequential = _run_phase("sequential", passthrough)
     pair = _run_pair(passthrough, args.trials)
-    stage = _run_phase("stage", passthrough)
-    seq, par = sequential["sequential_s"], stage["stage_s"]
+    stages = {name: _run_phase(f"stage-{name}", passthrough) for name in ("rolling", "rounds")}
+    seq = sequential["sequential_s"]
     result = {
         "benchmark": "tuner",
         "when": datetime.datetime.now().strftime("%Y%m%d-%H%M%S"),
@@ -368,38 +399,43 @@ def main(argv=None) -> None:
         "settings": vars(args) | {"phase": None},
         "sequential": sequential,
         "side_by_side": pair,
-        "stage": stage,
-        "same_trials": sequential["learning_rates"] == stage["learning_rates"],
-        "speedup_warm": round(seq / par, 2),
-        "speedup_cold": round(seq / (par + stage["pool_start_s"]), 2),
-        "overhead_per_trial_s": round(
-            (sum(stage["round_s"]) - stage["sum_round_max_trial_s"]) / args.trials, 2
+        "stage": stages,
+        "same_trials": all(
+            sequential["learning_rates"] == s["learning_rates"] for s in stages.values()
         ),
-        "fixed_s": round(par - sum(stage["round_s"]), 2),
         "speedup_ceiling": round(seq / pair["pair_s"], 2),
-        "trials_per_min": {
-            "sequential": round(60 * args.trials / seq, 1),
-            "stage_warm": round(60 * args.trials / par, 1),
-            "stage_cold": round(60 * args.trials / (par + stage["pool_start_s"]), 1),
-        },
+        "trials_per_min": {"sequential": round(60 * args.trials / seq, 1)},
     }
+    for name, stage in stages.items():
+        par = stage["stage_s"]
+        result[f"speedup_warm_{name}"] = round(seq / par, 2)
+        result[f"speedup_cold_{name}"] = round(seq / (par + stage["pool_start_s"]), 2)
+        result["trials_per_min"][f"{name}_warm"] = round(60 * args.trials / par, 1)
     os.makedirs(RESULTS, exist_ok=True)
     path = os.path.join(RESULTS, f"tuner_{result['when']}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     print(json.dumps(result, indent=2))
     rate = result["trials_per_min"]
-    cold = round(par + stage["pool_start_s"], 2)
-    print(
-        "\n| | wall s | trials/min |\n|---|---|---|\n"
-        f"| (a) keras_tuner search, sequential | {seq} | {rate['sequential']} |\n"
-        f"| (b) stage, 2 workers, warm pool | {par} | {rate['stage_warm']} |\n"
-        f"| (b) + pool start ({stage['pool_start_s']} s) | {cold} | {rate['stage_cold']} |\n\n"
-        f"speedup {result['speedup_warm']}x warm, {result['speedup_cold']}x cold; fan-out "
-        f"overhead {result['overhead_per_trial_s']} s/trial, {result['fixed_s']} s once per "
-        f"search; two plain searches side by side (no Beam) reach "
-        f"{result['speedup_ceiling']}x on this machine; results in {path}"
+    lines = [
+        "",
+        "| | wall s | trials/min | speedup | fan-out s/trial | idle s/trial |",
+        "|---|---|---|---|---|---|",
+        f"| (a) keras_tuner search, sequential | {seq} | {rate['sequential']} | 1.0 | | |",
+    ]
+    for label, name in (("(b) stage, rolling", "rolling"), ("(c) stage, rounds", "rounds")):
+        stage = stages[name]
+        lines.append(
+            f"| {label}, 2 workers, warm pool | {stage['stage_s']} | {rate[name + '_warm']} | "
+            f"{result['speedup_warm_' + name]} | {stage['overhead_per_trial_s']} | "
+            f"{stage['idle_per_trial_s']} |"
+        )
+    lines.append(
+        f"\npool start {stages['rolling']['pool_start_s']} s (once per search); two plain "
+        f"searches side by side (no Beam) reach {result['speedup_ceiling']}x on this machine; "
+        f"same trials: {result['same_trials']}; results in {path}"
     )
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 from conftest import PENGUIN_DIR, REPO, TESTDATA, feature_value, read_examples
 
 from beam_pipeline import cli
+from beam_pipeline.config import TunerSchedule
 from beam_pipeline.errors import EXIT_ANOMALIES, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.slow
@@ -304,6 +305,7 @@ def test_yaml_config_and_flags(tmp_path):
         "csv_null_values: [NA]\n"
         "split_buckets: {train: 3, eval: 1}\n"
         "beam_args: ['--direct_running_mode=in_memory']\n"
+        "tuner_schedule: rounds\n"
         "search_space:\n"
         "  algorithm: random\n"
         "  objective: val_loss\n"
@@ -321,6 +323,10 @@ def test_yaml_config_and_flags(tmp_path):
         ]
     )
     assert cfg.trainer.entry_point == "PenguinSpec"
+    assert cfg.tuner.schedule is TunerSchedule.ROUNDS
+    assert cli.parse_config([f"--config={config}", "--tuner_schedule=rolling"]).tuner.schedule is (
+        TunerSchedule.ROLLING
+    )
     space = cfg.tuner.search_space
     assert space.max_trials == 3
     assert [p.name for p in space.parameters] == ["learning_rate", "units"]
@@ -332,6 +338,11 @@ def test_yaml_config_and_flags(tmp_path):
     from beam_pipeline.errors import PipelineError
 
     with pytest.raises(PipelineError, match="unknown setting 'dta'"):
+        cli.parse_config([f"--config={tmp_path / 'bad.yaml'}"])
+    (tmp_path / "bad.yaml").write_text("tuner_schedule: async\n")
+    with pytest.raises(
+        PipelineError, match="'async' is not a schedule; use one of rolling, rounds"
+    ):
         cli.parse_config([f"--config={tmp_path / 'bad.yaml'}"])
 
 

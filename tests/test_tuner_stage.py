@@ -17,7 +17,7 @@ import keras_tuner
 import pytest
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
-from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig
+from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact
 from beam_pipeline.summary import StageStatus
@@ -96,19 +96,58 @@ def run_dir(penguin_run_dir, tmp_path):
     return conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
 
 
+def _running_at_once(trials: list[dict]) -> int:
+    """The most trials whose [started, started + seconds] intervals overlap at one time."""
+    return max(
+        sum(u["started"] <= t["started"] < u["started"] + u["seconds"] for u in trials)
+        for t in trials
+    )
+
+
 def test_trials_run_two_at_a_time_in_two_worker_processes(tuned):
     _, run_dir, report, _ = tuned
     trials = _trials(run_dir)
     assert report.status is StageStatus.OK
     assert [t["status"] for t in trials] == ["COMPLETED"] * 4
-    assert [t["round"] for t in trials] == [0, 0, 1, 1]
+    # Rolling: the first two trials are asked together, then one per freed worker.
+    assert [t["round"] for t in trials] == [0, 0, 1, 2]
+    assert _running_at_once(trials) == 2
     workers = {t["worker"] for t in trials}
     assert len(workers) == 2 and f"{os.uname().nodename}:{os.getpid()}" not in workers
-    for r in (0, 1):  # each round's two trials ran in different processes
-        assert len({t["worker"] for t in trials if t["round"] == r}) == 2
-    assert report.details["rounds"] == 2 and report.details["local_pool_workers"] == 2
+    assert trials[0]["worker"] != trials[1]["worker"]
+    assert report.details["schedule"] == "rolling" and report.details["local_pool_workers"] == 2
+    assert set(report.details["trial_job_seconds"]) == {"0", "1", "2", "3"}
     assert report.details["counters"]["tuner.trials_run"] == 4
     assert report.details["counters"]["tuner.trials_completed"] == 4
+
+
+@pytest.mark.parametrize("schedule", list(TunerSchedule))
+def test_a_slow_trial_holds_up_only_its_own_worker_when_rolling(run_dir, pool, tmp_path, schedule):
+    """One trial sleeps 6 s: rolling, the other worker runs the rest meanwhile; in rounds,
+    the next round waits for it."""
+    slow = {"marker": str(tmp_path / "slow"), "seconds": 6}
+    config = _config(max_trials=4, slow_once=slow)
+    config = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, schedule=schedule))
+    report, _ = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
+    trials = _trials(run_dir)
+    assert [t["status"] for t in trials] == ["COMPLETED"] * 4
+    first = trials[:2]
+    slowest = max(first, key=lambda t: t["seconds"])
+    assert slowest["seconds"] >= 6
+    slow_end = slowest["started"] + slowest["seconds"]
+    later = trials[2:]
+    assert report.details["schedule"] == schedule.value
+    if schedule is TunerSchedule.ROLLING:
+        # Trials 2 and 3 ran on the other worker while the slow trial slept.
+        assert all(t["started"] < slow_end for t in later)
+        assert {t["worker"] for t in later} == {
+            next(t for t in first if t is not slowest)["worker"]
+        }
+        assert [t["round"] for t in trials] == [0, 0, 1, 2]
+    else:
+        assert all(t["started"] >= slow_end for t in later)
+        assert [t["round"] for t in trials] == [0, 0, 1, 1]
+        assert report.details["round_seconds"][0] >= 6
 
 
 def test_best_hyperparameters_are_the_best_completed_trials(tuned):
@@ -134,7 +173,9 @@ def test_artifacts_and_report(tuned):
     with open(os.path.join(tuner_dir, OBJECTIVE_PLOT), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.exists(os.path.join(tuner_dir, "test_tuning", "oracle.json"))
-    assert report.note.startswith("4 trials (4 completed, 0 failed) in 2 rounds on 2 worker")
+    assert report.note.startswith(
+        "4 trials (4 completed, 0 failed) 2 at a time (rolling) on 2 worker"
+    )
     head = report.details["table_head"].splitlines()
     assert head[0].split()[:3] == ["trial", "status", "val_sparse_categorical_accuracy"]
     assert head[1].split()[0] == report.details["best_trial"]

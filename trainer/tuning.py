@@ -376,6 +376,7 @@ class TrialResult:
       fatal: the error ends the whole search (keras-tuner's ``FatalError``, or a
         ``tuner_fn`` that fails on the worker).
       seconds: wall time of the attempt (build + fit).
+      started: when the attempt started (seconds since the epoch, the worker's clock).
       worker: ``host:pid`` of the process that ran it.
       reused: the result of an earlier, finished run of this attempt (a runner retry).
     """
@@ -392,6 +393,7 @@ class TrialResult:
     seconds: float = 0.0
     worker: str = ""
     reused: bool = False
+    started: float = 0.0
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
@@ -416,6 +418,7 @@ class TrialRecord:
       hyperparameters: the trial's hyperparameter values.
       metrics: its metrics at the best epoch.
       seconds: wall time of its last attempt.
+      started: when its last attempt started (seconds since the epoch, the worker's clock).
       worker: ``host:pid`` of the process that ran its last attempt.
       attempts: how many times it ran.
       round: the round of its last attempt.
@@ -432,6 +435,7 @@ class TrialRecord:
     attempts: int
     round: int
     error: Optional[str] = None
+    started: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -752,6 +756,7 @@ class TrialRunner:
                 fatal=True,
                 seconds=round(time.time() - start, 3),
                 worker=worker_name(),
+                started=round(start, 3),
             )
         if loaded.tuner.project_dir != spec.project_dir:
             _set_project_dir(loaded.tuner, spec.project_dir)
@@ -799,16 +804,28 @@ class TrialRunner:
             fatal=fatal,
             seconds=round(time.time() - start, 3),
             worker=worker_name(),
+            started=round(start, 3),
         )
 
 
 class OracleRounds:
     """Drives a keras-tuner oracle in rounds of up to ``parallel_trials`` trials (launcher side).
 
+    Two ways to drive it, both asking the oracle from this one place:
+
+    - synchronous rounds: :meth:`next_round` asks a trial for every slot, the caller runs
+      them all and reports them all with :meth:`report`, then asks again;
+    - rolling rounds: :meth:`ask` asks trials for the free slots only (``count`` of them)
+      while other slots' trials still run, and :meth:`report` ends just the trials given.
+      A slot that frees gets its next trial at once, as a keras-tuner worker asks the
+      oracle for its next trial when it is done; no slot waits for a round's slowest trial.
+
+    Each slot has its own tuner id, so the oracle hands out that many trials at once, as
+    it would to that many keras-tuner workers.
+
     Args:
       tuner: the launcher's tuner (from :func:`load_tuner`); its oracle is driven.
-      parallel_trials: trials asked per round (each with its own tuner id, so the oracle
-        hands out that many at once, as it would to that many keras-tuner workers).
+      parallel_trials: slots: trials that run at once.
       max_trials: caps the oracle's own ``max_trials`` (Hyperband has none by default).
       module_file: named in error messages.
 
@@ -837,7 +854,7 @@ class OracleRounds:
         self._oracle.verbose = 0  # the stage reports the trials; keras-tuner would print them
         self._tuner_ids = tuple(f"beam-trial-slot-{i}" for i in range(parallel_trials))
         self._results: dict[str, TrialResult] = {}
-        self._pending: list[TrialSpec] = []
+        self._pending: dict[str, tuple[str, TrialSpec]] = {}  # trial id -> (tuner id, spec)
         self._round_of: dict[str, int] = {}
         self.rounds = 0
 
@@ -851,6 +868,16 @@ class OracleRounds:
         """(name, direction) of the oracle's objective."""
         return self._oracle.objective.name, self._oracle.objective.direction
 
+    @property
+    def slots(self) -> int:
+        """How many trials run at once."""
+        return len(self._tuner_ids)
+
+    @property
+    def running(self) -> list[TrialSpec]:
+        """The trials asked for and not reported yet."""
+        return [spec for _, spec in self._pending.values()]
+
     def next_round(self) -> list[TrialSpec]:
         """Asks the oracle for the next round's trials; an empty list when the search is over.
 
@@ -862,34 +889,50 @@ class OracleRounds:
                 "OracleRounds.next_round was called before the previous round's results were "
                 "reported; call report() first."
             )
+        return self.ask()
+
+    def ask(self, count: Optional[int] = None) -> list[TrialSpec]:
+        """Asks the oracle for trials for up to ``count`` free slots (default: all free ones).
+
+        The trials asked in one call form one round. An empty list means the oracle has
+        nothing to run now: the search is over when no trial is running either; otherwise
+        it may wait for running trials (Hyperband's next rung), so ask again after a report.
+        """
+        busy = {tuner_id for tuner_id, _ in self._pending.values()}
+        free = [t for t in self._tuner_ids if t not in busy]
         specs = []
-        for tuner_id in self._tuner_ids:
+        for tuner_id in free[:count] if count is not None else free:
             trial = self._oracle.create_trial(tuner_id)
             if trial.status != "RUNNING":
                 # STOPPED: the search is over; IDLE: the oracle waits for running trials
                 # (Hyperband's next rung). Either way, no more trials this round.
                 break
             run_times = getattr(self._oracle, "_run_times", {})
-            specs.append(
-                TrialSpec(
-                    trial_id=trial.trial_id,
-                    attempt=int(run_times.get(trial.trial_id, 0)),
-                    hyperparameters=trial.hyperparameters.get_config(),
-                    project_dir=self.project_dir,
-                    round=self.rounds,
-                )
+            spec = TrialSpec(
+                trial_id=trial.trial_id,
+                attempt=int(run_times.get(trial.trial_id, 0)),
+                hyperparameters=trial.hyperparameters.get_config(),
+                project_dir=self.project_dir,
+                round=self.rounds,
             )
-        for spec in specs:
+            self._pending[spec.trial_id] = (tuner_id, spec)
             self._round_of[spec.trial_id] = self.rounds
+            specs.append(spec)
         if specs:
             self.rounds += 1
-        self._pending = specs
         return specs
 
-    def report(self, results: Mapping[str, TrialResult]) -> None:
-        """Reports a round's results to the oracle (trial id order) and saves its state.
+    def report(
+        self,
+        results: Mapping[str, TrialResult],
+        trials: Optional[Sequence[TrialSpec]] = None,
+    ) -> None:
+        """Reports trials' results to the oracle (trial id order) and saves its state.
 
-        A trial with no result (its worker was lost for good) is reported as raised.
+        Args:
+          results: results by trial id.
+          trials: the trials to end (their slots free up); default: every running trial.
+            A trial with no result (its worker was lost for good) is reported as raised.
 
         Raises:
           PipelineError: a fatal trial error, or keras-tuner's limit of consecutive
@@ -897,8 +940,10 @@ class OracleRounds:
         """
         import keras_tuner
 
-        pending, self._pending = self._pending, []
-        for spec in sorted(pending, key=lambda s: s.trial_id):
+        ended = self.running if trials is None else list(trials)
+        for spec in ended:
+            self._pending.pop(spec.trial_id, None)
+        for spec in sorted(ended, key=lambda s: s.trial_id):
             result = results.get(spec.trial_id)
             if result is None:
                 result = TrialResult(
@@ -970,6 +1015,7 @@ class OracleRounds:
                     attempts=(result.attempt + 1) if result else 0,
                     round=self._round_of.get(trial_id, -1),
                     error=None if completed or not result else result.error,
+                    started=result.started if result else 0.0,
                 )
             )
         return rows

@@ -109,9 +109,7 @@ class RunTrials(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrialResult
         run = beam.ParDo(_RunTrialDoFn(self._job, self._runners))
         if self._hints:
             run = run.with_resource_hints(**self._hints)
-        return (
-            pbegin
-            | "CreateTrials" >> beam.Create(self._trials)
-            | "Reshuffle" >> beam.Reshuffle()
-            | "RunTrial" >> run
-        )
+        trials = pbegin | "CreateTrials" >> beam.Create(self._trials)
+        if len(self._trials) > 1:  # one trial needs no spreading (a rolling search's job)
+            trials = trials | "Reshuffle" >> beam.Reshuffle()
+        return trials | "RunTrial" >> run

@@ -9,6 +9,8 @@
 - ``fail_all``: every trial's training raises;
 - ``exit_once``: a file path; the first trial whose process finds it missing creates it and
   kills its own process as training starts (a lost worker);
+- ``slow_once``: ``{"marker": path, "seconds": s}``; the first trial whose process finds
+  the marker missing creates it and sleeps ``s`` seconds as training starts (a slow trial);
 - ``print_kb``: each trial prints that many KB to standard output, and Keras its progress
   bars (a chatty module must not block its worker).
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import keras
 import keras_tuner
@@ -68,6 +71,19 @@ class _ExitOnce(keras.callbacks.Callback):
         if not os.path.exists(self.marker):
             open(self.marker, "w").close()
             os._exit(3)  # the worker process dies mid-trial
+
+
+class _SlowOnce(keras.callbacks.Callback):
+    def __init__(self, marker: str, seconds: float):
+        super().__init__()
+        self.marker, self.seconds = marker, seconds
+
+    def on_train_begin(self, logs=None):
+        try:
+            open(self.marker, "x").close()  # exclusive create: one trial of the search wins
+        except FileExistsError:
+            return
+        time.sleep(self.seconds)
 
 
 def _build(hp, tf_transform_output, custom_config) -> keras.Model:
@@ -128,6 +144,8 @@ def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
         callbacks.append(_RaiseInTraining())
     if custom.get("exit_once"):
         callbacks.append(_ExitOnce(custom["exit_once"]))
+    if custom.get("slow_once"):
+        callbacks.append(_SlowOnce(custom["slow_once"]["marker"], custom["slow_once"]["seconds"]))
     if custom.get("print_kb"):
         callbacks.append(_Print(custom["print_kb"]))
     return TunerFnResult(
