@@ -1,24 +1,33 @@
 """The Tuner stage: the module's ``tuner_fn`` drives a keras-tuner oracle; trials run on workers.
 
-The oracle lives on the launcher and advances in rounds (:class:`trainer.tuning.OracleRounds`):
-ask it for up to ``--tuner_parallel_trials`` trials, run them as one Beam job
-(:class:`transforms.tuning.RunTrials`: a trial per element, Reshuffled to workers, with the
-``--tuner_accelerator`` / ``--tuner_min_ram`` resource hints), report the results to the
-oracle, save its state, repeat until it stops or ``--tuner_max_trials`` is reached. There
-is no long-lived oracle server: a worker lost mid-trial is retried by the runner, and a
-trial's result file makes the retry idempotent.
+The oracle lives on the launcher (:class:`trainer.tuning.OracleRounds`): it is asked for
+trials, they run as Beam jobs (:class:`transforms.tuning.RunTrials`: a trial per element,
+with the ``--tuner_accelerator`` / ``--tuner_min_ram`` resource hints), their results are
+reported and its state saved, until it stops or ``--tuner_max_trials`` is reached. Two
+schedules (``--tuner_schedule``):
 
-On the DirectRunner in ``multi_processing`` mode, the rounds run on a
+- rolling (default): ``--tuner_parallel_trials`` slots, each running one trial's job at a
+  time; a slot that frees reports its trial and gets the next one at once, so no worker
+  waits for another's slower trial;
+- rounds: ask a trial per slot, run them as one job (Reshuffled to workers), wait for all,
+  report, repeat; an adaptive oracle then sees the same results at the same points on a
+  rerun.
+
+There is no long-lived oracle server: a worker lost mid-trial is retried by the runner,
+and a trial's result file makes the retry idempotent.
+
+On the DirectRunner in ``multi_processing`` mode, the jobs run on a
 :class:`LocalWorkerPool`: worker processes started once per search, with TensorFlow and
-keras-tuner imported and their thread pools sized to share the cores, serving every round's
-job as Beam EXTERNAL workers. Beam's own multi-processing mode starts fresh worker
-processes for every job, which would cost each round seconds of imports; the pool also
-reruns a round whose worker process died (the FnApiRunner would wait for it forever).
-In ``in_memory`` mode the trials run one after another in the launching process. On other
-runners (Dataflow, Flink, Spark) each round is one job of that runner.
+keras-tuner imported and their thread pools sized to share the cores, serving every job
+as Beam EXTERNAL workers (a rolling slot's jobs on its own process). Beam's own
+multi-processing mode starts fresh worker processes for every job, which would cost each
+trial seconds of imports; the stage also replaces a pool process that died and reruns its
+trial (the FnApiRunner would wait for it forever). In ``in_memory`` mode the trials run
+one after another in the launching process. On other runners (Dataflow, Flink, Spark)
+each trial (rolling) or round is one job of that runner.
 
 Without a ``tuner_fn``, a :class:`trainer.tuning.SearchSpace` from the pipeline config
-tunes the module's :class:`trainer.TrainSpec` through the same rounds.
+tunes the module's :class:`trainer.TrainSpec` the same way.
 
 Artifact ``<run_dir>/tuner/`` (published atomically):
 
@@ -34,7 +43,7 @@ Artifact ``<run_dir>/tuner/`` (published atomically):
 Example::
 
     report, best = run_tuning_stage(config, run_dir, options)
-    print(report.note)    # 4 trials (4 completed) in 2 rounds on 2 workers; best ...
+    print(report.note)    # 4 trials (4 completed, 0 failed) 2 at a time (rolling) on ...
     run_training_stage(config, run_dir, options, hyperparameters_path=best)
 """
 
@@ -371,9 +380,9 @@ class LocalWorkerPool:
 
 
 def local_pool_size(options: PipelineOptions, parallel_trials: int) -> int:
-    """Worker processes for the tuner's rounds: 0 (no pool) unless DirectRunner multi-processing.
+    """Worker processes for the tuner's trials: 0 (no pool) unless DirectRunner multi-processing.
 
-    ``--direct_num_workers`` processes (0: one per core), never more than trials per round.
+    ``--direct_num_workers`` processes (0: one per core), never more than trials at once.
     """
     direct = options.view_as(po.DirectOptions)
     if not is_direct(options) or direct.direct_running_mode != "multi_processing":

@@ -31,7 +31,8 @@ Figures:
   cores_busy: CPU seconds / wall seconds of the search (b: the launcher and the pool's
     processes); launcher_cpu_s: the launching process's share (oracle, jobs, tables);
   speedup_ceiling: sequential_s / the wall time of a control, two plain keras-tuner
-    searches of trials/2 each run side by side without Beam: what 2-way parallelism can
+    searches of trials/2 each run side by side without Beam, their TF threads capped as
+    the stage's workers are: what 2-way parallelism can
     give on this machine once two trainings slow each other down;
   machine load: /proc/loadavg before and after each phase and the CPU seconds other
     processes used during it (as a share of one core).
@@ -162,11 +163,19 @@ def _make_data(root: str) -> str:
     return run
 
 
+def _threads(args) -> int:
+    """TF intra-op threads per parallel process: --threads, or cores / --parallel."""
+    return args.threads if args.threads >= 0 else max(1, (os.cpu_count() or 1) // args.parallel)
+
+
 def _phase_sequential(args, run: str, module: str) -> dict:
     import importlib.util
 
     from trainer import FnArgs
+    from trainer.tuning import limit_threads
 
+    if args.tag.startswith("-pair"):  # the control: capped as the stage caps its workers
+        limit_threads(_threads(args))
     spec = importlib.util.spec_from_file_location("bench_module", module)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -229,7 +238,7 @@ def _phase_stage(args, run: str, module: str) -> dict:
             f"--direct_num_workers={args.parallel}",
         ]
     )
-    threads = args.threads if args.threads >= 0 else max(1, (os.cpu_count() or 1) // args.parallel)
+    threads = _threads(args)
     start = time.time()
     with LocalWorkerPool(args.parallel, threads_per_worker=threads) as pool:
         pool.wait_ready()
@@ -285,6 +294,7 @@ def _phase_env() -> dict[str, str]:
 def _run_pair(argv: list[str], trials: int) -> dict:
     """Control: two plain sequential searches of trials/2 each, side by side, no Beam.
 
+    Each caps TensorFlow's threads as the stage caps its workers (cores / --parallel).
     Their wall time is what any 2-way parallel scheme needs on this machine once trials
     slow each other down (shared caches, memory bandwidth, TF's and tf.data's threads);
     sequential_s divided by it is the speedup ceiling the stage is measured against.

@@ -422,16 +422,22 @@ def dataflow_graphs(tmp_path_factory):
     staged = stage_module_file(MODULE, run_dir.root)  # as the orchestrator does
     model_config = dataclasses.replace(config, module_file=staged.path)
     tuning = build_tuning_job(model_config, run_dir, staged.path, staging[Artifact.TUNER])
-    trial = TrialSpec("00", 0, keras_tuner.HyperParameters().get_config(), staging[Artifact.TUNER])
+    trials = [
+        TrialSpec(i, 0, keras_tuner.HyperParameters().get_config(), staging[Artifact.TUNER])
+        for i in ("00", "01")
+    ]
     tuner = config.tuner
-    graphs["tuning round"] = _dry_run(
-        lambda p: (
-            p
-            | "RunTrials"
-            >> RunTrials(tuning, [trial], accelerator=tuner.accelerator, min_ram=tuner.min_ram)
-        ),
-        image,
-    )
+    # A synchronous round (two trials, Reshuffled to workers) and a rolling schedule's
+    # job (one trial).
+    for phase, specs in (("tuning round", trials), ("rolling trial", trials[:1])):
+        graphs[phase] = _dry_run(
+            lambda p, specs=specs: (
+                p
+                | "RunTrials"
+                >> RunTrials(tuning, specs, accelerator=tuner.accelerator, min_ram=tuner.min_ram)
+            ),
+            image,
+        )
     job = build_training_job(model_config, run_dir)
     trainer = config.trainer
     graphs["training"] = _dry_run(
@@ -474,6 +480,7 @@ def dataflow_graphs(tmp_path_factory):
             ],
         ),
         ("tuning round", ["RunTrials/CreateTrials", "RunTrials/Reshuffle", "RunTrials/RunTrial"]),
+        ("rolling trial", ["RunTrials/CreateTrials", "RunTrials/RunTrial"]),
         ("training", ["TrainModel/CreateJob", "TrainModel/Reshuffle", "TrainModel/Train"]),
     ],
 )
@@ -482,6 +489,8 @@ def test_dataflow_graph_steps_image_and_hints(dataflow_graphs, phase, steps):
     names = {t.unique_name for t in proto.components.transforms.values()}
     for step in steps:
         assert any(n == step or n.startswith(step + "/") for n in names), (step, sorted(names))
+    if phase == "rolling trial":  # one trial needs no spreading
+        assert not any("Reshuffle" in n for n in names), sorted(names)
     envs = _environments(proto)
     assert {image for image, _ in envs.values()} == {IMAGE}
     hinted = {name: hints for name, (_, hints) in envs.items() if hints}
@@ -495,6 +504,9 @@ def test_dataflow_graph_steps_image_and_hints(dataflow_graphs, phase, steps):
             "tuning round": {
                 "RunTrials/RunTrial": {ACCELERATOR_URN: T4.encode(), MIN_RAM_URN: b"8000000000"}
             },
+            "rolling trial": {
+                "RunTrials/RunTrial": {ACCELERATOR_URN: T4.encode(), MIN_RAM_URN: b"8000000000"}
+            },
             "training": {
                 "TrainModel/Train": {
                     ACCELERATOR_URN: ACCELERATOR.encode(),
@@ -505,7 +517,7 @@ def test_dataflow_graph_steps_image_and_hints(dataflow_graphs, phase, steps):
     )
 
 
-@pytest.mark.parametrize("phase", ["tuning round", "training"])
+@pytest.mark.parametrize("phase", ["tuning round", "rolling trial", "training"])
 def test_dataflow_model_jobs_carry_the_staged_module(dataflow_graphs, phase):
     graphs, staged = dataflow_graphs
     payloads = _decoded_fn_payloads(graphs[phase])
@@ -709,8 +721,8 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
         f"--environment_config={address}",
     ]
     # The bundled example as `python -m beam_pipeline` runs it (data stages, Transform,
-    # training), with a short training; then one small tuning round on the same runner
-    # (tuning is not part of run() yet, and the bundled module has no tuner_fn).
+    # training), with a short training; then a 2-trial search of the test tuner module on
+    # the same runner (rolling: two trial jobs side by side on the job service).
     config = cli.parse_config(
         [*portable, f"--pipeline_root={root}", "--run_id=portable", "--train_steps=20"]
         + ["--no_tuner", "--tuner_parallel_trials=2", "--tuner_max_trials=2"]
@@ -738,7 +750,8 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
     # The trials and the training step ran in pool workers, not in this process.
     workers = [*tuner.details["workers"], trainer.details["worker"]]
     assert all(int(w.rsplit(":", 1)[1]) != os.getpid() for w in workers), workers
-    # One worker per job at least: data, Transform, training, the tuning round.
-    assert log_path.read_text().count("starting worker") >= 4
+    assert tuner.details["schedule"] == "rolling"
+    # One worker per job at least: data, Transform, training, and a job per trial.
+    assert log_path.read_text().count("starting worker") >= 5
     # The job service's ids reach the summary (on Dataflow: the job id and console link).
     assert example_gen.details["job"]["job_id"] and transform.details["job"]["job_id"]
