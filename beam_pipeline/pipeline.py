@@ -545,7 +545,13 @@ def run(config: PipelineConfig) -> RunSummary:
     if config.module_file:
         staged = stage_module_file(config.module_file, run_dir.root)
         model_config = dataclasses.replace(config, module_file=staged.path)
+    tuner_pool = contextlib.ExitStack()
     try:
+        # The tuner's worker processes import TensorFlow (seconds each) while the data
+        # stages run, instead of after them; they are stopped before training.
+        pool = _default_tuner_pool(config, options) if tunes else None
+        if pool is not None:
+            tuner_pool.enter_context(pool)
         stats = _run_data_phase(config, inputs, csv_format, user_schema, run_dir, options, summary)
         if stats is None:  # --dry_run: the later phases need the data phase's output
             return summary
@@ -565,10 +571,7 @@ def run(config: PipelineConfig) -> RunSummary:
                 options,
                 summary,
             )
-            with contextlib.ExitStack() as stack:
-                pool = _default_tuner_pool(config, options) if tunes else None
-                if pool is not None:
-                    stack.enter_context(pool)
+            with tuner_pool:
                 tuner_report, best_hyperparameters = run_tuning_stage(
                     model_config,
                     run_dir,
@@ -587,6 +590,7 @@ def run(config: PipelineConfig) -> RunSummary:
                 )
             )
     finally:
+        tuner_pool.close()
         with FileSystems.create(FileSystems.join(run_dir.root, "summary.json")) as f:
             f.write(summary.to_json().encode("utf-8"))
     return summary

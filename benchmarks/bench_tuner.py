@@ -436,7 +436,8 @@ def main(argv=None) -> None:
     for label, name in (("(b) stage, rolling", "rolling"), ("(c) stage, rounds", "rounds")):
         stage = stages[name]
         lines.append(
-            f"| {label}, 2 workers, warm pool | {stage['stage_s']} | {rate[name + '_warm']} | "
+            f"| {label}, {args.parallel} worker(s), warm pool | {stage['stage_s']} | "
+            f"{rate[name + '_warm']} | "
             f"{result['speedup_warm_' + name]} | {stage['overhead_per_trial_s']} | "
             f"{stage['idle_per_trial_s']} |"
         )

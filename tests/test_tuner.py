@@ -85,6 +85,28 @@ def test_rounds_ask_up_to_parallel_trials_until_max_trials(tmp_path, parallel, m
     assert os.path.exists(os.path.join(rounds.project_dir, "oracle.json"))
 
 
+@pytest.mark.slow
+def test_rolling_asks_fill_only_the_freed_slots(tmp_path):
+    job = _job(tmp_path)  # the tiny tuner's own max_trials=4
+    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 2, None, "tiny")
+    runner = TrialRunner(job)
+    first = rounds.ask()
+    assert [s.trial_id for s in first] == ["0", "1"] and rounds.ask() == []  # no slot free
+    rounds.report({"1": runner.run(first[1])}, [first[1]])  # trial 1 ends first
+    assert [s.trial_id for s in rounds.running] == ["0"]
+    (second,) = rounds.ask()  # the freed slot gets trial 2 while trial 0 still runs
+    assert second.trial_id == "2" and second.round == 1
+    with pytest.raises(PipelineError, match="before the previous round's results"):
+        rounds.next_round()  # synchronous rounds need every trial reported
+    rounds.report({"0": runner.run(first[0])}, [first[0]])
+    (third,) = rounds.ask()
+    rounds.report({s.trial_id: runner.run(s) for s in (second, third)})  # default: all running
+    assert rounds.ask() == [] and rounds.running == []  # max_trials reached, nothing runs
+    records = rounds.records()
+    assert [(r.trial_id, r.round) for r in records] == [("0", 0), ("1", 0), ("2", 1), ("3", 2)]
+    assert all(r.status is TrialStatus.COMPLETED and r.started > 0 for r in records)
+
+
 def test_a_retried_worker_reuses_the_finished_trial(tmp_path):
     job = _job(tmp_path)
     rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 1, 1, "tiny")
