@@ -305,3 +305,17 @@ def test_a_search_space_needs_a_trainspec_module_and_no_tuner_fn(tmp_path):
     job = dataclasses.replace(_job(tmp_path), search_space=space)
     with pytest.raises(PipelineError, match=r"defines tuner_fn and the pipeline config declares"):
         load_tuner(job, str(tmp_path))
+
+
+def test_trial_jobs_running_side_by_side_get_their_own_job_names():
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+
+    from beam_pipeline.beam_options import parse_beam_args
+    from beam_pipeline.tuning_stage import _job_options
+
+    named = parse_beam_args(["--runner=DataflowRunner", "--job_name=Penguin_Tuning"])
+    renamed = _job_options(named, "07")
+    assert renamed.view_as(GoogleCloudOptions).job_name == "penguin-tuning-trial-07"
+    assert renamed.view_as(StandardOptions).runner == "DataflowRunner"
+    unnamed = parse_beam_args(["--runner=DataflowRunner"])
+    assert _job_options(unnamed, "07") is unnamed  # Beam makes a unique name per job
