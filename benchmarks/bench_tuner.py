@@ -60,6 +60,8 @@ RESULTS = os.path.join(REPO, "benchmarks", "results")
 
 MODULE = '''
 """The benchmark's module: the penguin features, a fixed 2 x 16 DNN, a log-uniform rate."""
+import time
+
 import keras
 import keras_tuner
 import tensorflow_transform as tft
@@ -92,11 +94,27 @@ def _build(hp):
     return model
 
 
+class WaitingSearch(keras_tuner.RandomSearch):
+    """--wait_s: a trial waits instead of training (measures the scheduling alone)."""
+
+    def __init__(self, *args, wait_s: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.wait_s = wait_s
+
+    def run_trial(self, trial, *args, **kwargs):
+        time.sleep(self.wait_s)
+        return {"val_sparse_categorical_accuracy": trial.hyperparameters["learning_rate"]}
+
+
 def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
     custom = fn_args.custom_config
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-    tuner = keras_tuner.RandomSearch(
+    search, extra = keras_tuner.RandomSearch, {}
+    if custom.get("wait_s"):
+        search, extra = WaitingSearch, {"wait_s": custom["wait_s"]}
+    tuner = search(
         _build,
+        **extra,
         max_trials=custom["trials"],
         seed=custom["seed"],
         objective=keras_tuner.Objective("val_sparse_categorical_accuracy", "max"),
@@ -163,6 +181,11 @@ def _make_data(root: str) -> str:
     return run
 
 
+def _custom(args) -> dict:
+    """The module's custom_config: the search's size and seed, and --wait_s."""
+    return {"trials": args.trials, "seed": args.seed, "wait_s": args.wait_s}
+
+
 def _threads(args) -> int:
     """TF intra-op threads per parallel process: --threads, or cores / --parallel."""
     return args.threads if args.threads >= 0 else max(1, (os.cpu_count() or 1) // args.parallel)
@@ -188,7 +211,7 @@ def _phase_sequential(args, run: str, module: str) -> dict:
         train_steps=args.train_steps,
         eval_steps=args.eval_steps,
         transform_graph_path=os.path.join(run, "transform_graph"),
-        custom_config={"trials": args.trials, "seed": args.seed},
+        custom_config=_custom(args),
     )
     start, cpu = time.time(), _self_cpu_s()
     result = mod.tuner_fn(fn_args)
@@ -227,9 +250,7 @@ def _phase_stage(args, run: str, module: str) -> dict:
             train_steps=args.train_steps,
             eval_steps=args.eval_steps,
         ),
-        trainer=dataclasses.replace(
-            TrainerConfig(), custom_config=json.dumps({"trials": args.trials, "seed": args.seed})
-        ),
+        trainer=dataclasses.replace(TrainerConfig(), custom_config=json.dumps(_custom(args))),
     )
     options = parse_beam_args(
         [
@@ -364,6 +385,13 @@ def main(argv=None) -> None:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--wait_s",
+        type=float,
+        default=0.0,
+        help="trials wait this long instead of training: measures the scheduling alone "
+        "(how the stage scales with --parallel when trials do not compete for cores)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=-1,
@@ -396,10 +424,12 @@ def main(argv=None) -> None:
         f"--trials={args.trials}",
         f"--parallel={args.parallel}",
         f"--seed={args.seed}",
+        f"--wait_s={args.wait_s}",
         f"--threads={args.threads}",
     ]
     sequential = _run_phase("sequential", passthrough)
-    pair = _run_pair(passthrough, args.trials)
+    # Waiting trials do not compete for cores: the ceiling is the worker count.
+    pair = None if args.wait_s else _run_pair(passthrough, args.trials)
     stages = {name: _run_phase(f"stage-{name}", passthrough) for name in ("rolling", "rounds")}
     seq = sequential["sequential_s"]
     result = {
@@ -413,7 +443,7 @@ def main(argv=None) -> None:
         "same_trials": all(
             sequential["learning_rates"] == s["learning_rates"] for s in stages.values()
         ),
-        "speedup_ceiling": round(seq / pair["pair_s"], 2),
+        "speedup_ceiling": float(args.parallel) if pair is None else round(seq / pair["pair_s"], 2),
         "trials_per_min": {"sequential": round(60 * args.trials / seq, 1)},
     }
     for name, stage in stages.items():
@@ -442,9 +472,14 @@ def main(argv=None) -> None:
             f"{stage['idle_per_trial_s']} |"
         )
     lines.append(
-        f"\npool start {stages['rolling']['pool_start_s']} s (once per search); two plain "
-        f"searches side by side (no Beam) reach {result['speedup_ceiling']}x on this machine; "
-        f"same trials: {result['same_trials']}; results in {path}"
+        f"\npool start {stages['rolling']['pool_start_s']} s (once per search); "
+        + (
+            "two plain searches side by side (no Beam) reach "
+            f"{result['speedup_ceiling']}x on this machine; "
+            if pair
+            else f"waiting trials (--wait_s={args.wait_s}): the ceiling is {args.parallel}x; "
+        )
+        + f"same trials: {result['same_trials']}; results in {path}"
     )
     print("\n".join(lines))
 
