@@ -64,7 +64,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
 import apache_beam as beam
@@ -710,6 +710,7 @@ class _TrialJob:
     spec: TrialSpec
     tries: int
     started: float
+    result: Optional[beam.runners.runner.PipelineResult] = None  # once submitted
 
 
 def _job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
@@ -741,9 +742,7 @@ def _roll(
     process is replaced and its trial's job rerun (a finished trial's result file is
     reused, so nothing counts twice); the abandoned job's thread is a daemon.
     """
-    rounds = search.rounds
     hints = config.tuner
-    slots = rounds.slots
     done: queue.Queue = queue.Queue()
     running: dict[int, _TrialJob] = {}
     counters: collections.Counter = collections.Counter()
@@ -765,15 +764,50 @@ def _roll(
                     min_ram=hints.min_ram,
                     runners=runners,
                 )
-                result = p.run()
-                result.wait_until_finish()
-                done.put((entry, _counters(result), None))
+                entry.result = p.run()
+                entry.result.wait_until_finish()
+                done.put((entry, _counters(entry.result), None))
             except BaseException as e:  # noqa: BLE001  handed to the launcher's thread
                 done.put((entry, None, e))
 
         name = f"tuner-trial-{spec.trial_id}-slot-{slot}"
         threading.Thread(target=run, name=name, daemon=True).start()
 
+    try:
+        _roll_until_done(search, pool, done, running, counters, launch)
+    except BaseException:
+        # The search stops here: the other trials' jobs must not run on (on Dataflow, a
+        # submitted job would go on costing). Local pool jobs end with the pool.
+        for entry in running.values():
+            _cancel(entry)
+        raise
+
+
+def _cancel(entry: _TrialJob) -> None:
+    if entry.result is None:
+        return
+    try:
+        entry.result.cancel()
+    except Exception as e:  # noqa: BLE001  runners without cancel (the FnApiRunner)
+        _LOG.debug("Could not cancel trial %s's job: %s", entry.spec.trial_id, e)
+
+
+def _roll_until_done(
+    search: _Search,
+    pool: Optional[LocalWorkerPool],
+    done: queue.Queue,
+    running: dict[int, _TrialJob],
+    counters: collections.Counter,
+    launch: Callable[..., None],
+) -> None:
+    """The rolling schedule's loop (see :func:`_roll`): ask, launch, wait, report.
+
+    ``running`` maps a slot to its trial's job; ``launch(slot, spec, tries=1)`` starts a
+    job and records it there; each job's thread puts ``(entry, counters, error)`` on
+    ``done`` when it ends.
+    """
+    rounds = search.rounds
+    slots = rounds.slots
     ask = True
     while True:
         if ask:
