@@ -22,6 +22,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 from beam_pipeline.errors import PipelineError
 
@@ -172,6 +173,26 @@ class RunDirectory:
                 "Transform stage in this run directory first."
             )
         return (pattern,)
+
+    def model_inputs(self, stage: str) -> dict[str, Any]:
+        """What a model-phase stage's job reads, as the ``TrainingJob``/``TuningJob`` fields.
+
+        ``transform_graph_path``, ``train_files`` and ``eval_files`` (checked, see
+        :meth:`transform_graph` and :meth:`transformed_example_files`), and
+        ``schema_path``: the raw schema, or None when this run has none.
+
+        Raises:
+          PipelineError: the Transform stage's artifacts are missing.
+        """
+        from beam_pipeline.config import Split
+
+        schema_path = self.path(Artifact.SCHEMA, "schema.pbtxt")
+        return {
+            "transform_graph_path": self.transform_graph(stage),
+            "train_files": self.transformed_example_files(Split.TRAIN, stage),
+            "eval_files": self.transformed_example_files(Split.EVAL, stage),
+            "schema_path": schema_path if _gfile().exists(schema_path) else None,
+        }
 
     def discard(self, staging: str) -> None:
         """Deletes a staging folder (a failed or abandoned artifact)."""

@@ -36,7 +36,7 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.beam_options import create_pipeline
-from beam_pipeline.config import PipelineConfig, Split, parse_custom_config
+from beam_pipeline.config import PipelineConfig, parse_custom_config
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact, RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
@@ -62,10 +62,6 @@ def _gfile():
     import tensorflow as tf
 
     return tf.io.gfile
-
-
-def _split_files(run_dir: RunDirectory, split: Split) -> tuple[str, ...]:
-    return run_dir.transformed_example_files(split, "trainer")
 
 
 def build_training_job(
@@ -95,23 +91,19 @@ def build_training_job(
             f"{trainer_config.eval_steps} are out of range; pass --train_steps >= 0 and "
             "--eval_steps >= 1."
         )
-    graph = run_dir.transform_graph("trainer")
+    inputs = run_dir.model_inputs("trainer")
     custom_config = parse_custom_config(trainer_config.custom_config)
     base_model = trainer_config.base_model
     if base_model:
         check_base_model(base_model)
     hp_path = hyperparameters_path or trainer_config.hyperparameters
-    schema_path = run_dir.path(Artifact.SCHEMA, "schema.pbtxt")
     module_file = config.module_file or ""
     with _gfile().GFile(module_file) as f:
         module_source = f.read()
     return TrainingJob(
         module_file=module_file,
         module_source=module_source,
-        train_files=_split_files(run_dir, Split.TRAIN),
-        eval_files=_split_files(run_dir, Split.EVAL),
-        transform_graph_path=graph,
-        schema_path=schema_path if _gfile().exists(schema_path) else None,
+        **inputs,
         serving_model_dir=run_dir.path(Artifact.MODEL_RUN, EXPORT_SUBDIR),
         model_run_dir=run_dir.path(Artifact.MODEL_RUN),
         train_steps=trainer_config.train_steps,

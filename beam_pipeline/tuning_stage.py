@@ -74,7 +74,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import create_pipeline, is_direct
-from beam_pipeline.config import PipelineConfig, Split, TunerSchedule, parse_custom_config
+from beam_pipeline.config import PipelineConfig, TunerSchedule, parse_custom_config
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
@@ -394,10 +394,6 @@ def local_pool_size(options: PipelineOptions, parallel_trials: int) -> int:
 # ----------------------------------------------------------------------------- the stage
 
 
-def _split_files(run_dir: RunDirectory, split: Split) -> tuple[str, ...]:
-    return run_dir.transformed_example_files(split, "tuner")
-
-
 def build_tuning_job(
     config: PipelineConfig,
     run_dir: RunDirectory,
@@ -426,18 +422,14 @@ def build_tuning_job(
             f"--tuner_train_steps={tuner.train_steps} / --tuner_eval_steps={tuner.eval_steps} "
             "are out of range; pass values of at least 1."
         )
-    graph = run_dir.transform_graph("tuner")
+    inputs = run_dir.model_inputs("tuner")
     custom_config = parse_custom_config(config.trainer.custom_config)
-    schema_path = run_dir.path(Artifact.SCHEMA, "schema.pbtxt")
     with _gfile().GFile(module_file) as f:
         module_source = f.read()
     return TuningJob(
         module_file=module_file,
         module_source=module_source,
-        train_files=_split_files(run_dir, Split.TRAIN),
-        eval_files=_split_files(run_dir, Split.EVAL),
-        transform_graph_path=graph,
-        schema_path=schema_path if _gfile().exists(schema_path) else None,
+        **inputs,
         tuner_dir=tuner_dir,
         train_steps=tuner.train_steps,
         eval_steps=tuner.eval_steps,
@@ -670,9 +662,9 @@ def _search(
     schedule = _schedule(config, options, pool)
     runners = shared.Shared()  # workers keep their loaded tuner from job to job
     tuner = load_tuner(job, job.tuner_dir)
-    slots = config.tuner.parallel_trials if pool is None else pool.num_workers
-    if schedule is TunerSchedule.ROUNDS:
-        slots = config.tuner.parallel_trials
+    # A rolling slot is a pool process; a round asks for --tuner_parallel_trials trials.
+    rolling_on_pool = pool is not None and schedule is TunerSchedule.ROLLING
+    slots = pool.num_workers if rolling_on_pool else config.tuner.parallel_trials
     rounds = OracleRounds(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
     search = _Search(rounds, {}, True, round(time.time() - started, 3), schedule)
     if schedule is TunerSchedule.ROLLING:
