@@ -186,6 +186,16 @@ def build_penguin_run_dir(pipeline_root: str, run_id: str = RUN_ID) -> RunDirect
     return run_dir
 
 
+def step_hints(proto) -> dict[str, dict[str, bytes]]:
+    """Transform name -> its environment's resource hints, for each transform with one."""
+    components = proto.components
+    return {
+        t.unique_name: dict(components.environments[t.environment_id].resource_hints)
+        for t in components.transforms.values()
+        if t.environment_id
+    }
+
+
 def read_raw_examples(run_dir: RunDirectory, split: str = "eval") -> list[bytes]:
     """The serialized raw tf.Examples of one split."""
     import glob

@@ -147,12 +147,7 @@ def test_dataflow_job_graph_puts_the_hints_on_the_training_step_only(penguin_run
     p.run().wait_until_finish()  # dry run: the job is built, nothing is submitted
 
     for proto in (p.to_runner_api(), p.runner.proto_pipeline):  # ours, and what Dataflow gets
-        components = proto.components
-        hints = {
-            t.unique_name: dict(components.environments[t.environment_id].resource_hints)
-            for t in components.transforms.values()
-            if t.environment_id
-        }
+        hints = conftest_trainer.step_hints(proto)
         assert hints["TrainModel/Train"] == {
             ACCELERATOR_URN: ACCELERATOR.encode(),
             MIN_RAM_URN: b"16000000000",

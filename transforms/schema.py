@@ -96,6 +96,11 @@ def _single_dataset(
     return stats.datasets[0]
 
 
+def _check_max_string_domain_size(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"max_string_domain_size must be an integer >= 0, got {value!r}.")
+
+
 def infer_schema(
     stats: statistics_pb2.DatasetFeatureStatisticsList,
     infer_feature_shape: bool = True,
@@ -119,14 +124,7 @@ def infer_schema(
         ``max_string_domain_size`` is negative.
     """
     dataset = _single_dataset(stats, "stats", "infer_schema")
-    if (
-        isinstance(max_string_domain_size, bool)
-        or not isinstance(max_string_domain_size, int)
-        or max_string_domain_size < 0
-    ):
-        raise ValueError(
-            f"max_string_domain_size must be an integer >= 0, got {max_string_domain_size!r}."
-        )
+    _check_max_string_domain_size(max_string_domain_size)
     schema = schema_pb2.Schema()
     for feature_stats in dataset.features:
         schema_type = _SCHEMA_TYPE.get(feature_stats.type)
@@ -227,14 +225,7 @@ class InferSchema(
           ValueError: ``max_string_domain_size`` is not an integer >= 0.
         """
         super().__init__()
-        if (
-            isinstance(max_string_domain_size, bool)
-            or not isinstance(max_string_domain_size, int)
-            or max_string_domain_size < 0
-        ):
-            raise ValueError(
-                f"max_string_domain_size must be an integer >= 0, got {max_string_domain_size!r}."
-            )
+        _check_max_string_domain_size(max_string_domain_size)
         self._infer_feature_shape = bool(infer_feature_shape)
         self._max_string_domain_size = max_string_domain_size
 
