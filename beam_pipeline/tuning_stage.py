@@ -473,11 +473,11 @@ def _run_round(
     for _ in range(_ROUND_ATTEMPTS):
         pool.wait_ready()  # a process that could not start says why (its log) here
         outcome: dict[str, Any] = {}
+        p = pool.pipeline(options)  # in this thread: see _roll on PipelineOptions and threads
+        _ = p | "RunTrials" >> trials()
 
-        def run(outcome=outcome) -> None:
+        def run(outcome=outcome, p=p) -> None:
             try:
-                p = pool.pipeline(options)
-                _ = p | "RunTrials" >> trials()
                 result = p.run()
                 result.wait_until_finish()
                 outcome["counters"] = _counters(result)
@@ -742,20 +742,20 @@ def _roll(
     def launch(slot: int, spec: TrialSpec, tries: int = 1) -> None:
         entry = _TrialJob(slot, spec, tries, time.time())
         running[slot] = entry
+        # Built in this thread, never in the job's: Beam's PipelineOptions are not
+        # thread-safe (view_as fills the shared option dict while beam.Pipeline deep-copies
+        # it), and two trial jobs built at once from ``options`` have come out with the
+        # DirectRunner, running a portable-runner trial in this process.
+        if pool is not None:
+            p = pool.pipeline(options, worker=slot)
+        else:
+            p = create_pipeline(_job_options(options, spec.trial_id))
+        _ = p | "RunTrials" >> RunTrials(
+            job, [spec], accelerator=hints.accelerator, min_ram=hints.min_ram, runners=runners
+        )
 
         def run() -> None:
             try:
-                if pool is not None:
-                    p = pool.pipeline(options, worker=slot)
-                else:
-                    p = create_pipeline(_job_options(options, spec.trial_id))
-                _ = p | "RunTrials" >> RunTrials(
-                    job,
-                    [spec],
-                    accelerator=hints.accelerator,
-                    min_ram=hints.min_ram,
-                    runners=runners,
-                )
                 entry.result = p.run()
                 entry.result.wait_until_finish()
                 done.put((entry, _counters(entry.result), None))

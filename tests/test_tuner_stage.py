@@ -11,10 +11,12 @@ import csv
 import dataclasses
 import json
 import os
+import threading
 
 import conftest_trainer
 import keras_tuner
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
@@ -243,6 +245,49 @@ def test_the_same_seed_gives_the_same_trials_on_a_rerun(penguin_run_dir, tmp_pat
         run_tuning_stage(_config(max_trials=2, seed=5), run_dir, TWO_WORKERS, worker_pool=pool)
         values.append([t["hyperparameters"] for t in _trials(run_dir)])
     assert values[0] == values[1] and len(values[0]) == 2
+
+
+class _ThreadRecordingOptions(PipelineOptions):
+    """Pipeline options that record which threads read or copy them (this object only).
+
+    Beam's PipelineOptions are not thread-safe: ``view_as`` fills the shared option dict
+    lazily while a ``beam.Pipeline`` deep-copies it, and two jobs built at once from one
+    options object can come out with the DirectRunner instead of the runner asked for.
+    """
+
+    def __init__(self, flags):
+        super().__init__(flags)
+        object.__setattr__(self, "readers", set())  # PipelineOptions takes options only
+
+    def _record(self):
+        self.__dict__["readers"].add(threading.current_thread().name)
+
+    def view_as(self, cls):
+        self._record()
+        return super().view_as(cls)
+
+    def get_all_options(self, *args, **kwargs):
+        self._record()
+        return super().get_all_options(*args, **kwargs)
+
+    def __deepcopy__(self, memo):
+        self._record()
+        copy = PipelineOptions(self._flags)
+        memo[id(self)] = copy
+        return copy
+
+
+@pytest.mark.parametrize("schedule", list(TunerSchedule))
+def test_the_callers_options_are_read_from_the_calling_thread_only(run_dir, pool, schedule):
+    """Trial jobs run in threads of their own; building them there from the caller's options
+    raced (a portable-runner trial once ran on the DirectRunner in the launcher)."""
+    options = _ThreadRecordingOptions([*OPTIONS, "--direct_num_workers=2"])
+    config = _config(max_trials=3)
+    config = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, schedule=schedule))
+    report, _ = run_tuning_stage(config, run_dir, options, worker_pool=pool)
+    assert [t["status"] for t in _trials(run_dir)] == ["COMPLETED"] * 3
+    assert report.details["schedule"] == schedule.value
+    assert options.readers == {threading.current_thread().name}
 
 
 # The abandoned job's gRPC reader threads raise when its worker process dies.
