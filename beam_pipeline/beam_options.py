@@ -4,17 +4,24 @@ Beam's own ``PipelineOptions`` only warns about flags it does not know ("Discard
 unparseable args"); here an unknown flag is an error, so a typo never silently changes a
 run. ``create_pipeline`` runs ``--runner=DirectRunner`` on Beam's FnApiRunner directly:
 Beam's DirectRunner would first try the Prism runner, which downloads a binary at run
-time and fails on an air-gapped machine before falling back.
+time and fails on an air-gapped machine before falling back. ``run_pipeline`` runs a job
+and, in the DirectRunner's multi_processing mode, fails it when a worker process dies
+(Beam would wait for that worker forever).
 
 Example::
 
     options = parse_beam_args(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
-    with create_pipeline(options) as p:
-        ...
+    p = create_pipeline(options)
+    ...
+    result = run_pipeline(p, "Transform")   # then result.wait_until_finish()
 """
 
 from __future__ import annotations
 
+import logging
+import queue
+import re
+import threading
 from collections.abc import Sequence
 
 import apache_beam as beam
@@ -23,7 +30,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.errors import PipelineError
 
-__all__ = ["parse_beam_args", "create_pipeline", "is_direct", "unknown_beam_flags"]
+__all__ = ["parse_beam_args", "create_pipeline", "run_pipeline", "is_direct", "unknown_beam_flags"]
+
+_LOG = logging.getLogger(__name__)
 
 _DIRECT_NAMES = {None, "", "DirectRunner", "direct", "SwitchingDirectRunner"}
 
@@ -98,4 +107,104 @@ def create_pipeline(options: PipelineOptions) -> beam.Pipeline:
     )
     return beam.Pipeline(
         runner=fn_runner.FnApiRunner(provision_info=provision_info), options=options
+    )
+
+
+# What Beam's SubprocessSdkWorker thread raises when its worker process exits unasked
+# (apache_beam/runners/portability/local_job_service.py; Beam is pinned in the lock file).
+_WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
+_WORKER_THREAD = "run_worker"
+_KILLED = (-9, 137)  # SIGKILL (the kernel's OOM killer), seen directly or through the shell
+_GRACE_S = 2.0  # a job whose worker died as it shut down may still end on its own
+_hook_lock = threading.Lock()
+
+
+def _watches_workers(options: PipelineOptions) -> bool:
+    direct = options.view_as(po.DirectOptions)
+    return is_direct(options) and direct.direct_running_mode == "multi_processing"
+
+
+def run_pipeline(p: beam.Pipeline, what: str):
+    """``p.run()``, except that a DirectRunner job whose worker process dies fails.
+
+    In ``multi_processing`` mode Beam's FnApiRunner waits forever for a worker process
+    that exited (killed for memory, say): the thread that started it raises and nothing
+    else notices, so the run would hang. Here such a job runs in a thread of its own
+    while this one watches for that exit, and a :class:`PipelineError` names the job and
+    the fix. Other runners and modes: plain ``p.run()`` (remote runners report a lost
+    worker themselves). Not for two jobs at once in one process (one watch at a time).
+
+    Args:
+      p: a pipeline from :func:`create_pipeline`, built and not yet run.
+      what: the job's name in the message, e.g. ``"Transform"``.
+
+    Returns:
+      the ``PipelineResult`` (on the FnApiRunner, of a finished job).
+
+    Raises:
+      PipelineError: a worker process exited while the job ran; the abandoned job's
+        thread is a daemon and nothing of it is published.
+    """
+    if not _watches_workers(p.options):
+        return p.run()
+    exits: queue.Queue = queue.Queue()
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = p.run()
+        except BaseException as e:  # noqa: BLE001  re-raised in the caller's thread
+            outcome["error"] = e
+
+    with _hook_lock:
+        previous = threading.excepthook
+
+        def hook(args) -> None:
+            match = _WORKER_EXIT.search(str(args.exc_value))
+            thread = args.thread
+            if match and thread is not None and thread.name == _WORKER_THREAD:
+                exits.put(int(match.group(1)))  # said once below, in one sentence
+                return
+            previous(args)
+
+        threading.excepthook = hook
+        try:
+            job = threading.Thread(target=run, name=f"beam-job-{what}", daemon=True)
+            job.start()
+            while job.is_alive() and exits.empty():
+                job.join(timeout=0.5)
+            if job.is_alive():
+                job.join(timeout=_GRACE_S)
+            # A job that failed on a lost worker may end just before that worker's thread
+            # reports the exit.
+            wait = _GRACE_S if not job.is_alive() and "error" in outcome else 0.0
+            try:
+                code = exits.get(timeout=wait) if wait else exits.get_nowait()
+            except queue.Empty:
+                code = None
+        finally:
+            threading.excepthook = previous
+    error = outcome.get("error")
+    if code is not None and (job.is_alive() or error is not None):
+        # Alive: Beam waits for the dead worker forever. Failed: Beam's own error is about a
+        # closed channel, not about the worker.
+        raise _worker_exit_error(what, code) from error
+    if code is not None:
+        _LOG.warning("A worker process of the %s job exited with code %s as it ended.", what, code)
+    if error is not None:
+        raise error
+    return outcome["result"]
+
+
+def _worker_exit_error(what: str, code: int) -> PipelineError:
+    if code in _KILLED:
+        return PipelineError(
+            f"A worker process of the {what} job was killed while the job ran (out of "
+            "memory, most likely); rerun with a smaller --direct_num_workers, with "
+            "--direct_running_mode=in_memory, or on a machine with more memory."
+        )
+    return PipelineError(
+        f"A worker process of the {what} job exited with code {code} while the job ran "
+        "(its output is above); rerun with --direct_running_mode=in_memory to get the "
+        "error in this process."
     )

@@ -35,7 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import TestOptions
 
-from beam_pipeline.beam_options import create_pipeline, is_direct, parse_beam_args
+from beam_pipeline.beam_options import create_pipeline, is_direct, parse_beam_args, run_pipeline
 from beam_pipeline.config import DataFormat, PipelineConfig, Split
 from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.module_file import get_preprocessing_fn
@@ -195,7 +195,7 @@ def _run_data_phase(
     try:
         p = create_pipeline(options)
         build_data_pipeline(p, config, inputs, csv_format, user_schema, staging)
-        result = p.run()
+        result = run_pipeline(p, "ExampleGen+Statistics")
         job = wait_for_job(result, options, "ExampleGen+Statistics")
     except BaseException:
         for path in staging.values():
@@ -434,7 +434,7 @@ def _run_transform(
                 graph_tmp,
                 examples_tmp,
             )
-            beam_result = p.run()
+            beam_result = run_pipeline(p, "Transform")
             job = wait_for_job(beam_result, options, "Transform")
         # The raw data's metadata beside the graph, as TFX's Transform writes it, so
         # tft.TFTransformOutput(...).raw_feature_spec() works for ported module files.

@@ -35,7 +35,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.beam_options import create_pipeline
+from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.config import PipelineConfig, parse_custom_config
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact, RunDirectory
@@ -123,16 +123,18 @@ def _run_pipeline(
     outcome_dir = run_dir.path(Artifact.MODEL_RUN, f".outcome-{uuid.uuid4().hex[:8]}")
     outcome = outcome_dir + "/result.json"
     train = TrainModel(job, accelerator=config.trainer.accelerator, min_ram=config.trainer.min_ram)
-    with create_pipeline(options) as p:
-        _ = (
-            p
-            | "TrainModel" >> train
-            | "ToJson" >> beam.Map(TrainingResult.to_json)
-            | "WriteResult" >> beam.io.WriteToText(outcome, shard_name_template="", num_shards=1)
-        )
+    p = create_pipeline(options)
+    _ = (
+        p
+        | "TrainModel" >> train
+        | "ToJson" >> beam.Map(TrainingResult.to_json)
+        | "WriteResult" >> beam.io.WriteToText(outcome, shard_name_template="", num_shards=1)
+    )
+    beam_result = run_pipeline(p, "Trainer")
+    beam_result.wait_until_finish()
     counters = {}
     try:
-        query = p.result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+        query = beam_result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
         counters = {c.key.metric.name: int(c.committed or 0) for c in query["counters"]}
     except (AttributeError, NotImplementedError, KeyError):  # runners without metrics
         pass

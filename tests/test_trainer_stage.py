@@ -108,6 +108,48 @@ def test_user_error_on_the_worker_fails_the_stage_with_its_message(penguin_run_d
     assert not run_dir.is_published(Artifact.MODEL)
 
 
+_TRAIN_MULTI_PROCESSING = """
+import json, sys
+import conftest_trainer
+from beam_pipeline.beam_options import parse_beam_args
+from beam_pipeline.errors import PipelineError
+from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.training_stage import run_training_stage
+
+run_dir = RunDirectory(sys.argv[1], conftest_trainer.RUN_ID)
+options = parse_beam_args(
+    ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=1"]
+)
+try:
+    run_training_stage(conftest_trainer.penguin_config(sys.argv[2]), run_dir, options)
+    error = None
+except PipelineError as e:
+    error = str(e)
+print(json.dumps({"error": error, "published": run_dir.is_published(Artifact.MODEL)}))
+"""
+
+
+@pytest.mark.slow
+def test_a_training_worker_killed_for_memory_fails_the_stage(penguin_run_dir, tmp_path):
+    """Beam's FnApiRunner would wait for the dead worker forever; the stage says why instead.
+
+    In a subprocess with a time limit, so that a hang fails this test, not the whole suite.
+    """
+    module = tmp_path / "oom_module.py"
+    module.write_text(
+        "import os, signal\n\ndef run_fn(fn_args):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    root = str(tmp_path / "root")
+    conftest_trainer.copy_run_dir(penguin_run_dir, root)
+    out = conftest_trainer.run_python(_TRAIN_MULTI_PROCESSING, root, str(module), timeout=180)
+    assert out["error"] == (
+        "A worker process of the Trainer job was killed while the job ran (out of memory, "
+        "most likely); rerun with a smaller --direct_num_workers, with "
+        "--direct_running_mode=in_memory, or on a machine with more memory."
+    )
+    assert out["published"] is False
+
+
 @pytest.mark.parametrize(
     "hints, match",
     [
