@@ -353,7 +353,7 @@ class LocalWorkerPool:
         runner = fn_runner.FnApiRunner(
             default_environment=environments.ExternalEnvironment(endpoint)
         )
-        return beam.Pipeline(runner=runner, options=PipelineOptions(**settings))
+        return beam.Pipeline(runner=runner, options=PipelineOptions([], **settings))
 
     def close(self) -> None:
         """Stops the processes; their logs are deleted unless one of them exited early."""
@@ -715,7 +715,7 @@ def _job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
         return options
     settings = options.get_all_options(drop_default=True)
     settings["job_name"] = f"{name}-trial-{trial_id}".lower().replace("_", "-")
-    return PipelineOptions(**settings)
+    return PipelineOptions([], **settings)
 
 
 def _roll(

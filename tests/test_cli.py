@@ -370,11 +370,18 @@ print(json.dumps({"accuracy": accuracy, "n": len(examples)}))
 """
 
 
-def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process(tmp_path):
+def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process(
+    tmp_path, monkeypatch, caplog
+):
     import conftest_trainer
 
     root = str(tmp_path)
-    assert cli.main(["--runner=DirectRunner", f"--pipeline_root={root}", "--run_id=full"]) == 0
+    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--run_id=full"]
+    # sys.argv as `python -m beam_pipeline` has it: Beam reads it for options built without
+    # flags, and would warn about --pipeline_root ("Did you mean ...?").
+    monkeypatch.setattr(sys, "argv", ["beam_pipeline", *args])
+    assert cli.main(args) == 0
+    assert not [r.getMessage() for r in caplog.records if "nparseable" in r.getMessage()]
     stages = _summary(os.path.join(root, "runs", "full"))
     tuner, trainer = stages["Tuner"], stages["Trainer"]
     assert tuner["status"] == "ok"
