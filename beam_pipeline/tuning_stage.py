@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import csv
 import dataclasses
 import io
@@ -473,7 +474,7 @@ def _run_round(
     for _ in range(_ROUND_ATTEMPTS):
         pool.wait_ready()  # a process that could not start says why (its log) here
         outcome: dict[str, Any] = {}
-        p = pool.pipeline(options)  # in this thread: see _roll on PipelineOptions and threads
+        p = pool.pipeline(options)  # in this thread: see _job_options on options and threads
         _ = p | "RunTrials" >> trials()
 
         def run(outcome=outcome, p=p) -> None:
@@ -706,13 +707,18 @@ class _TrialJob:
 
 
 def _job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
-    """The options of one trial's job: a given --job_name gets the trial as a suffix.
+    """A copy of ``options`` for one trial's job; a given --job_name gets the trial as a suffix.
 
-    Trial jobs run side by side, and Dataflow refuses two running jobs of the same name.
+    Trial jobs run side by side, and Dataflow refuses two running jobs of the same name. A
+    copy, because each job is built in a thread of its own and Beam's PipelineOptions are
+    not thread-safe: ``view_as`` fills the shared option dict while ``beam.Pipeline``
+    deep-copies it, and two trial jobs built at once from one options object have come
+    out with the DirectRunner, running a portable-runner trial in the launcher. Call it
+    from the thread that owns ``options``.
     """
     name = options.view_as(po.GoogleCloudOptions).job_name
     if not name:
-        return options
+        return copy.deepcopy(options)  # as beam.Pipeline copies its options
     settings = options.get_all_options(drop_default=True)
     settings["job_name"] = f"{name}-trial-{trial_id}".lower().replace("_", "-")
     return PipelineOptions([], **settings)
@@ -742,20 +748,19 @@ def _roll(
     def launch(slot: int, spec: TrialSpec, tries: int = 1) -> None:
         entry = _TrialJob(slot, spec, tries, time.time())
         running[slot] = entry
-        # Built in this thread, never in the job's: Beam's PipelineOptions are not
-        # thread-safe (view_as fills the shared option dict while beam.Pipeline deep-copies
-        # it), and two trial jobs built at once from ``options`` have come out with the
-        # DirectRunner, running a portable-runner trial in this process.
-        if pool is not None:
-            p = pool.pipeline(options, worker=slot)
-        else:
-            p = create_pipeline(_job_options(options, spec.trial_id))
-        _ = p | "RunTrials" >> RunTrials(
-            job, [spec], accelerator=hints.accelerator, min_ram=hints.min_ram, runners=runners
-        )
+        own = _job_options(options, spec.trial_id)  # here: the job's thread must not read options
 
         def run() -> None:
             try:
+                # On a pool this waits for the slot's process (a restarted one starts anew).
+                p = pool.pipeline(own, worker=slot) if pool is not None else create_pipeline(own)
+                _ = p | "RunTrials" >> RunTrials(
+                    job,
+                    [spec],
+                    accelerator=hints.accelerator,
+                    min_ram=hints.min_ram,
+                    runners=runners,
+                )
                 entry.result = p.run()
                 entry.result.wait_until_finish()
                 done.put((entry, _counters(entry.result), None))

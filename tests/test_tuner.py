@@ -317,5 +317,7 @@ def test_trial_jobs_running_side_by_side_get_their_own_job_names():
     renamed = _job_options(named, "07")
     assert renamed.view_as(GoogleCloudOptions).job_name == "penguin-tuning-trial-07"
     assert renamed.view_as(StandardOptions).runner == "DataflowRunner"
-    unnamed = parse_beam_args(["--runner=DataflowRunner"])
-    assert _job_options(unnamed, "07") is unnamed  # Beam makes a unique name per job
+    unnamed = parse_beam_args(["--runner=DataflowRunner", "--experiments=a", "--experiments=b"])
+    own = _job_options(unnamed, "07")  # a copy: each trial's job is built in its own thread
+    assert own is not unnamed and own.view_as(GoogleCloudOptions).job_name is None
+    assert own.get_all_options() == unnamed.get_all_options()  # Beam names each job itself
