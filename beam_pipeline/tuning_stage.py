@@ -716,12 +716,11 @@ def _job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
     out with the DirectRunner, running a portable-runner trial in the launcher. Call it
     from the thread that owns ``options``.
     """
-    name = options.view_as(po.GoogleCloudOptions).job_name
-    if not name:
-        return copy.deepcopy(options)  # as beam.Pipeline copies its options
-    settings = options.get_all_options(drop_default=True)
-    settings["job_name"] = f"{name}-trial-{trial_id}".lower().replace("_", "-")
-    return PipelineOptions([], **settings)
+    own = copy.deepcopy(options)  # as beam.Pipeline copies its options
+    cloud = own.view_as(po.GoogleCloudOptions)
+    if cloud.job_name:
+        cloud.job_name = f"{cloud.job_name}-trial-{trial_id}".lower().replace("_", "-")
+    return own
 
 
 def _roll(

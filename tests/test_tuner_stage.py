@@ -57,11 +57,17 @@ DATAFLOW_DRY_RUN = [
 pytestmark = pytest.mark.slow
 
 
-def _config(max_trials=None, parallel=2, **custom) -> PipelineConfig:
+def _config(
+    max_trials=None, parallel=2, schedule=TunerSchedule.ROLLING, **custom
+) -> PipelineConfig:
     return PipelineConfig(
         module_file=MODULE,
         tuner=TunerConfig(
-            parallel_trials=parallel, max_trials=max_trials, train_steps=5, eval_steps=2
+            parallel_trials=parallel,
+            schedule=schedule,
+            max_trials=max_trials,
+            train_steps=5,
+            eval_steps=2,
         ),
         trainer=TrainerConfig(train_steps=5, eval_steps=2, custom_config=json.dumps(custom)),
     )
@@ -128,8 +134,7 @@ def test_a_slow_trial_holds_up_only_its_own_worker_when_rolling(run_dir, pool, t
     """One trial sleeps 6 s: rolling, the other worker runs the rest meanwhile; in rounds,
     the next round waits for it."""
     slow = {"marker": str(tmp_path / "slow"), "seconds": 6}
-    config = _config(max_trials=4, slow_once=slow)
-    config = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, schedule=schedule))
+    config = _config(max_trials=4, schedule=schedule, slow_once=slow)
     report, _ = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
     trials = _trials(run_dir)
     assert [t["status"] for t in trials] == ["COMPLETED"] * 4
@@ -282,8 +287,7 @@ def test_the_callers_options_are_read_from_the_calling_thread_only(run_dir, pool
     """Trial jobs run in threads of their own; building them there from the caller's options
     raced (a portable-runner trial once ran on the DirectRunner in the launcher)."""
     options = _ThreadRecordingOptions([*OPTIONS, "--direct_num_workers=2"])
-    config = _config(max_trials=3)
-    config = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, schedule=schedule))
+    config = _config(max_trials=3, schedule=schedule)
     report, _ = run_tuning_stage(config, run_dir, options, worker_pool=pool)
     assert [t["status"] for t in _trials(run_dir)] == ["COMPLETED"] * 3
     assert report.details["schedule"] == schedule.value
