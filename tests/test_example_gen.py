@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ast
+import bz2
 import collections
 import csv
+import gzip
+import lzma
 import os
+import zlib
 
 import apache_beam as beam
 import pyarrow as pa
@@ -173,6 +177,68 @@ def test_write_and_read_back_tfrecord_round_trip(tmp_path):
         result = p | eg.ReadTFRecordExamples(tf_files, eg.HashSplitter(fixed_split=Split.TRAIN))
         counts = result.batches | beam.Map(lambda sb: sb.batch.num_rows) | beam.CombineGlobally(sum)
         assert_that(counts, equal_to([len(train)]))
+
+
+# Every compression Beam's FileSystems decompress by file name; the README names these.
+_COMPRESSORS = {
+    "gz": gzip.compress,
+    "bz2": bz2.compress,
+    "xz": lzma.compress,
+    "lzma": lambda b: lzma.compress(b, format=lzma.FORMAT_ALONE),
+    "zst": lambda b: __import__("zstandard").ZstdCompressor().compress(b),
+    "deflate": zlib.compress,
+}
+
+
+def _without_file(outputs):
+    """_ReadCsvFile's outputs with the file name left out (it differs by suffix)."""
+    out = []
+    for o in outputs:
+        if isinstance(o, beam.pvalue.TaggedOutput):
+            out.append(("rejected", o.value._replace(file="")))
+        else:
+            out.append(("rows", o.lines, o.columns, o.keys))
+    return out
+
+
+@pytest.mark.parametrize("suffix", sorted(_COMPRESSORS))
+def test_compressed_csv_reads_exactly_like_the_plain_file(tmp_path, suffix):
+    with open(MESSY, "rb") as f:
+        raw = f.read()
+    path = tmp_path / f"messy.csv.{suffix}"
+    path.write_bytes(_COMPRESSORS[suffix](raw))
+    files = eg.resolve_input_files(str(path))
+    assert eg.detect_format(files, DataFormat.AUTO) is DataFormat.CSV
+    fmt = eg.CsvFormat()
+    header = eg.read_csv_header(files, fmt)
+    assert header == eg.read_csv_header([MESSY], fmt)
+    # Both passes: the row reader (quoted newlines, line numbers, rejections) and the typing
+    # pass (pyarrow's reader over the decompressed stream).
+    reader = eg._ReadCsvFile(header, fmt, None)
+    got = _without_file(reader.process(files[0]))
+    assert got == _without_file(reader.process(MESSY))
+    assert [o[1].line for o in got if o[0] == "rejected"] == [6]
+    count = eg._CountFileTypes(header, fmt)
+    assert list(count.process(files[0])) == list(count.process(MESSY))
+
+
+def test_byte_order_mark_is_removed_from_every_file(tmp_path):
+    # Spreadsheets' "CSV UTF-8" export starts each file with a BOM; one file is gzip too.
+    with open(MESSY, "rb") as f:
+        raw = f.read()
+    (tmp_path / "a.csv").write_bytes(b"\xef\xbb\xbf" + raw)
+    (tmp_path / "b.csv.gz").write_bytes(gzip.compress(b"\xef\xbb\xbf" + raw))
+    files = eg.resolve_input_files(str(tmp_path))
+    assert eg.read_csv_header(files, eg.CsvFormat())[0] == "id"
+    only_train = eg.HashSplitter(fixed_split=Split.TRAIN)
+    rows, rejected = _run_csv(str(tmp_path), splitter=only_train)
+    train = rows["train"]
+    assert {tuple(r) for r in train} == {("id", "name", "score", "count", "city", "note")}
+    one_file = _values(_run_csv(MESSY, splitter=only_train)[0]["train"], "id")
+    assert sorted(r["id"][0] for r in train) == sorted(2 * list(one_file))
+    assert sorted((os.path.basename(r.file), r.line) for r in rejected) == [
+        (name, line) for name in ("a.csv", "b.csv.gz") for line in (6, 7, 10)
+    ]
 
 
 def test_bad_tfrecord_is_rejected_not_dropped(tmp_path):

@@ -242,7 +242,9 @@ def detect_format(files: Sequence[str], data_format: DataFormat) -> DataFormat:
         return data_format
     kinds = set()
     for f in files:
-        name = _basename(f).lower().removesuffix(".gz").removesuffix(".gzip")
+        name = _basename(f).lower()
+        for suffix in _COMPRESSION_SUFFIXES:
+            name = name.removesuffix(suffix)
         if name.endswith((".csv", ".tsv", ".txt")):
             kinds.add(DataFormat.CSV)
         elif ".tfrecord" in name or name.endswith((".tfr", ".rio")):
@@ -259,9 +261,48 @@ def detect_format(files: Sequence[str], data_format: DataFormat) -> DataFormat:
     return kinds.pop()
 
 
+# The compressions Beam's FileSystems decompress, by file name suffix (CompressionTypes.AUTO).
+_COMPRESSION_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd", ".deflate")
+
+
+class _ReadStream(io.RawIOBase):
+    """A read-only ``io.RawIOBase`` over a handle from ``FileSystems.open``.
+
+    Hand-written because Beam's ``CompressedFile`` (what ``FileSystems.open`` returns for a
+    .gz, .bz2, .xz, .zst or .deflate name) lacks ``readable()``/``writable()``, which
+    ``io.TextIOWrapper`` and ``io.BufferedReader`` call: wrapping it directly failed with
+    ``AttributeError: 'CompressedFile' object has no attribute 'writable'``.
+    """
+
+    def __init__(self, handle):
+        super().__init__()
+        self._handle = handle
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._handle.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._handle.close()
+        super().close()
+
+
+def _open_binary(path: str) -> io.BufferedReader:
+    # FileSystems picks the decompressor from the file name and reads gs:// and local paths
+    # alike.
+    return io.BufferedReader(_ReadStream(FileSystems.open(path)), buffer_size=1 << 20)
+
+
 def _open_text(path: str) -> io.TextIOWrapper:
-    # FileSystems picks gzip from the .gz name and reads gs:// and local paths alike.
-    return io.TextIOWrapper(FileSystems.open(path), encoding="utf-8", newline="")
+    # utf-8-sig drops a byte-order mark at the start of each file (spreadsheets' "CSV UTF-8"
+    # exports write one; it would otherwise stay in the first column's name). Every file
+    # has its own header, so every file is checked.
+    return io.TextIOWrapper(_open_binary(path), encoding="utf-8-sig", newline="")
 
 
 def read_csv_header(files: Sequence[str], fmt: CsvFormat) -> tuple[str, ...]:
@@ -468,7 +509,7 @@ class _CountFileTypes(beam.DoFn):
 
         counts = [_TypeCounts(0, 0, 0) for _ in self._header]
         try:
-            with FileSystems.open(path) as f:
+            with _open_binary(path) as f:
                 reader = pa_csv.open_csv(
                     f,
                     read_options=pa_csv.ReadOptions(
