@@ -41,7 +41,7 @@ from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.module_file import get_preprocessing_fn
 from beam_pipeline.remote import JobInfo, check_remote_paths, stage_module_file, wait_for_job
 from beam_pipeline.run_dir import Artifact, RunDirectory
-from beam_pipeline.summary import RunSummary, StageReport, StageStatus
+from beam_pipeline.summary import RunSummary, StageReport, StageStatus, write_summary
 from beam_pipeline.training_stage import run_training_stage
 from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
 from trainer import load_trainer_module
@@ -553,44 +553,47 @@ def run(config: PipelineConfig) -> RunSummary:
         if pool is not None:
             tuner_pool.enter_context(pool)
         stats = _run_data_phase(config, inputs, csv_format, user_schema, run_dir, options, summary)
-        if stats is None:  # --dry_run: the later phases need the data phase's output
-            return summary
-        schema = _run_schema_and_validation(config, stats, user_schema, run_dir, summary)
-        if preprocessing_fn is None:
-            summary.stages.append(
-                StageReport("Transform", StageStatus.SKIPPED, note="no --module_file")
-            )
-        else:
-            _run_transform(
-                config,
-                inputs,
-                preprocessing_fn,
-                config.module_file,
-                schema,
-                run_dir,
-                options,
-                summary,
-            )
-            with tuner_pool:
-                tuner_report, best_hyperparameters = run_tuning_stage(
-                    model_config,
+        if stats is not None:  # None on --dry_run: the later phases need the data phase's output
+            schema = _run_schema_and_validation(config, stats, user_schema, run_dir, summary)
+            if preprocessing_fn is None:
+                summary.stages.append(
+                    StageReport("Transform", StageStatus.SKIPPED, note="no --module_file")
+                )
+            else:
+                _run_transform(
+                    config,
+                    inputs,
+                    preprocessing_fn,
+                    config.module_file,
+                    schema,
                     run_dir,
                     options,
-                    worker_pool=pool,
-                    search_space=config.tuner.search_space,
+                    summary,
                 )
-            summary.stages.append(tuner_report)
-            summary.stages.append(
-                run_training_stage(
-                    model_config,
-                    run_dir,
-                    options,
-                    best_hyperparameters,
-                    entry_point=config.trainer.entry_point,
+                with tuner_pool:
+                    tuner_report, best_hyperparameters = run_tuning_stage(
+                        model_config,
+                        run_dir,
+                        options,
+                        worker_pool=pool,
+                        search_space=config.tuner.search_space,
+                    )
+                summary.stages.append(tuner_report)
+                summary.stages.append(
+                    run_training_stage(
+                        model_config,
+                        run_dir,
+                        options,
+                        best_hyperparameters,
+                        entry_point=config.trainer.entry_point,
+                    )
                 )
-            )
-    finally:
+    except BaseException:
         tuner_pool.close()
-        with FileSystems.create(FileSystems.join(run_dir.root, "summary.json")) as f:
-            f.write(summary.to_json().encode("utf-8"))
+        # The run's own error is what the user must see: a summary that cannot be written
+        # now (a full disk) is logged, not raised over it.
+        write_summary(summary, after_error=True)
+        raise
+    tuner_pool.close()
+    write_summary(summary)
     return summary

@@ -2,7 +2,8 @@
 
 Every stage returns a :class:`StageReport`; the run collects them into a
 :class:`RunSummary`, prints it as a table and writes it as ``summary.json`` in the run
-directory.
+directory with :func:`write_summary`: atomically (a temporary file renamed into place), so
+a reader never sees half a summary, and never over an earlier summary with an empty one.
 
 Example::
 
@@ -12,12 +13,20 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
+import logging
+import os
+import posixpath
+import uuid
 from typing import Any, Optional
 
-__all__ = ["StageStatus", "StageReport", "RunSummary"]
+__all__ = ["StageStatus", "StageReport", "RunSummary", "SUMMARY_FILE", "write_summary"]
+
+SUMMARY_FILE = "summary.json"
+_LOG = logging.getLogger(__name__)
 
 
 class StageStatus(str, enum.Enum):
@@ -57,6 +66,14 @@ class StageReport:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StageReport:
+        """The inverse of :meth:`to_json` (JSON keeps what ``default=str`` made of details)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in d.items() if k in fields}
+        values["status"] = StageStatus(values["status"])
+        return cls(**values)
 
 
 def _counts(c: dict[str, int]) -> str:
@@ -103,3 +120,49 @@ class RunSummary:
             indent=2,
             default=str,
         )
+
+
+def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional[str]:
+    """Writes ``summary.json`` into the run directory atomically; returns its path.
+
+    The JSON goes to a temporary file beside it, renamed over ``summary.json`` only once
+    complete: a full disk or a kill leaves the earlier summary (or none), never a 0-byte or
+    truncated one. A summary without stages (a run that failed before its first stage)
+    never replaces an existing one.
+
+    Args:
+      summary: the run's summary; ``summary.run_dir`` is the run directory.
+      after_error: the run is already failing; a summary that cannot be written is then
+        logged, not raised, so the caller's real error is what the user sees.
+
+    Returns:
+      the summary's path, or None when nothing was written.
+
+    Raises:
+      PipelineError: the file cannot be written (only when ``after_error`` is False).
+    """
+    import tensorflow as tf  # lazily: the CLI checks flags before importing TensorFlow
+
+    from beam_pipeline.errors import PipelineError
+
+    join = posixpath.join if "://" in summary.run_dir else os.path.join
+    path = join(summary.run_dir, SUMMARY_FILE)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        if not summary.stages and tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write(summary.to_json())
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+        return path
+    except (OSError, tf.errors.OpError) as e:
+        with contextlib.suppress(OSError, tf.errors.OpError):
+            tf.io.gfile.remove(tmp)
+        cause = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e)
+        if after_error:
+            _LOG.warning("The run summary %s could not be written (%s).", path, cause)
+            return None
+        raise PipelineError(
+            f"The run summary {path} could not be written ({cause}); free space or fix the "
+            "permissions there (the run's artifacts are published)."
+        ) from e
