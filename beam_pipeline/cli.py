@@ -34,6 +34,7 @@ from beam_pipeline.config import (
     TransformConfig,
     TunerConfig,
     TunerSchedule,
+    check_run_id,
     parse_custom_config,
 )
 from beam_pipeline.errors import PipelineError
@@ -205,12 +206,24 @@ def _pairs(flag: str, text: Any, value_type: type) -> tuple:
             out.append((split, value_type(value)))
         except ValueError:
             raise PipelineError(
-                f"--{flag} value {value!r} for {name} is not a {value_type.__name__}."
+                f"--{flag} gives {name} {value!r}, which is not a whole number; pass e.g. "
+                "--split_buckets=train=2,eval=1."
             ) from None
     return tuple(out)
 
 
 def _convert(key: str, value: Any) -> Any:
+    if key == "run_id":
+        # Given but empty is refused (left out, a timestamp is generated); the rest of the
+        # check is PipelineConfig's.
+        text = str(value) if value is not None else ""
+        check_run_id(text)
+        return text
+    if key == "max_rejected_fraction" and isinstance(value, str):
+        try:
+            return float(value)  # YAML reads 1e-2 as a string
+        except ValueError:
+            pass  # refused with its range by DataConfig
     if key == "csv_null_values":
         return tuple(value) if isinstance(value, (list, tuple)) else tuple(str(value).split(","))
     if key == "split_buckets":

@@ -15,7 +15,10 @@ import dataclasses
 import enum
 import json
 import os
+import re
 from typing import Any, Optional
+
+from beam_pipeline.errors import PipelineError
 
 __all__ = [
     "Split",
@@ -28,10 +31,38 @@ __all__ = [
     "BUNDLED_EXAMPLE_DIR",
     "BUNDLED_CONFIG",
     "parse_custom_config",
+    "check_run_id",
 ]
 
 BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "penguin")
 BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")
+
+
+# One path segment: a run id names a folder under <pipeline_root>/runs and nothing else.
+_RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _check_int(flag: str, value: object, minimum: int, why: str = "") -> None:
+    """Refuses a value of an integer flag that is not a whole number >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PipelineError(
+            f"--{flag}={value!r} is out of range: pass a whole number of at least {minimum}{why}."
+        )
+
+
+def check_run_id(run_id: str) -> None:
+    """Refuses a ``--run_id`` that is not one path segment of safe characters.
+
+    Raises:
+      PipelineError: ``run_id`` is empty, ``.``/``..``, holds a slash, or is an absolute
+        path, any of which would write outside ``<pipeline_root>/runs/``.
+    """
+    if not isinstance(run_id, str) or not _RUN_ID_RE.fullmatch(run_id):
+        raise PipelineError(
+            f"--run_id={run_id!r} is not a run name: use 1 to 128 letters, digits, '.', '_' or "
+            "'-' starting with a letter or digit (it names one folder under "
+            "<pipeline_root>/runs), or leave it out for a timestamp."
+        )
 
 
 def parse_custom_config(text: str) -> dict[str, Any]:
@@ -40,8 +71,6 @@ def parse_custom_config(text: str) -> dict[str, Any]:
     Raises:
       PipelineError: the text is not JSON, or not a JSON object.
     """
-    from beam_pipeline.errors import PipelineError
-
     try:
         parsed = json.loads(text or "{}")
     except json.JSONDecodeError as e:
@@ -121,6 +150,46 @@ class DataConfig:
     max_string_domain_size: int = 100
     ignore_anomalies: bool = False
 
+    def __post_init__(self):
+        # Checked here, when flags become config, so that a bad value stops the run before
+        # any file is written or any Beam job runs.
+        f = self.max_rejected_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
+            # NaN fails both comparisons, so it is refused too (it would turn the guard off).
+            raise PipelineError(
+                f"--max_rejected_fraction={f!r} is out of range: pass a number from 0 to 1 "
+                "(the share of input rows that may be rejected), e.g. 0.01."
+            )
+        _check_int("max_string_domain_size", self.max_string_domain_size, 0)
+        if not self.split_buckets:
+            raise PipelineError(
+                "--split_buckets names no split; pass e.g. --split_buckets=train=2,eval=1."
+            )
+        for split, n in self.split_buckets:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise PipelineError(
+                    f"--split_buckets gives {split.value} {n!r} buckets: pass a whole number of "
+                    "at least 1 for each split, e.g. --split_buckets=train=2,eval=1."
+                )
+        for flag, pairs, example in (
+            ("split_buckets", self.split_buckets, "train=2,eval=1"),
+            ("input_splits", self.input_splits, "train=PATTERN,eval=PATTERN"),
+        ):
+            names = [s.value for s, _ in pairs]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise PipelineError(
+                    f"--{flag} names split {twice[0]} twice; name each split once, e.g. "
+                    f"--{flag}={example}."
+                )
+        if Split.TRAIN not in self.splits:
+            flag, example = (
+                ("input_splits", "train=PATTERN")
+                if self.input_splits
+                else ("split_buckets", "train=N")
+            )
+            raise PipelineError(f"--{flag} has no train split; add {example}.")
+
     @property
     def splits(self) -> tuple[Split, ...]:
         if self.input_splits:
@@ -166,6 +235,13 @@ class TrainerConfig:
     custom_config: str = "{}"
     entry_point: Optional[str] = None
 
+    def __post_init__(self):
+        if self.base_model:  # 0 steps: export the warm-started model as it is
+            _check_int("train_steps", self.train_steps, 0)
+        else:
+            _check_int("train_steps", self.train_steps, 1, " (0 only with --base_model)")
+        _check_int("eval_steps", self.eval_steps, 1)
+
 
 @dataclasses.dataclass(frozen=True)
 class TunerConfig:
@@ -193,6 +269,13 @@ class TunerConfig:
     min_ram: Optional[str] = None
     search_space: Optional[Any] = None
 
+    def __post_init__(self):
+        _check_int("tuner_parallel_trials", self.parallel_trials, 1)
+        if self.max_trials is not None:
+            _check_int("tuner_max_trials", self.max_trials, 1)
+        _check_int("tuner_train_steps", self.train_steps, 1)
+        _check_int("tuner_eval_steps", self.eval_steps, 1)
+
 
 @dataclasses.dataclass(frozen=True)
 class PipelineConfig:
@@ -213,3 +296,7 @@ class PipelineConfig:
     trainer: TrainerConfig = TrainerConfig()
     tuner: TunerConfig = TunerConfig()
     beam_args: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.run_id:  # empty: a timestamp is generated
+            check_run_id(self.run_id)

@@ -73,9 +73,8 @@ class DataInputs:
 def _check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     d = config.data
     if d.input_splits:
+        # DataConfig checked that a train split is named.
         sources = tuple((split, tuple(eg.resolve_input_files(p))) for split, p in d.input_splits)
-        if Split.TRAIN not in {s for s, _ in sources}:
-            raise PipelineError("--input_splits has no train split; add train=PATTERN.")
     else:
         sources = ((None, tuple(eg.resolve_input_files(d.data))),)
     all_files = [f for _, fs in sources for f in fs]
@@ -533,8 +532,6 @@ def run(config: PipelineConfig) -> RunSummary:
             config.tuner.search_space
         )
     user_schema = read_schema(config.data.schema) if config.data.schema else None
-    if Split.TRAIN not in config.data.splits:
-        raise PipelineError("--split_buckets has no train split; add train=N.")
 
     run_dir = RunDirectory.create(config.pipeline_root, config.run_id)
     summary = RunSummary(run_dir.root)

@@ -149,9 +149,10 @@ class HashSplitter:
     def __post_init__(self):
         if self.fixed_split is None:
             if not self.buckets or any(n <= 0 for _, n in self.buckets):
+                given = ",".join(f"{s.value}={n}" for s, n in self.buckets)
                 raise PipelineError(
-                    f"--split_buckets {self.buckets} must give each split a positive bucket "
-                    "count; pass e.g. --split_buckets=train=2,eval=1."
+                    f"--split_buckets={given} must give each split a positive bucket count; "
+                    "pass e.g. --split_buckets=train=2,eval=1."
                 )
             if len({s for s, _ in self.buckets}) != len(self.buckets):
                 raise PipelineError(

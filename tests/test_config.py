@@ -1,0 +1,96 @@
+"""Flag checks at parse time: a bad value is one sentence, exit 2, and nothing is written.
+
+These run the real CLI entry point; they fail before any Beam import or job, so they are
+fast.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from beam_pipeline import cli
+from beam_pipeline.errors import EXIT_USER_ERROR
+
+
+def _fails(tmp_path, capsys, args):
+    """Runs the CLI with ``args``; returns its one-line stderr (asserting exit 2, no files)."""
+    root = tmp_path / "root"
+    code = cli.main([*args, f"--pipeline_root={root}", "--data=unused.csv"])
+    err = capsys.readouterr().err.strip()
+    assert code == EXIT_USER_ERROR, err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert "<Split" not in err and "Traceback" not in err
+    assert not root.exists()  # refused before anything is written
+    return err
+
+
+_BAD_NUMBERS = [
+    # (flag as given, phrase the message must hold)
+    ("--max_rejected_fraction=-1", r"--max_rejected_fraction=-1\.0 is out of range: .* 0 to 1"),
+    ("--max_rejected_fraction=nan", r"--max_rejected_fraction=nan is out of range"),
+    ("--max_rejected_fraction=1.5", r"--max_rejected_fraction=1\.5 is out of range"),
+    ("--max_rejected_fraction=inf", r"--max_rejected_fraction=inf is out of range"),
+    ("--train_steps=-5", r"--train_steps=-5 is out of range: .* at least 1 \(0 only with"),
+    ("--train_steps=0", r"--train_steps=0 is out of range"),
+    ("--eval_steps=0", r"--eval_steps=0 is out of range: .* at least 1"),
+    ("--tuner_parallel_trials=0", r"--tuner_parallel_trials=0 is out of range"),
+    ("--tuner_max_trials=0", r"--tuner_max_trials=0 is out of range"),
+    ("--tuner_train_steps=0", r"--tuner_train_steps=0 is out of range"),
+    ("--tuner_eval_steps=-1", r"--tuner_eval_steps=-1 is out of range"),
+    ("--max_string_domain_size=-1", r"--max_string_domain_size=-1 is out of range.* at least 0"),
+    ("--split_buckets=train=0,eval=1", r"gives train 0 buckets"),
+    ("--split_buckets=train=2,eval=-1", r"gives eval -1 buckets"),
+    ("--split_buckets=train=2,train=1", r"names split train twice"),
+    ("--split_buckets=eval=1", r"--split_buckets has no train split; add train=N"),
+    ("--split_buckets=train=x", r"gives train 'x', which is not a whole number"),
+    ("--split_buckets=bogus=1", r"names split 'bogus'; use train, eval or test"),
+    ("--input_splits=eval=a.csv", r"--input_splits has no train split"),
+    ("--input_splits=train=a.csv,train=b.csv", r"--input_splits names split train twice"),
+]
+
+
+@pytest.mark.parametrize("flag, match", _BAD_NUMBERS, ids=[f for f, _ in _BAD_NUMBERS])
+def test_numeric_flags_are_range_checked_at_parse_time(tmp_path, capsys, flag, match):
+    import re
+
+    err = _fails(tmp_path, capsys, [flag])
+    assert re.search(match, err), err
+
+
+_BAD_RUN_IDS = ["../../x", "/tmp/abs", "..", ".", "a/b", "", "a\\b", " x", "-x", "x" * 129, "é"]
+
+
+@pytest.mark.parametrize("run_id", _BAD_RUN_IDS)
+def test_run_id_must_be_one_safe_path_segment(tmp_path, capsys, run_id):
+    err = _fails(tmp_path, capsys, [f"--run_id={run_id}"])
+    assert f"--run_id={run_id!r} is not a run name" in err
+
+
+def test_run_id_from_a_config_file_is_checked_too(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("run_id: ../escape\n")
+    err = _fails(tmp_path, capsys, [f"--config={config}"])
+    assert "'../escape' is not a run name" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max_rejected_fraction=0", "--max_rejected_fraction=1"],
+        ["--run_id=2026-11-22_run.1", "--tuner_parallel_trials=1", "--tuner_max_trials=1"],
+        ["--train_steps=0", "--base_model=some/model"],  # export the warm-started model
+        ["--max_string_domain_size=0", "--split_buckets=train=1"],
+    ],
+)
+def test_values_at_the_edge_of_their_range_are_accepted(args):
+    config = cli.parse_config([*args, "--data=unused.csv"])
+    assert config.run_id in ("", "2026-11-22_run.1")
+
+
+def test_yaml_number_written_in_exponent_form_is_read_as_a_number(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text("data: x.csv\nmax_rejected_fraction: 1e-2\n")  # a string to PyYAML
+    assert cli.parse_config([f"--config={config}"]).data.max_rejected_fraction == 0.01
+    assert os.path.basename(cli.parse_config([f"--config={config}"]).data.data) == "x.csv"
