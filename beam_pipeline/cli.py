@@ -47,6 +47,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "data_format": ("data", "data_format"),
     "csv_delimiter": ("data", "csv_delimiter"),
     "csv_null_values": ("data", "csv_null_values"),
+    "csv_max_field_bytes": ("data", "csv_max_field_bytes"),
     "split_buckets": ("data", "split_buckets"),
     "input_splits": ("data", "input_splits"),
     "partition_feature": ("data", "partition_feature"),
@@ -102,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--csv_delimiter")
     g.add_argument(
         "--csv_null_values", help="Comma-separated values that mean missing, e.g. 'NA,null'."
+    )
+    g.add_argument(
+        "--csv_max_field_bytes",
+        type=int,
+        help="A CSV row with a longer field (UTF-8 bytes) is rejected (default 16 MiB).",
     )
     g.add_argument("--split_buckets", help="Hash split, e.g. train=2,eval=1 (the default).")
     g.add_argument("--input_splits", help="Input already split: train=PATTERN,eval=PATTERN.")

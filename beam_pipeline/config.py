@@ -32,11 +32,16 @@ __all__ = [
     "BUNDLED_CONFIG",
     "parse_custom_config",
     "check_run_id",
+    "DEFAULT_CSV_MAX_FIELD_BYTES",
 ]
 
 BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "penguin")
 BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")
 
+
+# Large enough for real data (a long free-text or JSON cell), small enough that a runaway
+# quote is reported as one oversized field instead of a row holding the rest of the file.
+DEFAULT_CSV_MAX_FIELD_BYTES = 16 << 20
 
 # One path segment: a run id names a folder under <pipeline_root>/runs and nothing else.
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -135,6 +140,8 @@ class DataConfig:
         inferred schema (dense tensors in tf.Transform), as TFX's SchemaGen option.
       max_string_domain_size: strings with at most this many distinct values get a domain.
       ignore_anomalies: report blocking anomalies but go on.
+      csv_max_field_bytes: a CSV row with a field longer than this (UTF-8 bytes) is
+        rejected.
     """
 
     data: str = ""
@@ -149,6 +156,7 @@ class DataConfig:
     infer_feature_shape: bool = True
     max_string_domain_size: int = 100
     ignore_anomalies: bool = False
+    csv_max_field_bytes: int = DEFAULT_CSV_MAX_FIELD_BYTES
 
     def __post_init__(self):
         # Checked here, when flags become config, so that a bad value stops the run before
@@ -161,6 +169,7 @@ class DataConfig:
                 "(the share of input rows that may be rejected), e.g. 0.01."
             )
         _check_int("max_string_domain_size", self.max_string_domain_size, 0)
+        _check_int("csv_max_field_bytes", self.csv_max_field_bytes, 1)
         if not self.split_buckets:
             raise PipelineError(
                 "--split_buckets names no split; pass e.g. --split_buckets=train=2,eval=1."

@@ -517,7 +517,9 @@ def run(config: PipelineConfig) -> RunSummary:
     options = parse_beam_args(config.beam_args)
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
-    csv_format = eg.CsvFormat(config.data.csv_delimiter, config.data.csv_null_values)
+    csv_format = eg.CsvFormat(
+        config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes
+    )
     inputs = _check_data(config, csv_format)
     preprocessing_fn = None
     tunes = False

@@ -40,6 +40,7 @@ _BAD_NUMBERS = [
     ("--tuner_train_steps=0", r"--tuner_train_steps=0 is out of range"),
     ("--tuner_eval_steps=-1", r"--tuner_eval_steps=-1 is out of range"),
     ("--max_string_domain_size=-1", r"--max_string_domain_size=-1 is out of range.* at least 0"),
+    ("--csv_max_field_bytes=0", r"--csv_max_field_bytes=0 is out of range.* at least 1"),
     ("--split_buckets=train=0,eval=1", r"gives train 0 buckets"),
     ("--split_buckets=train=2,eval=-1", r"gives eval -1 buckets"),
     ("--split_buckets=train=2,train=1", r"names split train twice"),
@@ -81,7 +82,7 @@ def test_run_id_from_a_config_file_is_checked_too(tmp_path, capsys):
         ["--max_rejected_fraction=0", "--max_rejected_fraction=1"],
         ["--run_id=2026-11-22_run.1", "--tuner_parallel_trials=1", "--tuner_max_trials=1"],
         ["--train_steps=0", "--base_model=some/model"],  # export the warm-started model
-        ["--max_string_domain_size=0", "--split_buckets=train=1"],
+        ["--max_string_domain_size=0", "--csv_max_field_bytes=1", "--split_buckets=train=1"],
     ],
 )
 def test_values_at_the_edge_of_their_range_are_accepted(args):

@@ -241,6 +241,48 @@ def test_byte_order_mark_is_removed_from_every_file(tmp_path):
     ]
 
 
+def test_row_with_an_oversized_field_is_rejected_and_the_file_read_on(tmp_path):
+    # A lowered limit keeps the file small; sizes are UTF-8 bytes, not characters.
+    path = tmp_path / "big.csv"
+    path.write_text(
+        "id,text,n\n"
+        '1,"short, with a comma\nand a newline",10\n'  # lines 2-3
+        f'2,"{"x" * 2000}",20\n'  # line 4: 2000 bytes
+        f'3,"{"€" * 400}",30\n'  # line 5: 400 characters, 1200 bytes
+        f'4,"{"y" * 400},\n{"z" * 499}",40\n'  # lines 6-7: 901 bytes, under the limit
+        "5,plain,50\n",  # line 8
+        encoding="utf-8",
+    )
+    fmt = eg.CsvFormat(max_field_bytes=1000)
+    rows, rejected = _run_csv(str(path), fmt=fmt, splitter=eg.HashSplitter(fixed_split=Split.TRAIN))
+    assert [(r.line, r.reason) for r in rejected] == [
+        (4, "field of 2000 bytes at line 4 exceeds --csv_max_field_bytes=1000"),
+        (5, "field of 1200 bytes at line 5 exceeds --csv_max_field_bytes=1000"),
+    ]
+    assert all(len(r.text) < 300 for r in rejected)  # the field is clipped in the artifact
+    train = rows["train"]
+    assert _values(train, "n") == {1: 10, 4: 40, 5: 50}  # still an int column
+    assert len(_values(train, "text")[4]) == 901
+    assert _values(train, "text")[1] == b"short, with a comma\nand a newline"
+
+
+def test_ten_megabyte_field_is_read_and_one_over_the_default_limit_rejected(tmp_path):
+    # At the default --csv_max_field_bytes (16 MiB): a 10 MB quoted field with commas and
+    # newlines is data (Python's csv module alone stops at 128 KiB); 17 MiB is rejected.
+    ten_mb = "a,b\n" * 2_500_000
+    path = tmp_path / "huge.csv"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f'id,text\n1,"{ten_mb}"\n2,"{"c" * (17 << 20)}"\n3,end\n')
+    header = eg.read_csv_header([str(path)], eg.CsvFormat())
+    out = list(eg._ReadCsvFile(header, eg.CsvFormat(), None).process(str(path)))
+    rejected = [o.value for o in out if isinstance(o, beam.pvalue.TaggedOutput)]
+    chunks = [o for o in out if isinstance(o, eg._RawChunk)]
+    expected = f"field of {17 << 20} bytes at line 2500003 exceeds --csv_max_field_bytes=16777216"
+    assert [(r.line, r.reason) for r in rejected] == [(2_500_003, expected)]
+    assert len(chunks) == 1 and chunks[0].lines == [2, 2_500_004]
+    assert chunks[0].columns[1].to_pylist() == [ten_mb, "end"]
+
+
 def test_bad_tfrecord_is_rejected_not_dropped(tmp_path):
     import tensorflow as tf
 

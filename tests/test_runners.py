@@ -389,7 +389,9 @@ def dataflow_graphs(tmp_path_factory):
     staging = {a: os.path.join(run_dir.root, ".staging", a.value) for a in Artifact}
     image = f"--sdk_container_image={IMAGE}"
 
-    csv_format = eg.CsvFormat(config.data.csv_delimiter, config.data.csv_null_values)
+    csv_format = eg.CsvFormat(
+        config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes
+    )
     header = tuple(eg.read_csv_header([PENGUINS], csv_format))
     inputs = DataInputs(((None, (PENGUINS,)),), DataFormat.CSV, header, "fingerprint")
     graphs = {

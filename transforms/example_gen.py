@@ -30,6 +30,8 @@ import enum
 import hashlib
 import io
 import json
+import lzma
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Optional
 
@@ -39,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.config import DataFormat, Split
+from beam_pipeline.config import DEFAULT_CSV_MAX_FIELD_BYTES, DataFormat, Split
 from beam_pipeline.errors import PipelineError
 from transforms.metrics import NAMESPACE
 from transforms.tfrecords import WriteTFRecordBatches
@@ -89,10 +91,12 @@ class CsvFormat:
     Attributes:
       delimiter: the field separator.
       null_values: values meaning "missing" besides the empty field.
+      max_field_bytes: a row with a longer field (UTF-8 bytes) is rejected, not read.
     """
 
     delimiter: str = ","
     null_values: tuple[str, ...] = ("",)
+    max_field_bytes: int = DEFAULT_CSV_MAX_FIELD_BYTES
 
     def __post_init__(self):
         if len(self.delimiter) != 1:
@@ -323,6 +327,16 @@ def read_csv_header(files: Sequence[str], fmt: CsvFormat) -> tuple[str, ...]:
                 f"Input file {path} is not UTF-8 text ({e.reason} at byte {e.start}); "
                 "re-encode it as UTF-8."
             ) from e
+        except csv.Error as e:
+            raise PipelineError(
+                f"Input file {path}:1 has no readable header row ({e}); fix the quoting of "
+                "its first line."
+            ) from e
+        except (zlib.error, lzma.LZMAError, EOFError, OSError) as e:
+            raise PipelineError(
+                f"Input file {path} cannot be decompressed as its name says ({e}); check the "
+                "file, or rename it to match its compression."
+            ) from e
         if not first or all(not c.strip() for c in first):
             raise PipelineError(
                 f"Input file {path} has no header row; add a first line naming the columns."
@@ -365,12 +379,41 @@ def _looks_numeric(s: str) -> bool:
 
 
 class _RawChunk(NamedTuple):
-    """Up to _CHUNK_ROWS well-formed rows of one file, column-major, as strings."""
+    """Up to _CHUNK_ROWS well-formed rows of one file, column-major, as Arrow strings."""
 
     file: str
     lines: list[int]
-    columns: list[list[str]]
+    columns: list[pa.Array]
     keys: list[bytes]
+
+
+# Python's csv module refuses fields over 128 KiB by default, and after that error it cannot
+# resume inside a quoted field. Its limit (a process-wide setting of the csv module) is
+# raised to what a C long holds everywhere; --csv_max_field_bytes is enforced per row on
+# the parsed fields instead, so an oversized row is rejected and the file read on.
+_CSV_MODULE_FIELD_LIMIT = 2**31 - 1
+
+
+def _allow_long_csv_fields() -> None:
+    if csv.field_size_limit() < _CSV_MODULE_FIELD_LIMIT:
+        csv.field_size_limit(_CSV_MODULE_FIELD_LIMIT)
+
+
+def _oversized_fields(columns: Sequence[pa.Array], limit: int) -> dict[int, int]:
+    """Row index -> UTF-8 bytes of its first field longer than ``limit`` (vectorized)."""
+    out: dict[int, int] = {}
+    for col in columns:
+        lengths = pc.binary_length(col)
+        if len(col) and pc.max(lengths).as_py() > limit:
+            sizes = lengths.to_numpy(zero_copy_only=False)
+            for i in np.flatnonzero(sizes > limit):
+                out.setdefault(int(i), int(sizes[i]))
+    return out
+
+
+def _clip(field: str, limit: int) -> str:
+    # An oversized field would make the rejected-rows file as large as the field itself.
+    return field if len(field.encode("utf-8")) <= limit else field[:200] + "…"
 
 
 class _ReadCsvFile(beam.DoFn):
@@ -401,6 +444,7 @@ class _ReadCsvFile(beam.DoFn):
         key_col = self._key_col
         lines: list[int] = []
         rows: list[list[str]] = []
+        _allow_long_csv_fields()
         try:
             with _open_text(path) as f:
                 reader = csv.reader(f, delimiter=delim, strict=False)
@@ -413,7 +457,7 @@ class _ReadCsvFile(beam.DoFn):
                         lines.append(start)
                         rows.append(row)
                         if len(rows) >= _CHUNK_ROWS:
-                            yield self._chunk(path, lines, rows, key_col, delim)
+                            yield from self._chunk(path, lines, rows, key_col, delim)
                             lines, rows = [], []
                     elif row:  # a blank line is no row
                         self._read.inc()
@@ -437,17 +481,41 @@ class _ReadCsvFile(beam.DoFn):
                 "it as UTF-8."
             ) from e
         if rows:
-            yield self._chunk(path, lines, rows, key_col, delim)
+            yield from self._chunk(path, lines, rows, key_col, delim)
 
-    def _chunk(self, path, lines, rows, key_col, delim) -> _RawChunk:
+    def _chunk(self, path, lines, rows, key_col, delim) -> Iterator:
+        """Yields the rows with an oversized field as rejected, then the others' chunk."""
         self._read.inc(len(rows))
+        columns = [pa.array(c, type=pa.string()) for c in zip(*rows)]
+        limit = self._fmt.max_field_bytes
+        oversized = _oversized_fields(columns, limit)
+        if oversized:
+            for i, size in sorted(oversized.items()):
+                self._rejected.inc()
+                yield beam.pvalue.TaggedOutput(
+                    "rejected",
+                    RejectedRow(
+                        path,
+                        lines[i],
+                        f"field of {size} bytes at line {lines[i]} exceeds "
+                        f"--csv_max_field_bytes={limit}",
+                        delim.join(_clip(f, limit) for f in rows[i]),
+                    ),
+                )
+            keep = np.ones(len(rows), dtype=bool)
+            keep[list(oversized)] = False
+            if not keep.any():
+                return
+            columns = [c.filter(pa.array(keep)) for c in columns]
+            lines = [n for n, k in zip(lines, keep) if k]
+            rows = [r for r, k in zip(rows, keep) if k]
         if self._typing_pass:
             keys = []
         elif key_col is None:
             keys = [delim.join(r).encode("utf-8") for r in rows]
         else:
             keys = [r[key_col].encode("utf-8") for r in rows]
-        return _RawChunk(path, lines, [list(c) for c in zip(*rows)], keys)
+        yield _RawChunk(path, lines, columns, keys)
 
 
 def _string_array(
@@ -528,7 +596,14 @@ class _CountFileTypes(beam.DoFn):
                     ),
                 )
                 for batch in reader:
-                    counts = _add_counts(counts, _count_types(batch.columns, self._fmt.null_values))
+                    columns = batch.columns
+                    # Rows the parsing pass rejects for an oversized field do not vote.
+                    oversized = _oversized_fields(columns, self._fmt.max_field_bytes)
+                    if oversized:
+                        keep = np.ones(batch.num_rows, dtype=bool)
+                        keep[list(oversized)] = False
+                        columns = [c.filter(pa.array(keep)) for c in columns]
+                    counts = _add_counts(counts, _count_types(columns, self._fmt.null_values))
         except (pa.ArrowInvalid, UnicodeDecodeError):
             counts = [_TypeCounts(0, 0, 0) for _ in self._header]
             python_reader = _ReadCsvFile(self._header, self._fmt, None, typing_pass=True)
@@ -606,14 +681,14 @@ class _ParseChunk(beam.DoFn):
             if wrong.any():
                 for i in np.flatnonzero(wrong):
                     reasons.setdefault(
-                        int(i), f"column {name!r}: {values[i]!r} is not {ctype.value}"
+                        int(i), f"column {name!r}: {values[i].as_py()!r} is not {ctype.value}"
                     )
                 bad |= wrong
             parsed.append((pc.if_else(pc.and_(present, ok), arr, None), missing))
         keep = ~bad
         for i in sorted(reasons):
             self._rejected.inc()
-            row = self._fmt.delimiter.join(col[i] for col in chunk.columns)
+            row = self._fmt.delimiter.join(col[i].as_py() for col in chunk.columns)
             yield beam.pvalue.TaggedOutput(
                 "rejected", RejectedRow(chunk.file, chunk.lines[i], reasons[i], row)
             )
