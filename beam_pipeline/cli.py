@@ -37,7 +37,7 @@ from beam_pipeline.config import (
     check_run_id,
     parse_custom_config,
 )
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.errors import PipelineError, user_error
 
 __all__ = ["build_parser", "parse_config", "main"]
 
@@ -302,18 +302,46 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
     )
 
 
+class _HandledWorkerErrors(logging.Filter):
+    """Drops Beam's ERROR log (with traceback) of a worker error that the CLI prints anyway
+    as one sentence (see :func:`~beam_pipeline.errors.user_error`); others are kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.pipeline_root = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return exc is None or user_error(exc, self.pipeline_root) is None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the process exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's C++ INFO lines are noise
     argv = sys.argv[1:] if argv is None else argv
+    config: Optional[PipelineConfig] = None
+    quiet = _HandledWorkerErrors()
+    beam_errors = logging.getLogger("apache_beam.runners.common")
+    beam_errors.addFilter(quiet)
     try:
         config = parse_config(argv)
+        quiet.pipeline_root = config.pipeline_root
         from beam_pipeline.pipeline import run  # heavy imports only after flags are valid
 
         summary = run(config)
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except Exception as e:
+        # A full disk or a folder that cannot be written, on the launcher or a worker: one
+        # sentence naming the path and the cause. Anything else is a bug: its traceback.
+        error = user_error(e, config.pipeline_root) if config is not None else None
+        if error is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+    finally:
+        beam_errors.removeFilter(quiet)
     print(summary.format())
     return 0
