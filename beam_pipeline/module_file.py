@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.keras3 import use_keras_3
 
 __all__ = ["load_module", "get_preprocessing_fn", "error_place", "pickle_by_value"]
 
@@ -39,6 +40,7 @@ def load_module(path: str) -> types.ModuleType:
       PipelineError: the file is missing, has a syntax error, or raises on import.
     """
     source = _read(path)
+    use_keras_3()  # tf.keras is Keras 3 for the module, whatever was imported first
     try:
         code = compile(source, path, "exec")
     except SyntaxError as e:

@@ -54,7 +54,10 @@ def test_module_kinds(tmp_path, source, kind):
             "import tensorflow as tf\n\ndef trainer_fn(trainer_fn_args, schema):\n    pass\n",
             r"defines trainer_fn, which needs tf\.estimator.*TensorFlow 2\.16.*run_fn\(fn_args\)",
         ),
-        ("x = 1\nfrom tfx import v1 as tfx\n", r"module\.py:2 imports tfx.*from trainer import"),
+        (
+            "x = 1\nfrom tfx import v1 as tfx\n",
+            r"module\.py:2 imports tfx.*from trainer import tfx_v1 as tfx",
+        ),
         ("def run_fn():\n    pass\n", r"run_fn in .*module\.py:1 must take exactly one argument"),
         ("run_fn = 3\n", "has a run_fn that is not a function"),
         ("\n\nraise RuntimeError('boom')\n", r"module\.py:3 raised RuntimeError: boom"),

@@ -100,7 +100,8 @@ def _execute(display: str, path: str) -> types.ModuleType:
         raise PipelineError(
             f"Module file {where} imports tfx, which beam-pipeline does not use; "
             "replace tfx.components.FnArgs/DataAccessor/TunerFnResult with "
-            "`from trainer import FnArgs, DataAccessor, TunerFnResult` (only the import "
+            "`from trainer import FnArgs, DataAccessor, TunerFnResult`, and `from tfx "
+            "import v1 as tfx` with `from trainer import tfx_v1 as tfx` (only the import "
             "lines need to change)."
         ) from None
 
