@@ -294,7 +294,12 @@ def _first_rejected(rejected_dir: str) -> str:
 
 def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
     from transforms.schema import infer_schema, write_schema
-    from transforms.validation import format_anomalies, is_blocking, validate_statistics
+    from transforms.validation import (
+        blocking_anomalies,
+        format_anomalies,
+        is_blocking,
+        validate_statistics,
+    )
 
     started = time.time()
     if user_schema is not None:
@@ -318,12 +323,12 @@ def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
         )
     )
     started = time.time()
-    texts, blocking = [], False
+    texts, by_split = [], {}
     with run_dir.stage(Artifact.ANOMALIES) as tmp:
         for split, split_stats in stats.items():
             baseline = stats[Split.TRAIN] if split is not Split.TRAIN else None
             anomalies = validate_statistics(split_stats, schema, baseline_stats=baseline)
-            blocking |= is_blocking(anomalies)
+            by_split[split.value] = anomalies
             path = FileSystems.join(tmp, split.value, "SchemaDiff.pb")
             FileSystems.mkdirs(FileSystems.join(tmp, split.value))
             with FileSystems.create(path) as f:
@@ -333,6 +338,7 @@ def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
         with FileSystems.create(FileSystems.join(tmp, "summary.txt")) as f:
             f.write((text or "no anomalies").encode("utf-8") + b"\n")
     artifact = run_dir.path(Artifact.ANOMALIES)
+    blocking = any(is_blocking(a) for a in by_split.values())
     status = StageStatus.FAILED if blocking and not config.data.ignore_anomalies else StageStatus.OK
     summary.stages.append(
         StageReport(
@@ -345,8 +351,9 @@ def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
     )
     if status is StageStatus.FAILED:
         raise PipelineError(
-            f"Validation found blocking anomalies ({artifact}/summary.txt): {text.strip()}; "
-            "fix the data or the --schema, or pass --ignore_anomalies to go on.",
+            f"Validation found blocking anomalies in {blocking_anomalies(by_split)} (details in "
+            f"{artifact}/summary.txt); fix the data or the --schema, or pass --ignore_anomalies "
+            "to go on.",
             exit_code=EXIT_ANOMALIES,
         )
     return schema
@@ -589,10 +596,12 @@ def run(config: PipelineConfig) -> RunSummary:
                 )
     except BaseException:
         tuner_pool.close()
+        run_dir.remove_staging()
         # The run's own error is what the user must see: a summary that cannot be written
         # now (a full disk) is logged, not raised over it.
         write_summary(summary, after_error=True)
         raise
     tuner_pool.close()
+    run_dir.remove_staging()
     write_summary(summary)
     return summary

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import enum
+import logging
 import os
 import posixpath
 import uuid
@@ -193,6 +194,20 @@ class RunDirectory:
             "eval_files": self.transformed_example_files(Split.EVAL, stage),
             "schema_path": schema_path if _gfile().exists(schema_path) else None,
         }
+
+    def remove_staging(self) -> None:
+        """Deletes the run's staging area ``.staging/`` when the run ends, however it ends.
+
+        Each stage publishes or discards its own staging folder, so nothing left there is
+        an artifact (tf.Transform's temporary files are). Best effort: a folder that cannot
+        be deleted is logged, never raised over the run's own outcome.
+        """
+        staging = _join(self.root, ".staging")
+        try:
+            if _gfile().exists(staging):
+                _gfile().rmtree(staging)
+        except Exception as e:  # noqa: BLE001  OSError or TensorFlow's OpError
+            logging.getLogger(__name__).warning("Could not delete %s (%s).", staging, e)
 
     def discard(self, staging: str) -> None:
         """Deletes a staging folder (a failed or abandoned artifact)."""

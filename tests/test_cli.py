@@ -59,6 +59,7 @@ def test_bundled_run_publishes_every_data_artifact(bundled_run):
         "transform_graph",
         "transformed_examples",
     ]
+    assert not os.path.exists(os.path.join(bundled_run, ".staging"))
     stages = _summary(bundled_run)
     assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 2
     assert list(stages)[-2:] == ["Tuner", "Trainer"]  # --no_tuner --no_trainer
@@ -204,6 +205,7 @@ def test_rejections_over_the_limit_fail_and_publish_only_rejected_rows(tmp_path,
     run_dir = _run_dir(root)
     assert _published(run_dir) == ["rejected"]
     assert not os.path.exists(os.path.join(run_dir, "examples"))
+    assert not os.path.exists(os.path.join(run_dir, ".staging"))
 
 
 def _write(path, text):
@@ -264,8 +266,13 @@ def test_bad_input_is_one_sentence_nonzero_exit_and_nothing_published(
 
     assert re.search(match, err), err
     published = glob.glob(os.path.join(str(root), "runs", "*", "*", "_PUBLISHED"))
-    assert [p for p in published if "transform" in p] == []
-    if "preprocessing_fn" not in match:
+    assert glob.glob(os.path.join(str(root), "runs", "*", ".staging")) == []
+    if match.startswith("preprocessing_fn in"):
+        # The data stages' artifacts are valid and stay (schema.pbtxt shows the function's
+        # inputs; a rerun reuses them); nothing of Transform is published.
+        names = sorted(os.path.basename(os.path.dirname(p)) for p in published)
+        assert names == ["anomalies", "examples", "rejected", "schema", "statistics"]
+    else:
         assert published == []
 
 
@@ -287,7 +294,8 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
     code = cli.main([f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"])
     assert code == EXIT_ANOMALIES
     err = capsys.readouterr().err
-    assert "sex" in err and "--ignore_anomalies" in err
+    assert "error: Validation found blocking anomalies in split train: sex (" in err
+    assert "--ignore_anomalies" in err and len(err.strip().splitlines()) == 1
     run_dir = _run_dir(str(root))
     assert "transform_graph" not in _published(run_dir)
     assert "anomalies" in _published(run_dir)

@@ -21,6 +21,7 @@ from transforms import statistics as st
 from transforms.schema import infer_schema
 from transforms.validation import (
     ValidateStatistics,
+    blocking_anomalies,
     format_anomalies,
     is_blocking,
     validate_statistics,
@@ -219,6 +220,24 @@ def test_format_anomalies_one_line_per_feature():
     assert lines[2].endswith("[SCHEMA_MISSING_COLUMN,COMPARATOR_L_INFTY_HIGH]")
     assert len(lines) == 3
     assert format_anomalies("train", anomalies_pb2.Anomalies()) == "Split 'train': no anomalies."
+
+
+def test_blocking_anomalies_names_only_the_splits_that_block():
+    # The run's exit-3 message: train is clean, eval has unseen strings and a dropped column,
+    # test has only a warning (missing values jump against train).
+    schema, train = _schema(), _stats(_base_rows(), "train")
+    bad_eval = _edit(color=lambda r: r[:-12] + [[b"purple"]] * 10 + [[b"teal"]] * 2, score=None)
+    warn_only = _edit(score=lambda r: [None if i % 2 else v for i, v in enumerate(r)])
+    by_split = {
+        "train": validate_statistics(train, schema),
+        "eval": validate_statistics(_stats(bad_eval), schema, train),
+        "test": validate_statistics(_stats(warn_only, "test"), schema, train),
+    }
+    assert not is_blocking(by_split["train"]) and not is_blocking(by_split["test"])
+    assert blocking_anomalies(by_split) == (
+        "split eval: color (Unexpected string values), score (Multiple errors)"
+    )
+    assert blocking_anomalies({"train": by_split["train"]}) == ""
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from transforms.transform import TransformExamples, TransformResult, WriteTransf
 from transforms.tuning import RunTrials
 from transforms.validation import (
     ValidateStatistics,
+    blocking_anomalies,
     format_anomalies,
     is_blocking,
     validate_statistics,
@@ -51,6 +52,7 @@ __all__ = [
     "WriteSplitExamples",
     "WriteTFRecordBatches",
     "WriteTransformedExamples",
+    "blocking_anomalies",
     "format_anomalies",
     "infer_schema",
     "is_blocking",

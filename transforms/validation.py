@@ -49,6 +49,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Optional
 
 import apache_beam as beam
@@ -57,7 +58,13 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_p
 from transforms.metrics import NAMESPACE
 from transforms.schema import _common_stats, _feature_name, _single_dataset, _string_values
 
-__all__ = ["validate_statistics", "is_blocking", "format_anomalies", "ValidateStatistics"]
+__all__ = [
+    "validate_statistics",
+    "is_blocking",
+    "format_anomalies",
+    "blocking_anomalies",
+    "ValidateStatistics",
+]
 
 _Info = anomalies_pb2.AnomalyInfo
 _StatsType = statistics_pb2.FeatureNameStatistics.Type
@@ -405,6 +412,34 @@ def is_blocking(anomalies: anomalies_pb2.Anomalies) -> bool:
     return anomalies.dataset_anomaly_info.severity == _Info.ERROR or any(
         info.severity == _Info.ERROR for info in anomalies.anomaly_info.values()
     )
+
+
+def blocking_anomalies(by_split: Mapping[str, anomalies_pb2.Anomalies]) -> str:
+    """One line naming each split with blocking anomalies and its blocking features.
+
+    For the message that stops a run: splits without blocking anomalies are left out, so
+    the message never quotes a clean split.
+
+    Args:
+      by_split: split name -> the result of :func:`validate_statistics`.
+
+    Returns:
+      e.g. ``"split eval: color (Unexpected string values), score (Column dropped)"``;
+      empty when nothing blocks.
+    """
+    parts = []
+    for split, anomalies in by_split.items():
+        items = []
+        info = anomalies.dataset_anomaly_info
+        if info.severity == _Info.ERROR:
+            items.append(f"the split itself ({info.short_description})")
+        for name in sorted(anomalies.anomaly_info):
+            info = anomalies.anomaly_info[name]
+            if info.severity == _Info.ERROR:
+                items.append(f"{name} ({info.short_description})")
+        if items:
+            parts.append(f"split {split}: {', '.join(items)}")
+    return "; ".join(parts)
 
 
 def format_anomalies(split: str, anomalies: anomalies_pb2.Anomalies) -> str:
