@@ -148,13 +148,12 @@ def test_training_code_errors(penguin_run_dir, tmp_path, source, match):
         ("custom_config", "[1]", "not an object"),
         ("custom_config", "{oops", "--custom_config is not valid JSON"),
         ("base_model", "/nowhere", "--base_model /nowhere is not a SavedModel folder"),
-        ("eval_steps", 0, "--eval_steps >= 1"),
+        ("eval_steps", 0, "--eval_steps=0 is out of range"),  # refused by TrainerConfig
     ],
 )
 def test_bad_trainer_settings(penguin_run_dir, field, value, match):
-    config = conftest_trainer.penguin_config(**{field: value})
     with pytest.raises(PipelineError, match=match):
-        build_training_job(config, penguin_run_dir)
+        build_training_job(conftest_trainer.penguin_config(**{field: value}), penguin_run_dir)
 
 
 def test_missing_transform_output(tmp_path):
