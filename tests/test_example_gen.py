@@ -311,11 +311,17 @@ def test_bad_tfrecord_is_rejected_not_dropped(tmp_path):
         ("1,2,3\n4,5,6\n", "not a header"),
         ("a,,c\n1,2,3\n", "empty column name"),
         ("a,b,a\n1,2,3\n", "names column 'a' twice"),
+        (b"name,city\nM\xfcller,K\xf6ln\n", r"data\.csv is not UTF-8 text .*re-encode it"),
+        (b"\x1f\x8b\x08\x00 not really gzip", r"data\.csv\.gz cannot be decompressed as its"),
+        ('a,"b\n1,2\n', r"data\.csv:1 has no readable header row .*fix the quoting"),
     ],
 )
 def test_bad_headers(tmp_path, content, match):
-    path = tmp_path / "data.csv"
-    path.write_text(content)
+    path = tmp_path / ("data.csv.gz" if "gz" in match else "data.csv")
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
     with pytest.raises(PipelineError, match=match):
         eg.read_csv_header(eg.resolve_input_files(str(path)), eg.CsvFormat())
 

@@ -341,6 +341,11 @@ def read_csv_header(files: Sequence[str], fmt: CsvFormat) -> tuple[str, ...]:
             raise PipelineError(
                 f"Input file {path} has no header row; add a first line naming the columns."
             )
+        if any("\n" in c or "\r" in c for c in first):
+            raise PipelineError(
+                f"Input file {path}:1 has no readable header row (a quote there is not closed "
+                "before the line ends); fix the quoting of its first line."
+            )
         names = tuple(c.strip() for c in first)
         if any(_looks_numeric(c) for c in names):
             raise PipelineError(
