@@ -57,6 +57,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "max_string_domain_size": ("data", "max_string_domain_size"),
     "ignore_anomalies": ("data", "ignore_anomalies"),
     "module_file": ("", "module_file"),
+    "max_module_folder_mib": ("", "max_module_folder_mib"),
     "pipeline_root": ("", "pipeline_root"),
     "run_id": ("", "run_id"),
     "analyzer_cache": ("transform", "analyzer_cache"),
@@ -119,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ignore_anomalies", action="store_true", help="Report anomalies, go on.")
     g = p.add_argument_group("pipeline")
     g.add_argument("--module_file", help="Python file with preprocessing_fn / run_fn / tuner_fn.")
+    g.add_argument(
+        "--max_module_folder_mib",
+        type=float,
+        help="Most MiB of Python files in the module file's folder, staged for the workers.",
+    )
     g.add_argument("--pipeline_root", help="Folder (or gs:// path) for runs and caches.")
     g.add_argument("--run_id", help="Name of the run directory (default: timestamp).")
     g.add_argument("--no_analyzer_cache", dest="analyzer_cache", action="store_false")

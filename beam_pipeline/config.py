@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import os
 import re
 from typing import Any, Optional
@@ -294,11 +295,14 @@ class PipelineConfig:
       pipeline_root: folder (or gs:// path) holding run directories and caches.
       run_id: the run directory's name under ``pipeline_root/runs``; generated when empty.
       module_file: the user's module (``preprocessing_fn``, ``run_fn``, ``tuner_fn``).
+      max_module_folder_mib: the most the Python files of the module file's folder, staged
+        with it for the workers, may weigh.
       beam_args: the Beam flags, passed through to ``PipelineOptions``.
     """
 
     data: DataConfig = DataConfig()
     module_file: Optional[str] = None
+    max_module_folder_mib: float = 20.0
     pipeline_root: str = "pipeline_runs"
     run_id: str = ""
     transform: TransformConfig = TransformConfig()
@@ -309,3 +313,8 @@ class PipelineConfig:
     def __post_init__(self):
         if self.run_id:  # empty: a timestamp is generated
             check_run_id(self.run_id)
+        mib = self.max_module_folder_mib
+        if isinstance(mib, bool) or not isinstance(mib, (int, float)) or not 0 < mib < math.inf:
+            raise PipelineError(
+                f"--max_module_folder_mib={mib!r} is out of range: pass a number of MiB above 0."
+            )

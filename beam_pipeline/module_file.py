@@ -8,18 +8,25 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
 import traceback
 import types
-import uuid
 from collections.abc import Callable
+from typing import Optional
 
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.keras3 import use_keras_3
 
-__all__ = ["load_module", "get_preprocessing_fn", "error_place", "pickle_by_value"]
+__all__ = [
+    "load_module",
+    "loaded_module",
+    "get_preprocessing_fn",
+    "error_place",
+    "pickle_by_value",
+]
 
 
 def _read(path: str) -> bytes:
@@ -33,37 +40,88 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def load_module(path: str) -> types.ModuleType:
-    """Imports the module file at ``path`` under a unique name.
+def _module_name(display: str, sha256: str) -> str:
+    """The ``sys.modules`` name of a module file: from the name it is shown by and its bytes."""
+    return "user_module_" + hashlib.sha256(f"{display}\0{sha256}".encode()).hexdigest()[:16]
+
+
+def loaded_module(display: str, sha256: str) -> Optional[types.ModuleType]:
+    """The module :func:`load_module` already executed in this process for these bytes."""
+    return sys.modules.get(_module_name(display, sha256))
+
+
+def load_module(
+    path: str, *, display: Optional[str] = None, folder: Optional[str] = None
+) -> types.ModuleType:
+    """Imports the module file at ``path``, once per process for the same name and bytes.
+
+    The module is registered in ``sys.modules`` under a name made from ``display`` and the
+    sha256 of its bytes: loading the same file again (the launcher's check, the Tuner and
+    Trainer stages, the trials of an in-process runner) returns the module already
+    executed instead of running the user's code again; an edited file is a new module.
+
+    Args:
+      path: the file to execute (the user's file, or a worker's copy of the staged one).
+      display: the module file as the user named it (default: ``path``): the code is
+        compiled under this name, so tracebacks and error places point at the user's
+        file, not at a staged copy.
+      folder: put on ``sys.path`` so the module's helper modules import (default: the
+        folder of ``path``, as TFX's module files expect).
 
     Raises:
-      PipelineError: the file is missing, has a syntax error, or raises on import.
+      PipelineError: the file is missing, has a syntax error, or raises on import (any
+        exception, and also ``SystemExit`` or another ``BaseException`` but
+        ``KeyboardInterrupt``, which would otherwise end the pipeline's process).
     """
+    display = display or path
     source = _read(path)
     use_keras_3()  # tf.keras is Keras 3 for the module, whatever was imported first
+    name = _module_name(display, hashlib.sha256(source).hexdigest())
+    cached = sys.modules.get(name)
+    if cached is not None:
+        return cached
     try:
-        code = compile(source, path, "exec")
+        code = compile(source, display, "exec")
     except SyntaxError as e:
         raise PipelineError(
-            f"Module file {path}:{e.lineno} has a syntax error ({e.msg}); fix that line."
+            f"Module file {display}:{e.lineno} has a syntax error ({e.msg}); fix that line."
         ) from e
-    name = f"user_module_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_loader(name, loader=None, origin=path)
     module = importlib.util.module_from_spec(spec)
     module.__file__ = path
+    if folder is None and "://" not in path:
+        folder = os.path.dirname(os.path.abspath(path))
+    if folder and folder not in sys.path:
+        sys.path.append(folder)  # module files may import their sibling files, as in TFX
+    before = set(sys.modules)
     # Registered so pickling functions defined in the module works in this process.
     sys.modules[name] = module
-    directory = os.path.dirname(os.path.abspath(path)) if "://" not in path else None
-    if directory and directory not in sys.path:
-        sys.path.append(directory)  # module files may import their sibling files, as in TFX
     try:
         exec(code, module.__dict__)  # noqa: S102  running the user's module is the point
-    except Exception as e:  # noqa: BLE001  any import-time error of user code
+    except KeyboardInterrupt:
+        sys.modules.pop(name, None)
+        raise
+    except SystemExit as e:
+        sys.modules.pop(name, None)
         raise PipelineError(
-            f"Module file {error_place(e, path, path)} raised {type(e).__name__}: {e} while "
-            "being imported; fix the module so it imports cleanly."
+            f"Module file {error_place(e, display, display)} called sys.exit({e.code!r}) "
+            "while being imported, which would end the pipeline; remove that call or move it "
+            'under `if __name__ == "__main__":`.'
+        ) from e
+    except BaseException as e:  # noqa: BLE001  any import-time error of user code
+        sys.modules.pop(name, None)
+        raise PipelineError(
+            f"Module file {error_place(e, display, display)} raised {type(e).__name__}: {e} "
+            "while being imported; fix the module so it imports cleanly."
         ) from e
     pickle_by_value(module)
+    if folder:
+        # Its helper modules too: tf.Transform's stages carry the preprocessing_fn, whose
+        # globals may name them, to workers that do not have them on their sys.path.
+        for helper in set(sys.modules) - before - {name}:
+            helper_file = getattr(sys.modules.get(helper), "__file__", None) or ""
+            if os.path.abspath(helper_file).startswith(os.path.join(folder, "")):
+                pickle_by_value(sys.modules[helper])
     return module
 
 
@@ -80,9 +138,14 @@ def pickle_by_value(module: types.ModuleType) -> None:
 
 
 def error_place(exc: BaseException, filename: str, display: str) -> str:
-    """``display:line`` for the line of ``filename`` nearest to where ``exc`` was raised."""
+    """``display:line`` for the line of the module file nearest to where ``exc`` was raised.
+
+    A frame counts when its file is ``filename`` or ``display`` (:func:`load_module`
+    compiles a staged copy under the user's name).
+    """
+    names = {os.path.abspath(filename), os.path.abspath(display)}
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if os.path.abspath(frame.filename) == os.path.abspath(filename):
+        if os.path.abspath(frame.filename) in names:
             return f"{display}:{frame.lineno}"
     return display
 

@@ -39,7 +39,7 @@ from beam_pipeline.beam_options import create_pipeline, is_direct, parse_beam_ar
 from beam_pipeline.config import DataFormat, PipelineConfig, Split
 from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.module_file import get_preprocessing_fn
-from beam_pipeline.remote import JobInfo, check_remote_paths, stage_module_file, wait_for_job
+from beam_pipeline.remote import JobInfo, bundle_module_file, check_remote_paths, wait_for_job
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus, write_summary
 from beam_pipeline.training_stage import run_training_stage
@@ -530,6 +530,7 @@ def run(config: PipelineConfig) -> RunSummary:
     inputs = _check_data(config, csv_format)
     preprocessing_fn = None
     tunes = False
+    bundle = None
     if config.module_file:
         # Loaded once here, before any Beam work: a syntax error, a trainer_fn or a bad
         # run_fn signature stops the run now, not after the data stages.
@@ -540,17 +541,16 @@ def run(config: PipelineConfig) -> RunSummary:
         tunes = callable(getattr(user_module.module, "tuner_fn", None)) or bool(
             config.tuner.search_space
         )
+        # Read (and its folder's size checked) before the run directory exists.
+        bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
     user_schema = read_schema(config.data.schema) if config.data.schema else None
 
     run_dir = RunDirectory.create(config.pipeline_root, config.run_id)
     summary = RunSummary(run_dir.root)
-    # The model phase's workers load the module staged beside the artifacts, named by its
-    # sha256 (<run_dir>/module/<sha256>/...), not the user's copy, which may change or be
-    # out of their reach.
-    model_config = config
-    if config.module_file:
-        staged = stage_module_file(config.module_file, run_dir.root)
-        model_config = dataclasses.replace(config, module_file=staged.path)
+    # The model phase's workers load the module and its folder's Python files staged
+    # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not the
+    # user's copies, which may change or be out of their reach.
+    staged = bundle.stage(run_dir.root) if bundle is not None else None
     tuner_pool = contextlib.ExitStack()
     try:
         # The tuner's worker processes import TensorFlow (seconds each) while the data
@@ -578,20 +578,22 @@ def run(config: PipelineConfig) -> RunSummary:
                 )
                 with tuner_pool:
                     tuner_report, best_hyperparameters = run_tuning_stage(
-                        model_config,
+                        config,
                         run_dir,
                         options,
                         worker_pool=pool,
                         search_space=config.tuner.search_space,
+                        staged=staged,
                     )
                 summary.stages.append(tuner_report)
                 summary.stages.append(
                     run_training_stage(
-                        model_config,
+                        config,
                         run_dir,
                         options,
                         best_hyperparameters,
                         entry_point=config.trainer.entry_point,
+                        staged=staged,
                     )
                 )
     except BaseException:

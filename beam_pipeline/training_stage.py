@@ -38,6 +38,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.config import PipelineConfig, parse_custom_config
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import StagedModule
 from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact, RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
 from trainer import (
@@ -70,6 +71,7 @@ def build_training_job(
     hyperparameters_path: Optional[str] = None,
     *,
     entry_point: Optional[str] = None,
+    staged: Optional[StagedModule] = None,
 ) -> TrainingJob:
     """The training job for a run, with every input checked on the launching machine.
 
@@ -79,6 +81,8 @@ def build_training_job(
       hyperparameters_path: the tuner's best hyperparameters JSON; when given it is used
         instead of ``config.trainer.hyperparameters``.
       entry_point: the run_fn-like function or TrainSpec class to train with.
+      staged: the module file and its folder as staged in the run directory, which the
+        worker loads (None: the worker loads ``config.module_file`` itself).
 
     Raises:
       PipelineError: a missing artifact, a bad hyperparameters / custom_config / base_model
@@ -98,7 +102,7 @@ def build_training_job(
         check_base_model(base_model)
     hp_path = hyperparameters_path or trainer_config.hyperparameters
     module_file = config.module_file or ""
-    with _gfile().GFile(module_file) as f:
+    with _gfile().GFile(staged.path if staged else module_file) as f:
         module_source = f.read()
     return TrainingJob(
         module_file=module_file,
@@ -112,6 +116,7 @@ def build_training_job(
         base_model=base_model,
         custom_config=custom_config,
         entry_point=entry_point,
+        staged=staged,
     )
 
 
@@ -193,6 +198,7 @@ def run_training_stage(
     hyperparameters_path: Optional[str] = None,
     *,
     entry_point: Optional[str] = None,
+    staged: Optional[StagedModule] = None,
 ) -> StageReport:
     """Trains the module's model as a Beam step and publishes ``model/`` and ``model_run/``.
 
@@ -203,6 +209,8 @@ def run_training_stage(
       hyperparameters_path: the tuner's best_hyperparameters.json, when the tuner ran.
       entry_point: the run_fn-like function or TrainSpec class to use (default: run_fn,
         else the module's only TrainSpec subclass).
+      staged: the module file and its folder as staged in the run directory (see
+        :func:`beam_pipeline.remote.stage_module_file`), which the worker loads.
 
     Returns:
       a StageReport: OK (trained), CACHED (already published in this run directory) or
@@ -217,7 +225,7 @@ def run_training_stage(
         return StageReport(STAGE, StageStatus.SKIPPED, note="training is disabled (--no_trainer)")
     if not config.module_file:
         return StageReport(STAGE, StageStatus.SKIPPED, note="no module file, nothing to train")
-    kind = check_trainer_module(config.module_file, entry_point=entry_point)
+    kind = check_trainer_module(config.module_file, entry_point=entry_point, staged=staged)
     if kind is ModuleKind.NONE:
         return StageReport(
             STAGE,
@@ -240,7 +248,9 @@ def run_training_stage(
         model = _publish(run_dir, finished)
         return _report(StageStatus.OK, finished, model, time.time() - start, {})
 
-    job = build_training_job(config, run_dir, hyperparameters_path, entry_point=entry_point)
+    job = build_training_job(
+        config, run_dir, hyperparameters_path, entry_point=entry_point, staged=staged
+    )
     result, counters = _run_pipeline(job, config, run_dir, options)
     if result is None:
         dry = options.view_as(po.TestOptions).dry_run

@@ -77,6 +77,7 @@ from apache_beam.utils import shared
 from beam_pipeline.beam_options import create_pipeline, is_direct
 from beam_pipeline.config import PipelineConfig, TunerSchedule, parse_custom_config
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import StagedModule
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
 from trainer.module_loader import load_trainer_module
@@ -403,6 +404,7 @@ def build_tuning_job(
     threads_per_trial: int = 0,
     *,
     search_space: Optional[SearchSpace] = None,
+    staged: Optional[StagedModule] = None,
 ) -> TuningJob:
     """The tuning job of a run, with every input checked on the launching machine.
 
@@ -413,6 +415,8 @@ def build_tuning_job(
       tuner_dir: the shared tuner folder (the tuner artifact's staging folder).
       threads_per_trial: TensorFlow intra-op threads per trial process (0: default).
       search_space: a config-declared search space (for a TrainSpec module).
+      staged: the module file and its folder as staged in the run directory, which the
+        workers load (None: they load ``module_file`` itself).
 
     Raises:
       PipelineError: a missing artifact, bad step counts, or bad --custom_config.
@@ -425,7 +429,7 @@ def build_tuning_job(
         )
     inputs = run_dir.model_inputs("tuner")
     custom_config = parse_custom_config(config.trainer.custom_config)
-    with _gfile().GFile(module_file) as f:
+    with _gfile().GFile(staged.path if staged else module_file) as f:
         module_source = f.read()
     return TuningJob(
         module_file=module_file,
@@ -438,6 +442,7 @@ def build_tuning_job(
         threads_per_trial=threads_per_trial,
         search_space=search_space,
         entry_point=config.trainer.entry_point,
+        staged=staged,
     )
 
 
@@ -873,8 +878,10 @@ def _cached_report(run_dir: RunDirectory, started: float) -> tuple[StageReport, 
     )
 
 
-def _module_has_tuner_fn(module_file: str, entry_point: Optional[str]) -> bool:
-    module = load_trainer_module(module_file, entry_point=entry_point).module
+def _module_has_tuner_fn(
+    module_file: str, entry_point: Optional[str], staged: Optional[StagedModule]
+) -> bool:
+    module = load_trainer_module(module_file, entry_point=entry_point, staged=staged).module
     return callable(getattr(module, "tuner_fn", None))
 
 
@@ -886,6 +893,7 @@ def run_tuning_stage(
     *,
     worker_pool: Optional[LocalWorkerPool] = None,
     search_space: Optional[SearchSpace] = None,
+    staged: Optional[StagedModule] = None,
 ) -> tuple[StageReport, Optional[str]]:
     """Tunes the module's model with its ``tuner_fn``; trials run as Beam work, in rounds.
 
@@ -898,6 +906,8 @@ def run_tuning_stage(
         closes it); by default one is made for the DirectRunner in multi_processing mode.
       search_space: a search space from the pipeline config: the module's TrainSpec is
         tuned without a ``tuner_fn`` (see :class:`trainer.tuning.SearchSpace`).
+      staged: the module file and its folder as staged in the run directory (see
+        :func:`beam_pipeline.remote.stage_module_file`), which the trials load.
 
     Returns:
       (the StageReport, the path of ``best_hyperparameters.json`` or None). The report is
@@ -916,7 +926,9 @@ def run_tuning_stage(
         return StageReport(STAGE, StageStatus.SKIPPED, note="no module file, nothing to tune"), None
     if run_dir.is_published(Artifact.TUNER):
         return _cached_report(run_dir, started)
-    if search_space is None and not _module_has_tuner_fn(module_file, config.trainer.entry_point):
+    if search_space is None and not _module_has_tuner_fn(
+        module_file, config.trainer.entry_point, staged
+    ):
         return (
             StageReport(STAGE, StageStatus.SKIPPED, note=f"{module_file} defines no tuner_fn"),
             None,
@@ -937,7 +949,13 @@ def run_tuning_stage(
                 pool = stack.enter_context(LocalWorkerPool(size, threads_per_worker=threads))
             threads = pool.threads_per_worker if pool is not None else 0
             job = build_tuning_job(
-                config, run_dir, module_file, staging, threads, search_space=search_space
+                config,
+                run_dir,
+                module_file,
+                staging,
+                threads,
+                search_space=search_space,
+                staged=staged,
             )
             search = _search(config, job, options, pool)
             workers = pool.num_workers if pool is not None else None

@@ -49,6 +49,7 @@ from beam_pipeline.remote import (
     check_remote_paths,
     dataflow_console_url,
     describe_job,
+    fetch_module_folder,
     fetch_staged_module,
     job_info,
     read_staged_module,
@@ -252,6 +253,116 @@ def test_module_is_staged_by_content_and_workers_verify_it(tmp_path):
         stage_module_file(str(tmp_path / "missing.py"), run_root)
 
 
+def _module_folder(folder, helper: str) -> str:
+    """A module file that imports a helper module and a package beside it; returns its path."""
+    folder.mkdir(parents=True)
+    (folder / f"{helper}.py").write_text("GREETING = 'from the helper'\n")
+    (folder / f"{helper}_pkg").mkdir()
+    (folder / f"{helper}_pkg" / "__init__.py").write_text("")
+    (folder / f"{helper}_pkg" / "tail.py").write_text("TAIL = '!'\n")
+    module = folder / "my_module.py"
+    module.write_text(
+        f"import {helper}\n"
+        f"from {helper}_pkg.tail import TAIL\n"
+        "\n"
+        "\n"
+        "def greet():\n"
+        f"    return {helper}.GREETING + TAIL\n"
+        "\n"
+        "\n"
+        "def fail():\n"
+        "    raise KeyError('species_xf')\n"
+        "\n"
+        "\n"
+        "def preprocessing_fn(inputs):\n"
+        "    return dict(inputs)\n"
+    )
+    # Not staged: data files, folders that are not packages, caches, hidden files.
+    (folder / "data.csv").write_text("a,b\n1,2\n")
+    (folder / "notes").mkdir()
+    (folder / "notes" / "draft.py").write_text("")
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (folder / ".secret.py").write_text("")
+    return str(module)
+
+
+def test_module_folder_is_staged_by_content_and_its_helpers_import_on_a_worker(tmp_path):
+    import zipfile
+
+    module = _module_folder(tmp_path / "user", "staged_helper_a")
+    run_root = str(tmp_path / "runs" / "r1")
+
+    staged = stage_module_file(module, run_root)
+
+    with open(staged.folder_archive, "rb") as f:
+        archive = f.read()
+    assert staged.folder_sha256 == hashlib.sha256(archive).hexdigest()
+    assert staged.folder_archive == os.path.join(
+        run_root, "module", staged.folder_sha256, "module_folder.zip"
+    )
+    with zipfile.ZipFile(staged.folder_archive) as z:
+        assert sorted(z.namelist()) == [
+            "my_module.py",
+            "staged_helper_a.py",
+            "staged_helper_a_pkg/__init__.py",
+            "staged_helper_a_pkg/tail.py",
+        ]
+    assert stage_module_file(module, run_root) == staged  # same content: same copies
+    # An edited helper is a new archive; the module file's own copy stays the same.
+    (tmp_path / "user" / "staged_helper_a.py").write_text("GREETING = 'edited'\n")
+    edited = stage_module_file(module, run_root)
+    assert edited.sha256 == staged.sha256 and edited.folder_sha256 != staged.folder_sha256
+
+    # A worker without the user's folder (deleted here; nothing of it was imported in this
+    # process): the helpers import from the staged archive, and a traceback names the
+    # user's file, not the staged copy.
+    import traceback
+
+    from trainer import load_trainer_module
+
+    shutil.rmtree(tmp_path / "user")
+    loaded = load_trainer_module(module, staged=staged).module
+    assert loaded.greet() == "from the helper!"
+    assert loaded.__file__.endswith(os.path.join(staged.folder_sha256, "my_module.py"))
+    with pytest.raises(KeyError) as raised:
+        loaded.fail()
+    assert traceback.extract_tb(raised.value.__traceback__)[-1].filename == module
+
+    # An archive changed after staging is refused.
+    with open(staged.folder_archive, "ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(PipelineError, match=r"^Staged module file .*module_folder.zip has sha256"):
+        fetch_module_folder(staged.folder_archive, staged.folder_sha256, str(tmp_path / "w2"))
+
+
+def test_a_module_folder_over_the_size_limit_is_refused_before_the_run_starts(tmp_path):
+    from beam_pipeline.pipeline import run
+
+    module = _module_folder(tmp_path / "user", "staged_helper_b")
+    (tmp_path / "user" / "big.py").write_bytes(b"#" * 300_000)
+    root = tmp_path / "root"
+    config = PipelineConfig(
+        data=DataConfig(data=PENGUINS, csv_null_values=("", "NA")),
+        module_file=module,
+        pipeline_root=str(root),
+        max_module_folder_mib=0.25,
+    )
+    with pytest.raises(
+        PipelineError,
+        match=(
+            r"^The folder .*user of --module_file .*my_module.py holds more than 0.25 MiB of "
+            r"Python files to stage for the workers; put the module file and the helper "
+            r"modules it imports in a folder of their own, or raise --max_module_folder_mib\.$"
+        ),
+    ):
+        run(config)
+    assert not root.exists()
+    # Under the limit (the default is 20 MiB), it stages.
+    staged = stage_module_file(module, str(tmp_path / "r"), max_folder_mib=0.5)
+    assert os.path.getsize(staged.folder_archive) > 0
+
+
 # --- job ids and links ----------------------------------------------------------------------
 
 
@@ -423,8 +534,7 @@ def dataflow_graphs(tmp_path_factory):
         )
 
     staged = stage_module_file(MODULE, run_dir.root)  # as the orchestrator does
-    model_config = dataclasses.replace(config, module_file=staged.path)
-    tuning = build_tuning_job(model_config, run_dir, staged.path, staging[Artifact.TUNER])
+    tuning = build_tuning_job(config, run_dir, MODULE, staging[Artifact.TUNER], staged=staged)
     trials = [
         TrialSpec(i, 0, keras_tuner.HyperParameters().get_config(), staging[Artifact.TUNER])
         for i in ("00", "01")
@@ -441,7 +551,7 @@ def dataflow_graphs(tmp_path_factory):
             ),
             image,
         )
-    job = build_training_job(model_config, run_dir)
+    job = build_training_job(config, run_dir, staged=staged)
     trainer = config.trainer
     graphs["training"] = _dry_run(
         lambda p: (
@@ -525,9 +635,14 @@ def test_dataflow_model_jobs_carry_the_staged_module(dataflow_graphs, phase):
     graphs, staged = dataflow_graphs
     payloads = _decoded_fn_payloads(graphs[phase])
     # The job travels inside the graph (the elements of a Create, or the DoFn holding it)
-    # and names the staged copy, whose folder is the module's sha256.
+    # and names the staged copy, whose folder is the module's sha256, and the staged
+    # archive of the module's folder (its helper modules), named by its own sha256.
     assert any(staged.path.encode() in raw for raw in payloads.values()), sorted(payloads)
+    assert any(staged.folder_archive.encode() in raw for raw in payloads.values())
     assert f"/module/{staged.sha256}/penguin_module.py" in staged.path
+    assert staged.folder_archive.endswith(f"/module/{staged.folder_sha256}/module_folder.zip")
+    with open(staged.folder_archive, "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == staged.folder_sha256
     with open(staged.path, "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == staged.sha256
     with open(MODULE, "rb") as f:
@@ -784,11 +899,21 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
         + ["--tuner_train_steps=5", "--tuner_eval_steps=1"]
     )
     run_dir = RunDirectory(root, "portable")
+    # The tuning module's code is in a helper module beside it, as TFX's penguin example
+    # splits it; the user's folder is gone once staged, so the pool's workers (and this
+    # process) can import the helper only from the staged archive.
+    folder = tmp_path / "tuning_module"
+    folder.mkdir()
+    shutil.copy(TUNER_MODULE, folder / "portable_tuning_helpers.py")
+    module = folder / "uses_helpers.py"
+    module.write_text("from portable_tuning_helpers import run_fn, tuner_fn  # noqa: F401\n")
     try:
         stages = {s.stage: s for s in run(config).stages}
         tune = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, enabled=True))
+        staged = stage_module_file(str(module), run_dir.root)
+        shutil.rmtree(folder)
         tuner, best = run_tuning_stage(
-            tune, run_dir, parse_beam_args(portable), module_file=TUNER_MODULE
+            tune, run_dir, parse_beam_args(portable), module_file=str(module), staged=staged
         )
     except BaseException:
         print(log_path.read_text()[-6000:])  # the workers' side of the story

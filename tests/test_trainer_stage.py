@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 
 import conftest_trainer
 import pytest
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import stage_module_file
 from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import build_training_job, run_training_stage
@@ -108,11 +111,43 @@ def test_user_error_on_the_worker_fails_the_stage_with_its_message(penguin_run_d
     assert not run_dir.is_published(Artifact.MODEL)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["in_memory", "multi_processing"])
+def test_a_staged_module_imports_its_helpers_and_its_errors_name_the_users_file(
+    penguin_run_dir, tmp_path, mode
+):
+    """The worker loads the staged copy of the module's folder (the user's folder is
+    deleted once staged): the helper module beside the module file imports there, and the
+    run_fn's error names the user's file and line, not the staged copy."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    helper = f"train_helpers_{mode}"
+    (folder / f"{helper}.py").write_text("MISSING = 'species_xf'\n")
+    module = folder / "helped_module.py"
+    module.write_text(
+        f"import {helper}\n\n\ndef run_fn(fn_args):\n    raise KeyError({helper}.MISSING)\n"
+    )
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
+    staged = stage_module_file(str(module), run_dir.root)
+    shutil.rmtree(folder)
+    options = parse_beam_args(
+        ["--runner=DirectRunner", f"--direct_running_mode={mode}", "--direct_num_workers=1"]
+    )
+    with pytest.raises(PipelineError) as raised:
+        run_training_stage(
+            conftest_trainer.penguin_config(str(module)), run_dir, options, staged=staged
+        )
+    assert re.search(rf"^run_fn in {re.escape(str(module))}:5 raised KeyError", str(raised.value))
+    assert "species_xf" in str(raised.value) and "/module/" not in str(raised.value)
+    assert not run_dir.is_published(Artifact.MODEL)
+
+
 _TRAIN_MULTI_PROCESSING = """
 import json, sys
 import conftest_trainer
 from beam_pipeline.beam_options import parse_beam_args
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import stage_module_file
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.training_stage import run_training_stage
 

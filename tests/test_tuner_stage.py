@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
 import threading
 
 import conftest_trainer
@@ -21,6 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import stage_module_file
 from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import run_training_stage
@@ -308,6 +310,25 @@ def test_a_lost_worker_process_is_replaced_and_no_trial_counts_twice(run_dir, po
     assert [r["attempts"] for r in rows] == [1, 1]
     assert report.details["worker_restarts"] == restarts + 1
     assert os.path.exists(run_dir.path(Artifact.TUNER, PUBLISHED_MARKER))
+
+
+def test_trials_import_the_helper_modules_staged_with_the_module(run_dir, pool, tmp_path):
+    """The module's code lives in a helper module beside it (TFX's penguin example does
+    so); once staged, the user's folder is deleted: the pool's worker processes (and the
+    launcher's oracle) import the helper from the staged archive of the module's folder."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    shutil.copy(MODULE, folder / "pool_tuning_helpers.py")
+    module = folder / "uses_helpers.py"
+    module.write_text("from pool_tuning_helpers import run_fn, tuner_fn  # noqa: F401\n")
+    staged = stage_module_file(str(module), run_dir.root)
+    shutil.rmtree(folder)
+    config = dataclasses.replace(_config(max_trials=2), module_file=str(module))
+    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool, staged=staged)
+    rows = _trials(run_dir)
+    assert report.status is StageStatus.OK and best is not None, report.note
+    assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"], rows
+    assert f"{os.uname().nodename}:{os.getpid()}" not in {r["worker"] for r in rows}
 
 
 def test_in_memory_mode_runs_the_trials_in_the_launching_process(run_dir):

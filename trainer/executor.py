@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import StagedModule
 from trainer import export
 from trainer.data_accessor import DataAccessor
 from trainer.fn_args import ExampleCounts, FnArgs
@@ -54,6 +55,8 @@ class TrainingJob:
     Attributes:
       module_file: the module file's path as the user gave it.
       module_source: its text, so a worker without the launcher's disk can load it.
+      staged: the run's staged copy of the module and its folder, which workers load (so
+        the module's helper modules import there too); None: ``module_file`` itself.
       train_files / eval_files: file patterns of the transformed examples.
       transform_graph_path: the tf.Transform output folder.
       schema_path: the raw schema (``schema.pbtxt``).
@@ -83,6 +86,7 @@ class TrainingJob:
     custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     entry_point: Optional[str] = None
     logical_cpus: int = 0
+    staged: Optional[StagedModule] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +287,10 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
 
     start = time.time()
     loaded = load_trainer_module(
-        job.module_file, source=job.module_source, entry_point=job.entry_point
+        job.module_file,
+        source=job.module_source,
+        entry_point=job.entry_point,
+        staged=job.staged,
     )
     if loaded.kind is ModuleKind.NONE:
         raise PipelineError(

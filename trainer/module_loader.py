@@ -22,13 +22,15 @@ import dataclasses
 import enum
 import inspect
 import os
+import posixpath
 import tempfile
 import types
 from collections.abc import Callable
 from typing import Optional
 
 from beam_pipeline.errors import PipelineError
-from beam_pipeline.module_file import error_place, load_module
+from beam_pipeline.module_file import error_place, load_module, loaded_module
+from beam_pipeline.remote import StagedModule, fetch_module_folder, fetch_staged_module
 from trainer.spec import TrainSpec
 
 __all__ = [
@@ -85,10 +87,10 @@ def _tfx_import_line(source: str) -> Optional[int]:
     return None
 
 
-def _execute(display: str, path: str) -> types.ModuleType:
+def _execute(display: str, path: str, folder: Optional[str] = None) -> types.ModuleType:
     """Imports the file with the runner's module loader; a tfx import gets its own advice."""
     try:
-        return load_module(path)
+        return load_module(path, display=display, folder=folder)
     except PipelineError as e:
         if "No module named 'tfx" not in str(e):
             raise
@@ -174,8 +176,12 @@ def load_trainer_module(
     *,
     source: Optional[str] = None,
     entry_point: Optional[str] = None,
+    staged: Optional[StagedModule] = None,
 ) -> TrainerModule:
     """Executes a module file and finds how it trains.
+
+    A module file already executed in this process with the same bytes is not executed
+    again (see :func:`beam_pipeline.module_file.load_module`).
 
     Args:
       module_file: the module file's path as the user gave it.
@@ -184,6 +190,9 @@ def load_trainer_module(
         same name and loaded from there.
       entry_point: the name of the ``run_fn``-like function or TrainSpec subclass to use;
         by default ``run_fn``, else the module's only TrainSpec subclass.
+      staged: the run's staged copy (on a worker): the module is executed from a local
+        copy of the staged module folder, which goes on ``sys.path`` so its helper modules
+        import, and is compiled under ``module_file`` so tracebacks name the user's file.
 
     Returns:
       the loaded :class:`TrainerModule`; its kind is NONE when there is nothing to train.
@@ -194,6 +203,11 @@ def load_trainer_module(
     """
     import tensorflow as tf  # gfile: the module file may be on gs://
 
+    if staged is not None:
+        module = loaded_module(module_file, staged.sha256)
+        if module is None:
+            module = _execute(module_file, *_staged_copy(staged))
+        return _resolve(module_file, module, entry_point)
     path = module_file
     if source is not None and not tf.io.gfile.exists(module_file):
         folder = tempfile.mkdtemp(prefix="beam_pipeline_module_")
@@ -204,8 +218,20 @@ def load_trainer_module(
     return _resolve(module_file, module, entry_point)
 
 
+def _staged_copy(staged: StagedModule) -> tuple[str, Optional[str]]:
+    """(the module file to execute, the folder to put on sys.path) for a staged module."""
+    if not staged.folder_archive:
+        return fetch_staged_module(staged.path, staged.sha256), None
+    folder = fetch_module_folder(staged.folder_archive, staged.folder_sha256)
+    return os.path.join(folder, posixpath.basename(staged.path)), folder
+
+
 def check_trainer_module(
-    module_file: str, *, required: bool = False, entry_point: Optional[str] = None
+    module_file: str,
+    *,
+    required: bool = False,
+    entry_point: Optional[str] = None,
+    staged: Optional[StagedModule] = None,
 ) -> ModuleKind:
     """Loads and checks a module file before any Beam work; returns how it trains.
 
@@ -213,12 +239,12 @@ def check_trainer_module(
       module_file: the module file's path.
       required: raise when the module has no training entry point (the user asked for
         training explicitly); otherwise NONE means "run the data stages only".
-      entry_point: as in :func:`load_trainer_module`.
+      entry_point, staged: as in :func:`load_trainer_module`.
 
     Raises:
       PipelineError: as :func:`load_trainer_module`, or no entry point when ``required``.
     """
-    kind = load_trainer_module(module_file, entry_point=entry_point).kind
+    kind = load_trainer_module(module_file, entry_point=entry_point, staged=staged).kind
     if required and kind is ModuleKind.NONE:
         raise PipelineError(
             f"Module file {module_file} defines no run_fn(fn_args) and no TrainSpec subclass; "

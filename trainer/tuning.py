@@ -52,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.remote import StagedModule
 from trainer.data_accessor import DataAccessor
 from trainer.fn_args import ExampleCounts, FnArgs, TunerFnResult
 from trainer.module_loader import ModuleKind, error_place, load_trainer_module
@@ -309,6 +310,8 @@ class TuningJob:
     Attributes:
       module_file: the module file's path as the user gave it.
       module_source: its text, so a worker without the launcher's disk can load it.
+      staged: the run's staged copy of the module and its folder, which workers load (so
+        the module's helper modules import there too); None: ``module_file`` itself.
       train_files / eval_files: file patterns of the transformed examples.
       transform_graph_path: the tf.Transform output folder.
       schema_path: the raw schema (``schema.pbtxt``), or None.
@@ -337,6 +340,7 @@ class TuningJob:
     threads_per_trial: int = 0
     search_space: Optional[SearchSpace] = None
     entry_point: Optional[str] = None
+    staged: Optional[StagedModule] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -554,7 +558,10 @@ def _load_tuner(job: TuningJob, working_dir: str, strategy=None) -> tuple[TunerF
     import keras_tuner
 
     loaded = load_trainer_module(
-        job.module_file, source=job.module_source, entry_point=job.entry_point
+        job.module_file,
+        source=job.module_source,
+        entry_point=job.entry_point,
+        staged=job.staged,
     )
     tuner_fn = getattr(loaded.module, "tuner_fn", None)
     if callable(tuner_fn) and job.search_space is not None:
