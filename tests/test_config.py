@@ -32,6 +32,8 @@ _BAD_NUMBERS = [
     ("--max_rejected_fraction=nan", r"--max_rejected_fraction=nan is out of range"),
     ("--max_rejected_fraction=1.5", r"--max_rejected_fraction=1\.5 is out of range"),
     ("--max_rejected_fraction=inf", r"--max_rejected_fraction=inf is out of range"),
+    ("--max_module_folder_mib=0", r"--max_module_folder_mib=0\.0 is out of range: .* above 0"),
+    ("--max_module_folder_mib=nan", r"--max_module_folder_mib=nan is out of range"),
     ("--train_steps=-5", r"--train_steps=-5 is out of range: .* at least 1 \(0 only with"),
     ("--train_steps=0", r"--train_steps=0 is out of range"),
     ("--eval_steps=0", r"--eval_steps=0 is out of range: .* at least 1"),
