@@ -5,8 +5,10 @@ unparseable args"); here an unknown flag is an error, so a typo never silently c
 run. ``create_pipeline`` runs ``--runner=DirectRunner`` on Beam's FnApiRunner directly:
 Beam's DirectRunner would first try the Prism runner, which downloads a binary at run
 time and fails on an air-gapped machine before falling back. ``run_pipeline`` runs a job
-and, in the DirectRunner's multi_processing mode, fails it when a worker process dies
-(Beam would wait for that worker forever).
+and fails it, rather than waiting forever as Beam would, when its workers are lost: in
+the DirectRunner's multi_processing mode when a worker process dies; on every other
+runner when no worker shows life for ``--worker_start_timeout`` seconds
+(:mod:`beam_pipeline.watchdog`).
 
 Example::
 
@@ -18,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import re
@@ -29,6 +32,7 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.errors import PipelineError
+from beam_pipeline.watchdog import DEFAULT_WORKER_START_TIMEOUT, watch
 
 __all__ = ["parse_beam_args", "create_pipeline", "run_pipeline", "is_direct", "unknown_beam_flags"]
 
@@ -124,27 +128,41 @@ def _watches_workers(options: PipelineOptions) -> bool:
     return is_direct(options) and direct.direct_running_mode == "multi_processing"
 
 
-def run_pipeline(p: beam.Pipeline, what: str):
-    """``p.run()``, except that a DirectRunner job whose worker process dies fails.
+def run_pipeline(
+    p: beam.Pipeline, what: str, worker_start_timeout: float = DEFAULT_WORKER_START_TIMEOUT
+):
+    """``p.run()``, except that a job whose workers are lost fails instead of hanging.
 
-    In ``multi_processing`` mode Beam's FnApiRunner waits forever for a worker process
-    that exited (killed for memory, say): the thread that started it raises and nothing
-    else notices, so the run would hang. Here such a job runs in a thread of its own
-    while this one watches for that exit, and a :class:`PipelineError` names the job and
-    the fix. Other runners and modes: plain ``p.run()`` (remote runners report a lost
-    worker themselves). Not for two jobs at once in one process (one watch at a time).
+    DirectRunner, ``multi_processing`` mode: Beam's FnApiRunner waits forever for a worker
+    process that exited (killed for memory, say): the thread that started it raises and
+    nothing else notices. Here such a job runs in a thread of its own while this one
+    watches for that exit, and a :class:`PipelineError` names the job and the fix. Not
+    for two jobs at once in one process (one watch at a time).
+
+    Portable runners, Flink, Spark, Dataflow: the job is submitted from a daemon thread
+    (Beam's embedded job service runs the job on a thread that inherits it, so an
+    abandoned job cannot keep the process alive) and the result's ``wait_until_finish``
+    is watched (:func:`beam_pipeline.watchdog.watch`): no live worker for
+    ``worker_start_timeout`` seconds cancels the job with one sentence saying why. The
+    in-memory DirectRunner: plain ``p.run()`` (its work runs in this process).
 
     Args:
       p: a pipeline from :func:`create_pipeline`, built and not yet run.
       what: the job's name in the message, e.g. ``"Transform"``.
+      worker_start_timeout: seconds a job may go without a live worker (not DirectRunner).
 
     Returns:
       the ``PipelineResult`` (on the FnApiRunner, of a finished job).
 
     Raises:
-      PipelineError: a worker process exited while the job ran; the abandoned job's
-        thread is a daemon and nothing of it is published.
+      PipelineError: a worker process exited while the job ran, or the job could not be
+        submitted within ``worker_start_timeout``; the abandoned job's thread is a daemon
+        and nothing of it is published.
     """
+    if not is_direct(p.options):
+        # A copy taken before p.run(), which clears the runner while it works.
+        options = copy.deepcopy(p.options)
+        return watch(_submit(p, what, worker_start_timeout), options, what, worker_start_timeout)
     if not _watches_workers(p.options):
         return p.run()
     exits: queue.Queue = queue.Queue()
@@ -193,6 +211,30 @@ def run_pipeline(p: beam.Pipeline, what: str):
         _LOG.warning("A worker process of the %s job exited with code %s as it ended.", what, code)
     if error is not None:
         raise error
+    return outcome["result"]
+
+
+def _submit(p: beam.Pipeline, what: str, timeout: float):
+    """``p.run()`` from a daemon thread (see :func:`run_pipeline`), waited for ``timeout``."""
+    outcome: dict = {}
+
+    def submit() -> None:
+        try:
+            outcome["result"] = p.run()
+        except BaseException as e:  # noqa: BLE001  re-raised in the caller's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=submit, name=f"beam-submit-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout=timeout)
+    if thread.is_alive():
+        raise PipelineError(
+            f"The {what} job was not accepted within {timeout:.0f} s (--worker_start_timeout); "
+            "check that the runner's job service (--job_endpoint, --flink_master, "
+            "--spark_master_url) is up and reachable, or pass a larger --worker_start_timeout."
+        )
+    if "error" in outcome:
+        raise outcome["error"]
     return outcome["result"]
 
 

@@ -60,6 +60,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "max_module_folder_mib": ("", "max_module_folder_mib"),
     "pipeline_root": ("", "pipeline_root"),
     "run_id": ("", "run_id"),
+    "worker_start_timeout": ("", "worker_start_timeout"),
     "analyzer_cache": ("transform", "analyzer_cache"),
     "train_steps": ("trainer", "train_steps"),
     "eval_steps": ("trainer", "eval_steps"),
@@ -128,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--pipeline_root", help="Folder (or gs:// path) for runs and caches.")
     g.add_argument("--run_id", help="Name of the run directory (default: timestamp).")
     g.add_argument("--no_analyzer_cache", dest="analyzer_cache", action="store_false")
+    g.add_argument(
+        "--worker_start_timeout",
+        type=float,
+        help="Seconds a job may go without a live worker before it fails (default 120).",
+    )
     g = p.add_argument_group("trainer")
     g.add_argument("--train_steps", type=int)
     g.add_argument("--eval_steps", type=int)

@@ -298,6 +298,8 @@ class PipelineConfig:
       max_module_folder_mib: the most the Python files of the module file's folder, staged
         with it for the workers, may weigh.
       beam_args: the Beam flags, passed through to ``PipelineOptions``.
+      worker_start_timeout: seconds a job on a portable, Flink, Spark or Dataflow runner
+        may go without a live worker before it is cancelled and the run fails.
     """
 
     data: DataConfig = DataConfig()
@@ -309,6 +311,7 @@ class PipelineConfig:
     trainer: TrainerConfig = TrainerConfig()
     tuner: TunerConfig = TunerConfig()
     beam_args: tuple[str, ...] = ()
+    worker_start_timeout: float = 120.0
 
     def __post_init__(self):
         if self.run_id:  # empty: a timestamp is generated
@@ -317,4 +320,10 @@ class PipelineConfig:
         if isinstance(mib, bool) or not isinstance(mib, (int, float)) or not 0 < mib < math.inf:
             raise PipelineError(
                 f"--max_module_folder_mib={mib!r} is out of range: pass a number of MiB above 0."
+            )
+        t = self.worker_start_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+            raise PipelineError(
+                f"--worker_start_timeout={t} is not a positive number of seconds; pass e.g. "
+                "--worker_start_timeout=120."
             )

@@ -44,6 +44,7 @@ from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus, write_summary
 from beam_pipeline.training_stage import run_training_stage
 from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
+from beam_pipeline.watchdog import start_worker_pool_check
 from trainer import load_trainer_module
 from transforms import example_gen as eg
 from transforms.metrics import NAMESPACE
@@ -194,7 +195,7 @@ def _run_data_phase(
     try:
         p = create_pipeline(options)
         build_data_pipeline(p, config, inputs, csv_format, user_schema, staging)
-        result = run_pipeline(p, "ExampleGen+Statistics")
+        result = run_pipeline(p, "ExampleGen+Statistics", config.worker_start_timeout)
         job = wait_for_job(result, options, "ExampleGen+Statistics")
     except BaseException:
         for path in staging.values():
@@ -440,7 +441,7 @@ def _run_transform(
                 graph_tmp,
                 examples_tmp,
             )
-            beam_result = run_pipeline(p, "Transform")
+            beam_result = run_pipeline(p, "Transform", config.worker_start_timeout)
             job = wait_for_job(beam_result, options, "Transform")
         # The raw data's metadata beside the graph, as TFX's Transform writes it, so
         # tft.TFTransformOutput(...).raw_feature_spec() works for ported module files.
@@ -524,6 +525,10 @@ def run(config: PipelineConfig) -> RunSummary:
     options = parse_beam_args(config.beam_args)
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
+    # A local EXTERNAL worker pool must start a worker that imports this project; checked
+    # while the inputs and the module file are checked, and waited for before anything is
+    # created (beam_pipeline.watchdog).
+    pool_checked = start_worker_pool_check(options, config.worker_start_timeout)
     csv_format = eg.CsvFormat(
         config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes
     )
@@ -545,6 +550,7 @@ def run(config: PipelineConfig) -> RunSummary:
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
     user_schema = read_schema(config.data.schema) if config.data.schema else None
 
+    pool_checked()
     run_dir = RunDirectory.create(config.pipeline_root, config.run_id)
     summary = RunSummary(run_dir.root)
     # The model phase's workers load the module and its folder's Python files staged

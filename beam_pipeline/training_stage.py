@@ -135,7 +135,7 @@ def _run_pipeline(
         | "ToJson" >> beam.Map(TrainingResult.to_json)
         | "WriteResult" >> beam.io.WriteToText(outcome, shard_name_template="", num_shards=1)
     )
-    beam_result = run_pipeline(p, "Trainer")
+    beam_result = run_pipeline(p, "Trainer", config.worker_start_timeout)
     beam_result.wait_until_finish()
     counters = {}
     try:

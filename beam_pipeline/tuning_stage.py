@@ -74,7 +74,7 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from beam_pipeline.beam_options import create_pipeline, is_direct
+from beam_pipeline.beam_options import create_pipeline, is_direct, run_pipeline
 from beam_pipeline.config import PipelineConfig, TunerSchedule, parse_custom_config
 from beam_pipeline.errors import PipelineError
 from beam_pipeline.remote import StagedModule
@@ -473,7 +473,7 @@ def _run_round(
     if pool is None:
         p = create_pipeline(options)
         _ = p | "RunTrials" >> trials()
-        result = p.run()
+        result = run_pipeline(p, f"Tuner round {specs[0].round}", config.worker_start_timeout)
         result.wait_until_finish()
         return _counters(result)
     for _ in range(_ROUND_ATTEMPTS):
@@ -765,7 +765,11 @@ def _roll(
                     min_ram=hints.min_ram,
                     runners=runners,
                 )
-                entry.result = p.run()
+                if pool is not None:
+                    entry.result = p.run()
+                else:  # the trial's own job on the runner, watched (beam_options.run_pipeline)
+                    what = f"Tuner trial {spec.trial_id}"
+                    entry.result = run_pipeline(p, what, config.worker_start_timeout)
                 entry.result.wait_until_finish()
                 done.put((entry, _counters(entry.result), None))
             except BaseException as e:  # noqa: BLE001  handed to the launcher's thread
