@@ -270,13 +270,11 @@ def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
             log = target
             break
     said = _last_error(_tail(log)) if log else ""
-    python, from_path = "", False
-    if check_python or not said:
-        python, from_path, environ = _pool_python(pid)
-        if python and check_python:
-            said = _import_error(python, environ, _cwd(pid)) or said
-        elif from_path and not python:
-            said = "no `python` on the pool's PATH"
+    python, from_path, environ = _pool_python(pid)  # reads /proc only: cheap
+    if python and check_python:
+        said = _import_error(python, environ, _cwd(pid)) or said
+    elif from_path and not python:
+        said = "no `python` on the pool's PATH"
     ended = _exits(tuple(dead))
     fix = _fix(said, python, from_path, address)
     if not said and "SIGKILL" in ended:
@@ -509,7 +507,9 @@ class _Watched:
         job = describe_job(self._result, self._options)
         env = _describe_environment(self._options)
         if self._address is not None:
-            report = inspect_pool(self._address, check_python=True)
+            report = inspect_pool(self._address)
+            if not report.said and "SIGKILL" not in report.ended:
+                report = inspect_pool(self._address, check_python=True)  # about a second
             if report.pid is None:
                 state = "its worker pool no longer answers"
             elif report.dead:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
+import signal
+import socket
+import subprocess
+import time
 
 import pytest
 
@@ -49,3 +54,50 @@ def feature_value(example, name: str):
 @pytest.fixture
 def tmp_root(tmp_path):
     return str(tmp_path)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def worker_pool_process(argv, log_path, env=None, cwd=None):
+    """A worker-pool process (Beam's, ours, or a test's), its output in ``log_path``.
+
+    Waits until something listens on the port given as ``--service_port=N`` (or as the last
+    argument) and yields the Popen; the pool and its workers (its own process group) are
+    stopped afterwards.
+    """
+    port = next((a.split("=", 1)[1] for a in argv if a.startswith("--service_port=")), argv[-1])
+    with open(log_path, "wb") as log:
+        pool = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the pool and its workers
+        )
+    try:
+        deadline = time.time() + 120
+        while True:
+            assert pool.poll() is None, open(log_path).read()[-3000:]
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                if s.connect_ex(("127.0.0.1", int(port))) == 0:
+                    break
+            assert time.time() < deadline, "the worker pool did not start in 120 s"
+            time.sleep(0.2)
+        yield pool
+    finally:
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(pool.pid, sig)  # the group this helper created, by its id
+            except ProcessLookupError:
+                break
+            try:
+                pool.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue

@@ -21,18 +21,16 @@ import dataclasses
 import hashlib
 import os
 import re
+import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 import zlib
 
 import conftest_trainer
 import pytest
-from conftest import PENGUIN_DIR, REPO, TESTDATA
+from conftest import PENGUIN_DIR, REPO, TESTDATA, free_port, worker_pool_process
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import (
@@ -734,45 +732,6 @@ def _copy_package(src: str, dst: str) -> None:
 
 # --- the whole pipeline on a portable runner with a worker pool -------------------------------
 
-_WORKER_POOL = textwrap.dedent(
-    """
-    import subprocess, sys
-    from concurrent import futures
-
-    import grpc
-    from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
-    from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
-
-
-    class Pool(BeamFnExternalWorkerPoolServicer):
-        # Beam's worker_pool_main, bound to 127.0.0.1 only, with each SDK worker a separate
-        # process whose output goes to this pool's log (Beam's pipes it and never reads it,
-        # so a chatty worker would block once the pipe is full).
-        def StartWorker(self, request, context):
-            code = (
-                "from apache_beam.runners.worker.sdk_worker import SdkHarness; "
-                f"SdkHarness({request.control_endpoint.url!r}, "
-                f"worker_id={request.worker_id!r}).run()"
-            )
-            print("starting worker", request.worker_id, flush=True)
-            self._worker_processes[request.worker_id] = subprocess.Popen(
-                [sys.executable, "-c", code], stdout=sys.stdout, stderr=sys.stderr
-            )
-            return beam_fn_api_pb2.StartWorkerResponse()
-
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(
-        Pool(use_process=True), server
-    )
-    server.add_insecure_port("127.0.0.1:" + sys.argv[1])
-    server.start()
-    print("worker pool ready", flush=True)
-    server.wait_for_termination()
-    """
-)
-
-
 _WORKER_EXITS = textwrap.dedent(
     """
     import json, os, signal, sys
@@ -825,53 +784,37 @@ def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(how,
     assert out["next"] == "DONE"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _readme_portable_commands() -> tuple[list[str], list[str]]:
+    """The README's two portable-runner commands (pool, run), as argument lists."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme.split("### Portable runner", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    pool_line, *run_lines = block.replace("\\\n", " ").strip().splitlines()
+    assert len(run_lines) == 1, block
+    return shlex.split(pool_line), shlex.split(run_lines[0])
 
 
 @pytest.fixture(scope="module")
 def worker_pool(tmp_path_factory):
-    """A pool of SDK worker processes on 127.0.0.1, as a Flink/Spark cluster would run.
+    """The README's worker pool, started exactly as written, as a user would without the venv.
 
-    The pool's workers import the project from ``PYTHONPATH`` (on a cluster: the image or
-    ``--setup_file``) and run in another folder, so nothing of the launching process
-    (its sys.path, its loaded module file, its objects) is there. Yields
-    ``(address, log path)``; the pool and its workers are stopped afterwards.
+    From the repository's root, with a PATH that does not lead to the venv and no
+    PYTHONPATH; only the port is replaced by a free one. Yields ``(address, log path,
+    the README's run command with that port)``; the pool and its workers are stopped
+    afterwards.
     """
-    folder = tmp_path_factory.mktemp("worker_pool")
-    log_path = folder / "pool.log"
-    port = _free_port()
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH")) if p)
-    with open(log_path, "wb") as log:
-        pool = subprocess.Popen(
-            [sys.executable, "-u", "-c", _WORKER_POOL, str(port)],
-            cwd=str(folder),
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: the pool and its workers
-        )
-    try:
-        deadline = time.time() + 120
-        while b"worker pool ready" not in log_path.read_bytes():
-            assert pool.poll() is None, log_path.read_text()[-3000:]
-            assert time.time() < deadline, "the worker pool did not start in 120 s"
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}", log_path
-    finally:
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(pool.pid, sig)  # the group this fixture created, by its id
-            except ProcessLookupError:
-                break
-            try:
-                pool.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+    pool, run = _readme_portable_commands()
+    assert pool[-1] == "&" and pool[0] == run[0] == ".venv/bin/python", (pool, run)
+    assert run[1:3] == ["-m", "beam_pipeline"], run
+    port = str(free_port())
+    pool = [a.replace("50000", port) for a in pool[:-1]]
+    run = [a.replace("50000", port) for a in run]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PATH="/usr/bin:/bin", TF_CPP_MIN_LOG_LEVEL="2")
+    log_path = tmp_path_factory.mktemp("worker_pool") / "pool.log"
+    with worker_pool_process(pool, log_path, env=env, cwd=REPO):
+        yield f"localhost:{port}", log_path, run
 
 
 @pytest.mark.slow
@@ -882,17 +825,12 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
     from beam_pipeline.summary import StageStatus
     from beam_pipeline.tuning_stage import run_tuning_stage
 
-    address, log_path = worker_pool
+    _, log_path, readme_run = worker_pool
     root = str(tmp_path / "root")
-    portable = [
-        "--runner=PortableRunner",
-        "--job_endpoint=embed",
-        "--environment_type=EXTERNAL",
-        f"--environment_config={address}",
-    ]
-    # The bundled example as `python -m beam_pipeline` runs it (data stages, Transform,
-    # training), with a short training; then a 2-trial search of the test tuner module on
-    # the same runner (rolling: two trial jobs side by side on the job service).
+    portable = readme_run[3:]  # the README's flags, as `python -m beam_pipeline` parses them
+    # The bundled example as the README's `python -m beam_pipeline` runs it (data stages,
+    # Transform, training), with a short training; then a 2-trial search of the test tuner
+    # module on the same runner (rolling: two trial jobs side by side on the job service).
     config = cli.parse_config(
         [*portable, f"--pipeline_root={root}", "--run_id=portable", "--train_steps=20"]
         + ["--no_tuner", "--tuner_parallel_trials=2", "--tuner_max_trials=2"]
@@ -932,6 +870,6 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
     assert all(int(w.rsplit(":", 1)[1]) != os.getpid() for w in workers), workers
     assert tuner.details["schedule"] == "rolling"
     # One worker per job at least: data, Transform, training, and a job per trial.
-    assert log_path.read_text().count("starting worker") >= 5
+    assert log_path.read_text().count("Starting worker") >= 5
     # The job service's ids reach the summary (on Dataflow: the job id and console link).
     assert example_gen.details["job"]["job_id"] and transform.details["job"]["job_id"]

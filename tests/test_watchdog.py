@@ -1,0 +1,187 @@
+"""No job waits forever: worker pools whose workers cannot start, die, or print a lot.
+
+Real worker pools (Beam's stock ``worker_pool_main`` and ``beam_pipeline.worker_pool``) as
+separate processes on this machine, real jobs on ``PortableRunner --job_endpoint=embed``.
+Each job that must fail runs in a thread with a generous hang guard: without the watchdog
+Beam waits for its worker forever, and the guard turns that into a test failure.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+from conftest import REPO, free_port, worker_pool_process
+
+from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
+from beam_pipeline.errors import PipelineError
+
+_HANG_GUARD_S = 240  # far above the few seconds these failures take; only a hang reaches it
+
+
+def _portable(address: str):
+    return parse_beam_args(
+        [
+            "--runner=PortableRunner",
+            "--job_endpoint=embed",
+            "--environment_type=EXTERNAL",
+            f"--environment_config={address}",
+        ]
+    )
+
+
+def _outcome(call) -> dict:
+    """``call()`` in a daemon thread; its result or error, or a test failure if it hangs."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["result"] = call()
+        except BaseException as e:  # noqa: BLE001  handed to the test
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=_HANG_GUARD_S)
+    assert not thread.is_alive(), "the job hung: no watchdog fired"
+    return out
+
+
+@pytest.fixture(scope="module")
+def pool_without_beam(tmp_path_factory):
+    """Beam's stock pool, started with the venv's python but a PATH whose `python` has no Beam.
+
+    The issue's set-up: the pool starts its workers with the `python` found on PATH; here
+    that is this interpreter with ``-I -S`` (no site-packages, no PYTHONPATH), which is what
+    a fresh shell's system python amounts to.
+    """
+    folder = tmp_path_factory.mktemp("pool_without_beam")
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    python.chmod(0o755)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
+    argv = [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main"]
+    log = folder / "pool.log"
+    with worker_pool_process([*argv, f"--service_port={port}"], log, env=env, cwd=str(folder)):
+        yield f"localhost:{port}", str(python)
+
+
+@pytest.fixture(scope="module")
+def own_pool(tmp_path_factory):
+    """``python -m beam_pipeline.worker_pool`` as the README starts it (venv not activated)."""
+    folder = tmp_path_factory.mktemp("own_pool")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = "/usr/bin:/bin"
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    log = folder / "pool.log"
+    argv = [sys.executable, "-m", "beam_pipeline.worker_pool", f"--service_port={port}"]
+    with worker_pool_process(argv, log, env=env, cwd=REPO):
+        yield f"localhost:{port}", log
+
+
+def test_run_on_such_a_pool_stops_before_creating_anything_with_the_workers_error(
+    pool_without_beam, tmp_path, capsys
+):
+    """The pre-flight check: exit 2 and one sentence, in the time one worker takes to die."""
+    from beam_pipeline import cli
+
+    address, python = pool_without_beam
+    root = tmp_path / "root"
+    argv = [
+        "--runner=PortableRunner",
+        "--job_endpoint=embed",
+        "--environment_type=EXTERNAL",
+        f"--environment_config={address}",
+        f"--pipeline_root={root}",
+        "--worker_start_timeout=60",
+    ]
+    out = _outcome(lambda: cli.main(argv))
+    assert out.get("result") == 2, out
+    message = capsys.readouterr().err.strip()
+    assert message.startswith(
+        f"error: The worker pool at --environment_type=EXTERNAL --environment_config={address} "
+        "cannot run this project's steps: its worker exited at start (ModuleNotFoundError: "
+        "No module named 'apache_beam')"
+    ), message
+    assert message.endswith(
+        f"the worker pool runs `python` from PATH ({python}) without apache_beam; start it "
+        "with the environment's python or activate the venv (e.g. `.venv/bin/python -m "
+        f"beam_pipeline.worker_pool --service_port={address.rsplit(':', 1)[1]}`)."
+    ), message
+    assert not root.exists()
+
+
+def test_watchdog_cancels_a_job_whose_workers_die_at_import(pool_without_beam):
+    """No pre-flight here: the job itself is submitted and its worker never comes up."""
+    address, python = pool_without_beam
+    p = create_pipeline(_portable(address))
+    _ = p | beam.Create([1, 2]) | beam.Map(lambda x: x)
+    out = _outcome(lambda: run_pipeline(p, "Probe", worker_start_timeout=3).wait_until_finish())
+    error = out.get("error")
+    assert isinstance(error, PipelineError), out
+    message = str(error)
+    assert message.startswith("The Probe job (PortableRunner job "), message
+    assert (
+        f"was cancelled after 3 s (--worker_start_timeout) without a live worker on "
+        f"--environment_type=EXTERNAL --environment_config={address}: its workers ended: "
+        "exited with code 1 "
+        "(ModuleNotFoundError: No module named 'apache_beam')"
+    ) in message
+    assert f"the worker pool runs `python` from PATH ({python}) without apache_beam" in message
+
+
+def test_a_worker_killed_mid_job_fails_the_run_in_bounded_time(own_pool):
+    address, _ = own_pool
+
+    def _kill_own_worker(x: int) -> int:  # nested: pickled by value (the pool cannot import us)
+        if x == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+    p = create_pipeline(_portable(address))
+    _ = p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(_kill_own_worker)
+    out = _outcome(lambda: run_pipeline(p, "Doomed", worker_start_timeout=3).wait_until_finish())
+    error = out.get("error")
+    assert isinstance(error, PipelineError), out
+    message = str(error)
+    assert message.startswith("The Doomed job (PortableRunner job "), message
+    assert (
+        "without a live worker on --environment_type=EXTERNAL "
+        f"--environment_config={address}: its workers ended: killed by SIGKILL (out of memory, "
+        "most likely)"
+    ) in message
+    assert message.endswith(
+        "give the workers more memory or make the step smaller (fewer trials at once, a smaller "
+        "model or batch), then rerun with the same --run_id."
+    ), message
+
+
+def test_a_chatty_worker_of_the_own_pool_does_not_block(own_pool):
+    """Beam's stock pool pipes a worker's stdout and never reads it: this job would block.
+
+    (This pool passing the pre-flight check is shown by test_runners' whole portable run.)
+    """
+    address, log = own_pool
+    line = "chatty worker line " + "x" * 100
+
+    def _chatty(x: int) -> int:  # nested: pickled by value (the pool cannot import us)
+        for _ in range(1000):  # ~120 KB per element, above a 64 KiB pipe
+            print(line)
+        sys.stdout.flush()
+        return x
+
+    p = create_pipeline(_portable(address))
+    assert_that(p | beam.Create([1, 2]) | beam.Map(_chatty), equal_to([1, 2]))
+    out = _outcome(lambda: run_pipeline(p, "Chatty", worker_start_timeout=60).wait_until_finish())
+    assert out.get("result") == "DONE", out
+    assert log.read_text().count(line) == 2000  # the output went to the pool's log
