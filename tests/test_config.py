@@ -43,6 +43,8 @@ _BAD_NUMBERS = [
     ("--tuner_eval_steps=-1", r"--tuner_eval_steps=-1 is out of range"),
     ("--max_string_domain_size=-1", r"--max_string_domain_size=-1 is out of range.* at least 0"),
     ("--csv_max_field_bytes=0", r"--csv_max_field_bytes=0 is out of range.* at least 1"),
+    ("--worker_start_timeout=0", r"--worker_start_timeout=0\.0 is not a positive number of"),
+    ("--worker_start_timeout=nan", r"--worker_start_timeout=nan is not a positive number"),
     ("--split_buckets=train=0,eval=1", r"gives train 0 buckets"),
     ("--split_buckets=train=2,eval=-1", r"gives eval -1 buckets"),
     ("--split_buckets=train=2,train=1", r"names split train twice"),
