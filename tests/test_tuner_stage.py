@@ -133,27 +133,38 @@ def test_trials_run_two_at_a_time_in_two_worker_processes(tuned):
 
 @pytest.mark.parametrize("schedule", list(TunerSchedule))
 def test_a_slow_trial_holds_up_only_its_own_worker_when_rolling(run_dir, pool, tmp_path, schedule):
-    """One trial sleeps 6 s: rolling, the other worker runs the rest meanwhile; in rounds,
-    the next round waits for it."""
-    slow = {"marker": str(tmp_path / "slow"), "seconds": 6}
+    """One trial is slow: rolling, the other worker runs the rest meanwhile; in rounds, the
+    next round waits for it.
+
+    Rolling, the slow trial waits until the three others have started (120 s at most), so
+    the test does not depend on how fast a loaded machine starts them: on a machine with
+    load average 10, a fixed 6 s sleep ended before they started. In rounds they cannot
+    start before it ends, so it sleeps a fixed 6 s.
+    """
+    rolling = schedule is TunerSchedule.ROLLING
+    slow = {"marker": str(tmp_path / "slow"), "seconds": 120 if rolling else 6}
+    if rolling:
+        slow["until_started"] = 3  # trials 1, 2 and 3, one after another
     config = _config(max_trials=4, schedule=schedule, slow_once=slow)
     report, _ = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
     trials = _trials(run_dir)
     assert [t["status"] for t in trials] == ["COMPLETED"] * 4
     first = trials[:2]
     slowest = max(first, key=lambda t: t["seconds"])
-    assert slowest["seconds"] >= 6
     slow_end = slowest["started"] + slowest["seconds"]
     later = trials[2:]
     assert report.details["schedule"] == schedule.value
-    if schedule is TunerSchedule.ROLLING:
-        # Trials 2 and 3 ran on the other worker while the slow trial slept.
+    if rolling:
+        # Trials 2 and 3 ran on the other worker while the slow trial waited: it did not
+        # wait out its 120 s (which it would, had they waited for it).
+        assert slowest["seconds"] < 120
         assert all(t["started"] < slow_end for t in later)
         assert {t["worker"] for t in later} == {
             next(t for t in first if t is not slowest)["worker"]
         }
         assert [t["round"] for t in trials] == [0, 0, 1, 2]
     else:
+        assert slowest["seconds"] >= 6
         assert all(t["started"] >= slow_end for t in later)
         assert [t["round"] for t in trials] == [0, 0, 1, 1]
         assert report.details["round_seconds"][0] >= 6

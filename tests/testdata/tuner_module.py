@@ -11,6 +11,9 @@
   kills its own process as training starts (a lost worker);
 - ``slow_once``: ``{"marker": path, "seconds": s}``; the first trial whose process finds
   the marker missing creates it and sleeps ``s`` seconds as training starts (a slow trial);
+  with ``"until_started": n`` it instead waits until ``n`` other trials have started
+  training (each leaves a ``<marker>.started.*`` file), ``s`` seconds at most, so a test of
+  what runs meanwhile does not depend on how fast a loaded machine starts them;
 - ``print_kb``: each trial prints that many KB to standard output, and Keras its progress
   bars (a chatty module must not block its worker).
 
@@ -74,16 +77,26 @@ class _ExitOnce(keras.callbacks.Callback):
 
 
 class _SlowOnce(keras.callbacks.Callback):
-    def __init__(self, marker: str, seconds: float):
+    def __init__(self, marker: str, seconds: float, until_started: int = 0):
         super().__init__()
-        self.marker, self.seconds = marker, seconds
+        self.marker, self.seconds, self.until_started = marker, seconds, until_started
+
+    def _others_started(self) -> int:
+        folder, name = os.path.split(self.marker)
+        return sum(f.startswith(name + ".started.") for f in os.listdir(folder))
 
     def on_train_begin(self, logs=None):
         try:
             open(self.marker, "x").close()  # exclusive create: one trial of the search wins
         except FileExistsError:
+            open(f"{self.marker}.started.{os.getpid()}.{time.time_ns()}", "x").close()
             return
-        time.sleep(self.seconds)
+        deadline = time.monotonic() + self.seconds
+        if not self.until_started:
+            time.sleep(self.seconds)
+            return
+        while self._others_started() < self.until_started and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def _build(hp, tf_transform_output, custom_config) -> keras.Model:
@@ -145,7 +158,7 @@ def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
     if custom.get("exit_once"):
         callbacks.append(_ExitOnce(custom["exit_once"]))
     if custom.get("slow_once"):
-        callbacks.append(_SlowOnce(custom["slow_once"]["marker"], custom["slow_once"]["seconds"]))
+        callbacks.append(_SlowOnce(**custom["slow_once"]))
     if custom.get("print_kb"):
         callbacks.append(_Print(custom["print_kb"]))
     return TunerFnResult(
