@@ -64,6 +64,7 @@ _STOCK_POOL = "apache_beam.runners.worker.worker_pool_main"
 _OWN_POOL = "beam_pipeline.worker_pool"
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*$")
 _NO_BEAM = "No module named 'apache_beam'"
+_EXIT_GRACE_S = 3.0  # a probe job still ending when its worker has exited
 
 
 def environment_of(options) -> tuple[str, str]:
@@ -94,7 +95,12 @@ def _local_pool_address(options) -> Optional[str]:
 
 
 def _describe_environment(options) -> str:
+    from apache_beam.options import pipeline_options as po
+
     kind, config = environment_of(options)
+    runner = str(options.view_as(po.StandardOptions).runner or "")
+    if "dataflow" in runner.lower():
+        return f"the worker image {config or '(Dataflow default)'} (--sdk_container_image)"
     if kind == "DOCKER":
         return f"the worker image {config or '(Beam default)'} (--environment_type=DOCKER)"
     return f"--environment_type={kind} --environment_config={config}"
@@ -206,15 +212,20 @@ def _pool_python(pid: int) -> tuple[str, bool, dict[str, str]]:
     return "", False, environ
 
 
+def _wait_status(pid: int) -> Optional[int]:
+    """A dead (zombie) process's wait status, from /proc/<pid>/stat's exit_code (Linux 3.5+)."""
+    fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[-1].split()
+    return int(fields[-1]) if len(fields) >= 50 else None
+
+
 def _exits(dead: tuple[int, ...]) -> str:
-    """How the pool's dead workers ended, from /proc/<pid>/stat's exit_code (Linux 3.5+)."""
+    """How the pool's dead workers ended (exit code, or the signal that killed them)."""
     said = []
     for kid in dead:
-        fields = _read(f"/proc/{kid}/stat").rsplit(")", 1)[-1].split()
-        if len(fields) < 50:
+        status = _wait_status(kid)
+        if status is None:
             continue
-        status = int(fields[-1])  # the wait status: signal in the low bits, else code << 8
-        signal_number, code = status & 0x7F, status >> 8
+        signal_number, code = status & 0x7F, status >> 8  # signal in the low bits
         if signal_number == 9:
             said.append("killed by SIGKILL (out of memory, most likely)")
         elif signal_number:
@@ -242,10 +253,19 @@ def _import_error(python: str, environ: dict[str, str], cwd: str) -> str:
 
 
 def _pool_pid(address: str) -> Optional[int]:
+    """The worker pool process serving ``address`` on this machine, or None.
+
+    Only a process whose command line names a worker pool (Beam's ``worker_pool_main``,
+    ``beam_pipeline.worker_pool``) counts: a port forwarded into a container or through a
+    tunnel is served by a process whose workers are not its children.
+    """
     try:
-        return _listening_pid(int(address.rsplit(":", 1)[1]))
+        pid = _listening_pid(int(address.rsplit(":", 1)[1]))
     except (IndexError, ValueError):
         return None
+    if pid is None or "worker_pool" not in _read(f"/proc/{pid}/cmdline"):
+        return None
+    return pid
 
 
 def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
@@ -391,8 +411,12 @@ def check_worker_pool(options, timeout: float = DEFAULT_WORKER_START_TIMEOUT) ->
     while job.is_alive() and time.monotonic() < deadline:
         job.join(timeout=0.25)
         alive, dead = _children(pool) if pool else ([], [])
-        if set(dead) - before and not alive:
-            break  # the worker it started exited: no need to wait out the timeout
+        failed = [kid for kid in set(dead) - before if _wait_status(kid) != 0]
+        if failed and not alive:
+            # The worker it started failed: no need to wait out the timeout (a healthy
+            # probe's worker exits with 0 as its job ends; grace for such a job to end).
+            job.join(timeout=_EXIT_GRACE_S)
+            break
     if not job.is_alive() and "error" not in outcome:
         return True
     report = inspect_pool(address, check_python=True)
@@ -455,6 +479,7 @@ class _Watched:
         self._timeout = timeout
         self._address = _local_pool_address(options)
         self._pid: Optional[int] = None
+        self._seen_pool = False
 
     def __getattr__(self, name: str):
         return getattr(self._result, name)
@@ -463,7 +488,12 @@ class _Watched:
         if self._address is not None:
             if self._pid is None or not os.path.exists(f"/proc/{self._pid}"):
                 self._pid = _pool_pid(self._address)  # found again if the pool restarted
-            return self._pid is not None and bool(_children(self._pid)[0])
+            if self._pid is not None:
+                self._seen_pool = True
+                return bool(_children(self._pid)[0])
+            if self._seen_pool:
+                return False  # the pool this job's workers came from is gone
+        # Workers this machine cannot see: the runner's word that the job runs.
         try:
             state = str(self._result.state).rsplit(".", 1)[-1].upper()
         except Exception:  # noqa: BLE001  a runner that cannot say: assume it works
