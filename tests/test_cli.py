@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -149,15 +150,80 @@ def test_multi_processing_workers_run_the_user_module(tmp_path):
     assert stages["Transform"]["rows_out"] == stages["ExampleGen"]["rows_out"]
 
 
-def test_rerun_reuses_the_analyzer_cache(tmp_path):
-    root = str(tmp_path)
-    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(tmp_path):
+    # The module logs each import; it has a preprocessing_fn (the bundled one, from a helper
+    # beside it) and no tuner_fn or run_fn, so the Tuner and Trainer stages load it, find
+    # nothing to do and skip: the launcher's three loads (the run's check, Tuner, Trainer)
+    # at no training cost.
+    module_dir = tmp_path / "module"
+    module_dir.mkdir()
+    (module_dir / "bundled_penguin_helpers.py").write_bytes(open(MODULE, "rb").read())
+    log = module_dir / "imports.log"
+    (module_dir / "counted_module.py").write_text(
+        "import os\n"
+        "\n"
+        "from bundled_penguin_helpers import preprocessing_fn  # noqa: F401\n"
+        "\n"
+        f"with open({str(log)!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+    )
+    root = str(tmp_path / "root")
+    args = [
+        "--runner=DirectRunner",
+        f"--pipeline_root={root}",
+        f"--config={os.path.join(PENGUIN_DIR, 'pipeline.yaml')}",
+        f"--module_file={module_dir / 'counted_module.py'}",
+    ]
     assert cli.main(args + ["--run_id=first"]) == 0
+    assert log.read_text().split() == [str(os.getpid())]  # once per run, not three times
+    first_run = _summary(os.path.join(root, "runs", "first"))
+    assert first_run["Tuner"]["status"] == first_run["Trainer"]["status"] == "skipped"
     assert cli.main(args + ["--run_id=second"]) == 0
-    first = _summary(os.path.join(root, "runs", "first"))["Transform"]["details"]
+    first = first_run["Transform"]["details"]
     second = _summary(os.path.join(root, "runs", "second"))["Transform"]["details"]
     assert first["analyzer_cache"].startswith("written")
     assert second["analyzer_cache"] == "reused (no analyzer recomputed)"
+    # The same file with the same bytes in the same process is not executed again (see
+    # test_trainer_module_loader for an edited one).
+    assert log.read_text().split() == [str(os.getpid())]
+
+
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        ("import sys\nsys.exit(3)\n", r"module\.py:2 called sys\.exit\(3\) while being imported"),
+        ("x = 1\nexit()\n", r"module\.py:2 called sys\.exit\(None\) while being imported"),
+        ("raise SystemExit('bye')\n", r"module\.py:1 called sys\.exit\('bye'\)"),
+        (
+            "class Stop(BaseException):\n    pass\n\n\nraise Stop('halt')\n",
+            r"module\.py:5 raised Stop: halt while being imported",
+        ),
+    ],
+    ids=["sys.exit", "exit", "SystemExit", "BaseException"],
+)
+def test_a_module_that_exits_at_import_is_a_user_error_not_the_end_of_the_cli(
+    tmp_path, capsys, source, said
+):
+    module = tmp_path / "module.py"
+    module.write_text(source)
+    root = tmp_path / "root"
+    data = os.path.join(PENGUIN_DIR, "penguins.csv")
+    args = [f"--data={data}", f"--module_file={module}", f"--pipeline_root={root}"]
+    assert cli.main(args) == EXIT_USER_ERROR  # SystemExit would have ended this test
+    err = capsys.readouterr().err
+    assert err.startswith("error: Module file ") and err.count("\n") == 1, err
+    assert re.search(said, err), err
+    assert not root.exists()
+
+
+def test_keyboard_interrupt_at_import_still_interrupts(tmp_path):
+    from trainer import check_trainer_module
+
+    module = tmp_path / "module.py"
+    module.write_text("raise KeyboardInterrupt\n")
+    for _ in range(2):  # not remembered as loaded: the second load runs the file again
+        with pytest.raises(KeyboardInterrupt):
+            check_trainer_module(str(module))
 
 
 def test_messy_csv_end_to_end_with_rejections_allowed(tmp_path):

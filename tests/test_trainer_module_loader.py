@@ -75,6 +75,24 @@ def test_bad_module_files(tmp_path, source, match):
         check_trainer_module(str(path))
 
 
+def test_a_module_file_is_executed_once_per_content(tmp_path):
+    log = tmp_path / "imports.log"
+    path = tmp_path / "module.py"
+    source = f"with open({str(log)!r}, 'a') as f:\n    f.write('x')\n"
+    source += "\ndef run_fn(fn_args):\n    pass\n"
+    path.write_text(source)
+    first = load_trainer_module(str(path)).module
+    assert check_trainer_module(str(path)) is ModuleKind.RUN_FN
+    assert load_trainer_module(str(path)).module is first and log.read_text() == "x"
+    path.write_text(source + "# edited\n")  # new bytes: a new module
+    assert load_trainer_module(str(path)).module is not first and log.read_text() == "xx"
+    path.write_text(source + "raise ValueError('once')\n")  # a failed import is not kept
+    for _ in range(2):
+        with pytest.raises(PipelineError, match=r"module\.py:6 raised ValueError: once"):
+            load_trainer_module(str(path))
+    assert log.read_text() == "xxxx"
+
+
 def test_missing_run_fn_is_an_error_when_training_is_required(tmp_path):
     path = tmp_path / "module.py"
     path.write_text("def preprocessing_fn(inputs):\n    return inputs\n")
