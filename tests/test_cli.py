@@ -432,6 +432,53 @@ def test_python_dash_m_exit_code_and_message(tmp_path):
     assert "matches no file" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "files, shadowed",
+    [
+        ({"trainer/__init__.py": "raise RuntimeError('the user trainer ran')\n"}, "trainer"),
+        ({"transforms/notes.txt": ""}, "transforms"),  # a plain folder: a namespace package
+        ({"trainer.py": "raise RuntimeError('the user trainer ran')\n"}, "trainer.py"),
+        ({"data/trainer.csv": ""}, None),  # nothing named like a package: it starts
+    ],
+    ids=["trainer_package", "transforms_folder", "trainer_module", "no_shadow"],
+)
+def test_a_working_directory_that_shadows_a_package_is_refused_at_start_up(
+    tmp_path, files, shadowed
+):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        timeout=120,
+    )
+    if shadowed is None:
+        assert proc.returncode == 0 and "usage: python -m beam_pipeline" in proc.stdout
+        return
+    package = shadowed.removesuffix(".py")
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert proc.stderr == (
+        f"error: {tmp_path / shadowed} shadows beam-pipeline's own '{package}' package "
+        "(python -m puts the working directory first on sys.path); run from another folder, "
+        "rename that one, or run the installed beam-pipeline command instead of python -m.\n"
+    )
+
+
+def test_the_installed_command_is_not_shadowed_by_the_working_directory(tmp_path):
+    # A beam_pipeline folder, which python -m would run instead of this project (no code of
+    # ours runs to say so): the installed command does not look in the working directory.
+    (tmp_path / "beam_pipeline").mkdir()
+    (tmp_path / "beam_pipeline" / "__init__.py").write_text("raise RuntimeError('shadowed')\n")
+    command = os.path.join(os.path.dirname(sys.executable), "beam-pipeline")
+    proc = subprocess.run(
+        [command, "--help"], capture_output=True, text=True, cwd=str(tmp_path), timeout=120
+    )
+    assert proc.returncode == 0 and "usage: python -m beam_pipeline" in proc.stdout, proc.stderr
+
+
 _CLASSIFY_RUN = """
 import json, sys
 import conftest_trainer
