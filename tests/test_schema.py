@@ -144,6 +144,20 @@ BIN = pa.list_(pa.binary())
             pa.array([None, None], I64), {},
             'feature { name: "f" type: INT presence { min_count: 0 } }',
             id="always_missing_is_kept_optional"),
+        pytest.param(
+            pa.array([[1], None, [2], None, [3]], I64),
+            {},
+            'feature { name: "f" type: INT presence { min_count: 1 } '
+            "value_count { min: 1 max: 1 } }",
+            id="present_in_most_rows_keeps_a_minimum",
+        ),
+        pytest.param(
+            pa.array([[1], None, None, [3], None], I64),
+            {},
+            'feature { name: "f" type: INT presence { min_count: 0 } '
+            "value_count { min: 1 max: 1 } }",
+            id="present_in_under_half_is_optional",
+        ),
     ],
 )
 def test_infer_schema_table(column, kwargs, expected):

@@ -310,3 +310,39 @@ def _two_datasets():
     stats = copy.deepcopy(_stats(_base_rows()))
     stats.datasets.add(name="other")
     return stats
+
+
+def test_a_rare_feature_absent_from_a_split_by_chance_does_not_block():
+    """A column filled in 0.01% of the rows: the train split has 2 of 20,000, the eval
+    split (10,000 rows) none, as sampling gives most of the time; a column present in
+    60% of the train rows and emptied in eval still blocks."""
+    rng = np.random.default_rng(7)
+    train_n, eval_n = 20_000, 10_000
+    rare_rows = {int(i) for i in rng.choice(train_n, 2, replace=False)}
+    train = {
+        "age": [[int(v)] for v in rng.integers(18, 80, train_n)],
+        "coupon": [[b"X1"] if i in rare_rows else None for i in range(train_n)],
+        "score": [[0.5] if v < 0.6 else None for v in rng.random(train_n)],
+    }
+    evaluation = {
+        "age": [[int(v)] for v in rng.integers(18, 80, eval_n)],
+        "coupon": [None] * eval_n,
+        "score": [[0.5] if v < 0.6 else None for v in rng.random(eval_n)],
+    }
+    types = {"coupon": pa.list_(pa.binary()), "score": pa.list_(pa.float32())}
+    train_stats = _stats(train, "train", types)
+    schema = infer_schema(train_stats)
+    presence = {f.name: f.presence for f in schema.feature}
+    assert str(presence["coupon"]).split() == ["min_count:", "0"]  # optional, no minimum
+    assert str(presence["score"]).split() == ["min_count:", "1"]
+    assert presence["age"].min_fraction == 1.0 and presence["age"].min_count == 1
+
+    anomalies = validate_statistics(_stats(evaluation, "eval", types), schema, train_stats)
+    assert not is_blocking(anomalies), _summary(anomalies)
+    assert "coupon" not in anomalies.anomaly_info
+
+    evaluation["score"] = [None] * eval_n  # a real change: the column was emptied
+    anomalies = validate_statistics(_stats(evaluation, "eval", types), schema, train_stats)
+    severity, reasons = _summary(anomalies)["score"]
+    assert severity == "ERROR" and "FEATURE_TYPE_NOT_PRESENT" in reasons
+    assert blocking_anomalies({"eval": anomalies}).startswith("split eval: score")

@@ -3,8 +3,15 @@
 For each feature of the (single) dataset in a ``DatasetFeatureStatisticsList``:
 
 * ``type``: INT, FLOAT or BYTES (STRING statistics become BYTES).
-* ``presence``: ``{min_fraction: 1.0 min_count: 1}`` for a feature never missing, else
-  ``{min_count: 1}``.
+* ``presence``: ``{min_fraction: 1.0 min_count: 1}`` for a feature never missing;
+  ``{min_count: 1}`` for one present in at least half of the examples; ``{min_count: 0}``
+  (optional, no minimum) for a rarer one. TFDV gives every present feature
+  ``min_count: 1``, which turns sampling noise into a blocking anomaly: a column filled in
+  1 row of 10,000 is absent from most eval splits by chance. At half or more, a split of
+  30 or more examples with none of them has a chance below 1e-9 at the train rate, so its
+  absence is a real change (a dropped or emptied column) and still blocks; a rarer
+  feature whose present fraction drops by more than 0.1 is still reported, as a warning,
+  by the comparison with the train split (see :mod:`transforms.validation`).
 * ``value_count``: ``{min: k max: k}`` when every present row has exactly k >= 1 values,
   ``{min: 1}`` when every present row has at least one value, nothing otherwise.
 * ``shape {dim {size: 1}}`` instead of ``value_count`` when ``infer_feature_shape`` and the
@@ -141,7 +148,8 @@ def infer_schema(
         required = common.num_missing == 0
         if required:
             feature.presence.min_fraction = 1.0
-        feature.presence.min_count = 1
+        present = common.num_non_missing / (common.num_non_missing + common.num_missing)
+        feature.presence.min_count = 1 if present >= _MIN_FRACTION_FOR_MIN_COUNT else 0
         if common.min_num_values > 0:
             if common.min_num_values == common.max_num_values:
                 feature.value_count.min = common.min_num_values
@@ -162,6 +170,11 @@ def infer_schema(
             feature.distribution_constraints.min_domain_mass = _MIN_DOMAIN_MASS
     return schema
 
+
+# A feature present in at least this share of the train examples must be present in every
+# split (presence.min_count 1); a rarer one is optional with no minimum (see the module
+# docstring for why).
+_MIN_FRACTION_FOR_MIN_COUNT = 0.5
 
 # The share of a split's values that must fall inside an inferred string domain.
 _MIN_DOMAIN_MASS = 0.99
