@@ -222,6 +222,29 @@ def test_compressed_csv_reads_exactly_like_the_plain_file(tmp_path, suffix):
     assert list(count.process(files[0])) == list(count.process(MESSY))
 
 
+@pytest.mark.parametrize("suffix", sorted(_COMPRESSORS))
+def test_truncated_compressed_csv_fails_instead_of_losing_rows(tmp_path, suffix):
+    # A copy cut short (a failed download) used to read as a shorter file, with no error,
+    # for gzip and xz (Beam's CompressedFile stops quietly where the bytes end).
+    raw = b"id,text\n" + b"".join(b"%d,row %d\n" % (i, i) for i in range(20000))
+    data = _COMPRESSORS[suffix](raw)
+    path = tmp_path / f"cut.csv.{suffix}"
+    path.write_bytes(data[: len(data) * 3 // 5])
+    fmt = eg.CsvFormat()
+    with pytest.raises(PipelineError, match=r"cut\.csv\..* cannot be decompressed as its name"):
+        header = eg.read_csv_header([str(path)], fmt)  # a cut in the first block fails here
+        list(eg._ReadCsvFile(header, fmt, None).process(str(path)))
+
+
+def test_concatenated_gzip_members_are_all_read(tmp_path):
+    # `cat a.csv.gz b.gz > all.csv.gz` is a valid gzip file of both parts.
+    path = tmp_path / "all.csv.gz"
+    path.write_bytes(gzip.compress(b"id\n1\n2\n") + gzip.compress(b"3\n4\n"))
+    header = eg.read_csv_header([str(path)], eg.CsvFormat())
+    (chunk,) = eg._ReadCsvFile(header, eg.CsvFormat(), None).process(str(path))
+    assert chunk.columns[0].to_pylist() == ["1", "2", "3", "4"]
+
+
 def test_byte_order_mark_is_removed_from_every_file(tmp_path):
     # Spreadsheets' "CSV UTF-8" export starts each file with a BOM; one file is gzip too.
     with open(MESSY, "rb") as f:

@@ -24,6 +24,7 @@ Encoding to tf.Example uses tfx-bsl's C++ ``RecordBatchToExamplesEncoder``.
 
 from __future__ import annotations
 
+import bz2
 import csv
 import dataclasses
 import enum
@@ -266,30 +267,77 @@ def detect_format(files: Sequence[str], data_format: DataFormat) -> DataFormat:
     return kinds.pop()
 
 
-# The compressions Beam's FileSystems decompress, by file name suffix (CompressionTypes.AUTO).
+# Compressed CSV input by file name suffix: the compressions Beam's FileSystems know
+# (CompressionTypes.AUTO), plus ".gzip".
 _COMPRESSION_SUFFIXES = (".gz", ".gzip", ".bz2", ".xz", ".lzma", ".zst", ".zstd", ".deflate")
 
 
-class _ReadStream(io.RawIOBase):
-    """A read-only ``io.RawIOBase`` over a handle from ``FileSystems.open``.
+def _decompressor_factory(path: str):
+    """A function making a fresh decompressor object for ``path``'s suffix, or None."""
+    name = path.lower()
+    if name.endswith((".gz", ".gzip")):
+        return lambda: zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+    if name.endswith(".bz2"):
+        return bz2.BZ2Decompressor
+    if name.endswith((".xz", ".lzma")):
+        return lzma.LZMADecompressor  # FORMAT_AUTO: .xz and legacy .lzma
+    if name.endswith((".zst", ".zstd")):
+        import zstandard
 
-    Hand-written because Beam's ``CompressedFile`` (what ``FileSystems.open`` returns for a
-    .gz, .bz2, .xz, .zst or .deflate name) lacks ``readable()``/``writable()``, which
-    ``io.TextIOWrapper`` and ``io.BufferedReader`` call: wrapping it directly failed with
-    ``AttributeError: 'CompressedFile' object has no attribute 'writable'``.
+        return lambda: zstandard.ZstdDecompressor().decompressobj()
+    if name.endswith(".deflate"):
+        return zlib.decompressobj
+    return None
+
+
+class _ReadStream(io.RawIOBase):
+    """A read-only ``io.RawIOBase`` over a ``FileSystems.open`` handle, decompressing.
+
+    Hand-written instead of Beam's ``CompressedFile`` (what ``FileSystems.open`` returns for
+    a compressed name) for two reasons: it lacks ``readable()``/``writable()``, which
+    ``io.TextIOWrapper`` calls (``AttributeError: 'CompressedFile' object has no attribute
+    'writable'``), and it returns a truncated gzip or xz file's first part as if it were
+    the whole file, a silent loss of rows. Here the standard decompressors (and
+    zstandard's) are fed the raw bytes; input that ends inside a compressed stream raises
+    EOFError, and concatenated streams (multi-member gzip, zstd frames) are all read.
     """
 
-    def __init__(self, handle):
+    def __init__(self, handle, new_decompressor=None):
         super().__init__()
         self._handle = handle
+        self._new = new_decompressor
+        self._decompressor = new_decompressor() if new_decompressor else None
+        self._out = memoryview(b"")  # decompressed bytes not yet read
+        self._in_stream = False  # inside a compressed stream that has not ended yet
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        data = self._handle.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+        if self._decompressor is None:
+            data = self._handle.read(len(buffer))
+            buffer[: len(data)] = data
+            return len(data)
+        while not self._out:
+            data = self._handle.read(1 << 16)
+            if not data:
+                if self._in_stream:
+                    raise EOFError(
+                        "Compressed file ended before the end-of-stream marker was reached"
+                    )
+                return 0
+            pieces = []
+            while data:
+                if self._decompressor.eof:  # the next stream or frame of the same file
+                    self._decompressor = self._new()
+                pieces.append(self._decompressor.decompress(data))
+                self._in_stream = not self._decompressor.eof
+                data = self._decompressor.unused_data if self._decompressor.eof else b""
+            self._out = memoryview(b"".join(pieces))
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]  # a view: no copy
+        return n
 
     def close(self) -> None:
         if not self.closed:
@@ -297,10 +345,21 @@ class _ReadStream(io.RawIOBase):
         super().close()
 
 
+def _is_decompression_error(e: BaseException) -> bool:
+    """Whether ``e`` says that compressed input is corrupt or truncated."""
+    if isinstance(e, (zlib.error, lzma.LZMAError, EOFError)):
+        return True
+    if isinstance(e, OSError) and e.errno is None:  # bz2: "Invalid data stream"
+        return True
+    return type(e).__name__ == "ZstdError"
+
+
 def _open_binary(path: str) -> io.BufferedReader:
-    # FileSystems picks the decompressor from the file name and reads gs:// and local paths
-    # alike.
-    return io.BufferedReader(_ReadStream(FileSystems.open(path)), buffer_size=1 << 20)
+    """``path`` (local, gs://, any Beam filesystem) as decompressed bytes."""
+    from apache_beam.io.filesystem import CompressionTypes
+
+    handle = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return io.BufferedReader(_ReadStream(handle, _decompressor_factory(path)), 1 << 20)
 
 
 def _open_text(path: str) -> io.TextIOWrapper:
@@ -332,7 +391,9 @@ def read_csv_header(files: Sequence[str], fmt: CsvFormat) -> tuple[str, ...]:
                 f"Input file {path}:1 has no readable header row ({e}); fix the quoting of "
                 "its first line."
             ) from e
-        except (zlib.error, lzma.LZMAError, EOFError, OSError) as e:
+        except Exception as e:
+            if not _is_decompression_error(e):
+                raise
             raise PipelineError(
                 f"Input file {path} cannot be decompressed as its name says ({e}); check the "
                 "file, or rename it to match its compression."
@@ -485,6 +546,14 @@ class _ReadCsvFile(beam.DoFn):
                 f"Input file {path} near line {last_line} is not UTF-8 ({e.reason}); re-encode "
                 "it as UTF-8."
             ) from e
+        except Exception as e:
+            if not _is_decompression_error(e):
+                raise
+            raise PipelineError(
+                f"Input file {path} near line {last_line} cannot be decompressed as its name "
+                f"says ({e}); check the file (a truncated copy?) or rename it to match its "
+                "compression."
+            ) from e
         if rows:
             yield from self._chunk(path, lines, rows, key_col, delim)
 
@@ -609,7 +678,12 @@ class _CountFileTypes(beam.DoFn):
                         keep[list(oversized)] = False
                         columns = [c.filter(pa.array(keep)) for c in columns]
                     counts = _add_counts(counts, _count_types(columns, self._fmt.null_values))
-        except (pa.ArrowInvalid, UnicodeDecodeError):
+        except Exception as e:  # noqa: BLE001  filtered just below
+            if not isinstance(e, (pa.ArrowInvalid, UnicodeDecodeError)):
+                if not _is_decompression_error(e):
+                    raise
+            # Python's reader parses what pyarrow could not, or names the line where the
+            # file is not UTF-8 or stops decompressing.
             counts = [_TypeCounts(0, 0, 0) for _ in self._header]
             python_reader = _ReadCsvFile(self._header, self._fmt, None, typing_pass=True)
             for chunk in python_reader.process(path):
