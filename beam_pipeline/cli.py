@@ -314,6 +314,18 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
     )
 
 
+# Where Beam logs a worker's error with its traceback: the DoFn runner (in_memory), the SDK
+# worker, the job service (it forwards the workers' logs, escaped) and the portable
+# runner's client (on the root logger); Beam 2.77 is pinned.
+_BEAM_ERROR_LOGGERS = (
+    "apache_beam.runners.common",
+    "apache_beam.runners.worker.sdk_worker",
+    "apache_beam.runners.portability.local_job_service",
+    "apache_beam.runners.portability.portable_runner",
+    "",
+)
+
+
 class _HandledWorkerErrors(logging.Filter):
     """Drops Beam's ERROR log (with traceback) of a worker error that the CLI prints anyway
     as one sentence (see :func:`~beam_pipeline.errors.user_error`); others are kept."""
@@ -324,7 +336,13 @@ class _HandledWorkerErrors(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return exc is None or user_error(exc, self.pipeline_root) is None
+        if exc is None:
+            if record.levelno < logging.ERROR:
+                return True
+            # The traceback as text; a forwarded worker log has it escaped (\n, \").
+            text = record.getMessage().replace("\\n", "\n").replace('\\"', '"')
+            exc = RuntimeError(text.replace("\\'", "'"))
+        return user_error(exc, self.pipeline_root) is None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -334,8 +352,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     config: Optional[PipelineConfig] = None
     quiet = _HandledWorkerErrors()
-    beam_errors = logging.getLogger("apache_beam.runners.common")
-    beam_errors.addFilter(quiet)
+    beam_loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
+    for logger in beam_loggers:
+        logger.addFilter(quiet)
     try:
         config = parse_config(argv)
         quiet.pipeline_root = config.pipeline_root
@@ -346,14 +365,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     except Exception as e:
-        # A full disk or a folder that cannot be written, on the launcher or a worker: one
-        # sentence naming the path and the cause. Anything else is a bug: its traceback.
+        # A full disk or a folder that cannot be written, on the launcher or a worker, or an
+        # exception raised in the user's code on a worker: one sentence naming the path and
+        # the cause. Anything else is a bug: its traceback.
         error = user_error(e, config.pipeline_root) if config is not None else None
         if error is None:
             raise
         print(f"error: {error}", file=sys.stderr)
         return error.exit_code
     finally:
-        beam_errors.removeFilter(quiet)
+        for logger in beam_loggers:
+            logger.removeFilter(quiet)
     print(summary.format())
     return 0

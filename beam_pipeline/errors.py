@@ -15,6 +15,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sysconfig
+import traceback
 from collections.abc import Iterator
 from typing import Optional
 
@@ -22,7 +24,9 @@ __all__ = [
     "PipelineError",
     "EXIT_USER_ERROR",
     "EXIT_ANOMALIES",
+    "code_error",
     "filesystem_error",
+    "transform_error",
     "user_error",
 ]
 
@@ -111,11 +115,124 @@ def filesystem_error(exc: BaseException, pipeline_root: str) -> Optional[Pipelin
 
 def user_error(exc: BaseException, pipeline_root: str) -> Optional[PipelineError]:
     """The :class:`PipelineError` that ``exc`` is or wraps (a Beam runner wraps a worker's
-    error), or its :func:`filesystem_error`; None for any other error (a bug)."""
+    error), its :func:`filesystem_error`, or its :func:`code_error`; None for any other
+    error (a bug)."""
     for e in _chain(exc):
         if isinstance(e, PipelineError):
             return e
-    return filesystem_error(exc, pipeline_root)
+    return filesystem_error(exc, pipeline_root) or code_error(exc)
+
+
+# How Beam's runners carry a worker's error: the exception itself (in_memory: augmented
+# with the step, "bad value [while running 'Map(step)']"), or its traceback as the text of
+# a RuntimeError (multi_processing, portable, the tuner's pool), whose frames read
+# 'File "/path/module.py", line 3, in step'.
+_TRACEBACK = "Traceback (most recent call last):"
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in ')
+_STEP = re.compile(r" ?\[while running '([^']*)'\]")
+_PACKAGE_DIRS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
+    for name in ("beam_pipeline", "trainer", "transforms")
+)
+
+
+def _is_user_file(path: str) -> bool:
+    """A file of the user's code: not this project's packages, not installed, not Python's."""
+    if path.startswith("<") or not os.path.isabs(path):  # <string>; Beam's Cython frames
+        return False
+    parts = set(path.split(os.sep))
+    if parts & {"site-packages", "dist-packages"}:
+        return False
+    stdlib = {sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)}
+    if any(path.startswith(s.rstrip(os.sep) + os.sep) for s in stdlib):
+        return False
+    return not path.startswith(_PACKAGE_DIRS)
+
+
+def _last_user_error(text: str) -> Optional[tuple[str, str, int]]:
+    """(exception line, file, line) of the last traceback in ``text`` that passes through
+    the user's code: the exception it ends with and its last frame in a user file.
+
+    The last one: a runner's error text holds the launcher's traceback first, then the
+    worker's, whose innermost user frame is where the error was raised.
+    """
+    for chunk in reversed(text.split(_TRACEBACK)[1:]):
+        place: Optional[tuple[str, int]] = None
+        lines = chunk.splitlines()
+        for i, line in enumerate(lines):
+            m = _FRAME.match(line)
+            if m:
+                if _is_user_file(m.group(1)):
+                    place = (m.group(1), int(m.group(2)))
+                continue
+            if place and line and not line[0].isspace():
+                # The exception line: it may go on over several lines (a message with
+                # newlines); its first line says what happened.
+                return _STEP.sub("", line).strip(), place[0], place[1]
+            if line and not line[0].isspace() and i:
+                break  # this traceback ended outside the user's code
+    return None
+
+
+# tf.Transform's message when an op of preprocessing_fn fails on a batch (tensorflow_transform
+# 1.21, beam/impl.py): the TensorFlow error comes inside the quotes; graphs loaded from a
+# SavedModel have no creation traceback ("<stack traces unavailable>").
+_TFT_APPLY = 'An error occurred while trying to apply the transformation: "'
+_TF_NOISE = re.compile(
+    r"^(Graph execution error:|Detected at node .*|<stack traces unavailable>|\s*\[\[\{\{node .*)$"
+)
+_MAX_MESSAGE = 300
+
+
+def transform_error(
+    exc: BaseException, module_file: str = "the module file"
+) -> Optional[PipelineError]:
+    """The one-sentence error for a preprocessing_fn op that failed on the data in the
+    Transform job (a ``tf.debugging.assert_*``, a bad cast...), if ``exc`` is one; else None.
+
+    TensorFlow names the op and its message but not the line of the module file that made
+    the op, so the sentence names the module file, the exception and its message.
+    """
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    start = text.find(_TFT_APPLY)
+    if start < 0:
+        return None
+    inner = text[start + len(_TFT_APPLY) :]
+    lines = [
+        line.strip() for line in inner.splitlines() if line.strip() and not _TF_NOISE.match(line)
+    ]
+    message = lines[0] if lines else "(no message)"
+    if len(message) > _MAX_MESSAGE:
+        message = message[: _MAX_MESSAGE - 3] + "..."
+    kind = re.search(r"\b(\w+Error): Graph execution error", text)
+    what = kind.group(1) if kind else "TensorFlow error"
+    return PipelineError(
+        f"preprocessing_fn of {module_file} failed on the data in the Transform job with "
+        f"{what}: {message}; fix preprocessing_fn or the input data."
+    )
+
+
+def code_error(exc: BaseException) -> Optional[PipelineError]:
+    """The one-sentence error for an exception the user's code raised in a Beam step, on
+    any runner, if ``exc`` (or the worker error a runner wrapped in it) is one; else None.
+
+    The sentence names the exception's type and message, the user's file and line (the
+    module file, or a helper module it imports) and the Beam step, e.g. "ValueError: bad
+    value 3, raised at my_module.py:12 in step 'Transform/...'; fix the code there (or the
+    input it was given)". An error raised in this project's or a library's code alone
+    (a bug, not the user's) gives None.
+    """
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    found = _last_user_error(text)
+    if found is None:
+        return transform_error(exc)
+    what, path, line = found
+    step = _STEP.search(text)
+    in_step = f" in step {step.group(1)!r}" if step else ""
+    return PipelineError(
+        f"{what}, raised at {path}:{line}{in_step}; fix the code there (or the input it "
+        "was given)."
+    )
 
 
 def _is_under(path: str, root: str) -> bool:

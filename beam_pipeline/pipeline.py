@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import TestOptions
 
 from beam_pipeline.beam_options import create_pipeline, is_direct, parse_beam_args, run_pipeline
 from beam_pipeline.config import DataFormat, PipelineConfig, Split
-from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError
+from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError, transform_error
 from beam_pipeline.module_file import get_preprocessing_fn
 from beam_pipeline.remote import JobInfo, bundle_module_file, check_remote_paths, wait_for_job
 from beam_pipeline.run_dir import Artifact, RunDirectory
@@ -448,9 +448,14 @@ def _run_transform(
         metadata_io.write_metadata(
             dataset_metadata.DatasetMetadata(schema), FileSystems.join(graph_tmp, "metadata")
         )
-    except BaseException:
+    except BaseException as e:
         run_dir.discard(graph_tmp)
         run_dir.discard(examples_tmp)
+        # An op of preprocessing_fn that failed on the data, on any runner: one sentence
+        # naming the module file and TensorFlow's message, not Beam's traceback.
+        error = transform_error(e, config.module_file or module_path)
+        if error is not None:
+            raise error from None
         raise
     graph_dir = run_dir.publish(Artifact.TRANSFORM_GRAPH, graph_tmp)
     run_dir.publish(Artifact.TRANSFORMED_EXAMPLES, examples_tmp)

@@ -133,6 +133,54 @@ class _DropWorkerCountWarning(logging.Filter):
         return "direct_num_workers is not equal to 1" not in record.getMessage()
 
 
+# The FnApiRunner's threads that read a job's data and control channels from a worker (Beam
+# 2.77, pinned); when the pool stops under a job the search abandoned, they fail with a
+# grpc.RpcError.
+_CHANNEL_THREADS = ("read_grpc_client_inputs", "beam_control_read")
+_CHANNEL_GRACE_S = 5.0
+
+
+class _DropAbandonedJobNoise(logging.Filter):
+    """Drops Beam's log of a data channel that broke because the pool stopped under a job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Failed to read inputs in the data plane" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_abandoned_jobs():
+    """While the pool stops: no Beam-internal traceback for jobs the search abandoned.
+
+    A search that stops on an error (a trial's fatal error, too many failed trials) leaves
+    the other slots' jobs running; stopping their processes breaks those jobs' data
+    channels, and Beam's reader threads then print a grpc.RpcError traceback twice (a log
+    line and an uncaught thread exception) on top of the error the user must read.
+    """
+    import grpc
+
+    data_plane = logging.getLogger("apache_beam.runners.worker.data_plane")
+    noise = _DropAbandonedJobNoise()
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        thread = args.thread
+        if (
+            thread is not None
+            and thread.name in _CHANNEL_THREADS
+            and isinstance(args.exc_value, grpc.RpcError)
+        ):
+            return
+        previous(args)
+
+    data_plane.addFilter(noise)
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+        data_plane.removeFilter(noise)
+
+
 def _serve_pool_worker(threads: int) -> None:
     """One warm worker process: caps TF's threads, imports the ML stack, serves SDK harnesses.
 
@@ -363,8 +411,14 @@ class LocalWorkerPool:
 
         logging.getLogger(fn_runner.__name__).removeFilter(self._filter)
         lost = self.lost_workers() or self.restarts
-        for child in self._children:
-            child.close()
+        with _quiet_abandoned_jobs():
+            for child in self._children:
+                child.close()
+            # A job abandoned on these processes fails in its channel threads now.
+            deadline = time.time() + _CHANNEL_GRACE_S
+            for thread in threading.enumerate():
+                if thread.name in _CHANNEL_THREADS:
+                    thread.join(timeout=max(0.0, deadline - time.time()))
         self._children = []
         if self._dispatcher is not None:
             self._dispatcher.stop()

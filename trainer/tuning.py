@@ -754,7 +754,9 @@ class TrialRunner:
         try:
             loaded = self._tuner()
         except PipelineError as e:
-            return TrialResult(
+            # Written like any result: the launcher reads results from the shared folder,
+            # and without it would only know that no result came back.
+            result = TrialResult(
                 spec.trial_id,
                 spec.attempt,
                 TrialStatus.FAILED,
@@ -765,6 +767,8 @@ class TrialRunner:
                 worker=worker_name(),
                 started=round(start, 3),
             )
+            _write_trial_result(spec.project_dir, result)
+            return result
         if loaded.tuner.project_dir != spec.project_dir:
             _set_project_dir(loaded.tuner, spec.project_dir)
         result = self._execute(loaded, spec, start)
