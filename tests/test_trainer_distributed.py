@@ -13,7 +13,12 @@ import pytest
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
-ACCURACY_FLOOR = 0.9  # the penguin species are nearly separable; 100 steps reach > 0.95
+# 100 steps on 2 replicas, seeded (deterministic, see _SCRIPT). Measured on this machine:
+# the logged eval accuracy (2 eval batches of 10, so steps of 0.05) was 1.0 for seeds 0-3,
+# and 0.95-1.0 over 12 unseeded runs (0.90 once in CI, unseeded, at the old floor of 0.9);
+# the served model's accuracy on the 115 eval rows 0.991-1.0 seeded, 0.983-1.0 unseeded.
+METRIC_FLOOR = 0.85
+SERVED_FLOOR = 0.95
 
 # Scores and labels of one global eval batch of 8. MirroredStrategy gives each replica a
 # contiguous half: on each half the positives outscore the negatives (per-replica AUC 1.0,
@@ -62,6 +67,9 @@ from trainer import choose_strategy, run_trainer
 
 strategy = choose_strategy(logical_cpus=2)  # first, before TensorFlow initializes
 import keras, numpy as np, tensorflow as tf
+# Deterministic ops, and every case seeded alike below (initializers, the data accessor's
+# shuffle, dropout): the accuracies the tests assert on are the same on every run.
+tf.config.experimental.enable_op_determinism()
 from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.training_stage import build_training_job
 import conftest_trainer
@@ -71,6 +79,7 @@ for name, root, module, entry, steps in json.loads(sys.argv[1]):
     run_dir = RunDirectory(root, conftest_trainer.RUN_ID)
     config = conftest_trainer.penguin_config(module, train_steps=steps, eval_steps=2)
     job = build_training_job(config, run_dir, entry_point=entry)
+    keras.utils.set_random_seed(0)
     result = run_trainer(dataclasses.replace(job, logical_cpus=2))
     out[name] = dataclasses.asdict(result)
     out[name]["accuracy"] = (
@@ -123,9 +132,9 @@ def test_two_replicas_train_and_export(two_replica_runs, form):
     assert result["strategy"] == "MirroredStrategy"
     assert result["num_replicas"] == 2
     assert [d.rsplit("/", 1)[-1] for d in result["devices"]] == ["device:CPU:0", "device:CPU:1"]
-    assert result["metrics"]["sparse_categorical_accuracy"] >= ACCURACY_FLOOR
+    assert result["metrics"]["sparse_categorical_accuracy"] >= METRIC_FLOOR
     # The exported model (trained on mirrored variables) serves raw tf.Examples.
-    assert result["accuracy"] >= ACCURACY_FLOOR
+    assert result["accuracy"] >= SERVED_FLOOR
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import re
 import shutil
 
 import conftest_trainer
+import keras
 import pytest
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
@@ -20,7 +21,10 @@ from transforms.training import TrainModel
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
-ACCURACY_FLOOR = 0.9  # 100 steps of the bundled run_fn; it reaches about 0.97 on eval
+# 100 steps of the bundled run_fn, seeded (the `trained` fixture). Measured unseeded on this
+# machine over 6 runs (1 replica, 5 eval batches of 10): logged eval accuracy 0.96-1.0,
+# served accuracy on the 115 eval rows 0.974-1.0; the margin is 3 examples of 50.
+ACCURACY_FLOOR = 0.9
 ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
 ACCELERATOR_URN = "beam:resources:accelerator:v1"
 MIN_RAM_URN = "beam:resources:min_ram_bytes:v1"
@@ -45,6 +49,9 @@ def trained(penguin_run_dir, tmp_path_factory):
         train_steps=100, eval_steps=5, accelerator=ACCELERATOR, min_ram="2GB"
     )
     options = parse_beam_args(["--runner=DirectRunner"])
+    # Initializers and the data accessor's shuffle seeded (the training runs in this
+    # process on the in_memory DirectRunner); op determinism stays off, as it is global.
+    keras.utils.set_random_seed(0)
     return config, run_dir, options, run_training_stage(config, run_dir, options)
 
 
