@@ -21,6 +21,10 @@ penguin_run_dir = conftest_trainer.penguin_run_dir
 
 TRAIN_STEPS = 1000
 CHECKPOINT_EVERY = 100
+# Eval accuracy (5 batches of 10) after a finished training. Measured uninterrupted on this
+# machine, 3 runs each: ResumableSpec at 1000 steps 0.98-1.0, the bundled run_fn at 600
+# steps 0.98-1.0; a margin of 4 examples of 50.
+ACCURACY_FLOOR = 0.9
 
 _MODULE = f"""
 from beam_pipeline.examples.penguin.penguin_module import PenguinSpec
@@ -117,7 +121,7 @@ def test_killed_training_resumes_from_its_checkpoint(penguin_run_dir, tmp_path):
     assert result["start_step"] == killed_at
     assert result["final_step"] == TRAIN_STEPS
     assert _latest_step(checkpoints) == TRAIN_STEPS
-    assert result["metrics"]["sparse_categorical_accuracy"] >= 0.9
+    assert result["metrics"]["sparse_categorical_accuracy"] >= ACCURACY_FLOOR
 
     # Attempt 3: finished, so nothing is redone (the SavedModel is not even rewritten).
     saved_model = os.path.join(result["serving_model_dir"], "saved_model.pb")
@@ -154,4 +158,4 @@ def test_bundled_run_fn_resumes_with_backup_and_restore(penguin_run_dir, tmp_pat
         assert json.load(f)["epoch"] == 10
     logged = _first_epochs_logged(os.path.join(model_run, "train"))
     assert logged[-1] == killed_at_epoch  # the second attempt started at the saved epoch
-    assert result["metrics"]["sparse_categorical_accuracy"] >= 0.9
+    assert result["metrics"]["sparse_categorical_accuracy"] >= ACCURACY_FLOOR
