@@ -334,6 +334,47 @@ def test_module_folder_is_staged_by_content_and_its_helpers_import_on_a_worker(t
         fetch_module_folder(staged.folder_archive, staged.folder_sha256, str(tmp_path / "w2"))
 
 
+_UNPICKLE = textwrap.dedent(
+    """
+    import base64, json, sys
+    from apache_beam.internal import pickler
+
+    fn = pickler.loads(base64.b64decode(sys.argv[1]))
+    print(json.dumps(fn({"bill": 1})))
+    """
+)
+
+
+def test_helper_modules_travel_by_value_with_the_preprocessing_fn(tmp_path):
+    """tf.Transform's jobs carry the preprocessing_fn pickled: a helper module it uses must
+    travel with it to workers that never saw the module's folder."""
+    from apache_beam.internal import pickler
+
+    from beam_pipeline.module_file import get_preprocessing_fn, load_module
+
+    folder = tmp_path / "user"
+    folder.mkdir()
+    (folder / "pickled_helper_d.py").write_text("SUFFIX = '_xf'\n")
+    module = folder / "module.py"
+    module.write_text(
+        "import pickled_helper_d\n\n\ndef preprocessing_fn(inputs):\n"
+        "    return {k + pickled_helper_d.SUFFIX: v for k, v in inputs.items()}\n"
+    )
+    fn = get_preprocessing_fn(load_module(str(module)), str(module))
+    payload = base64.b64encode(pickler.dumps(fn)).decode()
+    shutil.rmtree(folder)
+    done = subprocess.run(
+        [sys.executable, "-c", _UNPICKLE, payload],
+        cwd=str(tmp_path),
+        env=dict(os.environ, PYTHONPATH=REPO),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == '{"bill_xf": 1}'
+
+
 def test_a_module_folder_over_the_size_limit_is_refused_before_the_run_starts(tmp_path):
     from beam_pipeline.pipeline import run
 
