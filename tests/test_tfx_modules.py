@@ -19,7 +19,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, TESTDATA
+from conftest import REPO, TESTDATA, free_port, worker_pool_process
 
 from beam_pipeline import cli
 
@@ -29,6 +29,13 @@ MODULES = {
     "tf.keras": os.path.join(TFX_DIR, "penguin_utils_keras.py"),
     "import keras": os.path.join(TFX_DIR, "penguin_utils_keras3.py"),
 }
+
+# The served model's accuracy on the 334 rows, measured in 5 runs (DirectRunner pool: 0.991,
+# 0.982, 0.982; portable: 0.967, 0.982; the best trial had learning rate 0.01 every time):
+# 0.967-0.991, so the floor leaves a margin of at least 0.067. TFX's module file sets no
+# seed (it is kept as TFX wrote it), so the trials and the weights differ between runs;
+# the margin covers that.
+ACCURACY_FLOOR = 0.9
 
 _KERAS_WAYS = textwrap.dedent(
     """
@@ -136,19 +143,10 @@ def _tune_and_train(root: str, run_id: str, module: str, *beam_flags: str, monke
     return _summary(root, run_id)
 
 
-@pytest.fixture
-def helpers_on_workers_path(monkeypatch):
-    # TEMPORARY, until the module-staging change (the module file's folder staged for the
-    # workers) is on main: the tuner's pool processes inherit PYTHONPATH, so they import
-    # penguin_utils_base from here. Remove this fixture when that lands.
-    path = os.pathsep.join(p for p in (TFX_DIR, os.environ.get("PYTHONPATH")) if p)
-    monkeypatch.setenv("PYTHONPATH", path)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("keras_way", list(MODULES))
 def test_tfx_penguin_module_tunes_and_trains_on_the_direct_runners_pool(
-    keras_way, tmp_path_factory, monkeypatch, helpers_on_workers_path
+    keras_way, tmp_path_factory, monkeypatch
 ):
     root = str(tmp_path_factory.getbasetemp() / "tfx_direct")  # shared analyzer cache
     stages = _tune_and_train(
@@ -157,8 +155,59 @@ def test_tfx_penguin_module_tunes_and_trains_on_the_direct_runners_pool(
     tuner, trainer = stages["Tuner"], stages["Trainer"]
     assert tuner["status"] == "ok", tuner["note"]
     assert tuner["details"]["trials"] == 6 and tuner["details"]["completed"] == 6
-    assert tuner["details"]["local_pool_workers"] == 2  # the default pool ran them
+    # The default pool ran them: --tuner_parallel_trials (2) processes, at most one a core.
+    assert tuner["details"]["local_pool_workers"] == min(2, os.cpu_count() or 1)
     assert trainer["status"] == "ok", trainer["note"]
     served = _serve_accuracy(trainer["artifact"])
+    print(f"served {keras_way}: {served}, best {tuner['details']['best_hyperparameters']}")
     assert served["n"] == 334
-    assert served["accuracy"] >= 0.9, served
+    assert served["accuracy"] >= ACCURACY_FLOOR, served
+
+
+@pytest.fixture(scope="module")
+def tfx_worker_pool(tmp_path_factory):
+    """The project's worker pool (as the README starts it), its workers in another folder.
+
+    The project is importable from ``PYTHONPATH``; the module files' folder is not (the
+    run stages it). Yields ``(address, log path)``; the pool is stopped afterwards.
+    """
+    folder = tmp_path_factory.mktemp("tfx_worker_pool")
+    port = free_port()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    pool = [sys.executable, "-m", "beam_pipeline.worker_pool"]
+    log_path = folder / "pool.log"
+    with worker_pool_process([*pool, f"--service_port={port}"], log_path, env=env, cwd=folder):
+        yield f"localhost:{port}", log_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keras_way", list(MODULES))
+def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
+    keras_way, tfx_worker_pool, tmp_path_factory, monkeypatch
+):
+    address, log_path = tfx_worker_pool
+    root = str(tmp_path_factory.getbasetemp() / "tfx_portable")  # shared analyzer cache
+    portable = [
+        "--runner=PortableRunner",
+        "--job_endpoint=embed",
+        "--environment_type=EXTERNAL",
+        f"--environment_config={address}",
+    ]
+    run_id = keras_way.replace(" ", "_")
+    try:
+        stages = _tune_and_train(
+            root, run_id, MODULES[keras_way], *portable, monkeypatch=monkeypatch
+        )
+    except BaseException:
+        print(log_path.read_text()[-6000:])  # the workers' side of the story
+        raise
+    tuner, trainer = stages["Tuner"], stages["Trainer"]
+    assert tuner["status"] == "ok", tuner["note"]
+    assert tuner["details"]["trials"] == 6 and tuner["details"]["completed"] == 6
+    # The trials and the training step ran in the pool's workers, not in this process.
+    workers = [*tuner["details"]["workers"], trainer["details"]["worker"]]
+    assert all(int(w.rsplit(":", 1)[1]) != os.getpid() for w in workers), workers
+    served = _serve_accuracy(trainer["artifact"])
+    print(f"served {keras_way}: {served}, best {tuner['details']['best_hyperparameters']}")
+    assert served["n"] == 334
+    assert served["accuracy"] >= ACCURACY_FLOOR, served

@@ -15,23 +15,28 @@ import re
 import sys
 
 import apache_beam as beam
+import conftest_trainer
 import pytest
 from conftest import TESTDATA
 
 from beam_pipeline import cli
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
-from beam_pipeline.errors import EXIT_USER_ERROR, code_error, user_error
+from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig
+from beam_pipeline.errors import EXIT_USER_ERROR, PipelineError, code_error, user_error
 from beam_pipeline.module_file import load_module
+from beam_pipeline.tuning_stage import run_tuning_stage
+
+penguin_run_dir = conftest_trainer.penguin_run_dir
 
 RAISING_TUNER = os.path.join(TESTDATA, "raising_tuner_module.py")
 TFX_CSV = os.path.join(TESTDATA, "penguin_tfx", "penguins_processed.csv")
 
-_STEP_MODULE = '''\
+_STEP_MODULE = """\
 def step(x):
     if x == 3:
         raise ValueError(f"bad value {x}")
     return x
-'''
+"""
 
 MODES = {
     "in_memory": ["--direct_running_mode=in_memory"],
@@ -85,49 +90,51 @@ def _cli(args: list[str], monkeypatch) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "custom, said",
-    [
-        # Every trial's model-building function raises: each trial is recorded with its
-        # error, and the search ends without a completed trial.
-        (
-            {},
-            r"^error: None of the 2 tuning trials completed \(last error: ValueError: no "
-            r"penguin model with \d units \(.*raising_tuner_module\.py:37\)\)",
-        ),
-        # A tf_keras (Keras 2) model: keras-tuner's fatal error stops the search while the
-        # other slot's trial still runs.
-        (
-            {"tf_keras": True},
-            r"^error: Trial \d hit an error that stops the whole search \(FatalTypeError: "
-            r"Expected the model-building function.*tf_keras",
-        ),
-    ],
-    ids=["raises", "tf_keras_model"],
-)
-def test_a_trial_that_raises_on_the_pool_shows_its_error_in_the_cli(
-    custom, said, tmp_path, monkeypatch, capfd
-):
+def test_a_trial_that_raises_on_the_pool_shows_its_error_in_the_cli(tmp_path, monkeypatch, capfd):
+    # Every trial's model-building function raises: each trial is recorded with its error,
+    # and the search ends without a completed trial.
     args = [
         f"--data={TFX_CSV}",
         f"--module_file={RAISING_TUNER}",
         f"--pipeline_root={tmp_path}",
         "--run_id=raising",
-        f"--custom_config={json.dumps(custom)}",
     ]
     assert _cli(args, monkeypatch) == EXIT_USER_ERROR
     err = capfd.readouterr().err
     error_lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(error_lines) == 1, err[-3000:]
-    assert re.search(said, error_lines[0]), error_lines[0]
-    # No Beam-internal traceback (the pool's grpc reader threads, the runner) on stderr.
+    said = (
+        r"^error: None of the 2 tuning trials completed \(last error: ValueError: no penguin "
+        r"model with \d units \(.*raising_tuner_module\.py:37\)\)"
+    )
+    assert len(error_lines) == 1 and re.search(said, error_lines[0]), err[-3000:]
+    assert "Traceback" not in err, err[-3000:]  # no Beam-internal traceback on stderr
+
+
+@pytest.mark.slow
+def test_a_fatal_trial_error_stops_the_pool_without_beams_tracebacks(
+    penguin_run_dir, tmp_path, capfd
+):
+    """A tf_keras (Keras 2) model: keras-tuner's fatal error stops the search while the other
+    slot's trial job still runs on the pool; stopping the pool under it prints nothing."""
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
+    config = PipelineConfig(
+        module_file=RAISING_TUNER,
+        tuner=TunerConfig(parallel_trials=2, train_steps=1, eval_steps=1),
+        trainer=TrainerConfig(custom_config=json.dumps({"tf_keras": True})),
+    )
+    options = parse_beam_args(["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    said = (
+        r"^Trial \d hit an error that stops the whole search \(FatalTypeError: Expected the "
+        r"model-building function.*tf_keras"
+    )
+    with pytest.raises(PipelineError, match=said):
+        run_tuning_stage(config, run_dir, options)
+    err = capfd.readouterr().err
     assert "Traceback" not in err and "RpcError" not in err, err[-3000:]
 
 
 @pytest.mark.slow
-def test_a_preprocessing_fn_op_that_fails_on_the_data_is_one_sentence(
-    tmp_path, monkeypatch, capfd
-):
+def test_a_preprocessing_fn_op_that_fails_on_the_data_is_one_sentence(tmp_path, monkeypatch, capfd):
     module_file = os.path.join(TESTDATA, "failing_preprocessing_module.py")
     args = [
         f"--data={TFX_CSV}",
