@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -38,12 +37,24 @@ from apache_beam.options.pipeline_options import TestOptions
 from beam_pipeline.beam_options import create_pipeline, is_direct, parse_beam_args, run_pipeline
 from beam_pipeline.config import DataFormat, PipelineConfig, Split
 from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError, transform_error
+from beam_pipeline.fingerprint import file_digest, files_digest, json_digest
+from beam_pipeline.manifest import RunManifest, Stage, run_identity, stage_key
 from beam_pipeline.module_file import get_preprocessing_fn
-from beam_pipeline.remote import JobInfo, bundle_module_file, check_remote_paths, wait_for_job
+from beam_pipeline.remote import (
+    JobInfo,
+    StagedModule,
+    bundle_module_file,
+    check_remote_paths,
+    wait_for_job,
+)
 from beam_pipeline.run_dir import Artifact, RunDirectory
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus, write_summary
 from beam_pipeline.training_stage import run_training_stage
-from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
+from beam_pipeline.tuning_stage import (
+    BEST_HYPERPARAMETERS_FILE,
+    LocalWorkerPool,
+    run_tuning_stage,
+)
 from beam_pipeline.watchdog import start_worker_pool_check
 from trainer import load_trainer_module
 from transforms import example_gen as eg
@@ -62,7 +73,8 @@ class DataInputs:
       files: per split source (None = hash split), the input files.
       data_format: CSV or TFRecord.
       header: the CSV header (empty for TFRecord).
-      fingerprint: identifies the input content and every setting that shapes examples.
+      fingerprint: a digest of the input files' content (not their paths or times) and of
+        every setting that shapes the examples; the analyzer cache's dataset key.
     """
 
     files: tuple[tuple[Optional[Split], tuple[str, ...]], ...]
@@ -81,12 +93,24 @@ def _check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     all_files = [f for _, fs in sources for f in fs]
     data_format = eg.detect_format(all_files, d.data_format)
     header = eg.read_csv_header(all_files, csv_format) if data_format is DataFormat.CSV else ()
-    digest = hashlib.sha256()
-    for meta in FileSystems.match(all_files):
-        for m in meta.metadata_list:
-            digest.update(f"{m.path}|{m.size_in_bytes}|{m.last_updated_in_seconds}\n".encode())
-    digest.update(repr(dataclasses.replace(d, data="", ignore_anomalies=False)).encode())
-    return DataInputs(sources, data_format, header, digest.hexdigest())
+    # The content, not the files' names, sizes or times (see beam_pipeline.fingerprint);
+    # with every setting that shapes the examples, its paths replaced by their content.
+    settings = dataclasses.replace(
+        d,
+        data="",
+        input_splits=tuple((split, "") for split, _ in d.input_splits),
+        schema=file_digest(d.schema) if d.schema else None,
+        ignore_anomalies=False,
+    )
+    fingerprint = json_digest(
+        {
+            "content": [
+                [split.value if split else "", files_digest(files)] for split, files in sources
+            ],
+            "settings": repr(settings),
+        }
+    )
+    return DataInputs(sources, data_format, header, fingerprint)
 
 
 def _counter(result, name: str) -> int:
@@ -293,14 +317,8 @@ def _first_rejected(rejected_dir: str) -> str:
     return f"{first[0][0]}:{first[0][1]} {first[1]}" if first else "none"
 
 
-def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
+def _run_schema(config, stats, user_schema, run_dir, summary):
     from transforms.schema import infer_schema, write_schema
-    from transforms.validation import (
-        blocking_anomalies,
-        format_anomalies,
-        is_blocking,
-        validate_statistics,
-    )
 
     started = time.time()
     if user_schema is not None:
@@ -323,6 +341,22 @@ def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
             note=f"{len(schema.feature)} features, {how}",
         )
     )
+    return schema
+
+
+def _run_validation(config, stats, schema, run_dir, summary) -> Optional[str]:
+    """Validates every split; returns the blocking-anomalies error message, or None.
+
+    The caller raises it (exit code 3) unless ``--ignore_anomalies``; it is returned, not
+    raised, so that the finished stage can be recorded for a resume first.
+    """
+    from transforms.validation import (
+        blocking_anomalies,
+        format_anomalies,
+        is_blocking,
+        validate_statistics,
+    )
+
     started = time.time()
     texts, by_split = [], {}
     with run_dir.stage(Artifact.ANOMALIES) as tmp:
@@ -350,14 +384,13 @@ def _run_schema_and_validation(config, stats, user_schema, run_dir, summary):
             note=text.replace("\n", "; ") or "no anomalies",
         )
     )
-    if status is StageStatus.FAILED:
-        raise PipelineError(
-            f"Validation found blocking anomalies in {blocking_anomalies(by_split)} (details in "
-            f"{artifact}/summary.txt); fix the data or the --schema, or pass --ignore_anomalies "
-            "to go on.",
-            exit_code=EXIT_ANOMALIES,
-        )
-    return schema
+    if not blocking:
+        return None
+    return (
+        f"Validation found blocking anomalies in {blocking_anomalies(by_split)} (details in "
+        f"{artifact}/summary.txt); fix the data or the --schema, or pass --ignore_anomalies "
+        "to go on."
+    )
 
 
 def build_transform_pipeline(
@@ -556,7 +589,13 @@ def run(config: PipelineConfig) -> RunSummary:
     user_schema = read_schema(config.data.schema) if config.data.schema else None
 
     pool_checked()
-    run_dir = RunDirectory.create(config.pipeline_root, config.run_id)
+    # What the module's workers run: the module file and its folder's Python files.
+    module_digest = bundle.archive_sha256 if bundle is not None else None
+    identity = run_identity(
+        config, inputs.fingerprint, bundle.sha256 if bundle else None, module_digest
+    )
+    # A rerun of a --run_id resumes it, or is refused before anything is written.
+    run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
     summary = RunSummary(run_dir.root)
     # The model phase's workers load the module and its folder's Python files staged
     # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not the
@@ -566,47 +605,26 @@ def run(config: PipelineConfig) -> RunSummary:
     try:
         # The tuner's worker processes import TensorFlow (seconds each) while the data
         # stages run, instead of after them; they are stopped before training.
-        pool = _default_tuner_pool(config, options) if tunes else None
+        pool = None
+        if tunes and not manifest.has(Stage.TUNER):
+            pool = _default_tuner_pool(config, options)
         if pool is not None:
             tuner_pool.enter_context(pool)
-        stats = _run_data_phase(config, inputs, csv_format, user_schema, run_dir, options, summary)
-        if stats is not None:  # None on --dry_run: the later phases need the data phase's output
-            schema = _run_schema_and_validation(config, stats, user_schema, run_dir, summary)
-            if preprocessing_fn is None:
-                summary.stages.append(
-                    StageReport("Transform", StageStatus.SKIPPED, note="no --module_file")
-                )
-            else:
-                _run_transform(
-                    config,
-                    inputs,
-                    preprocessing_fn,
-                    config.module_file,
-                    schema,
-                    run_dir,
-                    options,
-                    summary,
-                )
-                with tuner_pool:
-                    tuner_report, best_hyperparameters = run_tuning_stage(
-                        config,
-                        run_dir,
-                        options,
-                        worker_pool=pool,
-                        search_space=config.tuner.search_space,
-                        staged=staged,
-                    )
-                summary.stages.append(tuner_report)
-                summary.stages.append(
-                    run_training_stage(
-                        config,
-                        run_dir,
-                        options,
-                        best_hyperparameters,
-                        entry_point=config.trainer.entry_point,
-                        staged=staged,
-                    )
-                )
+        _run_stages(
+            config,
+            staged,
+            inputs,
+            csv_format,
+            user_schema,
+            preprocessing_fn,
+            module_digest,
+            run_dir,
+            manifest,
+            options,
+            summary,
+            tuner_pool,
+            pool,
+        )
     except BaseException:
         tuner_pool.close()
         run_dir.remove_staging()
@@ -618,3 +636,151 @@ def run(config: PipelineConfig) -> RunSummary:
     run_dir.remove_staging()
     write_summary(summary)
     return summary
+
+
+def _run_stages(
+    config: PipelineConfig,
+    staged: Optional[StagedModule],
+    inputs: DataInputs,
+    csv_format: eg.CsvFormat,
+    user_schema,
+    preprocessing_fn: Optional[Callable],
+    module_digest: Optional[str],
+    run_dir: RunDirectory,
+    manifest: RunManifest,
+    options,
+    summary: RunSummary,
+    tuner_pool: contextlib.ExitStack,
+    pool: Optional[LocalWorkerPool],
+) -> None:
+    """Runs the stages in order; each one an earlier attempt of this run finished is kept.
+
+    A stage is looked up in the run's manifest by what it is built from (the chain of
+    upstream keys, the module, its settings); the first miss and every stage after it run.
+    """
+    from transforms.schema import read_schema
+    from transforms.statistics import read_statistics
+
+    def stage(kind: Stage, built_from: dict) -> tuple[str, bool]:
+        """(the stage's key, whether it was kept); a kept stage's rows join the summary."""
+        reports = manifest.cached(kind, built_from)
+        if reports is not None:
+            summary.stages.extend(reports)
+            return stage_key(kind, built_from), True
+        manifest.invalidate(kind)
+        return stage_key(kind, built_from), False
+
+    def record(kind: Stage, built_from: dict, first: int, **outcome) -> None:
+        reports = summary.stages[first:]
+        skipped = all(r.status is StageStatus.SKIPPED for r in reports)
+        manifest.record(
+            kind, built_from, reports, outcome=outcome, artifacts=() if skipped else None
+        )
+
+    splits = config.data.splits
+    built_from = {"data": inputs.fingerprint}
+    data_key, kept = stage(Stage.DATA, built_from)
+    if kept:
+        stats = {
+            s: read_statistics(run_dir.path(Artifact.STATISTICS, s.value, "FeatureStats.pb"))
+            for s in splits
+        }
+    else:
+        first = len(summary.stages)
+        stats = _run_data_phase(config, inputs, csv_format, user_schema, run_dir, options, summary)
+        if stats is None:  # --dry_run: the later phases need the data phase's output
+            return
+        record(Stage.DATA, built_from, first)
+
+    built_from = {
+        "statistics": data_key,
+        "schema_file": file_digest(config.data.schema) if config.data.schema else None,
+        "infer_feature_shape": config.data.infer_feature_shape,
+        "max_string_domain_size": config.data.max_string_domain_size,
+    }
+    schema_key, kept = stage(Stage.SCHEMA, built_from)
+    if kept:
+        schema = read_schema(run_dir.path(Artifact.SCHEMA, "schema.pbtxt"))
+    else:
+        first = len(summary.stages)
+        schema = _run_schema(config, stats, user_schema, run_dir, summary)
+        record(Stage.SCHEMA, built_from, first)
+
+    built_from = {"statistics": data_key, "schema": schema_key}
+    _, kept = stage(Stage.VALIDATION, built_from)
+    if kept:
+        blocking = manifest.stages[Stage.VALIDATION.value]["outcome"].get("blocking_error")
+    else:
+        first = len(summary.stages)
+        blocking = _run_validation(config, stats, schema, run_dir, summary)
+        record(Stage.VALIDATION, built_from, first, blocking_error=blocking)
+    if blocking and not config.data.ignore_anomalies:
+        raise PipelineError(blocking, exit_code=EXIT_ANOMALIES)
+
+    if preprocessing_fn is None:
+        summary.stages.append(
+            StageReport("Transform", StageStatus.SKIPPED, note="no --module_file")
+        )
+        return
+    built_from = {"examples": data_key, "schema": schema_key, "module_file": module_digest}
+    transform_key, kept = stage(Stage.TRANSFORM, built_from)
+    if not kept:
+        first = len(summary.stages)
+        _run_transform(
+            config,
+            inputs,
+            preprocessing_fn,
+            config.module_file,
+            schema,
+            run_dir,
+            options,
+            summary,
+        )
+        record(Stage.TRANSFORM, built_from, first)
+
+    built_from = {
+        "transform": transform_key,
+        "module_file": module_digest,
+        "tuner": manifest.identity["tuner"],
+    }
+    tuner_key, kept = stage(Stage.TUNER, built_from)
+    best_hyperparameters = None
+    if kept:
+        best = run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)
+        best_hyperparameters = best if FileSystems.exists(best) else None
+    else:
+        with tuner_pool:
+            tuner_report, best_hyperparameters = run_tuning_stage(
+                config,
+                run_dir,
+                options,
+                worker_pool=pool,
+                search_space=config.tuner.search_space,
+                staged=staged,
+            )
+        summary.stages.append(tuner_report)
+        if tuner_report.status is not StageStatus.FAILED:
+            record(Stage.TUNER, built_from, len(summary.stages) - 1)
+    if best_hyperparameters is None:
+        tuner_key = None  # nothing tuned: the trainer does not depend on this stage
+
+    built_from = {
+        "transform": transform_key,
+        "schema": schema_key,
+        "tuner": tuner_key,
+        "module_file": module_digest,
+        "trainer": manifest.identity["trainer"],
+    }
+    _, kept = stage(Stage.TRAINER, built_from)
+    if not kept:
+        report = run_training_stage(
+            config,
+            run_dir,
+            options,
+            best_hyperparameters,
+            entry_point=config.trainer.entry_point,
+            staged=staged,
+        )
+        summary.stages.append(report)
+        if report.status is not StageStatus.FAILED:
+            record(Stage.TRAINER, built_from, len(summary.stages) - 1)

@@ -178,7 +178,13 @@ def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(tmp_pat
     assert log.read_text().split() == [str(os.getpid())]  # once per run, not three times
     first_run = _summary(os.path.join(root, "runs", "first"))
     assert first_run["Tuner"]["status"] == first_run["Trainer"]["status"] == "skipped"
-    assert cli.main(args + ["--run_id=second"]) == 0
+    # The same bytes at another path with another modification time: the cache's key is the
+    # content (test_resume.py checks that changed bytes of the same size and time miss).
+    copy = tmp_path / "copy" / "renamed.csv"
+    copy.parent.mkdir()
+    copy.write_bytes(open(os.path.join(PENGUIN_DIR, "penguins.csv"), "rb").read())
+    os.utime(copy, (1_000_000_000, 1_000_000_000))
+    assert cli.main(args + [f"--data={copy}", "--run_id=second"]) == 0
     first = first_run["Transform"]["details"]
     second = _summary(os.path.join(root, "runs", "second"))["Transform"]["details"]
     assert first["analyzer_cache"].startswith("written")
@@ -357,7 +363,8 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
     path = str(tmp_path / "schema.pbtxt")
     write_schema(schema, path)
     root = tmp_path / "second"
-    code = cli.main([f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"])
+    args = [f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+    code = cli.main(args + ["--run_id=anomalous"])
     assert code == EXIT_ANOMALIES
     err = capsys.readouterr().err
     assert "error: Validation found blocking anomalies in split train: sex (" in err
@@ -365,11 +372,12 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
     run_dir = _run_dir(str(root))
     assert "transform_graph" not in _published(run_dir)
     assert "anomalies" in _published(run_dir)
-    code = cli.main(
-        [f"--schema={path}", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
-        + ["--ignore_anomalies"]
-    )
+    # Resumed with --ignore_anomalies: the data stages and their anomalies are kept.
+    code = cli.main(args + ["--run_id=anomalous", "--ignore_anomalies"])
     assert code == 0
+    stages = _summary(run_dir)
+    assert [stages[s]["status"] for s in ("ExampleGen", "Schema", "Validation")] == ["cached"] * 3
+    assert "sex" in stages["Validation"]["note"] and stages["Transform"]["status"] == "ok"
 
 
 def test_yaml_config_and_flags(tmp_path):
