@@ -10,7 +10,9 @@ A run has phases because tf.Transform must know the schema when it builds its gr
 3. *Model phase*: tuning and training, each a Beam job whose heavy work runs on workers.
 
 Everything a run needs is checked before the first Beam job starts (flags, input files,
-CSV header, module file, schema), and every artifact is published atomically.
+CSV header, module file, schema), and every artifact is published atomically. A rerun
+with the same run id resumes: the stages an earlier attempt finished are kept, the rest
+run (see :mod:`beam_pipeline.manifest`); one with other inputs or flags is refused.
 
 Example::
 
