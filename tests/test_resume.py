@@ -96,8 +96,8 @@ class ResumableSpec(PenguinSpec):
     checkpoint_every = {CHECKPOINT_EVERY}
 """
 # |resumed - uninterrupted| eval accuracy (5 eval batches, the same data and transform):
-# 0.0 in 2 runs (both 1.0, at 240 and 120 steps); the tolerance is about 5 of the 105 eval
-# examples, a margin for a resume that sees the batches in another order.
+# 0.0, 0.0 and 0.02 in 3 runs (the first at 240 steps); the tolerance, about 5 of the 105
+# eval examples, keeps a margin for a resume that sees the batches in another order.
 ACCURACY_TOLERANCE = 0.05
 
 
@@ -202,11 +202,12 @@ def killed_run(tmp_path_factory):
     attempt(lambda: os.path.exists(export), "export")
     seen["step_at_export"] = _checkpoint_step(run)
 
+    # The last attempt runs to the end; in this process, which has TensorFlow imported.
+    from beam_pipeline import cli
+
     started = time.time()
-    proc = _launch(args)
-    _, stderr = proc.communicate(timeout=900)
+    assert cli.main(args) == 0
     seen["launch_seconds"].append(round(time.time() - started, 1))
-    assert proc.returncode == 0, stderr.decode()[-3000:]
     seen["final"] = _published(run)
     seen["data_phase"] = data_phase
     seen["run"], seen["args"], seen["module"] = run, args, module
