@@ -9,7 +9,7 @@ silently reuses results of other data. So keys here are digests of the bytes: BL
 
 Files are read through Beam's filesystems (local, ``gs://``, ...) as stored, without
 decompressing (a ``.gz`` file's compressed bytes identify its content as well and are
-fewer). Hashing runs on the launcher before any job: about 1 s for a 1M-row, 92 MB CSV,
+fewer). Hashing runs on the launcher before any job: about 1 s for a 1M-row, 92 MB CSV
 against 65 s and more for the data stage that reads it on the same (loaded) machine.
 
 Example::
