@@ -150,3 +150,33 @@ def test_a_preprocessing_fn_op_that_fails_on_the_data_is_one_sentence(tmp_path, 
     ) in err
     assert "Traceback" not in err, err[-3000:]
     assert not os.path.exists(os.path.join(tmp_path, "runs", "failing", "transform_graph"))
+
+
+_LAUNCHER_ONLY = """\
+import sys
+
+if sys.argv[0] == "-c":  # the tuner's pool processes run `python -c ...`
+    raise ImportError("this module imports on the launcher only")
+"""
+
+
+@pytest.mark.slow
+def test_a_module_that_fails_to_load_on_a_pool_worker_says_why(penguin_run_dir, tmp_path):
+    """The trial's fatal result is written like any other: the launcher used to say only
+    that no result came back from the worker."""
+    with open(os.path.join(TESTDATA, "tiny_tuner_module.py")) as f:
+        tiny = f.read().replace("from __future__ import annotations\n", "")
+    module_file = tmp_path / "launcher_only.py"
+    module_file.write_text(_LAUNCHER_ONLY + tiny)
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
+    config = PipelineConfig(
+        module_file=str(module_file),
+        tuner=TunerConfig(parallel_trials=2, max_trials=2, train_steps=1, eval_steps=1),
+    )
+    options = parse_beam_args(["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    said = (
+        r"^Trial \d hit an error that stops the whole search \(Module file .*launcher_only\.py:4 "
+        r"raised ImportError: this module imports on the launcher only while being imported"
+    )
+    with pytest.raises(PipelineError, match=said):
+        run_tuning_stage(config, run_dir, options)
