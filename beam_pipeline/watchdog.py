@@ -54,9 +54,10 @@ __all__ = [
     "watch",
 ]
 
-# Sized from measured start-up on this project's 2-core machine, loaded (see the README):
-# a pool worker connects 1.5-4 s after its job is submitted; 120 s leaves room for a busy
-# machine or a slow image pull without letting a dead worker hold a run for long.
+# Sized from measured start-up on this project's 2-core machine, shared and loaded (load
+# average 9-10): a local pool's worker starts and runs a one-element job in 5-8 s (the
+# pre-flight probe); 120 s leaves room for a busier machine or a container's start without
+# letting a dead worker hold a run for long.
 DEFAULT_WORKER_START_TIMEOUT = 120.0
 
 _NOT_STARTED = {"STARTING", "PENDING", "STOPPED", "UNKNOWN", "UNRECOGNIZED"}
