@@ -143,8 +143,12 @@ def _tune_and_train(root: str, run_id: str, module: str, *beam_flags: str, monke
     return _summary(root, run_id)
 
 
+# Each Keras way and each runner once (a whole tuned run is 30-90 s on 2 cores): TFX's own
+# tf.keras file on the portable runner, whose remote workers load it the hard way; the
+# `import keras` copy on the DirectRunner's pool. The other two pairs passed in 5 runs
+# measured by hand (figures above); the Keras switch is the same code on every runner.
 @pytest.mark.slow
-@pytest.mark.parametrize("keras_way", list(MODULES))
+@pytest.mark.parametrize("keras_way", ["import keras"])
 def test_tfx_penguin_module_tunes_and_trains_on_the_direct_runners_pool(
     keras_way, tmp_path_factory, monkeypatch
 ):
@@ -181,7 +185,7 @@ def tfx_worker_pool(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("keras_way", list(MODULES))
+@pytest.mark.parametrize("keras_way", ["tf.keras"])
 def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
     keras_way, tfx_worker_pool, tmp_path_factory, monkeypatch
 ):

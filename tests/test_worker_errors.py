@@ -152,10 +152,12 @@ def test_a_preprocessing_fn_op_that_fails_on_the_data_is_one_sentence(tmp_path, 
     assert not os.path.exists(os.path.join(tmp_path, "runs", "failing", "transform_graph"))
 
 
+# Raises in every process but the test's own (pytest's, or pytest-xdist's worker, which also
+# runs ``python -c``, so the command line cannot tell the two apart): the pool's processes.
 _LAUNCHER_ONLY = """\
-import sys
+import os
 
-if sys.argv[0] == "-c":  # the tuner's pool processes run `python -c ...`
+if os.getpid() != {pid}:
     raise ImportError("this module imports on the launcher only")
 """
 
@@ -167,7 +169,7 @@ def test_a_module_that_fails_to_load_on_a_pool_worker_says_why(penguin_run_dir, 
     with open(os.path.join(TESTDATA, "tiny_tuner_module.py")) as f:
         tiny = f.read().replace("from __future__ import annotations\n", "")
     module_file = tmp_path / "launcher_only.py"
-    module_file.write_text(_LAUNCHER_ONLY + tiny)
+    module_file.write_text(_LAUNCHER_ONLY.format(pid=os.getpid()) + tiny)
     run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
     config = PipelineConfig(
         module_file=str(module_file),
