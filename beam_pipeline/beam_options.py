@@ -32,7 +32,7 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.errors import PipelineError
-from beam_pipeline.watchdog import DEFAULT_WORKER_START_TIMEOUT, watch
+from beam_pipeline.watchdog import DEFAULT_WORKER_START_TIMEOUT, BackgroundCall, watch
 
 __all__ = ["parse_beam_args", "create_pipeline", "run_pipeline", "is_direct", "unknown_beam_flags"]
 
@@ -166,13 +166,6 @@ def run_pipeline(
     if not _watches_workers(p.options):
         return p.run()
     exits: queue.Queue = queue.Queue()
-    outcome: dict = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = p.run()
-        except BaseException as e:  # noqa: BLE001  re-raised in the caller's thread
-            outcome["error"] = e
 
     with _hook_lock:
         previous = threading.excepthook
@@ -187,55 +180,42 @@ def run_pipeline(
 
         threading.excepthook = hook
         try:
-            job = threading.Thread(target=run, name=f"beam-job-{what}", daemon=True)
-            job.start()
+            running = BackgroundCall(p.run, f"beam-job-{what}")
+            job = running.thread
             while job.is_alive() and exits.empty():
                 job.join(timeout=0.5)
             if job.is_alive():
                 job.join(timeout=_GRACE_S)
             # A job that failed on a lost worker may end just before that worker's thread
             # reports the exit.
-            wait = _GRACE_S if not job.is_alive() and "error" in outcome else 0.0
+            wait = _GRACE_S if not job.is_alive() and running.error is not None else 0.0
             try:
                 code = exits.get(timeout=wait) if wait else exits.get_nowait()
             except queue.Empty:
                 code = None
         finally:
             threading.excepthook = previous
-    error = outcome.get("error")
+    error = running.error
     if code is not None and (job.is_alive() or error is not None):
         # Alive: Beam waits for the dead worker forever. Failed: Beam's own error is about a
         # closed channel, not about the worker.
         raise _worker_exit_error(what, code) from error
     if code is not None:
         _LOG.warning("A worker process of the %s job exited with code %s as it ended.", what, code)
-    if error is not None:
-        raise error
-    return outcome["result"]
+    return running.get()
 
 
 def _submit(p: beam.Pipeline, what: str, timeout: float):
     """``p.run()`` from a daemon thread (see :func:`run_pipeline`), waited for ``timeout``."""
-    outcome: dict = {}
-
-    def submit() -> None:
-        try:
-            outcome["result"] = p.run()
-        except BaseException as e:  # noqa: BLE001  re-raised in the caller's thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=submit, name=f"beam-submit-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout=timeout)
-    if thread.is_alive():
+    submitting = BackgroundCall(p.run, f"beam-submit-{what}")
+    submitting.thread.join(timeout=timeout)
+    if submitting.thread.is_alive():
         raise PipelineError(
             f"The {what} job was not accepted within {timeout:.0f} s (--worker_start_timeout); "
             "check that the runner's job service (--job_endpoint, --flink_master, "
             "--spark_master_url) is up and reachable, or pass a larger --worker_start_timeout."
         )
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
+    return submitting.get()
 
 
 def _worker_exit_error(what: str, code: int) -> PipelineError:

@@ -341,6 +341,38 @@ def _fix(said: str, python: str, from_path: bool, address: str = "localhost:PORT
     return f"read the worker pool's log, fix the cause, or start the pool as {start}"
 
 
+@dataclasses.dataclass
+class BackgroundCall:
+    """``fn()`` started on a daemon thread named ``name``, and what it returned or raised.
+
+    Daemon, so that a call that never returns (a Beam job whose worker never connects, an
+    abandoned job on Beam's embedded job service) cannot keep the process alive; what it
+    raised is handed to the caller's thread by :meth:`get`.
+    """
+
+    fn: Callable[[], Any]
+    name: str
+    result: Any = None
+    error: Optional[BaseException] = None
+    thread: threading.Thread = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._call, name=self.name, daemon=True)
+        self.thread.start()
+
+    def _call(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as e:  # noqa: BLE001  handed to the caller's thread by get()
+            self.error = e
+
+    def get(self) -> Any:
+        """What ``fn()`` returned, or raises what it raised (once the thread has ended)."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 # ------------------------------------------------------------------ pre-flight
 
 
@@ -397,17 +429,9 @@ def check_worker_pool(options, timeout: float = DEFAULT_WORKER_START_TIMEOUT) ->
         runner=fn_runner.FnApiRunner(default_environment=environments.ExternalEnvironment(address))
     )
     _ = p | "Probe" >> beam.Create([0]) | "Import" >> beam.Map(_probe)
-    outcome: dict[str, BaseException] = {}
-
-    def run() -> None:
-        try:
-            p.run().wait_until_finish()
-        except BaseException as e:  # noqa: BLE001  handed to the caller's thread
-            outcome["error"] = e
-
     # A daemon thread: an FnApiRunner whose worker never connects waits forever.
-    job = threading.Thread(target=run, name="beam-worker-pool-check", daemon=True)
-    job.start()
+    probe = BackgroundCall(lambda: p.run().wait_until_finish(), "beam-worker-pool-check")
+    job = probe.thread
     deadline = time.monotonic() + timeout
     while job.is_alive() and time.monotonic() < deadline:
         job.join(timeout=0.25)
@@ -418,11 +442,11 @@ def check_worker_pool(options, timeout: float = DEFAULT_WORKER_START_TIMEOUT) ->
             # probe's worker exits with 0 as its job ends; grace for such a job to end).
             job.join(timeout=_EXIT_GRACE_S)
             break
-    if not job.is_alive() and "error" not in outcome:
+    if not job.is_alive() and probe.error is None:
         return True
     report = inspect_pool(address, check_python=True)
-    if "error" in outcome:
-        said = _last_error(str(outcome["error"])) or str(outcome["error"]).strip()[-300:]
+    if probe.error is not None:
+        said = _last_error(str(probe.error)) or str(probe.error).strip()[-300:]
         fix = _fix(said, report.python, False, address)
         report = dataclasses.replace(report, said=said, fix=fix)
         what = "its worker failed the probe step"
@@ -448,21 +472,13 @@ def start_worker_pool_check(
     """
     if _local_pool_address(options) is None:
         return lambda: None
-    outcome: dict[str, BaseException] = {}
-
-    def check() -> None:
-        try:
-            check_worker_pool(options, timeout)
-        except BaseException as e:  # noqa: BLE001  re-raised by the returned function
-            outcome["error"] = e
-
-    thread = threading.Thread(target=check, name="beam-worker-pool-check-start", daemon=True)
-    thread.start()
+    check = BackgroundCall(
+        lambda: check_worker_pool(options, timeout), "beam-worker-pool-check-start"
+    )
 
     def join() -> None:
-        thread.join()
-        if "error" in outcome:
-            raise outcome["error"]
+        check.thread.join()
+        check.get()
 
     return join
 
@@ -504,16 +520,8 @@ class _Watched:
     def wait_until_finish(self, duration=None):
         if duration:
             return self._result.wait_until_finish(duration)
-        outcome: dict[str, Any] = {}
-
-        def wait() -> None:
-            try:
-                outcome["state"] = self._result.wait_until_finish()
-            except BaseException as e:  # noqa: BLE001  re-raised in the caller's thread
-                outcome["error"] = e
-
-        waiter = threading.Thread(target=wait, name=f"beam-wait-{self._what}", daemon=True)
-        waiter.start()
+        waiting = BackgroundCall(self._result.wait_until_finish, f"beam-wait-{self._what}")
+        waiter = waiting.thread
         poll = min(2.0, max(0.2, self._timeout / 20))
         alive_at = time.monotonic()
         while waiter.is_alive():
@@ -524,9 +532,7 @@ class _Watched:
                 alive_at = time.monotonic()
             elif time.monotonic() - alive_at > self._timeout:
                 raise self._stalled()
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["state"]
+        return waiting.get()
 
     def _stalled(self) -> PipelineError:
         try:
