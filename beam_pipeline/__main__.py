@@ -7,7 +7,7 @@ a folder of that name there does not take their place.
 
 import sys
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.shadowing import check_shadowing
 
 if __name__ == "__main__":

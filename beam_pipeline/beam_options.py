@@ -31,7 +31,7 @@ import apache_beam as beam
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.watchdog import DEFAULT_WORKER_START_TIMEOUT, BackgroundCall, watch
 
 __all__ = ["parse_beam_args", "create_pipeline", "run_pipeline", "is_direct", "unknown_beam_flags"]

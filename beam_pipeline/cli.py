@@ -27,9 +27,7 @@ from typing import Any, Optional
 from beam_pipeline.config import (
     BUNDLED_CONFIG,
     DataConfig,
-    DataFormat,
     PipelineConfig,
-    Split,
     TrainerConfig,
     TransformConfig,
     TunerConfig,
@@ -37,7 +35,8 @@ from beam_pipeline.config import (
     check_run_id,
     parse_custom_config,
 )
-from beam_pipeline.errors import PipelineError, user_error
+from beam_pipeline.core.errors import PipelineError, user_error
+from beam_pipeline.core.types import DataFormat, Split
 
 __all__ = ["build_parser", "parse_config", "main"]
 
@@ -328,7 +327,7 @@ _BEAM_ERROR_LOGGERS = (
 
 class _HandledWorkerErrors(logging.Filter):
     """Drops Beam's ERROR log (with traceback) of a worker error that the CLI prints anyway
-    as one sentence (see :func:`~beam_pipeline.errors.user_error`); others are kept."""
+    as one sentence (see :func:`~beam_pipeline.core.errors.user_error`); others are kept."""
 
     def __init__(self):
         super().__init__()

@@ -19,11 +19,10 @@ import os
 import re
 from typing import Any, Optional
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, DataFormat, Split
 
 __all__ = [
-    "Split",
-    "DataFormat",
     "DataConfig",
     "TransformConfig",
     "TrainerConfig",
@@ -40,9 +39,6 @@ BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "pengu
 BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")
 
 
-# Large enough for real data (a long free-text or JSON cell), small enough that a runaway
-# quote is reported as one oversized field instead of a row holding the rest of the file.
-DEFAULT_CSV_MAX_FIELD_BYTES = 16 << 20
 
 # One path segment: a run id names a folder under <pipeline_root>/runs and nothing else.
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -90,22 +86,6 @@ def parse_custom_config(text: str) -> dict[str, Any]:
             "object such as '{\"epochs\": 3}'."
         )
     return parsed
-
-
-class Split(str, enum.Enum):
-    """Names of the example splits."""
-
-    TRAIN = "train"
-    EVAL = "eval"
-    TEST = "test"
-
-
-class DataFormat(str, enum.Enum):
-    """Input formats ExampleGen reads."""
-
-    AUTO = "auto"
-    CSV = "csv"
-    TFRECORD = "tfrecord"
 
 
 class TunerSchedule(str, enum.Enum):

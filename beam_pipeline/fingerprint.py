@@ -24,6 +24,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from beam_pipeline.core import fileio
+
 __all__ = ["file_digest", "files_digest", "folder_digest", "json_digest"]
 
 _CHUNK = 4 << 20  # 4 MiB reads: large enough that hashing, not Python, sets the pace
@@ -36,7 +38,7 @@ def _hasher():
 def file_digest(path: str, *, sha256: bool = False) -> str:
     """The BLAKE2b-256 digest of a file's stored bytes (hex); SHA-256 when ``sha256``.
 
-    SHA-256 is what names a staged module file (``remote.stage_module_file``), so a run
+    SHA-256 is what names a staged module file (``module_staging.stage_module_file``), so a run
     identifies its module by the same digest.
     """
     from apache_beam.io.filesystem import CompressionTypes
@@ -59,12 +61,11 @@ def files_digest(paths: Iterable[str]) -> str:
 
 def folder_digest(folder: str) -> str:
     """One digest of every file under ``folder``: relative paths and contents."""
-    import tensorflow as tf
 
     digest = _hasher()
     entries = []
-    for dirpath, _, files in tf.io.gfile.walk(folder):
-        entries.extend(tf.io.gfile.join(dirpath, f) for f in files)
+    for dirpath, _, files in fileio.walk(folder):
+        entries.extend(fileio.join(dirpath, f) for f in files)
     for path in sorted(entries):
         digest.update(f"{path[len(folder) :]}|{file_digest(path)}\n".encode())
     return digest.hexdigest()

@@ -36,14 +36,15 @@ import dataclasses
 import datetime
 import enum
 import json
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from beam_pipeline.config import PipelineConfig
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import Artifact
 from beam_pipeline.fingerprint import file_digest, folder_digest, json_digest
-from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
 
 __all__ = [
@@ -79,12 +80,6 @@ STAGE_ARTIFACTS: Mapping[Stage, tuple[Artifact, ...]] = {
     Stage.TRAINER: (Artifact.MODEL, Artifact.MODEL_RUN),
 }
 _ORDER = list(Stage)
-
-
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
 
 
 def _plain(value: Any) -> Any:
@@ -174,7 +169,7 @@ class RunManifest:
 
     @property
     def path(self) -> str:
-        return _join(self.run_dir.root, MANIFEST_FILE)
+        return fileio.join(self.run_dir.root, MANIFEST_FILE)
 
     @classmethod
     def open(
@@ -189,12 +184,11 @@ class RunManifest:
           PipelineError: the run directory exists and was started with another identity,
             or holds published artifacts but no manifest (made by an older version).
         """
-        gfile = _gfile()
         if run_id:
             run_dir = RunDirectory(pipeline_root, run_id)
-            path = _join(run_dir.root, MANIFEST_FILE)
-            if gfile.exists(path):
-                with gfile.GFile(path) as f:
+            path = fileio.join(run_dir.root, MANIFEST_FILE)
+            if fileio.exists(path):
+                with fileio.open(path) as f:
                     recorded = json.load(f)
                 if recorded.get("format") != _FORMAT or recorded.get("identity") != identity:
                     what = _difference(recorded.get("identity") or {}, identity)
@@ -288,7 +282,6 @@ class RunManifest:
         is the stage that reruns: training resumes from it. It goes when an earlier stage
         reruns, since its checkpoints belong to that stage's earlier output.
         """
-        gfile = _gfile()
         later = _ORDER[_ORDER.index(stage) :]
         for each in later:
             self.stages.pop(each.value, None)
@@ -296,26 +289,15 @@ class RunManifest:
                 if each is stage is Stage.TRAINER:
                     continue
                 path = self.run_dir.path(artifact)
-                if gfile.exists(path):
-                    gfile.rmtree(path)
+                if fileio.exists(path):
+                    fileio.rmtree(path)
         self._write()
 
     def _write(self) -> None:
-        gfile = _gfile()
-        tmp = f"{self.path}.tmp-{uuid.uuid4().hex[:8]}"
         body = {
             "format": _FORMAT,
             "run_id": self.run_dir.run_id,
             "identity": self.identity,
             "stages": self.stages,
         }
-        with gfile.GFile(tmp, "w") as f:
-            f.write(json.dumps(body, indent=2, default=str))
-        gfile.rename(tmp, self.path, overwrite=True)
-
-
-def _join(*parts: str) -> str:
-    import os
-    import posixpath
-
-    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
+        fileio.write_atomic(self.path, json.dumps(body, indent=2, default=str))

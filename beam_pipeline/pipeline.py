@@ -37,19 +37,15 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import TestOptions
 
 from beam_pipeline.beam_options import create_pipeline, is_direct, parse_beam_args, run_pipeline
-from beam_pipeline.config import DataFormat, PipelineConfig, Split
-from beam_pipeline.errors import EXIT_ANOMALIES, PipelineError, transform_error
+from beam_pipeline.config import PipelineConfig
+from beam_pipeline.core.errors import EXIT_ANOMALIES, PipelineError, transform_error
+from beam_pipeline.core.module_staging import StagedModule, bundle_module_file
+from beam_pipeline.core.types import Artifact, DataFormat, Split
+from beam_pipeline.core.user_module import get_preprocessing_fn
 from beam_pipeline.fingerprint import file_digest, files_digest, json_digest
 from beam_pipeline.manifest import RunManifest, Stage, run_identity, stage_key
-from beam_pipeline.module_file import get_preprocessing_fn
-from beam_pipeline.remote import (
-    JobInfo,
-    StagedModule,
-    bundle_module_file,
-    check_remote_paths,
-    wait_for_job,
-)
-from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.remote import JobInfo, check_remote_paths, wait_for_job
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus, write_summary
 from beam_pipeline.training_stage import run_training_stage
 from beam_pipeline.tuning_stage import (

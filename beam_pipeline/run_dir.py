@@ -17,49 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import enum
 import logging
-import os
 import posixpath
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
 
-__all__ = ["Artifact", "RunDirectory", "PUBLISHED_MARKER"]
-
-# Written last into every published artifact; on object stores (no atomic folder rename)
-# its presence is what tells a finished artifact from a partly copied one.
-PUBLISHED_MARKER = "_PUBLISHED"
-
-
-class Artifact(str, enum.Enum):
-    """Artifacts of a run, by folder name inside the run directory."""
-
-    EXAMPLES = "examples"
-    REJECTED = "rejected"
-    STATISTICS = "statistics"
-    SCHEMA = "schema"
-    ANOMALIES = "anomalies"
-    TRANSFORM_GRAPH = "transform_graph"
-    TRANSFORMED_EXAMPLES = "transformed_examples"
-    TUNER = "tuner"
-    MODEL = "model"
-    MODEL_RUN = "model_run"
-    EVALUATION = "evaluation"
-
-
-def _gfile():
-    # Imported lazily: TensorFlow takes seconds to import and the CLI checks flags first.
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def _join(*parts: str) -> str:
-    # URLs (gs://...) always use "/"; local paths follow the OS.
-    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
+__all__ = ["RunDirectory"]
 
 
 class RunDirectory:
@@ -74,7 +42,7 @@ class RunDirectory:
     def __init__(self, pipeline_root: str, run_id: str):
         self.pipeline_root = pipeline_root
         self.run_id = run_id
-        self.root = _join(pipeline_root, "runs", run_id)
+        self.root = fileio.join(pipeline_root, "runs", run_id)
 
     @classmethod
     def create(cls, pipeline_root: str, run_id: str = "") -> RunDirectory:
@@ -83,19 +51,19 @@ class RunDirectory:
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_id = f"{stamp}-{uuid.uuid4().hex[:6]}"
         run_dir = cls(pipeline_root, run_id)
-        _gfile().makedirs(run_dir.root)
+        fileio.makedirs(run_dir.root)
         return run_dir
 
     def path(self, artifact: Artifact, *parts: str) -> str:
         """The published location of ``artifact`` (or a file inside it)."""
-        return _join(self.root, artifact.value, *parts)
+        return fileio.join(self.root, artifact.value, *parts)
 
     def cache_path(self, name: str) -> str:
         """A cache folder shared by all runs under the pipeline root."""
-        return _join(self.pipeline_root, "cache", name)
+        return fileio.join(self.pipeline_root, "cache", name)
 
     def is_published(self, artifact: Artifact) -> bool:
-        return _gfile().exists(self.path(artifact, PUBLISHED_MARKER))
+        return fileio.exists(self.path(artifact, PUBLISHED_MARKER))
 
     @contextlib.contextmanager
     def stage(self, artifact: Artifact) -> Iterator[str]:
@@ -121,30 +89,30 @@ class RunDirectory:
                 f"Artifact {artifact.value!r} already exists in run directory {self.root}; "
                 "pass a new --run_id (or none) to start a fresh run."
             )
-        staging = _join(self.root, ".staging", f"{artifact.value}-{uuid.uuid4().hex[:8]}")
-        _gfile().makedirs(staging)
+        staging = fileio.join(self.root, ".staging", f"{artifact.value}-{uuid.uuid4().hex[:8]}")
+        fileio.makedirs(staging)
         return staging
 
     def publish(self, artifact: Artifact, staging: str) -> str:
         """Moves a finished staging folder into place and marks it published."""
-        gfile = _gfile()
         final = self.path(artifact)
-        with gfile.GFile(_join(staging, PUBLISHED_MARKER), "w") as f:
+        with fileio.open(fileio.join(staging, PUBLISHED_MARKER), "w") as f:
             f.write(datetime.datetime.now().isoformat())
-        if gfile.exists(final):
+        if fileio.exists(final):
             # A leftover of a killed publish on an object store: never marked, so not valid.
-            gfile.rmtree(final)
+            fileio.rmtree(final)
         if "://" in final:
             # Object stores have no folder rename: copy the files, then the marker last.
             files = [f for f in _walk_files(staging) if not f.endswith(PUBLISHED_MARKER)]
             for src in files:
-                dst = _join(final, posixpath.relpath(src, staging))
-                gfile.makedirs(posixpath.dirname(dst))
-                gfile.copy(src, dst, overwrite=True)
-            gfile.copy(_join(staging, PUBLISHED_MARKER), _join(final, PUBLISHED_MARKER))
-            gfile.rmtree(staging)
+                dst = fileio.join(final, posixpath.relpath(src, staging))
+                fileio.makedirs(posixpath.dirname(dst))
+                fileio.copy(src, dst, overwrite=True)
+            marker = PUBLISHED_MARKER
+            fileio.copy(fileio.join(staging, marker), fileio.join(final, marker))
+            fileio.rmtree(staging)
         else:
-            gfile.rename(staging, final)
+            fileio.rename(staging, final)
         return final
 
     def transform_graph(self, stage: str) -> str:
@@ -154,7 +122,7 @@ class RunDirectory:
           PipelineError: there is none (the Transform stage did not run in this run).
         """
         graph = self.path(Artifact.TRANSFORM_GRAPH)
-        if not _gfile().exists(graph):
+        if not fileio.exists(graph):
             raise PipelineError(
                 f"The {stage} found no transform graph at {graph}; run the Transform stage in "
                 "this run directory first."
@@ -168,7 +136,7 @@ class RunDirectory:
           PipelineError: there are none (the Transform stage did not run in this run).
         """
         pattern = self.path(Artifact.TRANSFORMED_EXAMPLES, split.value, "*.tfrecord.gz")
-        if not _gfile().glob(pattern):
+        if not fileio.glob(pattern):
             raise PipelineError(
                 f"The {stage} found no transformed {split.value} examples at {pattern}; run the "
                 "Transform stage in this run directory first."
@@ -185,14 +153,14 @@ class RunDirectory:
         Raises:
           PipelineError: the Transform stage's artifacts are missing.
         """
-        from beam_pipeline.config import Split
+        from beam_pipeline.core.types import Split
 
         schema_path = self.path(Artifact.SCHEMA, "schema.pbtxt")
         return {
             "transform_graph_path": self.transform_graph(stage),
             "train_files": self.transformed_example_files(Split.TRAIN, stage),
             "eval_files": self.transformed_example_files(Split.EVAL, stage),
-            "schema_path": schema_path if _gfile().exists(schema_path) else None,
+            "schema_path": schema_path if fileio.exists(schema_path) else None,
         }
 
     def remove_staging(self) -> None:
@@ -202,23 +170,21 @@ class RunDirectory:
         an artifact (tf.Transform's temporary files are). Best effort: a folder that cannot
         be deleted is logged, never raised over the run's own outcome.
         """
-        staging = _join(self.root, ".staging")
+        staging = fileio.join(self.root, ".staging")
         try:
-            if _gfile().exists(staging):
-                _gfile().rmtree(staging)
+            if fileio.exists(staging):
+                fileio.rmtree(staging)
         except Exception as e:  # noqa: BLE001  OSError or TensorFlow's OpError
             logging.getLogger(__name__).warning("Could not delete %s (%s).", staging, e)
 
     def discard(self, staging: str) -> None:
         """Deletes a staging folder (a failed or abandoned artifact)."""
-        gfile = _gfile()
-        if gfile.exists(staging):
-            gfile.rmtree(staging)
+        if fileio.exists(staging):
+            fileio.rmtree(staging)
 
 
 def _walk_files(top: str) -> list[str]:
-    gfile = _gfile()
     out = []
-    for dirpath, _, files in gfile.walk(top):
-        out.extend(_join(dirpath, f) for f in files)
+    for dirpath, _, files in fileio.walk(top):
+        out.extend(fileio.join(dirpath, f) for f in files)
     return out

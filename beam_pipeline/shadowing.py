@@ -24,7 +24,7 @@ import importlib.util
 import os
 from typing import Optional
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 
 __all__ = ["PACKAGES", "check_shadowing"]
 

@@ -13,15 +13,13 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import json
 import logging
-import os
-import posixpath
-import uuid
 from typing import Any, Optional
+
+from beam_pipeline.core import fileio
 
 __all__ = ["StageStatus", "StageReport", "RunSummary", "SUMMARY_FILE", "write_summary"]
 
@@ -143,21 +141,15 @@ def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional
     """
     import tensorflow as tf  # lazily: the CLI checks flags before importing TensorFlow
 
-    from beam_pipeline.errors import PipelineError
+    from beam_pipeline.core.errors import PipelineError
 
-    join = posixpath.join if "://" in summary.run_dir else os.path.join
-    path = join(summary.run_dir, SUMMARY_FILE)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    path = fileio.join(summary.run_dir, SUMMARY_FILE)
     try:
-        if not summary.stages and tf.io.gfile.exists(path):
+        if not summary.stages and fileio.exists(path):
             return None
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            f.write(summary.to_json())
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        fileio.write_atomic(path, summary.to_json())
         return path
     except (OSError, tf.errors.OpError) as e:
-        with contextlib.suppress(OSError, tf.errors.OpError):
-            tf.io.gfile.remove(tmp)
         cause = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e)
         if after_error:
             _LOG.warning("The run summary %s could not be written (%s).", path, cause)

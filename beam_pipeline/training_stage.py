@@ -37,9 +37,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.config import PipelineConfig, parse_custom_config
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.remote import StagedModule
-from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact, RunDirectory
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import StagedModule
+from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
 from trainer import (
     ModuleKind,
@@ -57,12 +59,6 @@ __all__ = ["STAGE", "EXPORT_SUBDIR", "build_training_job", "run_training_stage"]
 
 STAGE = "Trainer"
 EXPORT_SUBDIR = "export"
-
-
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
 
 
 def build_training_job(
@@ -102,7 +98,7 @@ def build_training_job(
         check_base_model(base_model)
     hp_path = hyperparameters_path or trainer_config.hyperparameters
     module_file = config.module_file or ""
-    with _gfile().GFile(staged.path if staged else module_file) as f:
+    with fileio.open(staged.path if staged else module_file) as f:
         module_source = f.read()
     return TrainingJob(
         module_file=module_file,
@@ -124,7 +120,6 @@ def _run_pipeline(
     job: TrainingJob, config: PipelineConfig, run_dir: RunDirectory, options: PipelineOptions
 ) -> tuple[Optional[TrainingResult], dict[str, int]]:
     """Runs the training step; returns its result (None on a dry run) and its counters."""
-    gfile = _gfile()
     outcome_dir = run_dir.path(Artifact.MODEL_RUN, f".outcome-{uuid.uuid4().hex[:8]}")
     outcome = outcome_dir + "/result.json"
     train = TrainModel(job, accelerator=config.trainer.accelerator, min_ram=config.trainer.min_ram)
@@ -143,11 +138,11 @@ def _run_pipeline(
         counters = {c.key.metric.name: int(c.committed or 0) for c in query["counters"]}
     except (AttributeError, NotImplementedError, KeyError):  # runners without metrics
         pass
-    if not gfile.exists(outcome):
+    if not fileio.exists(outcome):
         return None, counters
-    with gfile.GFile(outcome) as f:
+    with fileio.open(outcome) as f:
         result = TrainingResult.from_json(f.read().strip())
-    gfile.rmtree(outcome_dir)
+    fileio.rmtree(outcome_dir)
     return result, counters
 
 
@@ -155,7 +150,7 @@ def _publish(run_dir: RunDirectory, result: TrainingResult) -> str:
     """Moves the export to ``model/`` and marks ``model_run/`` published (marker last)."""
     if not run_dir.is_published(Artifact.MODEL):
         run_dir.publish(Artifact.MODEL, result.serving_model_dir)
-    with _gfile().GFile(run_dir.path(Artifact.MODEL_RUN, PUBLISHED_MARKER), "w") as f:
+    with fileio.open(run_dir.path(Artifact.MODEL_RUN, PUBLISHED_MARKER), "w") as f:
         f.write(time.strftime("%Y-%m-%dT%H:%M:%S"))
     return run_dir.path(Artifact.MODEL)
 
@@ -210,7 +205,7 @@ def run_training_stage(
       entry_point: the run_fn-like function or TrainSpec class to use (default: run_fn,
         else the module's only TrainSpec subclass).
       staged: the module file and its folder as staged in the run directory (see
-        :func:`beam_pipeline.remote.stage_module_file`), which the worker loads.
+        :func:`beam_pipeline.core.module_staging.stage_module_file`), which the worker loads.
 
     Returns:
       a StageReport: OK (trained), CACHED (already published in this run directory) or

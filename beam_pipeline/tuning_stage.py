@@ -76,9 +76,11 @@ from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import create_pipeline, is_direct, run_pipeline
 from beam_pipeline.config import PipelineConfig, TunerSchedule, parse_custom_config
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.remote import StagedModule
-from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import StagedModule
+from beam_pipeline.core.types import Artifact
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import (
@@ -115,12 +117,6 @@ OBJECTIVE_PLOT = "objective.png"
 _HEAD_ROWS = 5
 _ROUND_ATTEMPTS = 3  # a round is rerun at most twice after losing a worker process
 _LOG = logging.getLogger(__name__)
-
-
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
 
 
 # ----------------------------------------------------------------------------- worker pool
@@ -483,7 +479,7 @@ def build_tuning_job(
         )
     inputs = run_dir.model_inputs("tuner")
     custom_config = parse_custom_config(config.trainer.custom_config)
-    with _gfile().GFile(staged.path if staged else module_file) as f:
+    with fileio.open(staged.path if staged else module_file) as f:
         module_source = f.read()
     return TuningJob(
         module_file=module_file,
@@ -604,7 +600,7 @@ def _table_head(records: Sequence[TrialRecord], objective: str, direction: str) 
 
 
 def _write_text(path: str, text: str) -> None:
-    with _gfile().GFile(path, "w") as f:
+    with fileio.open(path, "w") as f:
         f.write(text)
 
 
@@ -665,7 +661,7 @@ def _plot_objective(path: str, records: Sequence[TrialRecord], objective: str, d
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
-    with _gfile().GFile(path, "wb") as f:
+    with fileio.open(path, "wb") as f:
         f.write(buffer.getvalue())
 
 
@@ -923,7 +919,7 @@ def _roll_until_done(
 
 def _cached_report(run_dir: RunDirectory, started: float) -> tuple[StageReport, Optional[str]]:
     best = run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)
-    exists = _gfile().exists(best)
+    exists = fileio.exists(best)
     return (
         StageReport(
             STAGE,
@@ -965,7 +961,7 @@ def run_tuning_stage(
       search_space: a search space from the pipeline config: the module's TrainSpec is
         tuned without a ``tuner_fn`` (see :class:`trainer.tuning.SearchSpace`).
       staged: the module file and its folder as staged in the run directory (see
-        :func:`beam_pipeline.remote.stage_module_file`), which the trials load.
+        :func:`beam_pipeline.core.module_staging.stage_module_file`), which the trials load.
 
     Returns:
       (the StageReport, the path of ``best_hyperparameters.json`` or None). The report is

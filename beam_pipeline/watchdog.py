@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 
 __all__ = [
     "DEFAULT_WORKER_START_TIMEOUT",

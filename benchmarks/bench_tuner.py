@@ -233,7 +233,8 @@ def _phase_stage(args, run: str, module: str) -> dict:
 
     from beam_pipeline.beam_options import parse_beam_args
     from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
-    from beam_pipeline.run_dir import Artifact, RunDirectory
+    from beam_pipeline.core.types import Artifact
+    from beam_pipeline.run_dir import RunDirectory
     from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
 
     schedule = TunerSchedule(args.phase.split("-", 1)[1])

@@ -34,7 +34,8 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from beam_pipeline.config import BUNDLED_EXAMPLE_DIR, PipelineConfig  # noqa: E402
-from beam_pipeline.run_dir import Artifact, RunDirectory  # noqa: E402
+from beam_pipeline.core.types import Artifact  # noqa: E402
+from beam_pipeline.run_dir import RunDirectory  # noqa: E402
 
 __all__ = [
     "PENGUIN_MODULE",

@@ -14,7 +14,7 @@ from conftest import PENGUIN_DIR, REPO, TESTDATA, feature_value, read_examples
 
 from beam_pipeline import cli
 from beam_pipeline.config import TunerSchedule
-from beam_pipeline.errors import EXIT_ANOMALIES, EXIT_USER_ERROR
+from beam_pipeline.core.errors import EXIT_ANOMALIES, EXIT_USER_ERROR
 
 pytestmark = pytest.mark.slow
 
@@ -359,7 +359,7 @@ def test_yaml_config_and_flags(tmp_path):
     assert cfg.trainer.train_steps == 7
     assert cfg.beam_args == ("--direct_running_mode=in_memory", "--runner=DirectRunner")
     (tmp_path / "bad.yaml").write_text("dta: x.csv\n")
-    from beam_pipeline.errors import PipelineError
+    from beam_pipeline.core.errors import PipelineError
 
     with pytest.raises(PipelineError, match="unknown setting 'dta'"):
         cli.parse_config([f"--config={tmp_path / 'bad.yaml'}"])

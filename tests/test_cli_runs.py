@@ -75,7 +75,8 @@ def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(tmp_pat
 _CLASSIFY_RUN = """
 import json, sys
 import conftest_trainer
-from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.core.types import Artifact
+from beam_pipeline.run_dir import RunDirectory
 
 run_dir = RunDirectory(sys.argv[1], sys.argv[2])
 examples = conftest_trainer.read_raw_examples(run_dir, "eval")

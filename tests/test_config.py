@@ -11,7 +11,7 @@ import os
 import pytest
 
 from beam_pipeline import cli
-from beam_pipeline.errors import EXIT_USER_ERROR
+from beam_pipeline.core.errors import EXIT_USER_ERROR
 
 
 def _fails(tmp_path, capsys, args):

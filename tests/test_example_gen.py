@@ -17,8 +17,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import PENGUIN_DIR, TESTDATA, feature_value, make_pipeline, read_examples
 
-from beam_pipeline.config import DataFormat, Split
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import DataFormat, Split
 from transforms import example_gen as eg
 
 MESSY = os.path.join(TESTDATA, "messy.csv")

@@ -18,7 +18,7 @@ import pytest
 from conftest import PENGUIN_DIR, make_pipeline
 
 from beam_pipeline import cli
-from beam_pipeline.errors import EXIT_USER_ERROR, filesystem_error, user_error
+from beam_pipeline.core.errors import EXIT_USER_ERROR, filesystem_error, user_error
 
 _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 1, 2
 

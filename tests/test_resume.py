@@ -11,7 +11,7 @@ import pytest
 from conftest import PENGUIN_DIR
 
 from beam_pipeline.config import DataConfig, PipelineConfig
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.summary import (
     SUMMARY_FILE,
     RunSummary,
@@ -314,7 +314,7 @@ def test_a_rerun_with_other_inputs_is_refused_and_touches_nothing(
     killed_run, tmp_path, capsys, flag, edit, match
 ):
     from beam_pipeline import cli
-    from beam_pipeline.errors import EXIT_USER_ERROR
+    from beam_pipeline.core.errors import EXIT_USER_ERROR
 
     before = _tree(killed_run["run"])
     summary = open(os.path.join(killed_run["run"], SUMMARY_FILE), "rb").read()

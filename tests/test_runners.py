@@ -33,26 +33,22 @@ import pytest
 from conftest import PENGUIN_DIR, REPO, TESTDATA, free_port, worker_pool_process
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
-from beam_pipeline.config import (
-    DataConfig,
-    DataFormat,
-    PipelineConfig,
-    Split,
-    TrainerConfig,
-    TunerConfig,
+from beam_pipeline.config import DataConfig, PipelineConfig, TrainerConfig, TunerConfig
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import (
+    fetch_module_folder,
+    fetch_staged_module,
+    read_staged_module,
+    stage_module_file,
 )
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.types import DataFormat, Split
 from beam_pipeline.remote import (
     JobInfo,
     check_remote_paths,
     dataflow_console_url,
     describe_job,
-    fetch_module_folder,
-    fetch_staged_module,
     job_info,
-    read_staged_module,
     remote_runner_reason,
-    stage_module_file,
 )
 
 MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
@@ -350,7 +346,7 @@ def test_helper_modules_travel_by_value_with_the_preprocessing_fn(tmp_path):
     travel with it to workers that never saw the module's folder."""
     from apache_beam.internal import pickler
 
-    from beam_pipeline.module_file import get_preprocessing_fn, load_module
+    from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
 
     folder = tmp_path / "user"
     folder.mkdir()
@@ -513,9 +509,10 @@ def dataflow_graphs(tmp_path_factory):
     import keras_tuner
     import tensorflow_transform.beam as tft_beam
 
-    from beam_pipeline.module_file import get_preprocessing_fn, load_module
+    from beam_pipeline.core.types import Artifact
+    from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
     from beam_pipeline.pipeline import DataInputs, build_data_pipeline, build_transform_pipeline
-    from beam_pipeline.run_dir import Artifact, RunDirectory
+    from beam_pipeline.run_dir import RunDirectory
     from beam_pipeline.training_stage import build_training_job
     from beam_pipeline.tuning_stage import build_tuning_job
     from trainer.tuning import TrialSpec
@@ -779,7 +776,7 @@ _WORKER_EXITS = textwrap.dedent(
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
     from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
-    from beam_pipeline.errors import PipelineError
+    from beam_pipeline.core.errors import PipelineError
 
     how = sys.argv[1]  # read here: the workers' sys.argv is their own
 
@@ -861,8 +858,9 @@ def worker_pool(tmp_path_factory):
 @pytest.mark.slow
 def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, tmp_path):
     from beam_pipeline import cli
+    from beam_pipeline.core.types import Artifact
     from beam_pipeline.pipeline import run
-    from beam_pipeline.run_dir import Artifact, RunDirectory
+    from beam_pipeline.run_dir import RunDirectory
     from beam_pipeline.summary import StageStatus
     from beam_pipeline.tuning_stage import run_tuning_stage
 

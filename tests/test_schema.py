@@ -19,7 +19,7 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 from transforms import statistics as st
 from transforms.schema import InferSchema, infer_schema, read_schema, write_schema
 

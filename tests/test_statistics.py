@@ -26,7 +26,7 @@ from conftest import REPO
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 from transforms import statistics as st
 
 STATS = statistics_pb2.FeatureNameStatistics

@@ -43,7 +43,7 @@ def test_read_example_batches_matches_tfxio_beam_source(tmp_path):
     from conftest import PENGUIN_DIR
     from tfx_bsl.public import tfxio
 
-    from beam_pipeline.config import Split
+    from beam_pipeline.core.types import Split
     from transforms import example_gen as eg
     from transforms.schema import infer_schema
     from transforms.statistics import GenerateStatistics

@@ -69,7 +69,7 @@ def test_tf_keras_is_keras_3_in_a_module_even_after_tf_transform_chose_keras_2(
     import tensorflow as tf
     from tensorflow.python.util import lazy_loader
 
-    from beam_pipeline.module_file import load_module
+    from beam_pipeline.core.user_module import load_module
 
     # What tensorflow_transform's import does (keras_lib.py): set the variable, then
     # resolve tf.keras (here from a fresh loader, as in a process that did it first).

@@ -7,8 +7,8 @@ import json
 import conftest_trainer
 import pytest
 
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.run_dir import Artifact
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import Artifact
 from beam_pipeline.training_stage import build_training_job
 from trainer import DataAccessor, FnArgs, TunerFnResult, load_hyperparameters, run_trainer
 

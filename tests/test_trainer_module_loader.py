@@ -7,8 +7,8 @@ import dataclasses
 import conftest_trainer
 import pytest
 
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.run_dir import Artifact
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import Artifact
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import build_training_job, run_training_stage
 from trainer import ModuleKind, check_trainer_module, load_trainer_module, run_trainer

@@ -13,7 +13,7 @@ import time
 import conftest_trainer
 import pytest
 
-from beam_pipeline.run_dir import Artifact
+from beam_pipeline.core.types import Artifact
 from beam_pipeline.training_stage import build_training_job
 from trainer import RESULT_FILE, run_trainer
 

@@ -11,9 +11,9 @@ import keras
 import pytest
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.remote import stage_module_file
-from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import stage_module_file
+from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import build_training_job, run_training_stage
 from trainer import RESULT_FILE, run_trainer
@@ -153,9 +153,10 @@ _TRAIN_MULTI_PROCESSING = """
 import json, sys
 import conftest_trainer
 from beam_pipeline.beam_options import parse_beam_args
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.remote import stage_module_file
-from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import stage_module_file
+from beam_pipeline.core.types import Artifact
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.training_stage import run_training_stage
 
 run_dir = RunDirectory(sys.argv[1], conftest_trainer.RUN_ID)

@@ -15,8 +15,9 @@ import os
 import pytest
 
 from beam_pipeline.config import PipelineConfig, TunerConfig
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.run_dir import Artifact, RunDirectory
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import Artifact
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.tuning_stage import run_tuning_stage
 from trainer.tuning import (

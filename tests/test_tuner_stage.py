@@ -21,9 +21,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.remote import stage_module_file
-from beam_pipeline.run_dir import PUBLISHED_MARKER, Artifact
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import stage_module_file
+from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import run_training_stage
 from beam_pipeline.tuning_stage import (

@@ -19,7 +19,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from conftest import REPO, free_port, worker_pool_process
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 
 _HANG_GUARD_S = 240  # far above the few seconds these failures take; only a hang reaches it
 

@@ -23,7 +23,8 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Optional, Union
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,10 +44,9 @@ def _patterns(file_pattern: FilePattern) -> list[str]:
             "The trainer was given an empty list of file patterns; pass fn_args.train_files "
             "or fn_args.eval_files to the data accessor."
         )
-    import tensorflow as tf
 
     for pattern in patterns:
-        if not tf.io.gfile.glob(pattern):
+        if not fileio.glob(pattern):
             raise PipelineError(
                 f"Trainer input pattern {pattern!r} matches no file; check that the Transform "
                 "stage wrote transformed_examples for this split in the run directory."

@@ -26,8 +26,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.remote import StagedModule
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import StagedModule
 from trainer import export
 from trainer.data_accessor import DataAccessor
 from trainer.fn_args import ExampleCounts, FnArgs
@@ -150,15 +151,14 @@ def load_hyperparameters(path: str) -> dict[str, Any]:
       PipelineError: the file is missing, not JSON, or not a hyperparameters object.
     """
     import keras_tuner
-    import tensorflow as tf
 
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise PipelineError(
             f"--hyperparameters file {path} does not exist; pass a Keras Tuner config JSON "
             "(e.g. the tuner's best_hyperparameters.json)."
         )
     try:
-        data = json.loads(tf.io.gfile.GFile(path).read())
+        data = json.loads(fileio.open(path).read())
     except ValueError as e:
         raise PipelineError(
             f"--hyperparameters file {path} is not valid JSON ({e}); fix the file."
@@ -185,22 +185,17 @@ def load_hyperparameters(path: str) -> dict[str, Any]:
 
 def read_result(model_run_dir: str) -> Optional[TrainingResult]:
     """The completion marker of ``model_run_dir``, or None when training did not finish."""
-    import tensorflow as tf
 
-    path = tf.io.gfile.join(model_run_dir, RESULT_FILE)
-    if not tf.io.gfile.exists(path):
+    path = fileio.join(model_run_dir, RESULT_FILE)
+    if not fileio.exists(path):
         return None
-    return TrainingResult.from_json(tf.io.gfile.GFile(path).read())
+    return TrainingResult.from_json(fileio.open(path).read())
 
 
 def _write_result(result: TrainingResult) -> None:
-    import tensorflow as tf
 
-    path = tf.io.gfile.join(result.model_run_dir, RESULT_FILE)
-    tmp = path + ".tmp"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(result.to_json())
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    path = fileio.join(result.model_run_dir, RESULT_FILE)
+    fileio.write_atomic(path, result.to_json())
 
 
 def _tensorboard_metrics(model_run_dir: str) -> dict[str, float]:
@@ -208,8 +203,8 @@ def _tensorboard_metrics(model_run_dir: str) -> dict[str, float]:
     import tensorflow as tf
 
     latest: dict[str, tuple[int, float, float]] = {}
-    pattern = tf.io.gfile.join(model_run_dir, "validation", "events.out.tfevents.*")
-    for path in tf.io.gfile.glob(pattern):
+    pattern = fileio.join(model_run_dir, "validation", "events.out.tfevents.*")
+    for path in fileio.glob(pattern):
         for record in tf.data.TFRecordDataset(path):
             event = tf.compat.v1.Event.FromString(record.numpy())
             for value in event.summary.value:
@@ -228,7 +223,6 @@ def _tensorboard_metrics(model_run_dir: str) -> dict[str, float]:
 
 
 def _fn_args(job: TrainingJob, strategy) -> FnArgs:
-    import tensorflow as tf
 
     return FnArgs(
         working_dir=job.model_run_dir,
@@ -240,7 +234,7 @@ def _fn_args(job: TrainingJob, strategy) -> FnArgs:
         transform_graph_path=job.transform_graph_path,
         data_accessor=DataAccessor(),
         serving_model_dir=job.serving_model_dir,
-        eval_model_dir=tf.io.gfile.join(job.model_run_dir, "eval_model"),
+        eval_model_dir=fileio.join(job.model_run_dir, "eval_model"),
         model_run_dir=job.model_run_dir,
         base_model=job.base_model,
         hyperparameters=dict(job.hyperparameters) if job.hyperparameters else None,
@@ -297,10 +291,10 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
             f"Module file {job.module_file} defines no run_fn(fn_args) and no TrainSpec "
             "subclass; add one to train a model."
         )
-    tf.io.gfile.makedirs(job.model_run_dir)
-    if tf.io.gfile.exists(job.serving_model_dir):
+    fileio.makedirs(job.model_run_dir)
+    if fileio.exists(job.serving_model_dir):
         # Left by an attempt killed while exporting: the next export must start clean.
-        tf.io.gfile.rmtree(job.serving_model_dir)
+        fileio.rmtree(job.serving_model_dir)
     strategy = choose_strategy(job.logical_cpus)
     info = describe(strategy)
     _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Optional
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
 
 if TYPE_CHECKING:
     import keras
@@ -46,12 +47,11 @@ def raw_feature_spec(
     except OSError:
         if schema_path is None:
             raise
-    import tensorflow as tf
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tensorflow_transform.tf_metadata import schema_utils
 
-    schema = text_format.Parse(tf.io.gfile.GFile(schema_path).read(), schema_pb2.Schema())
+    schema = text_format.Parse(fileio.open(schema_path).read(), schema_pb2.Schema())
     return dict(schema_utils.schema_as_feature_spec(schema).feature_spec)
 
 

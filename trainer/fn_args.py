@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
+from beam_pipeline.core import fileio
 from trainer.data_accessor import DataAccessor
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class ExampleCounts(Mapping[str, int]):
 def _count_records(patterns: Sequence[str]) -> int:
     import tensorflow as tf
 
-    files = [f for p in patterns for f in tf.io.gfile.glob(p)]
+    files = [f for p in patterns for f in fileio.glob(p)]
     if not files:
         return 0
     compression = "GZIP" if all(f.endswith(".gz") for f in files) else ""

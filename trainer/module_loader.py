@@ -5,7 +5,7 @@ subclass of :class:`trainer.TrainSpec` (the runner owns the loop). ``trainer_fn`
 (tf.estimator) is refused: tf.estimator is gone from TensorFlow 2.16+. The launcher checks
 the module with :func:`check_trainer_module` before any Beam work starts; the worker loads it
 again with :func:`load_trainer_module` (from the source carried in the job when the file is
-not on the worker's disk). Files are executed by :func:`beam_pipeline.module_file.load_module`,
+not on the worker's disk). Files are executed by :func:`beam_pipeline.core.user_module.load_module`,
 the same loader the Transform stage uses.
 
 Example::
@@ -28,9 +28,10 @@ import types
 from collections.abc import Callable
 from typing import Optional
 
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.module_file import error_place, load_module, loaded_module
-from beam_pipeline.remote import StagedModule, fetch_module_folder, fetch_staged_module
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import StagedModule, fetch_module_folder, fetch_staged_module
+from beam_pipeline.core.user_module import error_place, load_module, loaded_module
 from trainer.spec import TrainSpec
 
 __all__ = [
@@ -94,9 +95,8 @@ def _execute(display: str, path: str, folder: Optional[str] = None) -> types.Mod
     except PipelineError as e:
         if "No module named 'tfx" not in str(e):
             raise
-        import tensorflow as tf
 
-        with tf.io.gfile.GFile(path) as f:
+        with fileio.open(path) as f:
             line = _tfx_import_line(f.read())
         where = f"{display}:{line}" if line else display
         raise PipelineError(
@@ -181,7 +181,7 @@ def load_trainer_module(
     """Executes a module file and finds how it trains.
 
     A module file already executed in this process with the same bytes is not executed
-    again (see :func:`beam_pipeline.module_file.load_module`).
+    again (see :func:`beam_pipeline.core.user_module.load_module`).
 
     Args:
       module_file: the module file's path as the user gave it.
@@ -201,7 +201,6 @@ def load_trainer_module(
       PipelineError: the file is missing, has a syntax error, fails to import, defines
         only ``trainer_fn``, has a ``run_fn`` with the wrong signature, or several specs.
     """
-    import tensorflow as tf  # gfile: the module file may be on gs://
 
     if staged is not None:
         module = loaded_module(module_file, staged.sha256)
@@ -209,7 +208,7 @@ def load_trainer_module(
             module = _execute(module_file, *_staged_copy(staged))
         return _resolve(module_file, module, entry_point)
     path = module_file
-    if source is not None and not tf.io.gfile.exists(module_file):
+    if source is not None and not fileio.exists(module_file):
         folder = tempfile.mkdtemp(prefix="beam_pipeline_module_")
         path = os.path.join(folder, os.path.basename(module_file))
         with open(path, "w") as f:

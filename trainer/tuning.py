@@ -51,8 +51,9 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.remote import StagedModule
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.module_staging import StagedModule
 from trainer.data_accessor import DataAccessor
 from trainer.fn_args import ExampleCounts, FnArgs, TunerFnResult
 from trainer.module_loader import ModuleKind, error_place, load_trainer_module
@@ -83,10 +84,6 @@ __all__ = [
 _LOG = logging.getLogger(__name__)
 _RESULT_PREFIX = "beam_result-"
 _WORKERS_SUBDIR = "workers"
-
-
-def _join(*parts: str) -> str:
-    return posixpath.join(*parts) if "://" in parts[0] else os.path.join(*parts)
 
 
 def worker_name() -> str:
@@ -484,29 +481,24 @@ def prewarm() -> None:
 
 
 def _result_path(project_dir: str, trial_id: str, attempt: int) -> str:
-    return _join(project_dir, f"trial_{trial_id}", f"{_RESULT_PREFIX}{attempt}.json")
+    return fileio.join(project_dir, f"trial_{trial_id}", f"{_RESULT_PREFIX}{attempt}.json")
 
 
 def read_trial_result(project_dir: str, trial_id: str, attempt: int) -> Optional[TrialResult]:
     """The result an earlier run of this trial attempt left, or None."""
-    import tensorflow as tf
 
     path = _result_path(project_dir, trial_id, attempt)
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         return None
-    with tf.io.gfile.GFile(path) as f:
+    with fileio.open(path) as f:
         return TrialResult.from_json(f.read())
 
 
 def _write_trial_result(project_dir: str, result: TrialResult) -> None:
-    import tensorflow as tf
 
     path = _result_path(project_dir, result.trial_id, result.attempt)
-    tf.io.gfile.makedirs(_join(project_dir, f"trial_{result.trial_id}"))
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(result.to_json())
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    fileio.makedirs(fileio.join(project_dir, f"trial_{result.trial_id}"))
+    fileio.write_atomic(path, result.to_json())
 
 
 def _fn_args(job: TuningJob, working_dir: str, strategy=None) -> FnArgs:
@@ -605,7 +597,7 @@ def _load_tuner(job: TuningJob, working_dir: str, strategy=None) -> tuple[TunerF
             "TunerFnResult(tuner=<a keras_tuner tuner>, fit_kwargs=<dict>); return "
             "`TunerFnResult(tuner=tuner, fit_kwargs={...})` (from trainer import TunerFnResult)."
         )
-    project_dir = _join(job.tuner_dir, tuner.project_name)
+    project_dir = fileio.join(job.tuner_dir, tuner.project_name)
     if os.path.normpath(str(tuner.project_dir)) != os.path.normpath(project_dir):
         _set_project_dir(tuner, project_dir)
     return TunerFnResult(tuner=tuner, fit_kwargs=dict(fit_kwargs)), str(
@@ -731,7 +723,7 @@ class TrialRunner:
         if self._loaded is None:
             from trainer.strategy import choose_strategy
 
-            working_dir = _join(
+            working_dir = fileio.join(
                 self._job.tuner_dir,
                 _WORKERS_SUBDIR,
                 f"{socket.gethostname()}-{os.getpid()}",

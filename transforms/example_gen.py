@@ -42,8 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.config import DEFAULT_CSV_MAX_FIELD_BYTES, DataFormat, Split
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, DataFormat, Split
 from transforms.metrics import NAMESPACE
 from transforms.tfrecords import WriteTFRecordBatches
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 from apache_beam.transforms import resources
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 
 __all__ = ["resource_hints"]
 

@@ -50,7 +50,8 @@ import apache_beam as beam
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
 from transforms.metrics import NAMESPACE
 
 __all__ = ["infer_schema", "InferSchema", "write_schema", "read_schema"]
@@ -250,13 +251,6 @@ class InferSchema(
         ).with_output_types(schema_pb2.Schema)
 
 
-def _gfile():
-    # Imported lazily: TensorFlow takes seconds to import.
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
 def write_schema(schema: schema_pb2.Schema, path: str) -> None:
     """Writes ``schema`` as a text proto (``schema.pbtxt``, as TFX's SchemaGen does).
 
@@ -270,11 +264,10 @@ def write_schema(schema: schema_pb2.Schema, path: str) -> None:
     """
     if not isinstance(schema, schema_pb2.Schema):
         raise TypeError(f"write_schema takes a Schema, got {type(schema).__name__}.")
-    gfile = _gfile()
     folder = os.path.dirname(path)
     if folder:
-        gfile.makedirs(folder)
-    with gfile.GFile(path, "w") as f:
+        fileio.makedirs(folder)
+    with fileio.open(path, "w") as f:
         f.write(text_format.MessageToString(schema))
 
 
@@ -290,13 +283,12 @@ def read_schema(path: str) -> schema_pb2.Schema:
     Raises:
       PipelineError: the file does not exist or is not a text-format Schema.
     """
-    gfile = _gfile()
-    if not gfile.exists(path):
+    if not fileio.exists(path):
         raise PipelineError(
             f"Schema file {path} does not exist; pass the path of an existing schema.pbtxt "
             "or let the pipeline infer one."
         )
-    with gfile.GFile(path, "r") as f:
+    with fileio.open(path, "r") as f:
         text = f.read()
     try:
         return text_format.Parse(text, schema_pb2.Schema())

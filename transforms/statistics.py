@@ -51,7 +51,8 @@ import pyarrow.compute as pc
 from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx_bsl import sketches
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
 from transforms.metrics import NAMESPACE
 
 __all__ = ["GenerateStatistics", "write_statistics", "read_statistics"]
@@ -664,13 +665,6 @@ class GenerateStatistics(
         ).with_output_types(statistics_pb2.DatasetFeatureStatisticsList)
 
 
-def _gfile():
-    # Imported lazily: TensorFlow takes seconds to import.
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
 def write_statistics(stats: statistics_pb2.DatasetFeatureStatisticsList, path: str) -> None:
     """Writes ``stats`` as one binary proto file (TFX's ``FeatureStats.pb`` layout).
 
@@ -687,11 +681,10 @@ def write_statistics(stats: statistics_pb2.DatasetFeatureStatisticsList, path: s
         raise TypeError(
             f"write_statistics takes a DatasetFeatureStatisticsList, got {type(stats).__name__}."
         )
-    gfile = _gfile()
     folder = os.path.dirname(path)
     if folder:
-        gfile.makedirs(folder)
-    with gfile.GFile(path, "wb") as f:
+        fileio.makedirs(folder)
+    with fileio.open(path, "wb") as f:
         f.write(stats.SerializeToString())
 
 
@@ -707,13 +700,12 @@ def read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
     Raises:
       PipelineError: the file does not exist or does not hold such a proto.
     """
-    gfile = _gfile()
-    if not gfile.exists(path):
+    if not fileio.exists(path):
         raise PipelineError(
             f"Statistics file {path} does not exist; run the statistics stage first or "
             "pass the path of an existing FeatureStats.pb file."
         )
-    with gfile.GFile(path, "rb") as f:
+    with fileio.open(path, "rb") as f:
         data = f.read()
     stats = statistics_pb2.DatasetFeatureStatisticsList()
     try:

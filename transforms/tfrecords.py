@@ -30,6 +30,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_pipeline.core import fileio
+
 __all__ = ["WriteTFRecordBatches", "ReadExampleBatches", "SHARD_SUFFIX"]
 
 SHARD_SUFFIX = ".tfrecord.gz"
@@ -58,7 +60,7 @@ class _WriteBundleFiles(beam.DoFn):
         if self._writer is None:
             import tensorflow as tf
 
-            tf.io.gfile.makedirs(self._tmp_dir)
+            fileio.makedirs(self._tmp_dir)
             self._path = FileSystems.join(self._tmp_dir, f"{uuid.uuid4().hex}{SHARD_SUFFIX}")
             self._writer = tf.io.TFRecordWriter(self._path, options=_options())
         write = self._writer.write
@@ -76,7 +78,7 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
     import tensorflow as tf
 
     paths = sorted(paths)
-    tf.io.gfile.makedirs(out_dir)
+    fileio.makedirs(out_dir)
     if not paths:
         # An empty split still gets one (empty) file so readers' globs match.
         empty = FileSystems.join(out_dir, f"data-00000-of-00001{SHARD_SUFFIX}")
@@ -88,9 +90,9 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
             for i in range(len(paths))
         ]
     for src, dst in zip(paths, final):
-        tf.io.gfile.rename(src, dst, overwrite=True)
-    if tf.io.gfile.exists(tmp_dir):
-        tf.io.gfile.rmtree(tmp_dir)  # files of failed or retried bundles
+        fileio.rename(src, dst, overwrite=True)
+    if fileio.exists(tmp_dir):
+        fileio.rmtree(tmp_dir)  # files of failed or retried bundles
     return final
 
 

@@ -23,7 +23,7 @@ from typing import Optional
 
 import apache_beam as beam
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 from trainer import TrainingJob, TrainingResult, run_trainer
 from transforms.hints import resource_hints
 from transforms.metrics import NAMESPACE

@@ -29,7 +29,8 @@ from apache_beam.io.filesystems import FileSystems
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx_bsl.public import tfxio
 
-from beam_pipeline.config import Split
+from beam_pipeline.core import fileio
+from beam_pipeline.core.types import Split
 from transforms.metrics import NAMESPACE
 from transforms.tfrecords import ReadExampleBatches, WriteTFRecordBatches
 
@@ -91,9 +92,8 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
     ):
         super().__init__()
         self._batch_size = batch_size
-        import tensorflow as tf
 
-        self._files = {split: sorted(tf.io.gfile.glob(p)) for split, p in examples.items()}
+        self._files = {split: sorted(fileio.glob(p)) for split, p in examples.items()}
         empty = [p for split, p in examples.items() if not self._files[split]]
         if empty:
             raise ValueError(f"TransformExamples: no examples match {empty[0]}.")

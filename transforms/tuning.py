@@ -25,7 +25,7 @@ from typing import Optional
 import apache_beam as beam
 from apache_beam.utils import shared
 
-from beam_pipeline.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError
 from trainer.tuning import TrialResult, TrialRunner, TrialSpec, TrialStatus, TuningJob
 from transforms.hints import resource_hints
 from transforms.metrics import NAMESPACE

@@ -130,9 +130,10 @@ def user_error(exc: BaseException, pipeline_root: str) -> Optional[PipelineError
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in ')
 _STEP = re.compile(r" ?\[while running '([^']*)'\]")
+# beam_pipeline/core/errors.py -> the folder holding the three packages.
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PACKAGE_DIRS = tuple(
-    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
-    for name in ("beam_pipeline", "trainer", "transforms")
+    os.path.join(_REPO_ROOT, name) + os.sep for name in ("beam_pipeline", "trainer", "transforms")
 )
 
 
@@ -230,8 +231,7 @@ def code_error(exc: BaseException) -> Optional[PipelineError]:
     step = _STEP.search(text)
     in_step = f" in step {step.group(1)!r}" if step else ""
     return PipelineError(
-        f"{what}, raised at {path}:{line}{in_step}; fix the code there (or the input it "
-        "was given)."
+        f"{what}, raised at {path}:{line}{in_step}; fix the code there (or the input it was given)."
     )
 
 

@@ -17,8 +17,9 @@ import types
 from collections.abc import Callable
 from typing import Optional
 
-from beam_pipeline.errors import PipelineError
-from beam_pipeline.keras3 import use_keras_3
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.keras3 import use_keras_3
 
 __all__ = [
     "load_module",
@@ -30,13 +31,12 @@ __all__ = [
 
 
 def _read(path: str) -> bytes:
-    import tensorflow as tf  # gfile reads gs:// as well as local paths
 
-    if not tf.io.gfile.exists(path):
+    if not fileio.exists(path):
         raise PipelineError(
             f"Module file {path} does not exist; pass an existing Python file with --module_file."
         )
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with fileio.open(path, "rb") as f:
         return f.read()
 
 
@@ -130,9 +130,14 @@ def pickle_by_value(module: types.ModuleType) -> None:
 
     The module is imported under a generated name that worker processes (DirectRunner
     multi_processing, portable runners, Dataflow) cannot import; tf.Transform's stages carry
-    the user's ``preprocessing_fn`` and must ship its code instead.
+    the user's ``preprocessing_fn`` and must ship its code instead. Where Beam is not
+    installed (a plain trainer process) nothing pickles with Beam, so there is nothing to
+    register.
     """
-    from apache_beam.internal.cloudpickle import cloudpickle
+    try:
+        from apache_beam.internal.cloudpickle import cloudpickle
+    except ImportError:
+        return
 
     cloudpickle.register_pickle_by_value(module)
 

@@ -11,7 +11,7 @@ while the same module built Keras 3 models elsewhere.
 
 :func:`use_keras_3` points ``tf.keras`` (the attribute, and the ``tensorflow.keras``
 module that ``from tensorflow.keras import layers`` imports) at Keras 3's TensorFlow API,
-as TensorFlow does when ``TF_USE_LEGACY_KERAS`` is unset. :func:`beam_pipeline.module_file.
+as TensorFlow does when ``TF_USE_LEGACY_KERAS`` is unset. :func:`beam_pipeline.core.user_module.
 load_module` calls it before it executes a module file, and every process that runs a
 module's code (the launcher, the tuner's pool workers, DirectRunner, portable and Dataflow
 workers) loads the module with it, so the order of imports no longer matters.

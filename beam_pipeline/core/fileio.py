@@ -1,0 +1,147 @@
+"""The one way this project touches files: local paths and ``gs://`` alike.
+
+Every read, write, listing and rename of an artifact, a staged module or a run record goes
+through these functions, which delegate to ``tf.io.gfile``. Why ``tf.io.gfile`` and not
+Beam's ``FileSystems``: :mod:`trainer` runs inside a worker and in plain processes where it
+must not need Beam (see DESIGN.md), while TensorFlow is present in every process that
+touches an artifact; gfile also has folders (``makedirs``, ``walk``, ``rmtree``, a
+folder ``rename``), which the atomic publishing of :mod:`beam_pipeline.run_dir` needs and
+Beam's flat object-store view does not give. TFX's ``tfx.dsl.io.fileio`` made the same
+choice. Beam's IOs (``ReadFromText``, ``WriteToTFRecord``, ...) still read and write the
+data inside Beam jobs; this module is for everything around them.
+
+TensorFlow is imported on first use, not at import time: the CLI checks its flags in
+well under a second and only then pays for TensorFlow.
+
+Example::
+
+    from beam_pipeline.core import fileio
+
+    fileio.makedirs(fileio.join(root, "schema"))
+    with fileio.open(fileio.join(root, "schema", "schema.pbtxt"), "w") as f:
+        f.write(text)
+    fileio.write_atomic(fileio.join(root, "summary.json"), json.dumps(summary))
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from typing import IO, Any
+
+__all__ = [
+    "copy",
+    "exists",
+    "glob",
+    "is_remote",
+    "isdir",
+    "join",
+    "listdir",
+    "makedirs",
+    "open",
+    "remove",
+    "rename",
+    "rmtree",
+    "size",
+    "walk",
+    "write_atomic",
+]
+
+_open = open  # the builtin, before this module's ``open`` shadows it
+
+
+def _gfile() -> Any:
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def is_remote(path: str) -> bool:
+    """Whether ``path`` is a URL (``gs://...``) rather than a local path."""
+    return "://" in path
+
+
+def join(*parts: str) -> str:
+    """Joins path parts: with ``/`` for URLs (``gs://...``), as the OS does for local paths."""
+    return posixpath.join(*parts) if is_remote(parts[0]) else os.path.join(*parts)
+
+
+def exists(path: str) -> bool:
+    """Whether a file or folder exists at ``path``."""
+    return _gfile().exists(path)
+
+
+def isdir(path: str) -> bool:
+    """Whether ``path`` is a folder."""
+    return _gfile().isdir(path)
+
+
+def makedirs(path: str) -> None:
+    """Creates ``path`` and its missing parents (no error if it exists)."""
+    _gfile().makedirs(path)
+
+
+def listdir(path: str) -> list[str]:
+    """The names (not paths) of the entries of folder ``path``."""
+    return _gfile().listdir(path)
+
+
+def glob(pattern: str) -> list[str]:
+    """The paths matching ``pattern`` (``*``, ``?``, ``[...]``), sorted."""
+    return sorted(_gfile().glob(pattern))
+
+
+def walk(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk`` for local and remote folders: ``(folder, subfolders, files)``."""
+    return _gfile().walk(top)
+
+
+def size(path: str) -> int:
+    """The size of file ``path`` in bytes."""
+    return _gfile().stat(path).length
+
+
+def open(path: str, mode: str = "r") -> IO[Any]:  # noqa: A001 - the module's file API
+    """Opens file ``path`` (``"r"``, ``"rb"``, ``"w"``, ``"wb"``, ``"a"``)."""
+    return _gfile().GFile(path, mode)
+
+
+def rename(src: str, dst: str, overwrite: bool = False) -> None:
+    """Moves ``src`` (a file or, on local disks, a folder) to ``dst``."""
+    _gfile().rename(src, dst, overwrite=overwrite)
+
+
+def copy(src: str, dst: str, overwrite: bool = False) -> None:
+    """Copies file ``src`` to ``dst``."""
+    _gfile().copy(src, dst, overwrite=overwrite)
+
+
+def remove(path: str) -> None:
+    """Deletes file ``path``."""
+    _gfile().remove(path)
+
+
+def rmtree(path: str) -> None:
+    """Deletes folder ``path`` and everything in it."""
+    _gfile().rmtree(path)
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """Writes ``data`` to ``path`` so readers see the old file or the whole new one.
+
+    The data goes to a uniquely named sibling first and is renamed over ``path``: a rename
+    is atomic on local disks, and on object stores the object appears only once written,
+    so a reader never sees a half-written file and two writers never mix their bytes.
+    """
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(tmp, mode) as f:
+        f.write(data)
+    try:
+        rename(tmp, path, overwrite=True)
+    except BaseException:
+        if exists(tmp):
+            remove(tmp)
+        raise
