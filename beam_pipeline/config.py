@@ -39,7 +39,6 @@ BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "pengu
 BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")
 
 
-
 # One path segment: a run id names a folder under <pipeline_root>/runs and nothing else.
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
