@@ -90,7 +90,7 @@ def _check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         sources = ((None, tuple(eg.resolve_input_files(d.data))),)
     all_files = [f for _, fs in sources for f in fs]
     data_format = eg.detect_format(all_files, d.data_format)
-    header = eg.read_csv_header(all_files, csv_format) if data_format is DataFormat.CSV else ()
+    header = eg.FORMATS[data_format].read_columns(all_files, eg.ReadSettings(csv=csv_format))
     # The content, not the files' names, sizes or times (see beam_pipeline.fingerprint);
     # with every setting that shapes the examples, its paths replaced by their content.
     settings = dataclasses.replace(
@@ -114,17 +114,6 @@ def _check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
 def _counter(result, name: str) -> int:
     found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))
     return int(sum(c.committed or 0 for c in found["counters"]))
-
-
-def _column_types(schema) -> dict[str, eg.ColumnType]:
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
-    kinds = {
-        schema_pb2.INT: eg.ColumnType.INT,
-        schema_pb2.FLOAT: eg.ColumnType.FLOAT,
-        schema_pb2.BYTES: eg.ColumnType.STRING,
-    }
-    return {f.name: kinds[f.type] for f in schema.feature if f.type in kinds}
 
 
 def build_data_pipeline(
@@ -154,6 +143,8 @@ def build_data_pipeline(
         s: FileSystems.join(staging[Artifact.STATISTICS], s.value, "FeatureStats.pb")
         for s in splits
     }
+    input_format = eg.FORMATS[inputs.data_format]
+    settings = eg.ReadSettings(csv=csv_format, schema=user_schema)
     batch_sets, rejected_sets = [], []
     for split, files in inputs.files:
         splitter = eg.HashSplitter(
@@ -162,13 +153,7 @@ def build_data_pipeline(
             fixed_split=split,
         )
         label = f"ExampleGen[{split.value}]" if split else "ExampleGen"
-        if inputs.data_format is DataFormat.CSV:
-            types = _column_types(user_schema) if user_schema is not None else None
-            read = eg.ReadCsvExamples(files, inputs.header, csv_format, splitter, types)
-        else:
-            schema_bytes = user_schema.SerializeToString() if user_schema is not None else None
-            read = eg.ReadTFRecordExamples(files, splitter, schema_bytes)
-        result = p | label >> read
+        result = p | label >> input_format.read(files, inputs.header, splitter, settings)
         batch_sets.append(result.batches)
         rejected_sets.append(result.rejected)
     batches = tuple(batch_sets) | "AllBatches" >> beam.Flatten()

@@ -6,9 +6,13 @@ import ast
 import bz2
 import collections
 import csv
+import enum
+import glob
 import gzip
+import json
 import lzma
 import os
+import types
 import zlib
 
 import apache_beam as beam
@@ -20,6 +24,9 @@ from conftest import PENGUIN_DIR, TESTDATA, feature_value, make_pipeline, read_e
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import DataFormat, Split
 from transforms import example_gen as eg
+from transforms.example_gen.csv_input import _to_list_array
+from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile
+from transforms.example_gen.csv_typing import CountFileTypes
 
 MESSY = os.path.join(TESTDATA, "messy.csv")
 PENGUINS = os.path.join(PENGUIN_DIR, "penguins.csv")
@@ -191,7 +198,7 @@ _COMPRESSORS = {
 
 
 def _without_file(outputs):
-    """_ReadCsvFile's outputs with the file name left out (it differs by suffix)."""
+    """ReadCsvFile's outputs with the file name left out (it differs by suffix)."""
     out = []
     for o in outputs:
         if isinstance(o, beam.pvalue.TaggedOutput):
@@ -214,11 +221,11 @@ def test_compressed_csv_reads_exactly_like_the_plain_file(tmp_path, suffix):
     assert header == eg.read_csv_header([MESSY], fmt)
     # Both passes: the row reader (quoted newlines, line numbers, rejections) and the typing
     # pass (pyarrow's reader over the decompressed stream).
-    reader = eg._ReadCsvFile(header, fmt, None)
+    reader = ReadCsvFile(header, fmt, None)
     got = _without_file(reader.process(files[0]))
     assert got == _without_file(reader.process(MESSY))
     assert [o[1].line for o in got if o[0] == "rejected"] == [6]
-    count = eg._CountFileTypes(header, fmt)
+    count = CountFileTypes(header, fmt)
     assert list(count.process(files[0])) == list(count.process(MESSY))
 
 
@@ -233,7 +240,7 @@ def test_truncated_compressed_csv_fails_instead_of_losing_rows(tmp_path, suffix)
     fmt = eg.CsvFormat()
     with pytest.raises(PipelineError, match=r"cut\.csv\..* cannot be decompressed as its name"):
         header = eg.read_csv_header([str(path)], fmt)  # a cut in the first block fails here
-        list(eg._ReadCsvFile(header, fmt, None).process(str(path)))
+        list(ReadCsvFile(header, fmt, None).process(str(path)))
 
 
 def test_concatenated_gzip_members_are_all_read(tmp_path):
@@ -241,7 +248,7 @@ def test_concatenated_gzip_members_are_all_read(tmp_path):
     path = tmp_path / "all.csv.gz"
     path.write_bytes(gzip.compress(b"id\n1\n2\n") + gzip.compress(b"3\n4\n"))
     header = eg.read_csv_header([str(path)], eg.CsvFormat())
-    (chunk,) = eg._ReadCsvFile(header, eg.CsvFormat(), None).process(str(path))
+    (chunk,) = ReadCsvFile(header, eg.CsvFormat(), None).process(str(path))
     assert chunk.columns[0].to_pylist() == ["1", "2", "3", "4"]
 
 
@@ -297,9 +304,9 @@ def test_ten_megabyte_field_is_read_and_one_over_the_default_limit_rejected(tmp_
     with open(path, "w", encoding="utf-8") as f:
         f.write(f'id,text\n1,"{ten_mb}"\n2,"{"c" * (17 << 20)}"\n3,end\n')
     header = eg.read_csv_header([str(path)], eg.CsvFormat())
-    out = list(eg._ReadCsvFile(header, eg.CsvFormat(), None).process(str(path)))
+    out = list(ReadCsvFile(header, eg.CsvFormat(), None).process(str(path)))
     rejected = [o.value for o in out if isinstance(o, beam.pvalue.TaggedOutput)]
-    chunks = [o for o in out if isinstance(o, eg._RawChunk)]
+    chunks = [o for o in out if isinstance(o, RawChunk)]
     expected = f"field of {17 << 20} bytes at line 2500003 exceeds --csv_max_field_bytes=16777216"
     assert [(r.line, r.reason) for r in rejected] == [(2_500_003, expected)]
     assert len(chunks) == 1 and chunks[0].lines == [2, 2_500_004]
@@ -387,5 +394,104 @@ def test_hash_assignment_matches_an_independent_blake2b_computation():
 
 def test_list_arrays_have_null_for_missing():
     arr = pa.array(["1", "", "3"])
-    out = eg._to_list_array(arr, pa.array([False, True, False]), eg.ColumnType.INT)
+    out = _to_list_array(arr, pa.array([False, True, False]), eg.ColumnType.INT)
     assert out.to_pylist() == [[1], None, [3]]
+
+
+# ----------------------------------------------------- a third input format, as a plug-in
+
+
+class _TestFormat(str, enum.Enum):
+    """The test's own format key: a plug-in needs no change to DataFormat to be read."""
+
+    JSONL = "jsonl"
+
+
+class _ReadJsonLinesFile(beam.DoFn):
+    """One JSON-lines file (integer values only) -> a RecordBatch split by hash."""
+
+    def __init__(self, columns, splitter):
+        self._columns = columns
+        self._splitter = splitter
+        self._written = eg.split_counters(splitter)
+
+    def process(self, path):
+        rows, keys = [], []
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, start=1):
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    yield beam.pvalue.TaggedOutput(
+                        "rejected", eg.RejectedRow(path, number, f"not JSON ({e})", line.strip())
+                    )
+                    continue
+                keys.append(line.encode("utf-8"))
+        arrays = [pa.array([[r[c]] for r in rows], pa.list_(pa.int64())) for c in self._columns]
+        batch = pa.RecordBatch.from_arrays(arrays, names=list(self._columns))
+        yield from eg.split_batch(batch, keys, self._splitter, self._written)
+
+
+class _ReadJsonLines(beam.PTransform):
+    def __init__(self, files, columns, splitter):
+        super().__init__()
+        self._files, self._columns, self._splitter = list(files), columns, splitter
+
+    def expand(self, pbegin):
+        read = (
+            pbegin
+            | "ListFiles" >> beam.Create(self._files)
+            | "Read"
+            >> beam.ParDo(_ReadJsonLinesFile(self._columns, self._splitter)).with_outputs(
+                "rejected", main="batches"
+            )
+        )
+        return eg.ExampleGenResult(read.batches, read.rejected)
+
+
+class _JsonLinesInput(eg.InputFormat):
+    title = "JSON lines"
+    suffix = ".jsonl"
+
+    def claims(self, name):
+        return name.endswith(".jsonl")
+
+    def read_columns(self, files, settings):
+        with open(files[0], encoding="utf-8") as f:
+            return tuple(json.loads(f.readline()))
+
+    def read(self, files, columns, splitter, settings):
+        return _ReadJsonLines(files, columns, splitter)
+
+
+def test_a_format_passed_in_as_a_plug_in_flows_through_example_gen(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text('{"x": 1, "y": 10}\n{"x": 2, "y": 20}\nnot json\n')
+    (data / "b.jsonl.gz").write_bytes(gzip.compress(b'{"x": 3, "y": 30}\n'))
+    # The shipped table does not know the format; a table passed in does.
+    files = eg.resolve_input_files(str(data))
+    with pytest.raises(PipelineError, match=r"neither \.csv nor \.tfrecord by name"):
+        eg.detect_format(files, DataFormat.AUTO)
+    formats = types.MappingProxyType({**eg.FORMATS, _TestFormat.JSONL: _JsonLinesInput()})
+    with pytest.raises(PipelineError, match="--data mixes CSV and JSON lines files"):
+        eg.detect_format([MESSY, files[0]], DataFormat.AUTO, formats)
+    key = eg.detect_format(files, DataFormat.AUTO, formats)
+    assert key is _TestFormat.JSONL
+    plain = files[:1]  # the test's reader does not decompress: it reads a.jsonl only
+    settings = eg.ReadSettings()
+    columns = formats[key].read_columns(plain, settings)
+    assert columns == ("x", "y")
+    out, rejected = str(tmp_path / "examples"), str(tmp_path / "rejected")
+    with make_pipeline() as p:
+        result = p | formats[key].read(plain, columns, eg.HashSplitter(), settings)
+        _ = result.batches | eg.WriteSplitExamples(out, (Split.TRAIN, Split.EVAL))
+        _ = result.rejected | eg.WriteRejectedRows(rejected)
+    written = read_examples(os.path.join(out, "*", "*.tfrecord.gz"))
+    assert sorted((feature_value(e, "x"), feature_value(e, "y")) for e in written) == [
+        (1, 10),
+        (2, 20),
+    ]
+    with open(glob.glob(os.path.join(rejected, "rejected-*.jsonl"))[0], encoding="utf-8") as f:
+        (row,) = [json.loads(line) for line in f]
+    assert (os.path.basename(row["file"]), row["line"], row["text"]) == ("a.jsonl", 3, "not json")

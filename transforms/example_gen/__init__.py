@@ -1,0 +1,74 @@
+"""ExampleGen: input files -> typed Arrow RecordBatches per split -> tf.Examples.
+
+Rows are read into ``pa.RecordBatch`` chunks (columns ``list<int64|float32|binary>``, a
+null list for a missing value), assigned to splits by a deterministic hash, and written
+as sharded gzip TFRecords of ``tf.train.Example`` per split. Rows that cannot be read
+(wrong number of fields, a value that does not parse as its column's type, an
+undecodable record) are never dropped silently: they come out as :class:`RejectedRow`.
+
+The input format is a plug-in point (:mod:`.input_format`, :mod:`.formats`): CSV
+(:mod:`.csv_input`) and TFRecord (:mod:`.tfrecord_input`) are two :class:`InputFormat` s
+in the immutable table :data:`FORMATS`; what comes after reading (:mod:`.sinks`,
+statistics) is the same for every format. One module per concern:
+
+- :mod:`.input_files`: which files ``--data`` names; :mod:`.formats`: which format they are.
+- :mod:`.compressed`: reading compressed input by its name.
+- :mod:`.splitting`: the hash split.
+- :mod:`.csv_header`, :mod:`.csv_rows`, :mod:`.csv_typing`, :mod:`.csv_input`: CSV's
+  header check, row reading, column typing and the format itself.
+- :mod:`.tfrecord_input`: tf.Example TFRecords.
+- :mod:`.sinks`: the tf.Example and rejected-rows writers.
+
+Encoding to tf.Example uses tfx-bsl's C++ ``RecordBatchToExamplesEncoder``.
+
+Example::
+
+    files = resolve_input_files("data/*.csv")
+    data_format = detect_format(files, DataFormat.AUTO)
+    settings = ReadSettings(csv=CsvFormat())
+    header = FORMATS[data_format].read_columns(files, settings)
+    with beam.Pipeline() as p:
+        result = p | FORMATS[data_format].read(files, header, HashSplitter(), settings)
+        result.batches | WriteSplitExamples(out_dir, splits=(Split.TRAIN, Split.EVAL))
+        result.rejected | WriteRejectedRows(rejected_dir)
+"""
+
+from transforms.example_gen.csv_header import read_csv_header
+from transforms.example_gen.csv_input import CsvInput, ReadCsvExamples
+from transforms.example_gen.csv_typing import ColumnType, InferCsvColumnTypes
+from transforms.example_gen.formats import FORMATS, detect_format
+from transforms.example_gen.input_files import resolve_input_files
+from transforms.example_gen.input_format import (
+    ExampleGenResult,
+    InputFormat,
+    RejectedRow,
+    SplitBatch,
+)
+from transforms.example_gen.settings import CsvFormat, ReadSettings
+from transforms.example_gen.sinks import WriteRejectedRows, WriteSplitExamples
+from transforms.example_gen.splitting import HashSplitter, split_batch, split_counters
+from transforms.example_gen.tfrecord_input import ReadTFRecordExamples, TFRecordInput
+
+__all__ = [
+    "FORMATS",
+    "ColumnType",
+    "CsvFormat",
+    "CsvInput",
+    "ExampleGenResult",
+    "HashSplitter",
+    "InferCsvColumnTypes",
+    "InputFormat",
+    "ReadCsvExamples",
+    "ReadSettings",
+    "ReadTFRecordExamples",
+    "RejectedRow",
+    "SplitBatch",
+    "TFRecordInput",
+    "WriteRejectedRows",
+    "WriteSplitExamples",
+    "detect_format",
+    "read_csv_header",
+    "resolve_input_files",
+    "split_batch",
+    "split_counters",
+]

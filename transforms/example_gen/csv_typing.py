@@ -1,0 +1,209 @@
+"""The type of each CSV column (INT, FLOAT or STRING), from the data or a user's schema.
+
+Without ``--schema``, a first pass over the files counts per column how many present
+values parse as integers and as numbers (:class:`CountFileTypes`, pyarrow's C++ reader),
+and :class:`InferCsvColumnTypes` sums the counts and decides; with ``--schema``,
+:func:`column_types_of_schema` takes its types. The parsing pass (:mod:`.csv_input`)
+then parses with those types and the same patterns (:data:`INT_RE`, :data:`FLOAT_RE`).
+
+Example::
+
+    types = (
+        p
+        | beam.Create(files)
+        | beam.ParDo(CountFileTypes(header, fmt))
+        | beam.CombineGlobally(InferCsvColumnTypes(header)))   # {column: ColumnType}
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from transforms.example_gen.compressed import is_decompression_error, open_binary
+from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile, oversized_fields
+from transforms.example_gen.settings import CsvFormat
+
+__all__ = [
+    "FLOAT_RE",
+    "INT_RE",
+    "ColumnType",
+    "CountFileTypes",
+    "InferCsvColumnTypes",
+    "column_types_of_schema",
+    "string_array",
+]
+
+INT_RE = r"^[+-]?\d{1,18}$"
+FLOAT_RE = (
+    r"^[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN])$"
+)
+# A numeric-looking column is numeric when at least this share of its present values
+# parse as numbers; the other rows are rejected (with file, line and reason) instead of
+# silently turning the whole column into strings.
+_NUMERIC_MAJORITY = 0.95
+
+
+class ColumnType(str, enum.Enum):
+    INT = "int"
+    FLOAT = "float"
+    STRING = "string"
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return {"int": pa.int64(), "float": pa.float32(), "string": pa.binary()}[self.value]
+
+
+def column_types_of_schema(schema: schema_pb2.Schema) -> dict[str, ColumnType]:
+    """The column types a user's ``--schema`` gives (INT, FLOAT, BYTES features)."""
+    kinds = {
+        schema_pb2.INT: ColumnType.INT,
+        schema_pb2.FLOAT: ColumnType.FLOAT,
+        schema_pb2.BYTES: ColumnType.STRING,
+    }
+    return {f.name: kinds[f.type] for f in schema.feature if f.type in kinds}
+
+
+def string_array(
+    values: list[str] | pa.Array, null_values: tuple[str, ...]
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(raw strings, whitespace-trimmed strings, is-missing mask) of one raw column.
+
+    Numbers are parsed from the trimmed text; string values keep their raw text.
+    """
+    raw = values if isinstance(values, pa.Array) else pa.array(values, type=pa.string())
+    trimmed = pc.utf8_trim_whitespace(raw)
+    missing = pc.is_in(trimmed, value_set=pa.array(list(null_values) + [""], type=pa.string()))
+    return raw, trimmed, missing
+
+
+class _TypeCounts(NamedTuple):
+    present: int
+    ints: int
+    floats: int
+
+
+def _count_types(columns, null_values: tuple[str, ...]) -> list[_TypeCounts]:
+    """Per column: present values, and how many of them parse as int and as float."""
+    out = []
+    for values in columns:
+        _, trimmed, missing = string_array(values, null_values)
+        present = trimmed.filter(pc.invert(missing))
+        if not len(present):
+            out.append(_TypeCounts(0, 0, 0))
+            continue
+        out.append(
+            _TypeCounts(
+                len(present),
+                pc.sum(pc.match_substring_regex(present, INT_RE)).as_py(),
+                pc.sum(pc.match_substring_regex(present, FLOAT_RE)).as_py(),
+            )
+        )
+    return out
+
+
+def _add_counts(a: list[_TypeCounts], b: list[_TypeCounts]) -> list[_TypeCounts]:
+    return [_TypeCounts(*(x + y for x, y in zip(ca, cb))) for ca, cb in zip(a, b)]
+
+
+class CountFileTypes(beam.DoFn):
+    """The typing pass over one CSV file: per-column type counts.
+
+    It uses pyarrow's multi-threaded C++ CSV reader (several times faster than Python's
+    ``csv``): this pass needs no line numbers, and rows of the wrong width are skipped here
+    (the parsing pass rejects them with their line). A file pyarrow cannot parse (e.g. a
+    stray quote that Python's lenient reader accepts) is counted with Python's reader.
+    """
+
+    def __init__(self, header: tuple[str, ...], fmt: CsvFormat):
+        self._header = header
+        self._fmt = fmt
+
+    def process(self, path: str) -> Iterator[list[_TypeCounts]]:
+        import pyarrow.csv as pa_csv
+
+        counts = [_TypeCounts(0, 0, 0) for _ in self._header]
+        try:
+            with open_binary(path) as f:
+                reader = pa_csv.open_csv(
+                    f,
+                    read_options=pa_csv.ReadOptions(
+                        skip_rows=1, column_names=list(self._header), block_size=8 << 20
+                    ),
+                    parse_options=pa_csv.ParseOptions(
+                        delimiter=self._fmt.delimiter,
+                        newlines_in_values=True,
+                        invalid_row_handler=lambda row: "skip",
+                    ),
+                    convert_options=pa_csv.ConvertOptions(
+                        column_types={h: pa.string() for h in self._header},
+                        strings_can_be_null=False,
+                        quoted_strings_can_be_null=False,
+                    ),
+                )
+                for batch in reader:
+                    columns = batch.columns
+                    # Rows the parsing pass rejects for an oversized field do not vote.
+                    oversized = oversized_fields(columns, self._fmt.max_field_bytes)
+                    if oversized:
+                        keep = np.ones(batch.num_rows, dtype=bool)
+                        keep[list(oversized)] = False
+                        columns = [c.filter(pa.array(keep)) for c in columns]
+                    counts = _add_counts(counts, _count_types(columns, self._fmt.null_values))
+        except Exception as e:  # noqa: BLE001  filtered just below
+            if not isinstance(e, (pa.ArrowInvalid, UnicodeDecodeError)):
+                if not is_decompression_error(e):
+                    raise
+            # Python's reader parses what pyarrow could not, or names the line where the
+            # file is not UTF-8 or stops decompressing.
+            counts = [_TypeCounts(0, 0, 0) for _ in self._header]
+            python_reader = ReadCsvFile(self._header, self._fmt, None, typing_pass=True)
+            for chunk in python_reader.process(path):
+                if isinstance(chunk, RawChunk):
+                    counts = _add_counts(counts, _count_types(chunk.columns, self._fmt.null_values))
+        yield counts
+
+
+class InferCsvColumnTypes(beam.CombineFn):
+    """Sums per-column type counts and decides each column's type.
+
+    ``extract_output`` gives ``{column: ColumnType}``: INT when every present value is an
+    integer, FLOAT when every one is a number, also INT/FLOAT when at least 95% are (those
+    rows are later rejected with their line), STRING otherwise. A column with no present
+    value is STRING.
+    """
+
+    def __init__(self, header: tuple[str, ...]):
+        self._header = header
+
+    def create_accumulator(self):
+        return [_TypeCounts(0, 0, 0) for _ in self._header]
+
+    def add_input(self, acc, counts: list[_TypeCounts]):
+        return _add_counts(acc, counts)
+
+    def merge_accumulators(self, accs):
+        out = self.create_accumulator()
+        for acc in accs:
+            out = _add_counts(out, acc)
+        return out
+
+    def extract_output(self, acc) -> dict[str, ColumnType]:
+        return {name: _decide_type(c) for name, c in zip(self._header, acc)}
+
+
+def _decide_type(c: _TypeCounts) -> ColumnType:
+    if c.present == 0:
+        return ColumnType.STRING
+    if c.ints == c.present or (c.ints >= _NUMERIC_MAJORITY * c.present and c.floats == c.ints):
+        return ColumnType.INT
+    if c.floats >= _NUMERIC_MAJORITY * c.present:
+        return ColumnType.FLOAT
+    return ColumnType.STRING

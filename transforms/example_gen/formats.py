@@ -1,0 +1,79 @@
+"""The input formats ExampleGen reads, and which one a run's files are.
+
+:data:`FORMATS` is the plug-in point: an immutable table from ``DataFormat`` to the
+:class:`~transforms.example_gen.input_format.InputFormat` that reads it. A new format is
+one module with an ``InputFormat`` subclass and one line here. Functions that choose a
+format take the table as an argument (default :data:`FORMATS`), so a caller (or a test)
+can pass a table with formats of its own instead of changing a global.
+
+Example::
+
+    data_format = detect_format(files, DataFormat.AUTO)        # from the file names
+    header = FORMATS[data_format].read_columns(files, settings)
+    read = FORMATS[data_format].read(files, header, splitter, settings)
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from collections.abc import Mapping, Sequence
+
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import DataFormat
+from transforms.example_gen.compressed import COMPRESSION_SUFFIXES
+from transforms.example_gen.csv_input import CsvInput
+from transforms.example_gen.input_files import basename
+from transforms.example_gen.input_format import InputFormat
+from transforms.example_gen.tfrecord_input import TFRecordInput
+
+__all__ = ["FORMATS", "detect_format"]
+
+# In the order detect_format asks them: the first format that claims a name has it.
+FORMATS: Mapping[DataFormat, InputFormat] = types.MappingProxyType(
+    {
+        DataFormat.CSV: CsvInput(),
+        DataFormat.TFRECORD: TFRecordInput(),
+    }
+)
+
+
+def detect_format(
+    files: Sequence[str],
+    data_format: enum.Enum,
+    formats: Mapping[enum.Enum, InputFormat] = FORMATS,
+) -> enum.Enum:
+    """The format of ``files``: ``data_format`` itself, or for AUTO the one their names say.
+
+    Args:
+      files: the input files.
+      data_format: ``DataFormat.AUTO``, or a key of ``formats`` (``--data_format``).
+      formats: the formats to choose from, in the order they are asked.
+
+    Returns:
+      The key of ``formats`` whose format the files are.
+
+    Raises:
+      PipelineError: files of several formats, or a name that says none.
+    """
+    if data_format is not DataFormat.AUTO:
+        return data_format
+    kinds = set()
+    for f in files:
+        name = basename(f).lower()
+        for suffix in COMPRESSION_SUFFIXES:
+            name = name.removesuffix(suffix)
+        kind = next((key for key, fmt in formats.items() if fmt.claims(name)), None)
+        if kind is None:
+            names = " nor ".join(fmt.suffix for fmt in formats.values())
+            flags = " or ".join(f"--data_format={key.value}" for key in formats)
+            raise PipelineError(
+                f"Input file {f} is neither {names} by name; rename it or pass {flags}."
+            )
+        kinds.add(kind)
+    if len(kinds) > 1:
+        mixed = " and ".join(fmt.title for key, fmt in formats.items() if key in kinds)
+        raise PipelineError(
+            f"--data mixes {mixed} files ({files[0]} ...); point --data at one kind."
+        )
+    return kinds.pop()

@@ -1,0 +1,73 @@
+"""ExampleGen's outputs: tf.Examples per split as sharded gzip TFRecords, and rejected rows.
+
+Example::
+
+    result.batches | WriteSplitExamples("out/examples", (Split.TRAIN, Split.EVAL))
+    result.rejected | WriteRejectedRows("out/rejected")   # rejected-*.jsonl
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.core.types import Split
+from transforms.example_gen.input_format import RejectedRow, SplitBatch
+from transforms.tfrecords import WriteTFRecordBatches
+
+__all__ = ["WriteRejectedRows", "WriteSplitExamples"]
+
+
+class _EncodeExamples(beam.DoFn):
+    """RecordBatch -> list of serialized tf.Examples (tfx-bsl's C++ encoder)."""
+
+    def process(self, batch: pa.RecordBatch) -> Iterator[list[bytes]]:
+        from tfx_bsl.coders import example_coder
+
+        # The encoder takes its feature types from the batch, so one per batch schema.
+        yield example_coder.RecordBatchToExamplesEncoder().encode(batch)
+
+
+class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pvalue.PDone]):
+    """Writes each split as sharded gzip TFRecords ``<out_dir>/<split>/data-*.tfrecord.gz``."""
+
+    def __init__(self, out_dir: str, splits: Sequence[Split]):
+        super().__init__()
+        self._out_dir = out_dir
+        self._splits = tuple(splits)
+
+    def expand(self, batches):
+        parts = batches | "BySplit" >> beam.Partition(
+            lambda sb, n, order: order.index(sb.split), len(self._splits), self._splits
+        )
+        for split, part in zip(self._splits, parts):
+            _ = (
+                part
+                | f"Batch[{split.value}]" >> beam.Map(lambda sb: sb.batch)
+                | f"Encode[{split.value}]" >> beam.ParDo(_EncodeExamples())
+                | f"Write[{split.value}]"
+                >> WriteTFRecordBatches(FileSystems.join(self._out_dir, split.value))
+            )
+        return beam.pvalue.PDone(batches.pipeline)
+
+
+class WriteRejectedRows(beam.PTransform[beam.PCollection[RejectedRow], beam.pvalue.PDone]):
+    """Writes rejected rows as JSON lines ``<out_dir>/rejected-*.jsonl`` (file, line, reason)."""
+
+    def __init__(self, out_dir: str):
+        super().__init__()
+        self._out_dir = out_dir
+
+    def expand(self, rejected):
+        _ = (
+            rejected
+            | "ToJson" >> beam.Map(RejectedRow.to_json)
+            | "Write"
+            >> beam.io.WriteToText(
+                FileSystems.join(self._out_dir, "rejected"), file_name_suffix=".jsonl"
+            )
+        )
+        return beam.pvalue.PDone(rejected.pipeline)
