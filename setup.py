@@ -21,6 +21,10 @@ REQUIRED = [
     "pyarrow",
     "pyyaml",
     "matplotlib",
+    # The metadata store (beam_pipeline/metadata): SQL through SQLAlchemy, its schema's
+    # migrations through Alembic.
+    "SQLAlchemy==2.0.58",
+    "alembic==1.20.1",
 ]
 
 setuptools.setup(
@@ -29,7 +33,17 @@ setuptools.setup(
     description="TFX-style ML pipelines (data stages, tuning, training) on Apache Beam",
     python_requires=">=3.10,<3.13",
     packages=setuptools.find_packages(include=["beam_pipeline*", "transforms*", "trainer*"]),
-    package_data={"beam_pipeline": ["examples/*/*.csv", "examples/*/*.yaml", "examples/*/*.py"]},
+    package_data={
+        "beam_pipeline": [
+            "examples/*/*.csv",
+            "examples/*/*.yaml",
+            "examples/*/*.py",
+            # The metadata store's Alembic migrations (a folder of scripts, not a package).
+            "metadata/migrations/*.py",
+            "metadata/migrations/*.mako",
+            "metadata/migrations/versions/*.py",
+        ]
+    },
     include_package_data=True,
     install_requires=REQUIRED,
     entry_points={"console_scripts": ["beam-pipeline=beam_pipeline.cli:main"]},

@@ -24,6 +24,7 @@ from conftest import REPO
 PACKAGES = ("beam_pipeline", "transforms", "trainer")
 EXAMPLE = ("penguins.csv", "penguin_module.py", "pipeline.yaml")
 EXAMPLE_DIR = "beam_pipeline/examples/penguin"
+MIGRATIONS_DIR = "beam_pipeline/metadata/migrations"
 
 
 def _read(name: str) -> str:
@@ -204,6 +205,16 @@ def test_wheel_holds_the_three_packages_the_example_and_the_entry_point(built):
         assert f"{package}/__init__.py" in names
     for name in EXAMPLE:
         assert f"{EXAMPLE_DIR}/{name}" in names
+    # The metadata store's Alembic migrations are a folder of scripts, not a package:
+    # setup.py's package_data must ship every one (a missing revision breaks every open).
+    migrations = [
+        os.path.relpath(os.path.join(folder, f), REPO).replace(os.sep, "/")
+        for folder, _, files in os.walk(os.path.join(REPO, MIGRATIONS_DIR))
+        for f in files
+        if f.endswith((".py", ".mako"))
+    ]
+    assert f"{MIGRATIONS_DIR}/versions/0001_initial.py" in migrations
+    assert set(migrations) <= set(names), set(migrations) - set(names)
     assert re.search(
         r"^\[console_scripts\]\s*\nbeam-pipeline\s*=\s*beam_pipeline\.cli:main", entry_text, re.M
     )

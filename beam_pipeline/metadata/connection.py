@@ -1,0 +1,199 @@
+"""Opening a metadata store: the URL, SQLite's settings for concurrent runs, the schema's
+migrations, and one sentence for every way the URL can be wrong.
+
+Everything that can fail about the store fails in :func:`open_engine`, before a run starts
+any Beam job: an unparsable URL, a driver that is not installed, a server that does not
+answer, a SQLite file whose folder is missing or read-only, a file that is not a SQLite
+database, a database holding other tables, and a store written by a newer version of
+beam-pipeline (a schema revision this version does not know).
+
+SQLite, several runs at once: the file is put in WAL mode (readers never block the one
+writer), every write transaction starts with ``BEGIN IMMEDIATE`` (it takes the write lock
+first, so a transaction never fails half-way on a lock another process took after it began
+reading, which is what SQLite's default deferred ``BEGIN`` does under concurrency) and
+waits up to :data:`BUSY_TIMEOUT_S` for the lock; the store's transactions are a few
+statements each. WAL needs a local disk (not NFS): see the README.
+
+Schema: Alembic runs the migrations in ``migrations/versions`` up to the newest revision
+inside the same locked transaction that checks the revision, so two launchers opening a
+new file at once create the tables once.
+
+Example::
+
+    engine = open_engine("sqlite:////data/pipeline_root/metadata.sqlite")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event, exc
+
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+
+__all__ = ["BUSY_TIMEOUT_S", "METADATA_FILE", "default_url", "open_engine", "migrate"]
+
+METADATA_FILE = "metadata.sqlite"
+# How long a SQLite writer waits for another process's write transaction (each is a few
+# statements: milliseconds) before giving up.
+BUSY_TIMEOUT_S = 60.0
+MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
+# Execution option of a connection that only reads: a deferred BEGIN on SQLite.
+READ_ONLY = "beam_pipeline_read_only"
+_FIX = "pass a reachable SQLAlchemy URL with --metadata_url"
+
+
+def default_url(pipeline_root: str) -> str:
+    """The default store: a SQLite file ``metadata.sqlite`` in the pipeline root.
+
+    Raises:
+      PipelineError: the pipeline root is remote (``gs://...``), where SQLite cannot live.
+    """
+    if fileio.is_remote(pipeline_root):
+        raise PipelineError(
+            f"--pipeline_root {pipeline_root} is remote, where a SQLite metadata store cannot "
+            "live; pass --metadata_url (e.g. postgresql+psycopg://user@host/db) for the store."
+        )
+    return "sqlite:///" + os.path.join(os.path.abspath(pipeline_root), METADATA_FILE)
+
+
+def _shown(url: sa.engine.URL | str) -> str:
+    """The URL as an error may print it: without its password."""
+    if isinstance(url, str):
+        return url
+    return url.render_as_string(hide_password=True)
+
+
+def _sqlite_settings(engine: sa.engine.Engine) -> None:
+    """WAL, foreign keys, and BEGIN IMMEDIATE for writes (see the module docstring)."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        # The driver must not open transactions by itself: _begin below does.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable enough in WAL, much faster
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: sa.engine.Connection) -> None:
+        read_only = connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def _create_engine(url: str) -> sa.engine.Engine:
+    try:
+        parsed = sa.engine.make_url(url)
+    except exc.ArgumentError as e:
+        raise PipelineError(
+            f"--metadata_url {url!r} is not a database URL; pass a SQLAlchemy URL such as "
+            "sqlite:////path/to/metadata.sqlite or postgresql+psycopg://user@host/db."
+        ) from e
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite and parsed.database in (None, "", ":memory:"):
+        raise PipelineError(
+            f"--metadata_url {url!r} names no SQLite file (an in-memory store would be lost "
+            "when the run ends); pass sqlite:////path/to/metadata.sqlite."
+        )
+    try:
+        engine = sa.create_engine(
+            parsed, connect_args={"timeout": BUSY_TIMEOUT_S} if sqlite else {}
+        )
+    except (exc.NoSuchModuleError, ImportError) as e:
+        missing = getattr(e, "name", None) or str(e)
+        raise PipelineError(
+            f"--metadata_url {_shown(parsed)} needs a database driver that is not installed "
+            f"({missing}); install it (PostgreSQL: pip install psycopg and use "
+            "postgresql+psycopg://...) or pass another --metadata_url."
+        ) from e
+    if sqlite:
+        _sqlite_settings(engine)
+    return engine
+
+
+def _reason(e: BaseException) -> str:
+    """The driver's own first line, without SQLAlchemy's wrapping."""
+    original = getattr(e, "orig", None) or e
+    return (str(original).strip().splitlines() or [type(original).__name__])[0]
+
+
+def _open_error(url: sa.engine.URL, e: exc.DBAPIError) -> PipelineError:
+    reason = _reason(e)
+    shown = _shown(url)
+    if url.get_backend_name() == "sqlite":
+        path = url.database or ""
+        if "not a database" in reason or "malformed" in reason:
+            return PipelineError(
+                f"Metadata store {shown}: {path} is not a SQLite database or is corrupt "
+                f"({reason}); move the file away (a new store is created in its place) or "
+                "pass another --metadata_url."
+            )
+        return PipelineError(
+            f"Metadata store {shown}: cannot open or write the SQLite file {path} "
+            f"({reason}); make sure its folder {os.path.dirname(path) or '.'} exists and is "
+            "writable, or pass another --metadata_url."
+        )
+    return PipelineError(f"Metadata store {shown} cannot be reached ({reason}); {_FIX}.")
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory(MIGRATIONS)
+
+
+def migrate(connection: sa.engine.Connection, revision: str = "head") -> None:
+    """Runs the migrations on ``connection`` (in its transaction) up to ``revision``."""
+    config = Config()
+    config.set_main_option("script_location", MIGRATIONS)
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+def _check_and_migrate(connection: sa.engine.Connection, shown: str) -> None:
+    script = _script()
+    current = MigrationContext.configure(connection).get_current_revision()
+    if current is None:
+        foreign = set(sa.inspect(connection).get_table_names()) - {"alembic_version"}
+        if foreign:
+            raise PipelineError(
+                f"Metadata store {shown} holds other tables ({', '.join(sorted(foreign)[:3])}) "
+                "and no beam-pipeline schema; pass the URL of an empty database or of a "
+                "beam-pipeline store with --metadata_url."
+            )
+    elif current not in {r.revision for r in script.walk_revisions()}:
+        raise PipelineError(
+            f"Metadata store {shown} was written by a newer beam-pipeline (schema revision "
+            f"{current}; this version knows up to {script.get_current_head()}); upgrade "
+            "beam-pipeline, or pass another --metadata_url."
+        )
+    if current != script.get_current_head():
+        migrate(connection)
+
+
+def open_engine(url: str) -> sa.engine.Engine:
+    """An engine on the store at ``url``, its schema created or upgraded to the newest.
+
+    Raises:
+      PipelineError: the URL cannot be used (see the module docstring); one sentence
+        naming the URL (without its password) and the fix.
+    """
+    engine = _create_engine(url)
+    shown = _shown(engine.url)
+    try:
+        with engine.begin() as connection:
+            _check_and_migrate(connection, shown)
+    except exc.DBAPIError as e:
+        engine.dispose()
+        raise _open_error(engine.url, e) from e
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
