@@ -25,7 +25,7 @@ from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus, de
 from beam_pipeline.metadata.connection import migrate
 from beam_pipeline.metadata.schema import METADATA
 
-HEAD = "0002"
+HEAD = "0003"
 
 
 def _url(path) -> str:
@@ -51,15 +51,15 @@ def test_the_schema_is_created_from_an_empty_file_and_matches_schema_py(tmp_path
         engine.dispose()
 
 
-def _v1_store_with_rows(path) -> None:
-    """A store at revision 0001 holding one run with one complete execution, written with
-    that revision's columns (as an older beam-pipeline wrote it)."""
+def _old_store_with_rows(path, revision: str) -> None:
+    """A store at an older ``revision`` holding one run with one complete execution,
+    written with revision 0001's columns (as an older beam-pipeline wrote it)."""
     schema = path.parent / "schema"  # its output, a published folder
     schema.mkdir()
     (schema / PUBLISHED_MARKER).touch()
     engine = sa.create_engine(_url(path))
     with engine.begin() as conn:
-        migrate(conn, "0001")
+        migrate(conn, revision)
         conn.exec_driver_sql(
             "INSERT INTO types (id, kind, name) VALUES (1, 'context', 'pipeline'), "
             "(2, 'context', 'run'), (3, 'execution', 'Schema'), (4, 'artifact', 'Schema')"
@@ -84,13 +84,14 @@ def _v1_store_with_rows(path) -> None:
     engine.dispose()
 
 
-def test_a_store_of_the_previous_revision_is_upgraded_keeping_its_rows(tmp_path):
-    path = tmp_path / "v1.sqlite"
-    _v1_store_with_rows(path)
-    assert _revision(path) == "0001"
+@pytest.mark.parametrize("revision, missing", [("0001", "beam_job_ids"), ("0002", "properties")])
+def test_a_store_of_an_older_revision_is_upgraded_keeping_its_rows(tmp_path, revision, missing):
+    path = tmp_path / "old.sqlite"
+    _old_store_with_rows(path, revision)
+    assert _revision(path) == revision
     with sqlite3.connect(path) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(executions)")}
-    assert "beam_job_ids" not in columns
+    assert missing not in columns
 
     with MetadataStore.open(_url(path)) as store:
         assert _revision(path) == HEAD
@@ -106,7 +107,8 @@ def test_a_store_of_the_previous_revision_is_upgraded_keeping_its_rows(tmp_path)
             ExecutionStatus.COMPLETE,
             {"a": 1},
         )
-        assert execution.beam_job_ids == ()  # the new column's default for old rows
+        # The new columns' defaults for old rows.
+        assert (execution.beam_job_ids, execution.properties) == ((), {})
         assert execution.outputs["schema"].properties == {"features": 8}
         # The old execution is a cache hit (its folder is there), looked up by the new index.
         assert store.find_cached("Schema", "k").execution_id == 1
@@ -229,7 +231,7 @@ def _foreign_database(tmp_path) -> str:
     "make_url, message",
     [
         (_newer_store, r"newer\.sqlite was written by a newer beam-pipeline \(schema revision "
-         r"0099; this version knows up to 0002\); upgrade beam-pipeline"),
+         r"0099; this version knows up to 0003\); upgrade beam-pipeline"),
         (_corrupt_file, r"corrupt\.sqlite is not a SQLite database or is corrupt \(file is not a "
          r"database\); move the file away"),
         (lambda t: _url(t / "missing" / "metadata.sqlite"),

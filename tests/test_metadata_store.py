@@ -42,7 +42,9 @@ def _run_stage(store, run, tmp_path, stage, key, inputs, role, type_name, props=
     execution = store.begin_execution(run, stage, {"stage": stage}, key, inputs)
     uri = _published(tmp_path, run.run_id, role)
     published = store.publish_outputs(execution, {role: ArtifactSpec(uri, type_name, props or {})})
-    store.complete_execution(execution, job_ids=[f"{run.run_id}-{stage}-job"])
+    store.complete_execution(
+        execution, job_ids=[f"{run.run_id}-{stage}-job"], properties={"rows": [{"stage": stage}]}
+    )
     return published[role]
 
 
@@ -75,6 +77,7 @@ def test_a_run_is_recorded_with_its_executions_inputs_outputs_and_job_ids(store,
     assert trainer.parameters == {"stage": "Trainer"}
     assert trainer.beam_job_ids == ("run-1-Trainer-job",)
     assert trainer.cache_key == "k-train" and trainer.run_id == "run-1"
+    assert trainer.properties == {"rows": [{"stage": "Trainer"}]}
     assert examples.properties == {"splits": ["train", "eval"], "rows": 344}
     assert examples.state is ArtifactState.PUBLISHED
     assert executions[0].inputs["data"].fingerprint == "digest-a"
@@ -95,16 +98,21 @@ def test_a_cache_hit_returns_the_outputs_and_a_cached_execution_records_where_fr
     _, examples, schema, _ = _three_stages(store, tmp_path)
     hit = store.find_cached("Schema", "k-schema")
     assert hit.outputs == {"schema": schema} and hit.run_id == "run-1"
+    original = store.run_executions("run-1")[1]
+    assert (hit.execution_id, hit.end_time) == (original.id, original.end_time)
+    assert hit.properties == {"rows": [{"stage": "Schema"}]}
 
     run2 = store.start_run("run-2")
     cached = store.record_cached(
-        run2, "Schema", {"stage": "Schema"}, "k-schema", {"examples": examples}, hit
-    )
+        run2, "Schema", {"stage": "Schema"}, "k-schema", {"examples": examples}, hit,
+        properties={"rows": [{"status": "cached"}]},
+    )  # fmt: skip
     store.finish_run(run2, RunStatus.FAILED)
     (execution,) = store.run_executions("run-2")
     assert execution.id == cached.id and execution.status is ExecutionStatus.CACHED
     assert execution.cached_from == hit.execution_id
     assert execution.outputs == {"schema": schema}
+    assert execution.properties == {"rows": [{"status": "cached"}]}
     newest = store.list_runs()[0]
     assert (newest.run_id, newest.status, dict(newest.stages)) == (
         "run-2",
@@ -145,16 +153,16 @@ def test_running_failed_and_other_keys_never_hit(store, tmp_path):
     run = store.start_run("run-1")
     killed = store.begin_execution(run, "Transform", {}, "k-killed", {"data": _data()})
     failed = store.begin_execution(run, "Transform", {}, "k-failed", {"data": _data()})
-    store.fail_execution(failed, "ValueError: bad preprocessing_fn")
+    store.fail_execution(failed, "ValueError: bad preprocessing_fn", properties={"rows": 1})
     assert store.find_cached("Transform", "k-killed") is None  # a killed run's execution
     assert store.find_cached("Transform", "k-failed") is None
     _three_stages(store, tmp_path, "run-2")
     assert store.find_cached("Schema", "k-other") is None
     assert store.find_cached("Transform", "k-schema") is None  # a key is per stage
-    statuses = {e.id: (e.status, e.error) for e in store.run_executions("run-1")}
+    statuses = {e.id: (e.status, e.error, e.properties) for e in store.run_executions("run-1")}
     assert statuses == {
-        killed.id: (ExecutionStatus.RUNNING, None),
-        failed.id: (ExecutionStatus.FAILED, "ValueError: bad preprocessing_fn"),
+        killed.id: (ExecutionStatus.RUNNING, None, {}),
+        failed.id: (ExecutionStatus.FAILED, "ValueError: bad preprocessing_fn", {"rows": 1}),
     }
 
 

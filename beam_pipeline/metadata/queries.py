@@ -123,6 +123,7 @@ def load_executions(conn: sa.Connection, ids: Iterable[int]) -> list[ExecutionRe
             beam_job_ids=tuple(r.beam_job_ids or ()),
             error=r.error,
             cached_from=r.cached_from_id,
+            properties=r.properties,
             inputs=linked[r.id][0],
             outputs=linked[r.id][1],
         )

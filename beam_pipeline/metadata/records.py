@@ -144,6 +144,8 @@ class ExecutionRecord:
       cached_from: for a ``CACHED`` execution, the id of the execution whose outputs it
         reused.
       beam_job_ids: the Beam jobs it ran, in order.
+      properties: what the runner kept of it besides its parameters (JSON values: its
+        summary rows, facts a later run needs when it reuses it).
     """
 
     id: int
@@ -157,17 +159,21 @@ class ExecutionRecord:
     beam_job_ids: tuple[str, ...]
     error: Optional[str]
     cached_from: Optional[int]
+    properties: Mapping[str, Any]
     inputs: Mapping[str, ArtifactRecord]
     outputs: Mapping[str, ArtifactRecord]
 
 
 @dataclasses.dataclass(frozen=True)
 class CachedOutputs:
-    """A cache hit: the execution whose outputs can be reused, and those outputs."""
+    """A cache hit: the execution whose outputs can be reused, those outputs, and what
+    the runner kept of it (its properties) and when it ended."""
 
     execution_id: int
     run_id: Optional[str]
     outputs: Mapping[str, ArtifactRecord]
+    properties: Mapping[str, Any]
+    end_time: Optional[datetime.datetime]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -265,6 +265,19 @@ class Rows:
             .values(beam_job_ids=list(old or []) + list(job_ids))
         )
 
+    def update_properties(self, execution: ExecutionRef, props: Mapping[str, Any]) -> None:
+        """Merges ``props`` into the execution's properties."""
+        if not props:
+            return
+        old = self.conn.execute(
+            sa.select(s.executions.c.properties).where(s.executions.c.id == execution.id)
+        ).scalar_one()
+        self.conn.execute(
+            sa.update(s.executions)
+            .where(s.executions.c.id == execution.id)
+            .values(properties={**(old or {}), **json.loads(to_json(props))})
+        )
+
     def end(self, execution: ExecutionRef, status: ExecutionStatus, **more: Any) -> None:
         self.conn.execute(
             sa.update(s.executions)

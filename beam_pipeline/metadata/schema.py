@@ -12,7 +12,8 @@ Tables (ML Metadata's names):
 
 - ``types``: artifact, execution (one per stage) and context types by name.
 - ``artifacts`` and ``artifact_properties``: uri, type, state, fingerprint; properties.
-- ``executions``: stage (type), status, parameters, cache key, start/end, Beam job ids.
+- ``executions``: stage (type), status, parameters, cache key, start/end, Beam job ids,
+  properties (what the runner keeps of it: summary rows, ...).
 - ``events``: execution <-> artifact, input or output, under a role name.
 - ``contexts`` and ``parent_contexts``: pipelines and runs, a run's pipeline.
 - ``attributions`` (context <-> artifact), ``associations`` (context <-> execution).
@@ -71,6 +72,8 @@ executions = sa.Table(
     sa.Column("end_time_ms", sa.BigInteger),
     # Revision 0002:
     sa.Column("beam_job_ids", sa.JSON, nullable=False, server_default=sa.text("'[]'")),
+    # Revision 0003:
+    sa.Column("properties", sa.JSON, nullable=False, server_default=sa.text("'{}'")),
     sa.Index("ix_executions_cache", "type_id", "cache_key"),
 )
 

@@ -10,6 +10,10 @@ runs on one store interleave without holding each other up (see
 :meth:`~MetadataStore.run_executions`, :meth:`~MetadataStore.lineage`) and the latest
 blessed model are read back for people and later stages.
 
+One concept, hence one module of some 400 lines: the store's public API, each method a
+transaction; the row writes are in :mod:`~beam_pipeline.metadata.rows`, the reads in
+:mod:`~beam_pipeline.metadata.queries`.
+
 Example::
 
     with MetadataStore.for_pipeline_root(root, url=config.metadata_url) as store:
@@ -28,6 +32,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
@@ -259,8 +264,18 @@ class MetadataStore:
             with self._write() as rows:
                 rows.append_jobs(execution, job_ids)
 
-    def complete_execution(self, execution: ExecutionRef, job_ids: Sequence[str] = ()) -> None:
+    def complete_execution(
+        self,
+        execution: ExecutionRef,
+        job_ids: Sequence[str] = (),
+        properties: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         """Records the execution as complete: from now on a cache hit for its key.
+
+        Args:
+          job_ids: Beam job ids to append to those recorded.
+          properties: what to keep of it besides its parameters (JSON values: its summary
+            rows, facts a run reusing it needs), merged into its properties.
 
         Raises:
           ValueError: an output declared at :meth:`begin_execution` was never published,
@@ -276,12 +291,19 @@ class MetadataStore:
             if pending:
                 raise ValueError(f"{execution.stage} did not publish its outputs {pending}")
             rows.append_jobs(execution, job_ids)
+            rows.update_properties(execution, properties or {})
             rows.end(execution, ExecutionStatus.COMPLETE)
 
-    def fail_execution(self, execution: ExecutionRef, error: str) -> None:
-        """Records the execution as failed with its error; its pending outputs, discarded
-        by the runner, become deleted."""
+    def fail_execution(
+        self,
+        execution: ExecutionRef,
+        error: str,
+        properties: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """Records the execution as failed with its error (and ``properties``, merged);
+        its pending outputs, discarded by the runner, become deleted."""
         with self._write() as rows:
+            rows.update_properties(execution, properties or {})
             rows.end(execution, ExecutionStatus.FAILED, error=error)
             pending = [
                 row.id
@@ -313,7 +335,13 @@ class MetadataStore:
         # The folders are checked outside the transaction: it holds no lock meanwhile.
         for execution in reversed(candidates):
             if all(is_available(a) for a in execution.outputs.values()):
-                return CachedOutputs(execution.id, execution.run_id, execution.outputs)
+                return CachedOutputs(
+                    execution_id=execution.id,
+                    run_id=execution.run_id,
+                    outputs=execution.outputs,
+                    properties=execution.properties,
+                    end_time=execution.end_time,
+                )
         return None
 
     def record_cached(
@@ -324,9 +352,11 @@ class MetadataStore:
         cache_key: str,
         inputs: Mapping[str, Input],
         cached: CachedOutputs,
+        properties: Optional[Mapping[str, Any]] = None,
     ) -> ExecutionRef:
         """Records a cache hit: a ``CACHED`` execution in ``run`` with its inputs and the
-        reused outputs (attributed to this run too), and where they came from."""
+        reused outputs (attributed to this run too), where they came from, and
+        ``properties`` (JSON values)."""
         with self._write() as rows:
             execution_id = rows.new_execution(
                 run,
@@ -336,6 +366,7 @@ class MetadataStore:
                 ExecutionStatus.CACHED,
                 cached_from_id=cached.execution_id,
                 end_time_ms=now_ms(),
+                properties=json.loads(to_json(properties or {})),
             )
             ids = {role: rows.input_id(item, run) for role, item in inputs.items()}
             rows.events(execution_id, EventType.INPUT, ids)
