@@ -301,7 +301,7 @@ def _first_rejected(rejected_dir: str) -> str:
 
 
 def _run_schema(config, stats, user_schema, run_dir, summary):
-    from transforms.schema import infer_schema, write_schema
+    from beam_pipeline.schema_gen import infer_schema, write_schema
 
     started = time.time()
     if user_schema is not None:
@@ -333,12 +333,8 @@ def _run_validation(config, stats, schema, run_dir, summary) -> Optional[str]:
     The caller raises it (exit code 3) unless ``--ignore_anomalies``; it is returned, not
     raised, so that the finished stage can be recorded for a resume first.
     """
-    from transforms.validation import (
-        blocking_anomalies,
-        format_anomalies,
-        is_blocking,
-        validate_statistics,
-    )
+    from beam_pipeline.anomalies import blocking_anomalies, format_anomalies, is_blocking
+    from beam_pipeline.validation import validate_statistics
 
     started = time.time()
     texts, by_split = [], {}
@@ -541,7 +537,7 @@ def run(config: PipelineConfig) -> RunSummary:
     Raises:
       PipelineError: bad flags, inputs, module file, or data; the message says the fix.
     """
-    from transforms.schema import read_schema
+    from beam_pipeline.schema_gen import read_schema
 
     options = parse_beam_args(config.beam_args)
     # First, before any file or job is created: remote workers cannot use local paths.
@@ -641,7 +637,7 @@ def _run_stages(
     A stage is looked up in the run's manifest by what it is built from (the chain of
     upstream keys, the module, its settings); the first miss and every stage after it run.
     """
-    from transforms.schema import read_schema
+    from beam_pipeline.schema_gen import read_schema
     from transforms.statistics import read_statistics
 
     def stage(kind: Stage, built_from: dict) -> tuple[str, bool]:

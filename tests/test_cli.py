@@ -91,7 +91,7 @@ def test_examples_statistics_and_summary_agree(bundled_run):
 def test_schema_is_inferred_with_presence_and_domains(bundled_run):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from transforms.schema import read_schema
+    from beam_pipeline.schema_gen import read_schema
 
     schema = read_schema(os.path.join(bundled_run, "schema", "schema.pbtxt"))
     features = {f.name: f for f in schema.feature}
@@ -293,7 +293,7 @@ def test_bad_input_is_one_sentence_nonzero_exit_and_nothing_published(
 def test_blocking_anomalies_stop_the_run_with_exit_3(tmp_path, capsys):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from transforms.schema import read_schema, write_schema
+    from beam_pipeline.schema_gen import read_schema, write_schema
 
     # A schema that says 'sex' is always present: the data has NA there.
     first = tmp_path / "first"

@@ -20,8 +20,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.schema_gen import infer_schema, read_schema, write_schema
 from transforms import statistics as st
-from transforms.schema import InferSchema, infer_schema, read_schema, write_schema
 
 GOLDEN_PENGUINS = os.path.join(TESTDATA, "schema_penguins.pbtxt")
 
@@ -196,7 +196,7 @@ def test_tf_transform_reads_required_features_dense_and_optional_ones_sparse():
     assert spec["sex"] == tf.io.VarLenFeature(tf.string)
 
 
-def test_infer_schema_transform_in_a_pipeline():
+def test_infer_schema_of_statistics_computed_in_a_pipeline():
     batches = _penguin_batches()
     with open(GOLDEN_PENGUINS, encoding="utf-8") as f:
         golden = _schema(f.read())
@@ -205,7 +205,7 @@ def test_infer_schema_transform_in_a_pipeline():
             p
             | beam.Create(batches)
             | "Stats" >> st.GenerateStatistics("train")
-            | "Schema" >> InferSchema())
+            | "Schema" >> beam.Map(infer_schema))
         assert_that(schemas, equal_to([golden]))
 
 
@@ -253,11 +253,12 @@ def test_read_schema_errors_name_the_file(tmp_path):
          "exactly one dataset .* got 0"),
         (lambda: infer_schema(_stats(_batch(f=pa.array([[1]], I64))), max_string_domain_size=-1),
          ValueError, "max_string_domain_size must be an integer >= 0"),
-        (lambda: InferSchema(max_string_domain_size="10"), ValueError,
-         "max_string_domain_size must be an integer >= 0"),
+        (lambda: infer_schema(_stats(_batch(f=pa.array([[1]], I64))),
+                              max_string_domain_size="10"),
+         ValueError, "max_string_domain_size must be an integer >= 0"),
         (lambda: write_schema("schema", "x.pbtxt"), TypeError, "write_schema takes a Schema"),
     ],
-    ids=["wrong_proto", "no_dataset", "negative_domain_size", "transform_option", "write_type"],
+    ids=["wrong_proto", "no_dataset", "negative_domain_size", "string_domain_size", "write_type"],
 )
 def test_argument_errors(call, error, message):
     with pytest.raises(error, match=message):

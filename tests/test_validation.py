@@ -17,15 +17,10 @@ from conftest import TESTDATA
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
+from beam_pipeline.anomalies import blocking_anomalies, format_anomalies, is_blocking
+from beam_pipeline.schema_gen import infer_schema
+from beam_pipeline.validation import validate_statistics
 from transforms import statistics as st
-from transforms.schema import infer_schema
-from transforms.validation import (
-    ValidateStatistics,
-    blocking_anomalies,
-    format_anomalies,
-    is_blocking,
-    validate_statistics,
-)
 
 INFO = anomalies_pb2.AnomalyInfo
 GOLDEN_ANOMALIES = os.path.join(TESTDATA, "anomalies_eval.pbtxt")
@@ -263,7 +258,7 @@ def _batch(rows):
 
 
 @pytest.mark.parametrize("with_baseline", [False, True], ids=["no_baseline", "baseline"])
-def test_validate_statistics_transform(with_baseline):
+def test_validate_statistics_computed_in_a_pipeline(with_baseline):
     schema = _schema()
     train_rows = _base_rows()
     eval_rows = _edit(score=lambda r: [None if i % 2 else v for i, v in enumerate(r)],
@@ -276,8 +271,8 @@ def test_validate_statistics_transform(with_baseline):
                  | "TrainStats" >> st.GenerateStatistics("train"))
         evaluation = (p | "Eval" >> beam.Create([_batch(eval_rows)])
                       | "EvalStats" >> st.GenerateStatistics("eval"))
-        anomalies = evaluation | "Validate" >> ValidateStatistics(
-            schema, baseline=train if with_baseline else None)
+        baseline = beam.pvalue.AsSingleton(train) if with_baseline else None
+        anomalies = evaluation | "Validate" >> beam.Map(validate_statistics, schema, baseline)
         assert_that(anomalies, equal_to([expected]))
 
 
@@ -293,13 +288,8 @@ def test_validate_statistics_transform(with_baseline):
         (lambda: validate_statistics(_stats(_base_rows()), schema_pb2.Schema(),
                                      max_missing_fraction_jump=1.5), ValueError,
          r"max_missing_fraction_jump must be in \[0, 1\]"),
-        (lambda: ValidateStatistics(schema_pb2.Schema(), baseline=_stats(_base_rows())),
-         TypeError, "baseline statistics as a PCollection"),
-        (lambda: ValidateStatistics(statistics_pb2.DatasetFeatureStatisticsList()), TypeError,
-         "ValidateStatistics takes a Schema"),
     ],
-    ids=["schema_type", "stats_type", "two_datasets", "jump_range", "baseline_type",
-         "transform_schema_type"],
+    ids=["schema_type", "stats_type", "two_datasets", "jump_range"],
 )
 def test_argument_errors(call, error, message):
     with pytest.raises(error, match=message):

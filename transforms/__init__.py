@@ -1,9 +1,11 @@
 """Beam PTransforms of the pipeline's data-parallel stages (no orchestration here).
 
-One module per concept: ``example_gen`` (read, type, split, write examples),
-``statistics``, ``schema``, ``validation``, ``transform`` (tf.Transform), ``tfrecords``
-(the batched TFRecord sink and reader), ``tuning`` (trial fan-out) and ``training`` (the
-training step).
+One module per concept: ``example_gen`` (read, type, split, write examples; a package
+with the input format as a plug-in point), ``statistics``, ``transform`` (tf.Transform),
+``tfrecords`` (the batched TFRecord sink and reader), ``tuning`` (trial fan-out) and
+``training`` (the training step). Schema inference and validation run on the launcher
+(protos in, a proto out): they are ``beam_pipeline.schema_gen`` and
+``beam_pipeline.validation``.
 
 Example::
 
@@ -20,25 +22,16 @@ from transforms.example_gen import (
     WriteRejectedRows,
     WriteSplitExamples,
 )
-from transforms.schema import InferSchema, infer_schema, read_schema, write_schema
 from transforms.statistics import GenerateStatistics, read_statistics, write_statistics
 from transforms.tfrecords import WriteTFRecordBatches
 from transforms.training import TrainModel
 from transforms.transform import TransformExamples, TransformResult, WriteTransformedExamples
 from transforms.tuning import RunTrials
-from transforms.validation import (
-    ValidateStatistics,
-    blocking_anomalies,
-    format_anomalies,
-    is_blocking,
-    validate_statistics,
-)
 
 __all__ = [
     "CsvFormat",
     "GenerateStatistics",
     "HashSplitter",
-    "InferSchema",
     "ReadCsvExamples",
     "ReadTFRecordExamples",
     "RejectedRow",
@@ -47,18 +40,10 @@ __all__ = [
     "TrainModel",
     "TransformExamples",
     "TransformResult",
-    "ValidateStatistics",
     "WriteRejectedRows",
     "WriteSplitExamples",
     "WriteTFRecordBatches",
     "WriteTransformedExamples",
-    "blocking_anomalies",
-    "format_anomalies",
-    "infer_schema",
-    "is_blocking",
-    "read_schema",
     "read_statistics",
-    "validate_statistics",
-    "write_schema",
     "write_statistics",
 ]

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import enum
 import math
-import os
 from collections.abc import Iterable
 from typing import Optional
 
@@ -681,11 +680,7 @@ def write_statistics(stats: statistics_pb2.DatasetFeatureStatisticsList, path: s
         raise TypeError(
             f"write_statistics takes a DatasetFeatureStatisticsList, got {type(stats).__name__}."
         )
-    folder = os.path.dirname(path)
-    if folder:
-        fileio.makedirs(folder)
-    with fileio.open(path, "wb") as f:
-        f.write(stats.SerializeToString())
+    fileio.write_file(path, stats.SerializeToString())
 
 
 def read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:

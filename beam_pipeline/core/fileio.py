@@ -47,6 +47,7 @@ __all__ = [
     "size",
     "walk",
     "write_atomic",
+    "write_file",
 ]
 
 _open = open  # the builtin, before this module's ``open`` shadows it
@@ -145,3 +146,12 @@ def write_atomic(path: str, data: str | bytes) -> None:
         if exists(tmp):
             remove(tmp)
         raise
+
+
+def write_file(path: str, data: str | bytes) -> None:
+    """Writes ``data`` (text or bytes) to file ``path``, creating its folder when missing."""
+    folder = os.path.dirname(path)
+    if folder:
+        makedirs(folder)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)

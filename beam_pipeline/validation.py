@@ -39,32 +39,21 @@ than the histogram holds (1000 by default), rare off-domain values can go unnoti
 Example::
 
     anomalies = validate_statistics(eval_stats, schema, baseline_stats=train_stats)
-    print(format_anomalies("eval", anomalies))
-    if is_blocking(anomalies):
+    if is_blocking(anomalies):  # beam_pipeline.anomalies
         raise SystemExit(3)
 
-    with beam.Pipeline() as p:
-        anomalies = eval_stats | "Validate" >> ValidateStatistics(schema, baseline=train_stats)
+It runs on the launcher after the data phase: protos in, a proto out, no Beam.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Optional
 
-import apache_beam as beam
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from transforms.metrics import NAMESPACE
-from transforms.schema import _common_stats, _feature_name, _single_dataset, _string_values
+from beam_pipeline.feature_stats import common_stats, feature_name, single_dataset, string_values
 
-__all__ = [
-    "validate_statistics",
-    "is_blocking",
-    "format_anomalies",
-    "blocking_anomalies",
-    "ValidateStatistics",
-]
+__all__ = ["validate_statistics"]
 
 _Info = anomalies_pb2.AnomalyInfo
 _StatsType = statistics_pb2.FeatureNameStatistics.Type
@@ -254,7 +243,7 @@ def _check_domain(
     if domain is None or feature_stats.type not in (_StatsType.STRING, _StatsType.BYTES):
         return
     allowed = set(domain.value)
-    unseen = {v: c for v, c in _string_values(feature_stats).items() if v not in allowed}
+    unseen = {v: c for v, c in string_values(feature_stats).items() if v not in allowed}
     if not unseen:
         return
     total = common.tot_num_values
@@ -286,7 +275,7 @@ def _missing_fraction(
     feature_stats = features.get(name)
     if feature_stats is None:
         return 1.0
-    return 1.0 - _common_stats(feature_stats).num_non_missing / dataset.num_examples
+    return 1.0 - common_stats(feature_stats).num_non_missing / dataset.num_examples
 
 
 def validate_statistics(
@@ -314,12 +303,12 @@ def validate_statistics(
       ValueError: a statistics argument does not hold exactly one dataset, or
         ``max_missing_fraction_jump`` is outside [0, 1].
     """
-    dataset = _single_dataset(stats, "stats", "validate_statistics")
+    dataset = single_dataset(stats, "stats", "validate_statistics")
     if not isinstance(schema, schema_pb2.Schema):
         raise TypeError(f"validate_statistics takes a Schema, got {type(schema).__name__}.")
     baseline = None
     if baseline_stats is not None:
-        baseline = _single_dataset(baseline_stats, "baseline_stats", "validate_statistics")
+        baseline = single_dataset(baseline_stats, "baseline_stats", "validate_statistics")
     if not 0.0 <= max_missing_fraction_jump <= 1.0:
         raise ValueError(
             f"max_missing_fraction_jump must be in [0, 1], got {max_missing_fraction_jump!r}."
@@ -341,14 +330,14 @@ def validate_statistics(
         return anomalies
 
     reasons = _Reasons()
-    features = {_feature_name(f): f for f in dataset.features}
+    features = {feature_name(f): f for f in dataset.features}
     schema_names = {f.name for f in schema.feature}
     for feature in schema.feature:
         if _is_deprecated(feature):
             continue
         name = feature.name
         feature_stats = features.get(name)
-        common = None if feature_stats is None else _common_stats(feature_stats)
+        common = None if feature_stats is None else common_stats(feature_stats)
         if not _check_presence(reasons, name, feature, common, dataset.num_examples):
             continue
         if (
@@ -368,7 +357,7 @@ def validate_statistics(
         _check_domain(reasons, name, schema, feature, feature_stats, common)
 
     for name, feature_stats in features.items():
-        if name not in schema_names and _common_stats(feature_stats).num_non_missing > 0:
+        if name not in schema_names and common_stats(feature_stats).num_non_missing > 0:
             reasons.add(
                 name,
                 _Info.ERROR,
@@ -378,7 +367,7 @@ def validate_statistics(
             )
 
     if baseline is not None and baseline.num_examples > 0:
-        baseline_features = {_feature_name(f): f for f in baseline.features}
+        baseline_features = {feature_name(f): f for f in baseline.features}
         for feature in schema.feature:
             name = feature.name
             if _is_deprecated(feature) or (name not in features and name not in baseline_features):
@@ -398,149 +387,3 @@ def validate_statistics(
                 )
     reasons.to_proto(anomalies)
     return anomalies
-
-
-def is_blocking(anomalies: anomalies_pb2.Anomalies) -> bool:
-    """Whether any anomaly (of a feature or of the whole split) is an ERROR.
-
-    Args:
-      anomalies: the result of :func:`validate_statistics`.
-
-    Returns:
-      True when the pipeline should stop before training.
-    """
-    return anomalies.dataset_anomaly_info.severity == _Info.ERROR or any(
-        info.severity == _Info.ERROR for info in anomalies.anomaly_info.values()
-    )
-
-
-def blocking_anomalies(by_split: Mapping[str, anomalies_pb2.Anomalies]) -> str:
-    """One line naming each split with blocking anomalies and its blocking features.
-
-    For the message that stops a run: splits without blocking anomalies are left out, so
-    the message never quotes a clean split.
-
-    Args:
-      by_split: split name -> the result of :func:`validate_statistics`.
-
-    Returns:
-      e.g. ``"split eval: color (Unexpected string values), score (Column dropped)"``;
-      empty when nothing blocks.
-    """
-    parts = []
-    for split, anomalies in by_split.items():
-        items = []
-        info = anomalies.dataset_anomaly_info
-        if info.severity == _Info.ERROR:
-            items.append(f"the split itself ({info.short_description})")
-        for name in sorted(anomalies.anomaly_info):
-            info = anomalies.anomaly_info[name]
-            if info.severity == _Info.ERROR:
-                items.append(f"{name} ({info.short_description})")
-        if items:
-            parts.append(f"split {split}: {', '.join(items)}")
-    return "; ".join(parts)
-
-
-def format_anomalies(split: str, anomalies: anomalies_pb2.Anomalies) -> str:
-    """A readable summary: a header line, then one line per anomalous feature.
-
-    Args:
-      split: the split's name, for the header.
-      anomalies: the result of :func:`validate_statistics`.
-
-    Returns:
-      The text, without a trailing newline.
-    """
-    infos = anomalies.anomaly_info
-    has_dataset = anomalies.dataset_anomaly_info.severity != _Info.UNKNOWN
-    if not infos and not has_dataset:
-        return f"Split {split!r}: no anomalies."
-    blocking = sum(info.severity == _Info.ERROR for info in infos.values())
-    lines = [f"Split {split!r}: {len(infos)} anomalous feature(s), {blocking} blocking."]
-    if has_dataset:
-        info = anomalies.dataset_anomaly_info
-        lines.append(
-            f"  {_Info.Severity.Name(info.severity):<7} (split) "
-            f"{info.short_description}: {info.description}"
-        )
-    for name in sorted(infos):
-        info = infos[name]
-        kinds = ",".join(_Info.Type.Name(r.type) for r in info.reason)
-        lines.append(
-            f"  {_Info.Severity.Name(info.severity):<7} {name}: "
-            f"{info.short_description}: {info.description} [{kinds}]"
-        )
-    return "\n".join(lines)
-
-
-class _ValidateFn(beam.DoFn):
-    def __init__(self, schema: schema_pb2.Schema, max_missing_fraction_jump: float):
-        self._schema = schema
-        self._max_jump = max_missing_fraction_jump
-        self._anomalous = beam.metrics.Metrics.counter(NAMESPACE, "validation.anomalous_features")
-        self._blocking = beam.metrics.Metrics.counter(NAMESPACE, "validation.blocking_splits")
-
-    def process(self, stats: statistics_pb2.DatasetFeatureStatisticsList, baseline=None):
-        anomalies = validate_statistics(stats, self._schema, baseline, self._max_jump)
-        self._anomalous.inc(len(anomalies.anomaly_info))
-        if is_blocking(anomalies):
-            self._blocking.inc()
-        yield anomalies
-
-
-class ValidateStatistics(
-    beam.PTransform[
-        beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList],
-        beam.PCollection[anomalies_pb2.Anomalies],
-    ]
-):
-    """Validates each statistics element with :func:`validate_statistics`.
-
-    The baseline, when given, is a PCollection holding exactly one statistics element,
-    read as a singleton side input.
-    """
-
-    def __init__(
-        self,
-        schema: schema_pb2.Schema,
-        baseline: Optional[beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList]] = None,
-        *,
-        max_missing_fraction_jump: float = 0.1,
-    ):
-        """Checks the arguments.
-
-        Args:
-          schema: the expected schema.
-          baseline: statistics of the reference split (one element), or None.
-          max_missing_fraction_jump: see :func:`validate_statistics`.
-
-        Raises:
-          TypeError: ``schema`` is not a Schema or ``baseline`` is not a PCollection.
-          ValueError: ``max_missing_fraction_jump`` is outside [0, 1].
-        """
-        super().__init__()
-        if not isinstance(schema, schema_pb2.Schema):
-            raise TypeError(f"ValidateStatistics takes a Schema, got {type(schema).__name__}.")
-        if baseline is not None and not isinstance(baseline, beam.pvalue.PCollection):
-            raise TypeError(
-                "ValidateStatistics takes the baseline statistics as a PCollection, got "
-                f"{type(baseline).__name__}."
-            )
-        if not 0.0 <= max_missing_fraction_jump <= 1.0:
-            raise ValueError(
-                f"max_missing_fraction_jump must be in [0, 1], got {max_missing_fraction_jump!r}."
-            )
-        self._schema = schema
-        self._baseline = baseline
-        self._max_jump = max_missing_fraction_jump
-
-    def expand(
-        self, stats: beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList]
-    ) -> beam.PCollection[anomalies_pb2.Anomalies]:
-        validate = _ValidateFn(self._schema, self._max_jump)
-        if self._baseline is None:
-            step = beam.ParDo(validate)
-        else:
-            step = beam.ParDo(validate, baseline=beam.pvalue.AsSingleton(self._baseline))
-        return stats | "Validate" >> step.with_output_types(anomalies_pb2.Anomalies)

@@ -11,7 +11,7 @@ For each feature of the (single) dataset in a ``DatasetFeatureStatisticsList``:
   30 or more examples with none of them has a chance below 1e-9 at the train rate, so its
   absence is a real change (a dropped or emptied column) and still blocks; a rarer
   feature whose present fraction drops by more than 0.1 is still reported, as a warning,
-  by the comparison with the train split (see :mod:`transforms.validation`).
+  by the comparison with the train split (see :mod:`beam_pipeline.validation`).
 * ``value_count``: ``{min: k max: k}`` when every present row has exactly k >= 1 values,
   ``{min: 1}`` when every present row has at least one value, nothing otherwise.
 * ``shape {dim {size: 1}}`` instead of ``value_count`` when ``infer_feature_shape`` and the
@@ -38,23 +38,20 @@ Example::
     schema = infer_schema(read_statistics("statistics/Split-train/FeatureStats.pb"))
     write_schema(schema, "schema/schema.pbtxt")
 
-    with beam.Pipeline() as p:
-        schemas = stats_pcoll | "InferSchema" >> InferSchema()
+It runs on the launcher, between the data phase (which computed the statistics) and the
+Transform (which needs the schema to build its graph): a proto in, a proto out, no Beam.
 """
 
 from __future__ import annotations
 
-import os
-
-import apache_beam as beam
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
-from transforms.metrics import NAMESPACE
+from beam_pipeline.feature_stats import common_stats, feature_name, single_dataset, string_values
 
-__all__ = ["infer_schema", "InferSchema", "write_schema", "read_schema"]
+__all__ = ["infer_schema", "write_schema", "read_schema"]
 
 _StatsType = statistics_pb2.FeatureNameStatistics.Type
 _SCHEMA_TYPE = {
@@ -65,43 +62,6 @@ _SCHEMA_TYPE = {
 }
 # Labels GenerateStatistics (and TFDV) show instead of values that are not text.
 _PLACEHOLDER_LABELS = frozenset({"__BYTES_VALUE__", "__LARGE_BYTES__"})
-
-
-def _feature_name(feature: statistics_pb2.FeatureNameStatistics) -> str:
-    return ".".join(feature.path.step) if feature.path.step else feature.name
-
-
-def _common_stats(feature: statistics_pb2.FeatureNameStatistics) -> statistics_pb2.CommonStatistics:
-    which = feature.WhichOneof("stats")
-    if which is None or which == "struct_stats":
-        return statistics_pb2.CommonStatistics()
-    return getattr(feature, which).common_stats
-
-
-def _string_values(feature: statistics_pb2.FeatureNameStatistics) -> dict[str, float]:
-    """Value -> count from the rank histogram (or the top values when there is none)."""
-    if feature.WhichOneof("stats") != "string_stats":
-        return {}
-    string_stats = feature.string_stats
-    if string_stats.rank_histogram.buckets:
-        return {b.label: b.sample_count for b in string_stats.rank_histogram.buckets}
-    return {v.value: v.frequency for v in string_stats.top_values}
-
-
-def _single_dataset(
-    stats: statistics_pb2.DatasetFeatureStatisticsList, argument: str, function: str
-) -> statistics_pb2.DatasetFeatureStatistics:
-    if not isinstance(stats, statistics_pb2.DatasetFeatureStatisticsList):
-        raise TypeError(
-            f"{function} takes a DatasetFeatureStatisticsList as {argument}, got "
-            f"{type(stats).__name__}."
-        )
-    if len(stats.datasets) != 1:
-        raise ValueError(
-            f"{function} needs {argument} with exactly one dataset (one split), got "
-            f"{len(stats.datasets)}; compute statistics per split."
-        )
-    return stats.datasets[0]
 
 
 def _check_max_string_domain_size(value: object) -> None:
@@ -131,15 +91,15 @@ def infer_schema(
       ValueError: ``stats`` does not hold exactly one dataset, or
         ``max_string_domain_size`` is negative.
     """
-    dataset = _single_dataset(stats, "stats", "infer_schema")
+    dataset = single_dataset(stats, "stats", "infer_schema")
     _check_max_string_domain_size(max_string_domain_size)
     schema = schema_pb2.Schema()
     for feature_stats in dataset.features:
         schema_type = _SCHEMA_TYPE.get(feature_stats.type)
-        common = _common_stats(feature_stats)
+        common = common_stats(feature_stats)
         if schema_type is None:
             continue  # STRUCT features
-        name = _feature_name(feature_stats)
+        name = feature_name(feature_stats)
         feature = schema.feature.add(name=name, type=schema_type)
         if common.num_non_missing == 0:
             # A column that is empty in every row stays in the schema, optional, as TFX
@@ -191,7 +151,7 @@ def _inferred_string_domain(
     if feature_stats.type != _StatsType.STRING:
         return None
     string_stats = feature_stats.string_stats
-    values = _string_values(feature_stats)
+    values = string_values(feature_stats)
     if (
         not values
         or string_stats.invalid_utf8_count > 0
@@ -204,51 +164,6 @@ def _inferred_string_domain(
     ):
         return None
     return sorted(values)
-
-
-class _InferSchemaFn(beam.DoFn):
-    def __init__(self, infer_feature_shape: bool, max_string_domain_size: int):
-        self._infer_feature_shape = infer_feature_shape
-        self._max_string_domain_size = max_string_domain_size
-        self._features = beam.metrics.Metrics.counter(NAMESPACE, "schema.features")
-        self._domains = beam.metrics.Metrics.counter(NAMESPACE, "schema.string_domains")
-
-    def process(self, stats: statistics_pb2.DatasetFeatureStatisticsList):
-        schema = infer_schema(stats, self._infer_feature_shape, self._max_string_domain_size)
-        self._features.inc(len(schema.feature))
-        self._domains.inc(len(schema.string_domain))
-        yield schema
-
-
-class InferSchema(
-    beam.PTransform[
-        beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList],
-        beam.PCollection[schema_pb2.Schema],
-    ]
-):
-    """Infers one schema per statistics element with :func:`infer_schema`."""
-
-    def __init__(self, infer_feature_shape: bool = True, max_string_domain_size: int = 100):
-        """Checks the options.
-
-        Args:
-          infer_feature_shape: see :func:`infer_schema`.
-          max_string_domain_size: see :func:`infer_schema`.
-
-        Raises:
-          ValueError: ``max_string_domain_size`` is not an integer >= 0.
-        """
-        super().__init__()
-        _check_max_string_domain_size(max_string_domain_size)
-        self._infer_feature_shape = bool(infer_feature_shape)
-        self._max_string_domain_size = max_string_domain_size
-
-    def expand(
-        self, stats: beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList]
-    ) -> beam.PCollection[schema_pb2.Schema]:
-        return stats | "Infer" >> beam.ParDo(
-            _InferSchemaFn(self._infer_feature_shape, self._max_string_domain_size)
-        ).with_output_types(schema_pb2.Schema)
 
 
 def write_schema(schema: schema_pb2.Schema, path: str) -> None:
@@ -264,11 +179,7 @@ def write_schema(schema: schema_pb2.Schema, path: str) -> None:
     """
     if not isinstance(schema, schema_pb2.Schema):
         raise TypeError(f"write_schema takes a Schema, got {type(schema).__name__}.")
-    folder = os.path.dirname(path)
-    if folder:
-        fileio.makedirs(folder)
-    with fileio.open(path, "w") as f:
-        f.write(text_format.MessageToString(schema))
+    fileio.write_file(path, text_format.MessageToString(schema))
 
 
 def read_schema(path: str) -> schema_pb2.Schema:
