@@ -189,6 +189,22 @@ def test_declared_outputs_are_pending_until_published_and_deleted_on_failure(sto
     assert store.find_cached("Trainer", "k2").outputs == published
 
 
+def test_an_output_published_again_at_its_uri_supersedes_the_earlier_one(store, tmp_path):
+    """A resumed run's rerun stage publishes its folder again: the earlier artifact there
+    is deleted, its execution no cache hit, and the uri's lineage is the new one's."""
+    _, _, schema, _ = _three_stages(store, tmp_path)
+    run = store.start_run("run-1")  # resumed
+    execution = store.begin_execution(run, "Schema", {}, "k-schema-2", {})
+    store.publish_outputs(execution, {"schema": ArtifactSpec(schema.uri, "Schema")})
+    store.complete_execution(execution)
+    old, new = (store.run_executions("run-1")[i].outputs["schema"] for i in (1, 3))
+    assert (old.id, old.state) == (schema.id, ArtifactState.DELETED)
+    assert new.state is ArtifactState.PUBLISHED and new.id != old.id
+    assert store.find_cached("Schema", "k-schema") is None
+    assert store.find_cached("Schema", "k-schema-2").outputs["schema"].id == new.id
+    assert store.lineage(schema.uri).artifact.id == new.id
+
+
 def test_external_data_is_registered_once_per_content(store, tmp_path):
     run = store.start_run("run-1")
     ids = set()

@@ -144,7 +144,23 @@ class Rows:
         ).inserted_primary_key[0]
         self.set_properties(artifact_id, spec.properties, custom=False)
         self.attribute(run, [artifact_id])
+        if state is ArtifactState.PUBLISHED:
+            self.supersede(spec.uri, artifact_id)
         return artifact_id
+
+    def supersede(self, uri: str, artifact_id: int) -> None:
+        """Artifact ``artifact_id`` is now what ``uri`` holds: the artifacts published
+        there before (a rerun stage's earlier output, data changed in place) are deleted."""
+        a = s.artifacts
+        self.conn.execute(
+            sa.update(a)
+            .where(
+                a.c.uri == uri,
+                a.c.state == ArtifactState.PUBLISHED.value,
+                a.c.id != artifact_id,
+            )
+            .values(state=ArtifactState.DELETED.value, update_time_ms=now_ms())
+        )
 
     def set_state(self, artifact_ids: Iterable[int], state: ArtifactState, **more: Any) -> None:
         ids = list(artifact_ids)

@@ -231,7 +231,9 @@ class MetadataStore:
     ) -> dict[str, ArtifactRecord]:
         """Records the execution's outputs (by role name) as published, once their folders
         are in place; a pending output of the same role takes the spec's uri, properties
-        and fingerprint. Returns them as stored, for the next stages' inputs.
+        and fingerprint. What was published at the same uri before (an earlier attempt's
+        output, replaced) becomes deleted. Returns them as stored, for the next stages'
+        inputs.
 
         Raises:
           ValueError: the execution is not running.
@@ -250,6 +252,7 @@ class MetadataStore:
                         fingerprint=spec.fingerprint,
                     )
                     rows.set_properties(ids[role], spec.properties, custom=False)
+                    rows.supersede(spec.uri, ids[role])
                 else:
                     new[role] = ids[role] = rows.new_artifact(
                         spec, ArtifactState.PUBLISHED, execution.run
