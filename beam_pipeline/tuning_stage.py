@@ -1,6 +1,6 @@
 """The Tuner stage: the module's ``tuner_fn`` drives a keras-tuner oracle; trials run on workers.
 
-The oracle lives on the launcher (:class:`trainer.tuning.OracleRounds`): it is asked for
+The oracle lives on the launcher (:class:`trainer.tuning.OracleDriver`): it is asked for
 trials, they run as Beam jobs (:class:`transforms.tuning.RunTrials`: a trial per element,
 with the ``--tuner_accelerator`` / ``--tuner_min_ram`` resource hints), their results are
 reported and its state saved, until it stops or ``--tuner_max_trials`` is reached. Two
@@ -84,7 +84,7 @@ from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import StageReport, StageStatus
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import (
-    OracleRounds,
+    OracleDriver,
     SearchSpace,
     TrialRecord,
     TrialResult,
@@ -185,7 +185,7 @@ def _serve_pool_worker(threads: int) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
 
-    from trainer.tuning import limit_threads, prewarm
+    from trainer.process import limit_threads, prewarm
 
     limit_threads(threads)
     prewarm()
@@ -683,7 +683,7 @@ class _Search:
     trial of a rolling search, from its job's start to its report to the oracle.
     """
 
-    rounds: OracleRounds
+    rounds: OracleDriver
     counters: dict[str, int]
     ran: bool
     setup_seconds: float
@@ -721,7 +721,7 @@ def _search(
     # A rolling slot is a pool process; a round asks for --tuner_parallel_trials trials.
     rolling_on_pool = pool is not None and schedule is TunerSchedule.ROLLING
     slots = pool.num_workers if rolling_on_pool else config.tuner.parallel_trials
-    rounds = OracleRounds(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
+    rounds = OracleDriver(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
     search = _Search(rounds, {}, True, round(time.time() - started, 3), schedule)
     if schedule is TunerSchedule.ROLLING:
         _roll(search, job, config, options, pool, runners)

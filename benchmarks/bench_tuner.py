@@ -195,7 +195,7 @@ def _phase_sequential(args, run: str, module: str) -> dict:
     import importlib.util
 
     from trainer import FnArgs
-    from trainer.tuning import limit_threads
+    from trainer.process import limit_threads
 
     if args.tag.startswith("-pair"):  # the control: capped as the stage caps its workers
         limit_threads(_threads(args))

@@ -1,4 +1,4 @@
-"""The tuner's two halves without Beam: OracleRounds (launcher) and TrialRunner (worker).
+"""The tuner's two sides without Beam: OracleDriver (launcher) and TrialRunner (worker).
 
 A real keras-tuner search in this process on a tiny in-memory classifier
 (``tests/testdata/tiny_tuner_module.py``): rounds, max_trials, the best trial, failed and
@@ -22,7 +22,7 @@ from beam_pipeline.summary import StageStatus
 from beam_pipeline.tuning_stage import run_tuning_stage
 from trainer.tuning import (
     Direction,
-    OracleRounds,
+    OracleDriver,
     ParameterType,
     SearchAlgorithm,
     SearchParameter,
@@ -55,12 +55,12 @@ def _job(tmp_path, module_file: str = TINY, **custom) -> TuningJob:
 
 def _search(job: TuningJob, parallel: int, max_trials=None):
     """Runs a whole search in this process; returns the driver and the round sizes."""
-    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, parallel, max_trials, "tiny")
+    oracle = OracleDriver(load_tuner(job, job.tuner_dir).tuner, parallel, max_trials, "tiny")
     runner, sizes = TrialRunner(job), []
-    while specs := rounds.next_round():
+    while specs := oracle.next_round():
         sizes.append(len(specs))
-        rounds.report({s.trial_id: runner.run(s) for s in specs})
-    return rounds, sizes
+        oracle.report({s.trial_id: runner.run(s) for s in specs})
+    return oracle, sizes
 
 
 @pytest.mark.slow
@@ -72,46 +72,46 @@ def _search(job: TuningJob, parallel: int, max_trials=None):
     ],
 )
 def test_rounds_ask_up_to_parallel_trials_until_max_trials(tmp_path, parallel, max_trials, sizes):
-    rounds, got = _search(_job(tmp_path), parallel, max_trials)
+    oracle, got = _search(_job(tmp_path), parallel, max_trials)
     assert got == sizes
-    records = rounds.records()
+    records = oracle.records()
     assert [r.trial_id for r in records] == [str(i) for i in range(sum(sizes))]
     assert all(r.status is TrialStatus.COMPLETED and r.attempts == 1 for r in records)
     assert [r.round for r in records] == [i for i, n in enumerate(sizes) for _ in range(n)]
     # The best hyperparameters are the completed trial with the highest objective.
     best = max(records, key=lambda r: r.objective)
-    assert rounds.best_trial_id() == best.trial_id
-    assert rounds.best_hyperparameters()["values"] == best.hyperparameters
+    assert oracle.best_trial_id() == best.trial_id
+    assert oracle.best_hyperparameters()["values"] == best.hyperparameters
     # The oracle's state is saved in the shared tuner project.
-    assert os.path.exists(os.path.join(rounds.project_dir, "oracle.json"))
+    assert os.path.exists(os.path.join(oracle.project_dir, "oracle.json"))
 
 
 @pytest.mark.slow
 def test_rolling_asks_fill_only_the_freed_slots(tmp_path):
     job = _job(tmp_path)  # the tiny tuner's own max_trials=4
-    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 2, None, "tiny")
+    oracle = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2, None, "tiny")
     runner = TrialRunner(job)
-    first = rounds.ask()
-    assert [s.trial_id for s in first] == ["0", "1"] and rounds.ask() == []  # no slot free
-    rounds.report({"1": runner.run(first[1])}, [first[1]])  # trial 1 ends first
-    assert [s.trial_id for s in rounds.running] == ["0"]
-    (second,) = rounds.ask()  # the freed slot gets trial 2 while trial 0 still runs
+    first = oracle.ask()
+    assert [s.trial_id for s in first] == ["0", "1"] and oracle.ask() == []  # no slot free
+    oracle.report({"1": runner.run(first[1])}, [first[1]])  # trial 1 ends first
+    assert [s.trial_id for s in oracle.running] == ["0"]
+    (second,) = oracle.ask()  # the freed slot gets trial 2 while trial 0 still runs
     assert second.trial_id == "2" and second.round == 1
     with pytest.raises(PipelineError, match="before the previous round's results"):
-        rounds.next_round()  # synchronous rounds need every trial reported
-    rounds.report({"0": runner.run(first[0])}, [first[0]])
-    (third,) = rounds.ask()
-    rounds.report({s.trial_id: runner.run(s) for s in (second, third)})  # default: all running
-    assert rounds.ask() == [] and rounds.running == []  # max_trials reached, nothing runs
-    records = rounds.records()
+        oracle.next_round()  # synchronous rounds need every trial reported
+    oracle.report({"0": runner.run(first[0])}, [first[0]])
+    (third,) = oracle.ask()
+    oracle.report({s.trial_id: runner.run(s) for s in (second, third)})  # default: all running
+    assert oracle.ask() == [] and oracle.running == []  # max_trials reached, nothing runs
+    records = oracle.records()
     assert [(r.trial_id, r.round) for r in records] == [("0", 0), ("1", 0), ("2", 1), ("3", 2)]
     assert all(r.status is TrialStatus.COMPLETED and r.started > 0 for r in records)
 
 
 def test_a_retried_worker_reuses_the_finished_trial(tmp_path):
     job = _job(tmp_path)
-    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 1, 1, "tiny")
-    (spec,) = rounds.next_round()
+    oracle = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 1, 1, "tiny")
+    (spec,) = oracle.next_round()
     first = TrialRunner(job).run(spec)
     again = TrialRunner(job).run(spec)  # a new worker process, as after a retry
     assert first.status is TrialStatus.COMPLETED and not first.reused
@@ -121,8 +121,8 @@ def test_a_retried_worker_reuses_the_finished_trial(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_hyperparameter_value_fails_its_trial_only(tmp_path):
-    rounds, _ = _search(_job(tmp_path, fail_on_units=4, max_trials=6, seed=2), 2)
-    records = rounds.records()
+    oracle, _ = _search(_job(tmp_path, fail_on_units=4, max_trials=6, seed=2), 2)
+    records = oracle.records()
     failed = [r for r in records if r.hyperparameters["units"] == 4]
     assert len(records) == 6 and len(failed) == 1  # seed 2 tries units=4 once, last
     for r in failed:
@@ -146,8 +146,8 @@ def test_hopeless_searches_stop_with_a_clear_error(tmp_path, custom, message):
 
 @pytest.mark.slow
 def test_hyperband_resumes_trials_from_their_parents_checkpoints(tmp_path):
-    rounds, sizes = _search(_job(tmp_path, tuner="hyperband"), 2)
-    records = {r.trial_id: r for r in rounds.records()}
+    oracle, sizes = _search(_job(tmp_path, tuner="hyperband"), 2)
+    records = {r.trial_id: r for r in oracle.records()}
     assert len(records) == 5 and sum(sizes) == 5  # max_epochs=2, factor=2: brackets of 3 + 2
     assert all(r.status is TrialStatus.COMPLETED for r in records.values())
     resumed = [r for r in records.values() if "tuner/trial_id" in r.hyperparameters]
@@ -157,7 +157,7 @@ def test_hyperband_resumes_trials_from_their_parents_checkpoints(tmp_path):
     assert (child["tuner/initial_epoch"], child["tuner/epochs"]) == (1, 2)
     assert records[parent].round < resumed[0].round
     assert os.path.exists(
-        os.path.join(rounds.project_dir, f"trial_{parent}", "checkpoint.weights.h5")
+        os.path.join(oracle.project_dir, f"trial_{parent}", "checkpoint.weights.h5")
     )
 
 
@@ -218,10 +218,10 @@ def test_stage_reports_a_published_tuner_as_cached(tmp_path):
 
 def test_a_bad_resource_hint_is_refused(tmp_path):
     job = _job(tmp_path)
-    rounds = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 1, 1, "tiny")
+    oracle = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 1, 1, "tiny")
     message = r"--tuner_min_ram 'lots' is not a valid Beam resource hint"
     with pytest.raises(PipelineError, match=message):
-        RunTrials(job, rounds.next_round(), min_ram="lots")
+        RunTrials(job, oracle.next_round(), min_ram="lots")
 
 
 SPACE = {

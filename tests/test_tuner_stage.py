@@ -36,7 +36,7 @@ from beam_pipeline.tuning_stage import (
     run_tuning_stage,
 )
 from trainer import load_hyperparameters
-from trainer.tuning import OracleRounds, SearchSpace, load_tuner
+from trainer.tuning import OracleDriver, SearchSpace, load_tuner
 from transforms.tuning import RunTrials
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
@@ -355,7 +355,7 @@ def test_in_memory_mode_runs_the_trials_in_the_launching_process(run_dir):
 def test_dataflow_job_graph_puts_the_hints_on_the_trial_step_only(run_dir):
     config = _config(max_trials=2)
     job = build_tuning_job(config, run_dir, MODULE, str(run_dir.path(Artifact.TUNER)))
-    specs = OracleRounds(load_tuner(job, job.tuner_dir).tuner, 2).next_round()
+    specs = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2).next_round()
     p = create_pipeline(parse_beam_args(DATAFLOW_DRY_RUN))
     _ = p | "RunTrials" >> RunTrials(job, specs, accelerator=ACCELERATOR, min_ram="16GB")
     p.run().wait_until_finish()  # dry run: the job is built, nothing is submitted

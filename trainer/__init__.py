@@ -42,7 +42,7 @@ from trainer.module_loader import (
 from trainer.spec import SpecOutcome, TrainSpec, run_spec
 from trainer.strategy import StrategyInfo, choose_strategy, configure_devices, describe
 from trainer.tuning import (
-    OracleRounds,
+    OracleDriver,
     SearchSpace,
     TrialRecord,
     TrialResult,
@@ -53,7 +53,7 @@ from trainer.tuning import (
 )
 
 __all__ = [
-    "OracleRounds",
+    "OracleDriver",
     "SearchSpace",
     "TrialRecord",
     "TrialResult",

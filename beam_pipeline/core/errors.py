@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_ANOMALIES",
     "code_error",
     "filesystem_error",
+    "first_line",
     "transform_error",
     "user_error",
 ]
@@ -240,3 +241,9 @@ def _is_under(path: str, root: str) -> bool:
         return path.startswith(root.rstrip("/"))
     root = os.path.abspath(root)
     return os.path.commonpath([os.path.abspath(path), root]) == root
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message ("" when empty): what a one-sentence error quotes."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

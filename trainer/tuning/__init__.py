@@ -1,0 +1,57 @@
+"""Tuning without a long-lived oracle server: trials run in workers, the oracle in the launcher.
+
+One module per concept (keras-tuner splits the same concerns into ``engine/oracle.py``,
+``engine/trial.py``, ``distribute/oracle_chief.py`` and ``oracle_client.py``); none imports
+Beam (the Beam step is :class:`transforms.tuning.RunTrials`, the stage and its schedules are
+in :mod:`beam_pipeline.tuner`):
+
+- :mod:`~trainer.tuning.search_space`: a search space declared in the pipeline config;
+- :mod:`~trainer.tuning.messages`: the job, a trial, its result, a row of the table;
+- :mod:`~trainer.tuning.store`: each trial attempt's result file in the shared folder;
+- :mod:`~trainer.tuning.loader`: the module's ``tuner_fn`` (or a search space over its
+  TrainSpec, :mod:`~trainer.tuning.hypermodel`) to a tuner on the shared project folder;
+- :mod:`~trainer.tuning.runner`: the worker side, :class:`TrialRunner`;
+- :mod:`~trainer.tuning.oracle`: the launcher side, :class:`OracleDriver`.
+
+Example (what the tuner stage does, minus Beam)::
+
+    job = TuningJob(module_file="penguin_module.py", module_source=source,
+                    train_files=(...,), eval_files=(...,), transform_graph_path=graph,
+                    schema_path=schema, tuner_dir="/run/tuner", train_steps=20, eval_steps=5)
+    oracle = OracleDriver(load_tuner(job, job.tuner_dir).tuner, parallel_trials=2, max_trials=4)
+    runner = TrialRunner(job)                    # on each worker
+    while specs := oracle.next_round():
+        oracle.report({s.trial_id: runner.run(s) for s in specs})
+    oracle.best_hyperparameters()                # a HyperParameters config
+"""
+
+from trainer.tuning.loader import load_tuner
+from trainer.tuning.messages import TrialRecord, TrialResult, TrialSpec, TrialStatus, TuningJob
+from trainer.tuning.oracle import OracleDriver
+from trainer.tuning.runner import TrialRunner
+from trainer.tuning.search_space import (
+    Direction,
+    ParameterType,
+    SearchAlgorithm,
+    SearchParameter,
+    SearchSpace,
+)
+from trainer.tuning.store import read_trial_result, write_trial_result
+
+__all__ = [
+    "Direction",
+    "OracleDriver",
+    "ParameterType",
+    "SearchAlgorithm",
+    "SearchParameter",
+    "SearchSpace",
+    "TrialRecord",
+    "TrialResult",
+    "TrialRunner",
+    "TrialSpec",
+    "TrialStatus",
+    "TuningJob",
+    "load_tuner",
+    "read_trial_result",
+    "write_trial_result",
+]

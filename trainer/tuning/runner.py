@@ -1,0 +1,152 @@
+"""The worker side of a search: :class:`TrialRunner` runs trial attempts in this process.
+
+It loads the module file (from the source text carried in the job when the file is not on
+the worker's disk), loads the tuner once (:mod:`trainer.tuning.loader`) and runs trials
+with it: for each trial it rebuilds the keras-tuner ``Trial`` from the hyperparameters
+config the launcher sent and calls the tuner's own ``run_trial`` with ``fit_kwargs``, so
+the tuner's callbacks, ``executions_per_trial``, Hyperband's ``tuner/epochs`` /
+``tuner/initial_epoch`` and its resume from the parent trial's checkpoint behave as in
+``tuner.search``. Each attempt's :class:`TrialResult` goes to the trial result store
+(:mod:`trainer.tuning.store`); a retried worker returns the stored one instead of training
+again. The role of keras-tuner's ``distribute/oracle_client.py`` worker, without a server.
+
+Example::
+
+    runner = TrialRunner(job)
+    result = runner.run(spec)    # a TrialResult, also written to the shared folder
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+import traceback
+from typing import Optional
+
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError, first_line
+from trainer.fn_args import TunerFnResult
+from trainer.module_loader import error_place
+from trainer.process import limit_threads, worker_name
+from trainer.tuning.loader import load_tuner_with_path, set_project_dir
+from trainer.tuning.messages import TrialResult, TrialSpec, TrialStatus, TuningJob
+from trainer.tuning.store import read_trial_result, write_trial_result
+
+__all__ = ["TrialRunner"]
+
+_LOG = logging.getLogger(__name__)
+_WORKERS_SUBDIR = "workers"
+
+
+class TrialRunner:
+    """Runs trials of one tuning job in this process (a Beam worker creates one per DoFn).
+
+    ``tuner_fn`` is called once, on the first trial; later trials reuse the tuner and its
+    ``fit_kwargs``, as ``tuner.search`` does. TensorFlow's thread pools are capped to
+    ``job.threads_per_trial`` at construction.
+
+    Example::
+
+        runner = TrialRunner(job)
+        result = runner.run(spec)    # a TrialResult, also written to the shared folder
+    """
+
+    def __init__(self, job: TuningJob) -> None:
+        self._job = job
+        limit_threads(job.threads_per_trial)
+        self._loaded: Optional[TunerFnResult] = None
+        self._module_path = job.module_file
+
+    def _tuner(self) -> TunerFnResult:
+        if self._loaded is None:
+            from trainer.strategy import choose_strategy
+
+            working_dir = fileio.join(
+                self._job.tuner_dir,
+                _WORKERS_SUBDIR,
+                f"{socket.gethostname()}-{os.getpid()}",
+            )
+            self._loaded, self._module_path = load_tuner_with_path(
+                self._job, working_dir, strategy=choose_strategy()
+            )
+        return self._loaded
+
+    def run(self, spec: TrialSpec) -> TrialResult:
+        """Runs one trial attempt, or returns the result an earlier run of it left.
+
+        Never raises for an error in the trial (it is the result's ``error``); a
+        ``tuner_fn`` that fails here gives a ``fatal`` result.
+        """
+        done = read_trial_result(spec.project_dir, spec.trial_id, spec.attempt)
+        if done is not None:
+            return dataclasses.replace(done, reused=True)
+        start = time.time()
+        try:
+            loaded = self._tuner()
+        except PipelineError as e:
+            # Written like any result: the launcher reads results from the shared folder,
+            # and without it would only know that no result came back.
+            result = TrialResult(
+                spec.trial_id,
+                spec.attempt,
+                TrialStatus.FAILED,
+                dict(spec.hyperparameters),
+                error=str(e),
+                fatal=True,
+                seconds=round(time.time() - start, 3),
+                worker=worker_name(),
+                started=round(start, 3),
+            )
+            write_trial_result(spec.project_dir, result)
+            return result
+        if loaded.tuner.project_dir != spec.project_dir:
+            set_project_dir(loaded.tuner, spec.project_dir)
+        result = self._execute(loaded, spec, start)
+        write_trial_result(spec.project_dir, result)
+        return result
+
+    def _execute(self, loaded: TunerFnResult, spec: TrialSpec, start: float) -> TrialResult:
+        import keras_tuner
+
+        # keras-tuner's own conversion of run_trial's return value (History, dict, float,
+        # or a list of them) to the metrics it reports; private, but keras-tuner is pinned.
+        from keras_tuner.src.engine import tuner_utils
+
+        tuner = loaded.tuner
+        objective = tuner.oracle.objective
+        hp = keras_tuner.HyperParameters.from_config(dict(spec.hyperparameters))
+        trial = keras_tuner.engine.trial.Trial(hp, trial_id=spec.trial_id, status="RUNNING")
+        status, metrics, step, error, trace, fatal = TrialStatus.COMPLETED, {}, 0, None, None, False
+        try:
+            returned = tuner.run_trial(trial, **loaded.fit_kwargs)
+            tuner_utils.validate_trial_results(returned, objective, "Tuner.run_trial()")
+            metrics = {
+                str(k): float(v)
+                for k, v in tuner_utils.convert_to_metrics_dict(returned, objective).items()
+            }
+            step = int(tuner_utils.get_best_step(returned, objective))
+        except Exception as e:  # noqa: BLE001  a trial's error is its result, as in keras-tuner
+            trace = traceback.format_exc()
+            where = error_place(e, self._module_path, self._job.module_file)
+            error = f"{type(e).__name__}: {first_line(e)} ({where})"
+            fatal = isinstance(e, keras_tuner.errors.FatalError)
+            failed = fatal or isinstance(e, keras_tuner.errors.FailedTrialError)
+            status = TrialStatus.FAILED if failed else TrialStatus.INVALID
+            _LOG.warning("Trial %s raised %s", spec.trial_id, error)
+        return TrialResult(
+            trial_id=spec.trial_id,
+            attempt=spec.attempt,
+            status=status,
+            hyperparameters=trial.hyperparameters.get_config(),
+            metrics=metrics,
+            best_step=step,
+            error=error,
+            traceback=trace,
+            fatal=fatal,
+            seconds=round(time.time() - start, 3),
+            worker=worker_name(),
+            started=round(start, 3),
+        )
