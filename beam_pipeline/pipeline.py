@@ -46,13 +46,10 @@ from beam_pipeline.fingerprint import file_digest, files_digest, json_digest
 from beam_pipeline.manifest import RunManifest, Stage, run_identity, stage_key
 from beam_pipeline.remote import JobInfo, check_remote_paths, wait_for_job
 from beam_pipeline.run_dir import RunDirectory
+from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus, write_summary
 from beam_pipeline.training_stage import run_training_stage
-from beam_pipeline.tuning_stage import (
-    BEST_HYPERPARAMETERS_FILE,
-    LocalWorkerPool,
-    run_tuning_stage,
-)
+from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, run_tuning_stage
 from beam_pipeline.watchdog import start_worker_pool_check
 from trainer import load_trainer_module
 from transforms import example_gen as eg

@@ -235,7 +235,8 @@ def _phase_stage(args, run: str, module: str) -> dict:
     from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
     from beam_pipeline.core.types import Artifact
     from beam_pipeline.run_dir import RunDirectory
-    from beam_pipeline.tuning_stage import LocalWorkerPool, run_tuning_stage
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+    from beam_pipeline.tuning_stage import run_tuning_stage
 
     schedule = TunerSchedule(args.phase.split("-", 1)[1])
     root = os.path.join(OUT, f"stage-{schedule.value}")

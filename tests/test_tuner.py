@@ -312,13 +312,13 @@ def test_trial_jobs_running_side_by_side_get_their_own_job_names():
     from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
 
     from beam_pipeline.beam_options import parse_beam_args
-    from beam_pipeline.tuning_stage import _job_options
+    from beam_pipeline.tuner.rolling import job_options
 
     named = parse_beam_args(["--runner=DataflowRunner", "--job_name=Penguin_Tuning"])
-    renamed = _job_options(named, "07")
+    renamed = job_options(named, "07")
     assert renamed.view_as(GoogleCloudOptions).job_name == "penguin-tuning-trial-07"
     assert renamed.view_as(StandardOptions).runner == "DataflowRunner"
     unnamed = parse_beam_args(["--runner=DataflowRunner", "--experiments=a", "--experiments=b"])
-    own = _job_options(unnamed, "07")  # a copy: each trial's job is built in its own thread
+    own = job_options(unnamed, "07")  # a copy: each trial's job is built in its own thread
     assert own is not unnamed and own.view_as(GoogleCloudOptions).job_name is None
     assert own.get_all_options() == unnamed.get_all_options()  # Beam names each job itself

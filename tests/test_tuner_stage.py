@@ -24,17 +24,11 @@ from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, Tun
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import stage_module_file
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
+from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import run_training_stage
-from beam_pipeline.tuning_stage import (
-    BEST_HYPERPARAMETERS_FILE,
-    OBJECTIVE_PLOT,
-    TRIALS_CSV,
-    TRIALS_JSON,
-    LocalWorkerPool,
-    build_tuning_job,
-    run_tuning_stage,
-)
+from beam_pipeline.tuner.report import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
+from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, build_tuning_job, run_tuning_stage
 from trainer import load_hyperparameters
 from trainer.tuning import OracleDriver, SearchSpace, load_tuner
 from transforms.tuning import RunTrials

@@ -1,0 +1,370 @@
+"""A local worker pool: warm processes on this machine that serve many Beam jobs (DirectRunner).
+
+Beam's own ``multi_processing`` mode starts fresh worker processes for every job, which
+costs each job seconds of imports (TensorFlow, keras-tuner, tf.Transform). A
+:class:`LocalWorkerPool` starts its processes once, with the ML stack imported and their
+TensorFlow thread pools sized to share the cores, and serves every job created with
+:meth:`LocalWorkerPool.pipeline` as Beam EXTERNAL workers, through a gRPC dispatcher of its
+own that hands the k-th worker of each job to process k (or a whole job to one process).
+It reports processes that died (:meth:`LocalWorkerPool.lost_workers`) and replaces them:
+the FnApiRunner would wait for a dead worker forever, so whoever runs jobs on the pool
+watches it (the Tuner stage's schedules do). Nothing here is specific to one stage: any
+job of the run (data, Transform, training, trials) can run on it.
+
+One concept, the pool (its processes, their dispatcher and its shutdown), hence the length.
+
+Example::
+
+    with LocalWorkerPool(2, threads_per_worker=1) as pool:
+        with pool.pipeline(options) as p:
+            p | RunTrials(job, specs)
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.options import pipeline_options as po
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_pipeline.beam_options import is_direct
+from beam_pipeline.core.errors import PipelineError
+
+__all__ = ["LocalWorkerPool", "local_pool_size", "serve_pool_worker"]
+
+
+class _DropWorkerCountWarning(logging.Filter):
+    """Drops the FnApiRunner's advice to use multi_processing: the pool's workers are processes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "direct_num_workers is not equal to 1" not in record.getMessage()
+
+
+# The FnApiRunner's threads that read a job's data and control channels from a worker (Beam
+# 2.77, pinned); when the pool stops under a job the search abandoned, they fail with a
+# grpc.RpcError.
+_CHANNEL_THREADS = ("read_grpc_client_inputs", "beam_control_read")
+_CHANNEL_GRACE_S = 5.0
+
+
+class _DropAbandonedJobNoise(logging.Filter):
+    """Drops Beam's log of a data channel that broke because the pool stopped under a job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Failed to read inputs in the data plane" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_abandoned_jobs():
+    """While the pool stops: no Beam-internal traceback for jobs the search abandoned.
+
+    A search that stops on an error (a trial's fatal error, too many failed trials) leaves
+    the other slots' jobs running; stopping their processes breaks those jobs' data
+    channels, and Beam's reader threads then print a grpc.RpcError traceback twice (a log
+    line and an uncaught thread exception) on top of the error the user must read.
+    """
+    import grpc
+
+    data_plane = logging.getLogger("apache_beam.runners.worker.data_plane")
+    noise = _DropAbandonedJobNoise()
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        thread = args.thread
+        if (
+            thread is not None
+            and thread.name in _CHANNEL_THREADS
+            and isinstance(args.exc_value, grpc.RpcError)
+        ):
+            return
+        previous(args)
+
+    data_plane.addFilter(noise)
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
+        data_plane.removeFilter(noise)
+
+
+def serve_pool_worker(threads: int) -> None:
+    """One warm worker process: caps TF's threads, imports the ML stack, serves SDK harnesses.
+
+    Runs until its standard input closes (the launcher exited or closed the pool).
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
+
+    from trainer.process import limit_threads, prewarm
+
+    limit_threads(threads)
+    prewarm()
+    import transforms  # noqa: F401  the project's Beam steps, which the jobs' DoFns unpickle
+
+    address, server = BeamFnExternalWorkerPoolServicer.start(use_process=False, port=0)
+    sys.stdout.write(address + "\n")
+    sys.stdout.flush()
+    # From now on the launcher no longer reads our standard output: what jobs print
+    # (Keras progress bars...) goes to the log with stderr, or a full pipe would block us.
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdin.read()
+    server.stop(0)
+
+
+class _Child:
+    """One pool process: its Popen, log file and (once ready) its worker-pool address."""
+
+    def __init__(self, index: int, threads: int, log_dir: str, label: str) -> None:
+        self.index = index
+        self.label = label
+        self.log_path = os.path.join(log_dir, f"worker-{index}.log")
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        code = (
+            "from beam_pipeline.runtime.pool import serve_pool_worker; "
+            f"serve_pool_worker({threads})"
+        )
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        self.address: Optional[str] = None
+        self._lock = threading.Lock()
+
+    def wait_ready(self) -> str:
+        with self._lock:
+            return self._read_address()
+
+    def _read_address(self) -> str:
+        if self.address is None:
+            line = self.process.stdout.readline().strip() if self.process.stdout else ""
+            if not line:
+                raise PipelineError(
+                    f"{self.label} worker process {self.index} exited before it was ready; see "
+                    f"{self.log_path} for why (out of memory, or an import error)."
+                )
+            self.address = line
+        return self.address
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        if self.process.stdin and not self.process.stdin.closed:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class _Dispatcher:
+    """A Beam worker-pool service that hands the k-th worker of each job to pool process k."""
+
+    def __init__(self, pool: LocalWorkerPool) -> None:
+        import grpc
+        from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc
+        from apache_beam.utils import thread_pool_executor
+
+        pool_ref = pool
+        lock = threading.Lock()
+        started: collections.Counter = collections.Counter()
+
+        class Servicer(beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolServicer):
+            def StartWorker(self, request, context):  # noqa: N802  gRPC method name
+                with lock:
+                    k = started[request.control_endpoint.url]
+                    started[request.control_endpoint.url] += 1
+                child = pool_ref._children[k % len(pool_ref._children)]
+                try:
+                    address = child.wait_ready()
+                    with grpc.insecure_channel(address) as channel:
+                        stub = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(channel)
+                        return stub.StartWorker(request, timeout=60)
+                except (PipelineError, grpc.RpcError) as e:
+                    return beam_fn_api_pb2.StartWorkerResponse(error=str(e))
+
+            def StopWorker(self, request, context):  # noqa: N802  gRPC method name
+                return beam_fn_api_pb2.StopWorkerResponse()
+
+        self._server = grpc.server(thread_pool_executor.shared_unbounded_instance())
+        port = self._server.add_insecure_port("localhost:0")
+        beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(
+            Servicer(), self._server
+        )
+        self._server.start()
+        self.endpoint = f"localhost:{port}"
+
+    def stop(self) -> None:
+        self._server.stop(0)
+
+
+class LocalWorkerPool:
+    """Warm worker processes on this machine that serve many Beam jobs (DirectRunner).
+
+    Each process imports TensorFlow and keras-tuner once, with TensorFlow's thread pools
+    capped to ``threads_per_worker``; every job created with :meth:`pipeline` runs its
+    bundles there (one Beam worker per process) through Beam's EXTERNAL environment, so
+    a search's rounds pay no process start-up. Start it early to hide its start-up
+    behind other work.
+
+    Example::
+
+        with LocalWorkerPool(2, threads_per_worker=1) as pool:
+            with pool.pipeline(options) as p:
+                p | RunTrials(job, specs)
+
+    Args:
+      num_workers: worker processes.
+      threads_per_worker: TensorFlow intra-op threads of each (0: TensorFlow's default).
+      label: what messages call its processes ("Tuner worker process 1 exited ...") and
+        the prefix of its log folder; the Tuner stage's pool by default.
+    """
+
+    def __init__(self, num_workers: int, threads_per_worker: int = 0, label: str = "Tuner") -> None:
+        if num_workers < 1:
+            raise PipelineError(
+                f"A local worker pool needs at least one worker, not {num_workers}; pass "
+                "--direct_num_workers=N with N >= 1."
+            )
+        self.num_workers = num_workers
+        self.threads_per_worker = threads_per_worker
+        self.label = label
+        self._log_dir = tempfile.mkdtemp(prefix=f"beam_pipeline_{label.lower()}_workers_")
+        self._children: list[_Child] = []
+        self._dispatcher: Optional[_Dispatcher] = None
+        self._filter = _DropWorkerCountWarning()
+        self.restarts = 0
+
+    def start(self) -> LocalWorkerPool:
+        """Starts the processes (they get ready in the background); returns self."""
+        if not self._children:
+            self._children = [
+                _Child(i, self.threads_per_worker, self._log_dir, self.label)
+                for i in range(self.num_workers)
+            ]
+            self._dispatcher = _Dispatcher(self)
+            from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+            logging.getLogger(fn_runner.__name__).addFilter(self._filter)
+        return self
+
+    def wait_ready(self) -> None:
+        """Blocks until every process serves (its imports are done).
+
+        Raises:
+          PipelineError: a process exited while starting.
+        """
+        for child in self._children:
+            child.wait_ready()
+
+    @property
+    def pids(self) -> list[int]:
+        return [c.process.pid for c in self._children]
+
+    @property
+    def log_dir(self) -> str:
+        return self._log_dir
+
+    def lost_workers(self) -> list[int]:
+        """Indexes of processes that exited."""
+        return [c.index for c in self._children if not c.alive]
+
+    def restart(self) -> None:
+        """Replaces every process (after one exited: a survivor may still run its trial)."""
+        for i, child in enumerate(self._children):
+            child.close()
+            self._children[i] = _Child(i, self.threads_per_worker, self._log_dir, self.label)
+        self.restarts += 1
+
+    def restart_worker(self, index: int) -> None:
+        """Replaces process ``index`` (after it exited); the others go on with their work."""
+        self._children[index].close()
+        self._children[index] = _Child(index, self.threads_per_worker, self._log_dir, self.label)
+        self.restarts += 1
+
+    def pipeline(self, options: PipelineOptions, worker: Optional[int] = None) -> beam.Pipeline:
+        """A pipeline whose workers are this pool's processes (one Beam worker each).
+
+        Args:
+          options: the job's options (the runner is replaced).
+          worker: run the whole job on process ``worker`` only (one Beam worker), so
+            that jobs running at the same time each get their own process.
+        """
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+        from apache_beam.transforms import environments
+
+        if self._dispatcher is None:
+            self.start()
+        assert self._dispatcher is not None
+        if worker is None:
+            endpoint, workers = self._dispatcher.endpoint, self.num_workers
+        else:
+            endpoint, workers = self._children[worker].wait_ready(), 1
+        settings = options.get_all_options(drop_default=True)
+        settings.update(direct_running_mode="in_memory", direct_num_workers=workers)
+        runner = fn_runner.FnApiRunner(
+            default_environment=environments.ExternalEnvironment(endpoint)
+        )
+        return beam.Pipeline(runner=runner, options=PipelineOptions([], **settings))
+
+    def close(self) -> None:
+        """Stops the processes; their logs are deleted unless one of them exited early."""
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+        logging.getLogger(fn_runner.__name__).removeFilter(self._filter)
+        lost = self.lost_workers() or self.restarts
+        with _quiet_abandoned_jobs():
+            for child in self._children:
+                child.close()
+            # A job abandoned on these processes fails in its channel threads now.
+            deadline = time.time() + _CHANNEL_GRACE_S
+            for thread in threading.enumerate():
+                if thread.name in _CHANNEL_THREADS:
+                    thread.join(timeout=max(0.0, deadline - time.time()))
+        self._children = []
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
+            self._dispatcher = None
+        if not lost:
+            import shutil
+
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalWorkerPool:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def local_pool_size(options: PipelineOptions, parallel: int) -> int:
+    """Worker processes for a pool: 0 (no pool) unless the DirectRunner's multi_processing mode.
+
+    ``--direct_num_workers`` processes (0: one per core), never more than ``parallel``, the
+    work items that run at once (the tuner's parallel trials).
+    """
+    direct = options.view_as(po.DirectOptions)
+    if not is_direct(options) or direct.direct_running_mode != "multi_processing":
+        return 0
+    workers = direct.direct_num_workers or os.cpu_count() or 1
+    return max(1, min(workers, parallel))

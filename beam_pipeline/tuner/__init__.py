@@ -1,0 +1,14 @@
+"""The Tuner stage's launcher side with Beam: its schedules and its report.
+
+The stage itself is :func:`beam_pipeline.tuning_stage.run_tuning_stage`; the trial's
+plain-Python halves (oracle driver, trial runner) are in :mod:`trainer.tuning`.
+
+- :mod:`~beam_pipeline.tuner.search`: what a search did (:class:`Search`) and the results
+  its trials' workers wrote;
+- :mod:`~beam_pipeline.tuner.rounds`: the rounds schedule (a job per round);
+- :mod:`~beam_pipeline.tuner.rolling`: the rolling schedule (a job per trial, slots refill);
+- :mod:`~beam_pipeline.tuner.report`: ``trials.csv`` / ``trials.json``, ``objective.png``,
+  the text table and the stage's report.
+"""
+
+__all__: list[str] = []

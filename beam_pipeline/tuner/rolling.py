@@ -1,0 +1,213 @@
+"""The rolling schedule: every slot runs one trial's job; a slot that frees asks for the next.
+
+Each trial is its own small Beam job (on a :class:`~beam_pipeline.runtime.pool.
+LocalWorkerPool`: on the slot's own process), run in a thread of the launcher; the
+launcher's thread alone talks to the oracle, reporting a trial as soon as its job ends, so
+no slot waits for another's slower trial (as keras-tuner workers each ask the oracle for
+their next trial). The FnApiRunner waits forever for a pool process that died, so the loop
+also watches the pool: a lost process is replaced and its trial's job rerun (a finished
+trial's result file is reused, so nothing counts twice).
+
+Example::
+
+    run_rolling(search, job, config, options, pool, shared.Shared())
+    search.trial_job_seconds      # per trial, from its job's start to its report
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.options import pipeline_options as po
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.utils import shared
+
+from beam_pipeline.beam_options import create_pipeline, run_pipeline
+from beam_pipeline.config import PipelineConfig
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.runtime.counters import job_counters
+from beam_pipeline.runtime.pool import LocalWorkerPool
+from beam_pipeline.tuner.rounds import ROUND_ATTEMPTS
+from beam_pipeline.tuner.search import Search, gather_results
+from trainer.tuning import TrialSpec, TuningJob
+from transforms.tuning import RunTrials
+
+__all__ = ["job_options", "run_rolling"]
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(eq=False)
+class _TrialJob:
+    """One trial's job of a rolling search, running in its own thread."""
+
+    slot: int
+    spec: TrialSpec
+    tries: int
+    started: float
+    result: Optional[beam.runners.runner.PipelineResult] = None  # once submitted
+
+
+def job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
+    """A copy of ``options`` for one trial's job; a given --job_name gets the trial as a suffix.
+
+    Trial jobs run side by side, and Dataflow refuses two running jobs of the same name. A
+    copy, because each job is built in a thread of its own and Beam's PipelineOptions are
+    not thread-safe: ``view_as`` fills the shared option dict while ``beam.Pipeline``
+    deep-copies it, and two trial jobs built at once from one options object have come
+    out with the DirectRunner, running a portable-runner trial in the launcher. Call it
+    from the thread that owns ``options``.
+    """
+    own = copy.deepcopy(options)  # as beam.Pipeline copies its options
+    cloud = own.view_as(po.GoogleCloudOptions)
+    if cloud.job_name:
+        cloud.job_name = f"{cloud.job_name}-trial-{trial_id}".lower().replace("_", "-")
+    return own
+
+
+def run_rolling(
+    search: Search,
+    job: TuningJob,
+    config: PipelineConfig,
+    options: PipelineOptions,
+    pool: Optional[LocalWorkerPool],
+    runners: shared.Shared,
+) -> None:
+    """The rolling schedule: every slot runs one trial's job; a freed slot asks for the next.
+
+    Each trial is its own small Beam job (on a pool: on the slot's own process), run in a
+    thread of this process; this thread alone talks to the oracle. The FnApiRunner waits
+    forever for a pool process that died, so this thread also watches the pool: a lost
+    process is replaced and its trial's job rerun (a finished trial's result file is
+    reused, so nothing counts twice); the abandoned job's thread is a daemon.
+    """
+    hints = config.tuner
+    done: queue.Queue = queue.Queue()
+    running: dict[int, _TrialJob] = {}
+    counters: collections.Counter = collections.Counter()
+
+    def launch(slot: int, spec: TrialSpec, tries: int = 1) -> None:
+        entry = _TrialJob(slot, spec, tries, time.time())
+        running[slot] = entry
+        own = job_options(options, spec.trial_id)  # here: the job's thread must not read options
+
+        def run() -> None:
+            try:
+                # On a pool this waits for the slot's process (a restarted one starts anew).
+                p = pool.pipeline(own, worker=slot) if pool is not None else create_pipeline(own)
+                _ = p | "RunTrials" >> RunTrials(
+                    job,
+                    [spec],
+                    accelerator=hints.accelerator,
+                    min_ram=hints.min_ram,
+                    runners=runners,
+                )
+                if pool is not None:
+                    entry.result = p.run()
+                else:  # the trial's own job on the runner, watched (beam_options.run_pipeline)
+                    what = f"Tuner trial {spec.trial_id}"
+                    entry.result = run_pipeline(p, what, config.worker_start_timeout)
+                entry.result.wait_until_finish()
+                done.put((entry, job_counters(entry.result), None))
+            except BaseException as e:  # noqa: BLE001  handed to the launcher's thread
+                done.put((entry, None, e))
+
+        name = f"tuner-trial-{spec.trial_id}-slot-{slot}"
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    try:
+        _roll_until_done(search, pool, done, running, counters, launch)
+    except BaseException:
+        # The search stops here: the other trials' jobs must not run on (on Dataflow, a
+        # submitted job would go on costing). Local pool jobs end with the pool.
+        for entry in running.values():
+            _cancel(entry)
+        raise
+
+
+def _cancel(entry: _TrialJob) -> None:
+    if entry.result is None:
+        return
+    try:
+        entry.result.cancel()
+    except Exception as e:  # noqa: BLE001  runners without cancel (the FnApiRunner)
+        _LOG.debug("Could not cancel trial %s's job: %s", entry.spec.trial_id, e)
+
+
+def _roll_until_done(
+    search: Search,
+    pool: Optional[LocalWorkerPool],
+    done: queue.Queue,
+    running: dict[int, _TrialJob],
+    counters: collections.Counter,
+    launch: Callable[..., None],
+) -> None:
+    """The rolling schedule's loop (see :func:`run_rolling`): ask, launch, wait, report.
+
+    ``running`` maps a slot to its trial's job; ``launch(slot, spec, tries=1)`` starts a
+    job and records it there; each job's thread puts ``(entry, counters, error)`` on
+    ``done`` when it ends.
+    """
+    oracle = search.oracle
+    slots = oracle.slots
+    ask = True
+    while True:
+        if ask:
+            free = [slot for slot in range(slots) if slot not in running]
+            for slot, spec in zip(free, oracle.ask(len(free)) if free else []):
+                launch(slot, spec)
+            ask = False
+        if not running:  # the oracle has nothing more to run and nothing runs
+            search.counters = dict(counters)
+            return
+        try:
+            entry, counts, error = done.get(timeout=0.5)
+        except queue.Empty:
+            for slot in pool.lost_workers() if pool is not None else []:
+                pool.restart_worker(slot)
+                lost = running.pop(slot, None)
+                if lost is None:
+                    continue
+                if lost.tries >= ROUND_ATTEMPTS:
+                    raise PipelineError(
+                        f"Tuner worker process {slot} kept exiting while it ran trial "
+                        f"{lost.spec.trial_id} (see the logs in {pool.log_dir}); the trial "
+                        "probably runs out of memory: shrink the model or pass "
+                        "--direct_num_workers=1."
+                    ) from None
+                _LOG.warning(
+                    "Tuner worker process %d exited during trial %s (log in %s); restarted "
+                    "it and rerunning the trial.",
+                    slot,
+                    lost.spec.trial_id,
+                    pool.log_dir,
+                )
+                launch(slot, lost.spec, lost.tries + 1)
+            continue
+        if running.get(entry.slot) is not entry:  # an abandoned job (its process was lost)
+            continue
+        del running[entry.slot]
+        if error is not None:
+            raise error
+        counters.update(counts)
+        results = gather_results([entry.spec])
+        oracle.report(results, [entry.spec])
+        seconds = round(time.time() - entry.started, 3)
+        search.trial_job_seconds[entry.spec.trial_id] = seconds
+        ask = True
+        _LOG.info(
+            "Tuner trial %s: %s in %.1f s on slot %d",
+            entry.spec.trial_id,
+            ", ".join(r.status.value for r in results.values()) or "no result",
+            seconds,
+            entry.slot,
+        )
