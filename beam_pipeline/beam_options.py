@@ -8,7 +8,7 @@ time and fails on an air-gapped machine before falling back. ``run_pipeline`` ru
 and fails it, rather than waiting forever as Beam would, when its workers are lost: in
 the DirectRunner's multi_processing mode when a worker process dies; on every other
 runner when no worker shows life for ``--worker_start_timeout`` seconds
-(:mod:`beam_pipeline.watchdog`).
+(:mod:`beam_pipeline.runtime.watchdog`).
 
 Example::
 
@@ -32,7 +32,8 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.watchdog import DEFAULT_WORKER_START_TIMEOUT, BackgroundCall, watch
+from beam_pipeline.runtime.background import BackgroundCall
+from beam_pipeline.runtime.watchdog import DEFAULT_WORKER_START_TIMEOUT, watch
 
 __all__ = ["parse_beam_args", "create_pipeline", "run_pipeline", "is_direct", "unknown_beam_flags"]
 
@@ -142,7 +143,7 @@ def run_pipeline(
     Portable runners, Flink, Spark, Dataflow: the job is submitted from a daemon thread
     (Beam's embedded job service runs the job on a thread that inherits it, so an
     abandoned job cannot keep the process alive) and the result's ``wait_until_finish``
-    is watched (:func:`beam_pipeline.watchdog.watch`): no live worker for
+    is watched (:func:`beam_pipeline.runtime.watchdog.watch`): no live worker for
     ``worker_start_timeout`` seconds cancels the job with one sentence saying why. The
     in-memory DirectRunner: plain ``p.run()`` (its work runs in this process).
 

@@ -47,10 +47,10 @@ from beam_pipeline.manifest import RunManifest, Stage, run_identity, stage_key
 from beam_pipeline.remote import JobInfo, check_remote_paths, wait_for_job
 from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.runtime.pool import LocalWorkerPool
+from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus, write_summary
 from beam_pipeline.training_stage import run_training_stage
 from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, run_tuning_stage
-from beam_pipeline.watchdog import start_worker_pool_check
 from trainer import load_trainer_module
 from transforms import example_gen as eg
 from transforms.metrics import NAMESPACE
@@ -541,7 +541,7 @@ def run(config: PipelineConfig) -> RunSummary:
     check_remote_paths(config, options)
     # A local EXTERNAL worker pool must start a worker that imports this project; checked
     # while the inputs and the module file are checked, and waited for before anything is
-    # created (beam_pipeline.watchdog).
+    # created (beam_pipeline.runtime.preflight).
     pool_checked = start_worker_pool_check(options, config.worker_start_timeout)
     csv_format = eg.CsvFormat(
         config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes

@@ -332,7 +332,7 @@ def wait_for_job(result, options, what: str) -> JobInfo:
     remote = remote_runner_reason(options) is not None
     try:
         state = result.wait_until_finish()
-    except PipelineError:  # already one sentence (beam_pipeline.watchdog: no live worker)
+    except PipelineError:  # already one sentence (beam_pipeline.runtime.watchdog: no live worker)
         raise
     except Exception as e:  # noqa: BLE001  any runner's failure; re-raised with the job's link
         if not remote:

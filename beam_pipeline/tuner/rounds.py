@@ -27,10 +27,10 @@ from apache_beam.utils import shared
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.runtime.background import BackgroundCall
 from beam_pipeline.runtime.counters import job_counters
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.tuner.search import Search, gather_results
-from beam_pipeline.watchdog import BackgroundCall
 from trainer.tuning import TrialSpec, TuningJob
 from transforms.tuning import RunTrials
 
