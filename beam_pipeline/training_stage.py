@@ -31,17 +31,18 @@ import uuid
 from typing import Optional
 
 import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
-from beam_pipeline.config import PipelineConfig, parse_custom_config
+from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
+from beam_pipeline.model_job import model_job_fields
 from beam_pipeline.run_dir import RunDirectory
+from beam_pipeline.runtime.counters import job_counters
 from beam_pipeline.summary import StageReport, StageStatus
 from trainer import (
     ModuleKind,
@@ -52,7 +53,6 @@ from trainer import (
     load_hyperparameters,
     read_result,
 )
-from transforms.metrics import NAMESPACE
 from transforms.training import TrainModel
 
 __all__ = ["STAGE", "EXPORT_SUBDIR", "build_training_job", "run_training_stage"]
@@ -91,28 +91,21 @@ def build_training_job(
             f"{trainer_config.eval_steps} are out of range; pass --train_steps >= 0 and "
             "--eval_steps >= 1."
         )
-    inputs = run_dir.model_inputs("trainer")
-    custom_config = parse_custom_config(trainer_config.custom_config)
+    fields = model_job_fields(
+        config, run_dir, "trainer", config.module_file or "", entry_point=entry_point, staged=staged
+    )
     base_model = trainer_config.base_model
     if base_model:
         check_base_model(base_model)
     hp_path = hyperparameters_path or trainer_config.hyperparameters
-    module_file = config.module_file or ""
-    with fileio.open(staged.path if staged else module_file) as f:
-        module_source = f.read()
     return TrainingJob(
-        module_file=module_file,
-        module_source=module_source,
-        **inputs,
+        **fields,
         serving_model_dir=run_dir.path(Artifact.MODEL_RUN, EXPORT_SUBDIR),
         model_run_dir=run_dir.path(Artifact.MODEL_RUN),
         train_steps=trainer_config.train_steps,
         eval_steps=trainer_config.eval_steps,
         hyperparameters=load_hyperparameters(hp_path) if hp_path else None,
         base_model=base_model,
-        custom_config=custom_config,
-        entry_point=entry_point,
-        staged=staged,
     )
 
 
@@ -132,12 +125,7 @@ def _run_pipeline(
     )
     beam_result = run_pipeline(p, "Trainer", config.worker_start_timeout)
     beam_result.wait_until_finish()
-    counters = {}
-    try:
-        query = beam_result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
-        counters = {c.key.metric.name: int(c.committed or 0) for c in query["counters"]}
-    except (AttributeError, NotImplementedError, KeyError):  # runners without metrics
-        pass
+    counters = job_counters(beam_result)
     if not fileio.exists(outcome):
         return None, counters
     with fileio.open(outcome) as f:

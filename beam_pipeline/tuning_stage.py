@@ -59,11 +59,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import is_direct
-from beam_pipeline.config import PipelineConfig, TunerSchedule, parse_custom_config
+from beam_pipeline.config import PipelineConfig, TunerSchedule
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.core.types import Artifact
+from beam_pipeline.model_job import model_job_fields
 from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
 from beam_pipeline.summary import StageReport, StageStatus
@@ -117,22 +118,16 @@ def build_tuning_job(
             f"--tuner_train_steps={tuner.train_steps} / --tuner_eval_steps={tuner.eval_steps} "
             "are out of range; pass values of at least 1."
         )
-    inputs = run_dir.model_inputs("tuner")
-    custom_config = parse_custom_config(config.trainer.custom_config)
-    with fileio.open(staged.path if staged else module_file) as f:
-        module_source = f.read()
+    fields = model_job_fields(
+        config, run_dir, "tuner", module_file, entry_point=config.trainer.entry_point, staged=staged
+    )
     return TuningJob(
-        module_file=module_file,
-        module_source=module_source,
-        **inputs,
+        **fields,
         tuner_dir=tuner_dir,
         train_steps=tuner.train_steps,
         eval_steps=tuner.eval_steps,
-        custom_config=custom_config,
         threads_per_trial=threads_per_trial,
         search_space=search_space,
-        entry_point=config.trainer.entry_point,
-        staged=staged,
     )
 
 

@@ -20,19 +20,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import socket
 import time
 from collections.abc import Mapping
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.core.module_staging import StagedModule
+from beam_pipeline.core.errors import PipelineError, first_line
 from trainer import export
-from trainer.data_accessor import DataAccessor
-from trainer.fn_args import ExampleCounts, FnArgs
-from trainer.module_loader import ModuleKind, TrainerModule, error_place, load_trainer_module
+from trainer.fn_args import FnArgs
+from trainer.job import ModelJob, common_fn_args
+from trainer.module_loader import ModuleKind, TrainerModule, error_place
+from trainer.process import worker_name
 from trainer.spec import run_spec
 from trainer.strategy import choose_strategy, describe
 
@@ -49,45 +47,26 @@ RESULT_FILE = "training_result.json"
 _LOG = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainingJob:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingJob(ModelJob):
     """Everything a worker needs to train (plain values: it travels as a Beam element).
 
+    The fields of :class:`trainer.job.ModelJob` (module, data, steps, custom_config,
+    entry point), and:
+
     Attributes:
-      module_file: the module file's path as the user gave it.
-      module_source: its text, so a worker without the launcher's disk can load it.
-      staged: the run's staged copy of the module and its folder, which workers load (so
-        the module's helper modules import there too); None: ``module_file`` itself.
-      train_files / eval_files: file patterns of the transformed examples.
-      transform_graph_path: the tf.Transform output folder.
-      schema_path: the raw schema (``schema.pbtxt``).
       serving_model_dir: where the serving SavedModel goes (stable per run).
       model_run_dir: logs, checkpoints and the completion marker (stable per run).
-      train_steps / eval_steps: reach ``fn_args``.
       hyperparameters: a Keras Tuner HyperParameters config, or None.
       base_model: a SavedModel folder to warm-start from, or None.
-      custom_config: reaches ``fn_args.custom_config``.
-      entry_point: the run_fn-like function or TrainSpec class to use (default: run_fn,
-        else the only TrainSpec subclass).
       logical_cpus: for tests: mirror over this many logical CPU devices when no GPU.
     """
 
-    module_file: str
-    module_source: Optional[str]
-    train_files: tuple[str, ...]
-    eval_files: tuple[str, ...]
-    transform_graph_path: str
-    schema_path: Optional[str]
     serving_model_dir: str
     model_run_dir: str
-    train_steps: int
-    eval_steps: int
     hyperparameters: Optional[Mapping[str, Any]] = None
     base_model: Optional[str] = None
-    custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    entry_point: Optional[str] = None
     logical_cpus: int = 0
-    staged: Optional[StagedModule] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,11 +112,7 @@ class TrainingResult:
 
     @classmethod
     def failed(cls, job: TrainingJob, message: str) -> TrainingResult:
-        return cls(job.serving_model_dir, job.model_run_dir, error=message, worker=_worker())
-
-
-def _worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+        return cls(job.serving_model_dir, job.model_run_dir, error=message, worker=worker_name())
 
 
 def load_hyperparameters(path: str) -> dict[str, Any]:
@@ -223,24 +198,15 @@ def _tensorboard_metrics(model_run_dir: str) -> dict[str, float]:
 
 
 def _fn_args(job: TrainingJob, strategy) -> FnArgs:
-
-    return FnArgs(
-        working_dir=job.model_run_dir,
-        train_files=list(job.train_files),
-        eval_files=list(job.eval_files),
-        train_steps=job.train_steps,
-        eval_steps=job.eval_steps,
-        schema_path=job.schema_path,
-        transform_graph_path=job.transform_graph_path,
-        data_accessor=DataAccessor(),
+    return common_fn_args(
+        job,
+        job.model_run_dir,
+        strategy=strategy,
         serving_model_dir=job.serving_model_dir,
         eval_model_dir=fileio.join(job.model_run_dir, "eval_model"),
         model_run_dir=job.model_run_dir,
         base_model=job.base_model,
         hyperparameters=dict(job.hyperparameters) if job.hyperparameters else None,
-        custom_config=dict(job.custom_config),
-        num_examples=ExampleCounts({"train": job.train_files, "eval": job.eval_files}),
-        strategy=strategy,
     )
 
 
@@ -256,9 +222,8 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs):
     except Exception as e:  # noqa: BLE001  user code: report where it failed, do not retry
         _LOG.exception("Training with %s from %s failed.", what, loaded.path)
         where = error_place(e, loaded.module.__file__ or loaded.path, loaded.path)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise PipelineError(
-            f"{what} in {where} raised {type(e).__name__} ({first}); fix the "
+            f"{what} in {where} raised {type(e).__name__} ({first_line(e)}); fix the "
             "module file (the full traceback is in the worker log)."
         ) from None
 
@@ -280,12 +245,7 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
         return dataclasses.replace(previous, reused=True)
 
     start = time.time()
-    loaded = load_trainer_module(
-        job.module_file,
-        source=job.module_source,
-        entry_point=job.entry_point,
-        staged=job.staged,
-    )
+    loaded = job.load_module()
     if loaded.kind is ModuleKind.NONE:
         raise PipelineError(
             f"Module file {job.module_file} defines no run_fn(fn_args) and no TrainSpec "
@@ -320,7 +280,7 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
         start_step=start_step,
         final_step=final_step,
         seconds=round(time.time() - start, 3),
-        worker=_worker(),
+        worker=worker_name(),
     )
     _write_result(result)
     return result

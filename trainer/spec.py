@@ -48,7 +48,16 @@ if TYPE_CHECKING:
 
     from trainer.fn_args import FnArgs
 
-__all__ = ["TrainSpec", "SpecOutcome", "run_spec", "CHECKPOINT_SUBDIR", "EVAL_LOG_SUBDIR"]
+__all__ = [
+    "CHECKPOINT_SUBDIR",
+    "EVAL_LOG_SUBDIR",
+    "SpecOutcome",
+    "TrainSpec",
+    "compile_model",
+    "make_spec",
+    "model_datasets",
+    "run_spec",
+]
 
 CHECKPOINT_SUBDIR = "checkpoints"
 EVAL_LOG_SUBDIR = "eval"
@@ -147,6 +156,40 @@ class SpecOutcome:
     final_step: int
 
 
+def make_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> TrainSpec:
+    """The module's spec, ready for use: ``fn_args`` and the tf.Transform output set, set up.
+
+    Training (:func:`run_spec`) and tuning (a trial's HyperModel) make theirs here.
+    """
+    import tensorflow_transform as tft
+
+    spec = spec_class()
+    spec.fn_args = fn_args
+    spec.tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
+    spec.setup()
+    return spec
+
+
+def compile_model(spec: TrainSpec, hp: keras_tuner.HyperParameters) -> keras.Model:
+    """The spec's model for ``hp``, compiled with its optimizer, loss and metrics."""
+    model = spec.model(hp)
+    model.compile(optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp))
+    return model
+
+
+def model_datasets(
+    spec: TrainSpec, hp: keras_tuner.HyperParameters, model: keras.Model
+) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+    """The spec's (train, eval) datasets for ``hp``, holding only ``model``'s inputs."""
+    from trainer import export
+
+    names = export.model_input_names(model)
+    return (
+        _select_inputs(spec.train_dataset(hp), names),
+        _select_inputs(spec.eval_dataset(hp), names),
+    )
+
+
 def _select_inputs(dataset: tf.data.Dataset, names: Optional[list[str]]) -> tf.data.Dataset:
     """Keeps only the model's inputs in (features, label) elements (no structure warnings)."""
     spec = dataset.element_spec
@@ -190,14 +233,10 @@ def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
     import keras
     import keras_tuner
     import tensorflow as tf
-    import tensorflow_transform as tft
 
     from trainer import export
 
-    spec = spec_class()
-    spec.fn_args = fn_args
-    spec.tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-    spec.setup()
+    spec = make_spec(spec_class, fn_args)
     hp = (
         keras_tuner.HyperParameters.from_config(fn_args.hyperparameters)
         if fn_args.hyperparameters
@@ -205,13 +244,10 @@ def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
     )
     strategy = fn_args.strategy or tf.distribute.get_strategy()
     with strategy.scope():
-        model = spec.model(hp)
-        model.compile(optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp))
+        model = compile_model(spec, hp)
         if model.built:  # optimizer slots exist before a checkpoint is restored into them
             model.optimizer.build(model.trainable_variables)
-    names = export.model_input_names(model)
-    train_ds = _select_inputs(spec.train_dataset(hp), names)
-    eval_ds = _select_inputs(spec.eval_dataset(hp), names)
+    train_ds, eval_ds = model_datasets(spec, hp, model)
 
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = tf.train.CheckpointManager(

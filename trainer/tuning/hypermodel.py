@@ -12,9 +12,6 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Optional
-
 from trainer.fn_args import FnArgs, TunerFnResult
 from trainer.tuning.search_space import SearchAlgorithm, SearchSpace
 
@@ -25,7 +22,7 @@ def spec_tuner(spec_class: type, space: SearchSpace, fn_args: FnArgs) -> TunerFn
     """A keras-tuner tuner over ``space`` whose trials train with the module's TrainSpec."""
     import keras_tuner
 
-    from trainer.export import model_input_names
+    from trainer.spec import compile_model, make_spec, model_datasets
 
     class SpecHyperModel(keras_tuner.HyperModel):
         """Builds and fits a trial's model with the TrainSpec (made once per process)."""
@@ -36,29 +33,18 @@ def spec_tuner(spec_class: type, space: SearchSpace, fn_args: FnArgs) -> TunerFn
 
         def spec(self):
             if self._spec is None:
-                import tensorflow_transform as tft
-
-                spec = spec_class()
-                spec.fn_args = fn_args
-                spec.tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-                spec.setup()
-                self._spec = spec
+                self._spec = make_spec(spec_class, fn_args)
             return self._spec
 
         def build(self, hp):
-            spec = self.spec()
-            model = spec.model(hp)
-            model.compile(
-                optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp)
-            )
-            return model
+            return compile_model(self.spec(), hp)
 
         def fit(self, hp, model, *args, **kwargs):
-            spec, names = self.spec(), model_input_names(model)
+            train, validation = model_datasets(self.spec(), hp, model)
             return model.fit(
-                _model_inputs(spec.train_dataset(hp), names),
+                train,
                 steps_per_epoch=fn_args.train_steps,
-                validation_data=_model_inputs(spec.eval_dataset(hp), names),
+                validation_data=validation,
                 validation_steps=fn_args.eval_steps,
                 **kwargs,
             )
@@ -96,11 +82,3 @@ def spec_tuner(spec_class: type, space: SearchSpace, fn_args: FnArgs) -> TunerFn
         }[space.algorithm]
         tuner = kind(max_trials=space.max_trials, **common)
     return TunerFnResult(tuner=tuner, fit_kwargs={"verbose": 0})
-
-
-def _model_inputs(dataset, names: Optional[Sequence[str]]):
-    """Keeps only the model's inputs in (features, label) elements, as the spec runner does."""
-    spec = dataset.element_spec
-    if names is None or not (isinstance(spec, tuple) and isinstance(spec[0], Mapping)):
-        return dataset
-    return dataset.map(lambda features, label: ({k: features[k] for k in names}, label))

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
 from trainer.data_accessor import DataAccessor
-from trainer.fn_args import ExampleCounts, FnArgs, TunerFnResult
-from trainer.module_loader import ModuleKind, error_place, load_trainer_module
+from trainer.fn_args import FnArgs, TunerFnResult
+from trainer.job import common_fn_args
+from trainer.module_loader import ModuleKind, error_place
 from trainer.tuning.hypermodel import spec_tuner
 from trainer.tuning.messages import TuningJob
 
@@ -36,19 +37,8 @@ _LOG = logging.getLogger(__name__)
 
 
 def _fn_args(job: TuningJob, working_dir: str, strategy=None) -> FnArgs:
-    return FnArgs(
-        working_dir=working_dir,
-        train_files=list(job.train_files),
-        eval_files=list(job.eval_files),
-        train_steps=job.train_steps,
-        eval_steps=job.eval_steps,
-        schema_path=job.schema_path,
-        transform_graph_path=job.transform_graph_path,
-        data_accessor=DataAccessor(telemetry_descriptors=("beam_pipeline", "Tuner")),
-        custom_config=dict(job.custom_config),
-        num_examples=ExampleCounts({"train": job.train_files, "eval": job.eval_files}),
-        strategy=strategy,
-    )
+    accessor = DataAccessor(telemetry_descriptors=("beam_pipeline", "Tuner"))
+    return common_fn_args(job, working_dir, strategy=strategy, data_accessor=accessor)
 
 
 def load_tuner(job: TuningJob, working_dir: str, *, strategy=None) -> TunerFnResult:
@@ -80,12 +70,7 @@ def load_tuner_with_path(
     """:func:`load_tuner`, plus the path the module was executed from (for error places)."""
     import keras_tuner
 
-    loaded = load_trainer_module(
-        job.module_file,
-        source=job.module_source,
-        entry_point=job.entry_point,
-        staged=job.staged,
-    )
+    loaded = job.load_module()
     tuner_fn = getattr(loaded.module, "tuner_fn", None)
     if callable(tuner_fn) and job.search_space is not None:
         raise PipelineError(

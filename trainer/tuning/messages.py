@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from beam_pipeline.core.module_staging import StagedModule
+from trainer.job import ModelJob
 from trainer.tuning.search_space import SearchSpace
 
 __all__ = ["TrialRecord", "TrialResult", "TrialSpec", "TrialStatus", "TuningJob"]
@@ -43,44 +43,26 @@ class TrialStatus(str, enum.Enum):
     FAILED = "FAILED"
 
 
-@dataclasses.dataclass(frozen=True)
-class TuningJob:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TuningJob(ModelJob):
     """What every trial of one search needs (plain values: it travels to the workers).
 
+    The fields of :class:`trainer.job.ModelJob` (module, data, the tuning run's
+    ``train_steps`` / ``eval_steps``, custom_config, and as ``entry_point`` the TrainSpec
+    subclass to tune with a search space when the module has several), and:
+
     Attributes:
-      module_file: the module file's path as the user gave it.
-      module_source: its text, so a worker without the launcher's disk can load it.
-      staged: the run's staged copy of the module and its folder, which workers load (so
-        the module's helper modules import there too); None: ``module_file`` itself.
-      train_files / eval_files: file patterns of the transformed examples.
-      transform_graph_path: the tf.Transform output folder.
-      schema_path: the raw schema (``schema.pbtxt``), or None.
       tuner_dir: the shared tuner folder: ``fn_args.working_dir`` on the launcher; the
         tuner project (oracle state, trial checkpoints, results) lives in it.
-      train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
-      custom_config: reaches ``fn_args.custom_config``.
       threads_per_trial: TensorFlow intra-op threads of a trial's process (0: TF's default).
       search_space: a search space declared in the pipeline config; with it, a module
         whose model is a :class:`trainer.TrainSpec` subclass is tuned without a
         ``tuner_fn`` (see :class:`SearchSpace`).
-      entry_point: the TrainSpec subclass to tune with a search space, when the module
-        has several (the trainer's ``entry_point``).
     """
 
-    module_file: str
-    module_source: Optional[str]
-    train_files: tuple[str, ...]
-    eval_files: tuple[str, ...]
-    transform_graph_path: str
-    schema_path: Optional[str]
     tuner_dir: str
-    train_steps: int
-    eval_steps: int
-    custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     threads_per_trial: int = 0
     search_space: Optional[SearchSpace] = None
-    entry_point: Optional[str] = None
-    staged: Optional[StagedModule] = None
 
 
 @dataclasses.dataclass(frozen=True)

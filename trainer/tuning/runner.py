@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import socket
 import time
 import traceback
 from typing import Optional
@@ -64,11 +62,9 @@ class TrialRunner:
         if self._loaded is None:
             from trainer.strategy import choose_strategy
 
-            working_dir = fileio.join(
-                self._job.tuner_dir,
-                _WORKERS_SUBDIR,
-                f"{socket.gethostname()}-{os.getpid()}",
-            )
+            # host-pid: one folder per worker process
+            folder = worker_name().replace(":", "-")
+            working_dir = fileio.join(self._job.tuner_dir, _WORKERS_SUBDIR, folder)
             self._loaded, self._module_path = load_tuner_with_path(
                 self._job, working_dir, strategy=choose_strategy()
             )
