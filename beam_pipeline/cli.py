@@ -248,7 +248,7 @@ def _convert(key: str, value: Any) -> Any:
     if key == "input_splits":
         return _pairs(key, value, str)
     if key == "search_space":
-        from trainer.tuning import SearchSpace
+        from trainer.tuning.search_space import SearchSpace
 
         if not isinstance(value, dict):
             raise PipelineError(

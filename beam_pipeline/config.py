@@ -17,10 +17,16 @@ import json
 import math
 import os
 import re
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, DataFormat, Split
+
+if TYPE_CHECKING:
+    # For the annotation only: the CLI reads flags into this config before anything heavy
+    # loads, and importing the trainer package costs about a second (cli.py imports
+    # SearchSpace when a config declares a search space).
+    from trainer.tuning.search_space import SearchSpace
 
 __all__ = [
     "DataConfig",
@@ -245,7 +251,7 @@ class TunerConfig:
       train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
       accelerator / min_ram: resource hints of the trial step.
       search_space: a search space declared in the YAML config (``search_space:``), used
-        with a TrainSpec module that has no ``tuner_fn`` (a ``trainer.tuning.SearchSpace``).
+        with a TrainSpec module that has no ``tuner_fn``.
     """
 
     enabled: bool = True
@@ -256,7 +262,7 @@ class TunerConfig:
     eval_steps: int = 5
     accelerator: Optional[str] = None
     min_ram: Optional[str] = None
-    search_space: Optional[Any] = None
+    search_space: Optional[SearchSpace] = None
 
     def __post_init__(self):
         _check_int("tuner_parallel_trials", self.parallel_trials, 1)
