@@ -78,7 +78,7 @@ from beam_pipeline.tuner.report import (
 )
 from beam_pipeline.tuner.rolling import run_rolling
 from beam_pipeline.tuner.rounds import run_rounds
-from beam_pipeline.tuner.search import Search
+from beam_pipeline.tuner.search import Search, TrialJobs
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
 
@@ -162,10 +162,11 @@ def _search(
     slots = pool.num_workers if rolling_on_pool else config.tuner.parallel_trials
     oracle = OracleDriver(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
     search = Search(oracle, {}, True, round(time.time() - started, 3), schedule)
+    jobs = TrialJobs(job, config, options, pool, runners)
     if schedule is TunerSchedule.ROLLING:
-        run_rolling(search, job, config, options, pool, runners)
+        run_rolling(search, jobs)
     else:
-        run_rounds(search, job, config, options, pool, runners)
+        run_rounds(search, jobs)
     return search
 
 

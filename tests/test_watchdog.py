@@ -121,16 +121,22 @@ def test_run_on_such_a_pool_stops_before_creating_anything_with_the_workers_erro
     assert not root.exists()
 
 
+def _watchdog_message(p, what: str) -> str:
+    """Runs ``p`` watched with a 3 s --worker_start_timeout; the watchdog's error message."""
+    out = _outcome(lambda: run_pipeline(p, what, worker_start_timeout=3).wait_until_finish())
+    error = out.get("error")
+    assert isinstance(error, PipelineError), out
+    message = str(error)
+    assert message.startswith(f"The {what} job (PortableRunner job "), message
+    return message
+
+
 def test_watchdog_cancels_a_job_whose_workers_die_at_import(pool_without_beam):
     """No pre-flight here: the job itself is submitted and its worker never comes up."""
     address, python = pool_without_beam
     p = create_pipeline(_portable(address))
     _ = p | beam.Create([1, 2]) | beam.Map(lambda x: x)
-    out = _outcome(lambda: run_pipeline(p, "Probe", worker_start_timeout=3).wait_until_finish())
-    error = out.get("error")
-    assert isinstance(error, PipelineError), out
-    message = str(error)
-    assert message.startswith("The Probe job (PortableRunner job "), message
+    message = _watchdog_message(p, "Probe")
     assert (
         f"was cancelled after 3 s (--worker_start_timeout) without a live worker on "
         f"--environment_type=EXTERNAL --environment_config={address}: its workers ended: "
@@ -150,11 +156,7 @@ def test_a_worker_killed_mid_job_fails_the_run_in_bounded_time(own_pool):
 
     p = create_pipeline(_portable(address))
     _ = p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(_kill_own_worker)
-    out = _outcome(lambda: run_pipeline(p, "Doomed", worker_start_timeout=3).wait_until_finish())
-    error = out.get("error")
-    assert isinstance(error, PipelineError), out
-    message = str(error)
-    assert message.startswith("The Doomed job (PortableRunner job "), message
+    message = _watchdog_message(p, "Doomed")
     assert (
         "without a live worker on --environment_type=EXTERNAL "
         f"--environment_config={address}: its workers ended: killed by SIGKILL (out of memory, "

@@ -10,7 +10,7 @@ trial's result file is reused, so nothing counts twice).
 
 Example::
 
-    run_rolling(search, job, config, options, pool, shared.Shared())
+    run_rolling(search, TrialJobs(job, config, options, pool, shared.Shared()))
     search.trial_job_seconds      # per trial, from its job's start to its report
 """
 
@@ -29,17 +29,14 @@ from typing import Optional
 import apache_beam as beam
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.runtime.counters import job_counters
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.tuner.rounds import ROUND_ATTEMPTS
-from beam_pipeline.tuner.search import Search, gather_results
-from trainer.tuning import TrialSpec, TuningJob
-from transforms.tuning import RunTrials
+from beam_pipeline.tuner.search import Search, TrialJobs, gather_results
+from trainer.tuning import TrialSpec
 
 __all__ = ["job_options", "run_rolling"]
 
@@ -74,23 +71,15 @@ def job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
     return own
 
 
-def run_rolling(
-    search: Search,
-    job: TuningJob,
-    config: PipelineConfig,
-    options: PipelineOptions,
-    pool: Optional[LocalWorkerPool],
-    runners: shared.Shared,
-) -> None:
-    """The rolling schedule: every slot runs one trial's job; a freed slot asks for the next.
+def run_rolling(search: Search, jobs: TrialJobs) -> None:
+    """Runs the rolling schedule until the oracle has nothing more to run and nothing runs.
 
-    Each trial is its own small Beam job (on a pool: on the slot's own process), run in a
-    thread of this process; this thread alone talks to the oracle. The FnApiRunner waits
-    forever for a pool process that died, so this thread also watches the pool: a lost
-    process is replaced and its trial's job rerun (a finished trial's result file is
-    reused, so nothing counts twice); the abandoned job's thread is a daemon.
+    Args:
+      search: the search; its oracle is asked and told, its counters and times filled in.
+      jobs: how the trials' jobs run (each in a daemon thread of this process, so an
+        abandoned job's thread never holds the process).
     """
-    hints = config.tuner
+    pool, options = jobs.pool, jobs.options
     done: queue.Queue = queue.Queue()
     running: dict[int, _TrialJob] = {}
     counters: collections.Counter = collections.Counter()
@@ -104,18 +93,12 @@ def run_rolling(
             try:
                 # On a pool this waits for the slot's process (a restarted one starts anew).
                 p = pool.pipeline(own, worker=slot) if pool is not None else create_pipeline(own)
-                _ = p | "RunTrials" >> RunTrials(
-                    job,
-                    [spec],
-                    accelerator=hints.accelerator,
-                    min_ram=hints.min_ram,
-                    runners=runners,
-                )
+                _ = p | "RunTrials" >> jobs.run_trials([spec])
                 if pool is not None:
                     entry.result = p.run()
                 else:  # the trial's own job on the runner, watched (beam_options.run_pipeline)
                     what = f"Tuner trial {spec.trial_id}"
-                    entry.result = run_pipeline(p, what, config.worker_start_timeout)
+                    entry.result = run_pipeline(p, what, jobs.config.worker_start_timeout)
                 entry.result.wait_until_finish()
                 done.put((entry, job_counters(entry.result), None))
             except BaseException as e:  # noqa: BLE001  handed to the launcher's thread

@@ -8,7 +8,7 @@ trials' result files are reused, so nothing counts twice).
 
 Example::
 
-    run_rounds(search, job, config, options, pool, shared.Shared())
+    run_rounds(search, TrialJobs(job, config, options, pool, shared.Shared()))
     search.round_seconds      # wall time of each round
 """
 
@@ -18,21 +18,15 @@ import collections
 import logging
 import time
 from collections.abc import Sequence
-from typing import Optional
 
 from apache_beam.options import pipeline_options as po
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.utils import shared
 
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.runtime.background import BackgroundCall
 from beam_pipeline.runtime.counters import job_counters
-from beam_pipeline.runtime.pool import LocalWorkerPool
-from beam_pipeline.tuner.search import Search, gather_results
-from trainer.tuning import TrialSpec, TuningJob
-from transforms.tuning import RunTrials
+from beam_pipeline.tuner.search import Search, TrialJobs, gather_results
+from trainer.tuning import TrialSpec
 
 __all__ = ["ROUND_ATTEMPTS", "run_rounds"]
 
@@ -40,34 +34,23 @@ ROUND_ATTEMPTS = 3  # a round (or a rolling trial) is rerun at most twice after 
 _LOG = logging.getLogger(__name__)
 
 
-def run_rounds(
-    search: Search,
-    job: TuningJob,
-    config: PipelineConfig,
-    options: PipelineOptions,
-    pool: Optional[LocalWorkerPool],
-    runners: shared.Shared,
-) -> None:
+def run_rounds(search: Search, jobs: TrialJobs) -> None:
     """Runs rounds until the oracle stops (a dry run: the first round's graph only).
 
     Args:
       search: the search; its oracle is asked and told, its counters and times filled in.
-      job: what every trial needs.
-      config: the run's configuration (``config.tuner``'s hints, the watchdog's timeout).
-      options: the jobs' options.
-      pool: the local worker pool the rounds run on, or None (the options' runner).
-      runners: the workers' shared ``TrialRunner`` handle (see ``RunTrials``).
+      jobs: how the rounds' jobs run.
     """
     oracle = search.oracle
     counters: collections.Counter = collections.Counter()
-    dry_run = options.view_as(po.TestOptions).dry_run
+    dry_run = jobs.options.view_as(po.TestOptions).dry_run
     while True:
         started = time.time()
         specs = oracle.next_round()
         if not specs:
             search.counters = dict(counters)
             return
-        counters.update(_run_round(job, specs, config, options, pool, runners))
+        counters.update(_run_round(jobs, specs))
         if dry_run:
             search.ran = False
             return
@@ -83,32 +66,20 @@ def run_rounds(
         )
 
 
-def _run_round(
-    job: TuningJob,
-    specs: Sequence[TrialSpec],
-    config: PipelineConfig,
-    options: PipelineOptions,
-    pool: Optional[LocalWorkerPool],
-    runners: shared.Shared,
-) -> dict[str, int]:
+def _run_round(jobs: TrialJobs, specs: Sequence[TrialSpec]) -> dict[str, int]:
     """Runs one round's Beam job; returns its counters. Reruns it after a lost pool worker."""
-    hints = config.tuner
-
-    def trials() -> RunTrials:  # a transform is applied to one pipeline only: one per attempt
-        return RunTrials(
-            job, specs, accelerator=hints.accelerator, min_ram=hints.min_ram, runners=runners
-        )
-
+    pool, options = jobs.pool, jobs.options
     if pool is None:
         p = create_pipeline(options)
-        _ = p | "RunTrials" >> trials()
-        result = run_pipeline(p, f"Tuner round {specs[0].round}", config.worker_start_timeout)
+        _ = p | "RunTrials" >> jobs.run_trials(specs)
+        timeout = jobs.config.worker_start_timeout
+        result = run_pipeline(p, f"Tuner round {specs[0].round}", timeout)
         result.wait_until_finish()
         return job_counters(result)
     for _ in range(ROUND_ATTEMPTS):
         pool.wait_ready()  # a process that could not start says why (its log) here
         p = pool.pipeline(options)  # in this thread: see rolling.job_options on options
-        _ = p | "RunTrials" >> trials()
+        _ = p | "RunTrials" >> jobs.run_trials(specs)
 
         def run(p=p) -> dict[str, int]:
             result = p.run()

@@ -1,21 +1,63 @@
-"""What a search did, as both schedules (rounds, rolling) record it, and the results they gather.
+"""What both schedules (rounds, rolling) share: how they run trial jobs, what a search did.
+
+- :class:`TrialJobs`: the search's job, the run's config and options, the local pool (if
+  any) and the workers' shared runner handle; makes each job's ``RunTrials`` step;
+- :class:`Search`: the driven oracle, summed counters, where the time went;
+- :func:`gather_results`: the results the trials' workers wrote.
 
 Example::
 
+    jobs = TrialJobs(job, config, options, pool, shared.Shared())
     search = Search(OracleDriver(tuner, 2), {}, True, setup_seconds, TunerSchedule.ROUNDS)
-    results = gather_results(specs)         # what the workers wrote, by trial id
-    search.oracle.report(results)
+    p | "RunTrials" >> jobs.run_trials(specs)
+    search.oracle.report(gather_results(specs))     # what the workers wrote, by trial id
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Optional
 
-from beam_pipeline.config import TunerSchedule
-from trainer.tuning import OracleDriver, TrialResult, TrialSpec, read_trial_result
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.utils import shared
 
-__all__ = ["Search", "gather_results"]
+from beam_pipeline.config import PipelineConfig, TunerSchedule
+from beam_pipeline.runtime.pool import LocalWorkerPool
+from trainer.tuning import OracleDriver, TrialResult, TrialSpec, TuningJob, read_trial_result
+from transforms.tuning import RunTrials
+
+__all__ = ["Search", "TrialJobs", "gather_results"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialJobs:
+    """How a search's trials run as Beam jobs, whichever the schedule.
+
+    Attributes:
+      job: what every trial needs.
+      config: the run's configuration (``config.tuner``'s hints, the watchdog's timeout).
+      options: the jobs' options.
+      pool: the local worker pool the jobs run on, or None (the options' runner).
+      runners: the workers' shared ``TrialRunner`` handle (see ``RunTrials``).
+    """
+
+    job: TuningJob
+    config: PipelineConfig
+    options: PipelineOptions
+    pool: Optional[LocalWorkerPool]
+    runners: shared.Shared
+
+    def run_trials(self, specs: Sequence[TrialSpec]) -> RunTrials:
+        """A job's step for ``specs`` (a transform applies to one pipeline: one per job)."""
+        hints = self.config.tuner
+        return RunTrials(
+            self.job,
+            specs,
+            accelerator=hints.accelerator,
+            min_ram=hints.min_ram,
+            runners=self.runners,
+        )
 
 
 def gather_results(specs: Sequence[TrialSpec]) -> dict[str, TrialResult]:

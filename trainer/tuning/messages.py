@@ -121,6 +121,19 @@ class TrialResult:
     reused: bool = False
     started: float = 0.0
 
+    @classmethod
+    def failed(cls, spec: TrialSpec, status: TrialStatus, error: str, **fields: Any) -> TrialResult:
+        """The result of ``spec``'s attempt that ended with ``error`` (its hyperparameters as sent).
+
+        Args:
+          spec: the trial attempt.
+          status: INVALID (the oracle may retry it) or FAILED.
+          error: why, in one line.
+          **fields: the other fields (``fatal``, ``seconds``, ``worker``...).
+        """
+        hyperparameters = dict(spec.hyperparameters)
+        return cls(spec.trial_id, spec.attempt, status, hyperparameters, error=error, **fields)
+
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value

@@ -173,13 +173,8 @@ class OracleDriver:
         for spec in sorted(ended, key=lambda s: s.trial_id):
             result = results.get(spec.trial_id)
             if result is None:
-                result = TrialResult(
-                    spec.trial_id,
-                    spec.attempt,
-                    TrialStatus.INVALID,
-                    dict(spec.hyperparameters),
-                    error="no result came back from the worker that ran it",
-                )
+                error = "no result came back from the worker that ran it"
+                result = TrialResult.failed(spec, TrialStatus.INVALID, error)
             self._results[spec.trial_id] = result
             if result.fatal:
                 raise PipelineError(

@@ -85,12 +85,10 @@ class TrialRunner:
         except PipelineError as e:
             # Written like any result: the launcher reads results from the shared folder,
             # and without it would only know that no result came back.
-            result = TrialResult(
-                spec.trial_id,
-                spec.attempt,
+            result = TrialResult.failed(
+                spec,
                 TrialStatus.FAILED,
-                dict(spec.hyperparameters),
-                error=str(e),
+                str(e),
                 fatal=True,
                 seconds=round(time.time() - start, 3),
                 worker=worker_name(),

@@ -26,7 +26,11 @@ __all__ = ["Direction", "ParameterType", "SearchAlgorithm", "SearchParameter", "
 
 
 class ParameterType(str, enum.Enum):
-    """Kinds of hyperparameters a config-declared search space has."""
+    """Kinds of hyperparameters a config-declared search space has (a parameter's ``type:``).
+
+    CATEGORICAL: ``hp.Choice`` over ``values``; INT / FLOAT: ``hp.Int`` / ``hp.Float`` over
+    ``min``..``max``.
+    """
 
     CATEGORICAL = "categorical"
     INT = "int"
@@ -34,7 +38,11 @@ class ParameterType(str, enum.Enum):
 
 
 class SearchAlgorithm(str, enum.Enum):
-    """The keras-tuner oracle a config-declared search space runs with."""
+    """The keras-tuner tuner a config-declared search space runs with (``algorithm:``).
+
+    RANDOM: RandomSearch, GRID: GridSearch, BAYESIAN: BayesianOptimization (each up to
+    ``max_trials``), HYPERBAND: Hyperband (its brackets over ``max_epochs`` decide).
+    """
 
     RANDOM = "random"
     GRID = "grid"
@@ -43,7 +51,10 @@ class SearchAlgorithm(str, enum.Enum):
 
 
 class Direction(str, enum.Enum):
-    """Whether the objective is minimized or maximized."""
+    """Whether the objective is minimized or maximized (``direction:``).
+
+    Optional for the metrics keras-tuner knows (``val_loss``, ``val_accuracy``...).
+    """
 
     MIN = "min"
     MAX = "max"
