@@ -47,7 +47,7 @@ import logging
 import re
 from typing import Any, Optional
 
-from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError, first_line
 
 __all__ = [
     "JobInfo",
@@ -339,7 +339,7 @@ def wait_for_job(result, options, what: str) -> JobInfo:
             raise
         raise PipelineError(
             f"The {what} job failed on {describe_job(result, options)} "
-            f"({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
+            f"({type(e).__name__}: {first_line(e)}); "
             "read the worker logs of that job, fix the cause and rerun with the same --run_id."
         ) from e
     if state in (PipelineState.FAILED, PipelineState.CANCELLED, PipelineState.STOPPED):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError, first_line
 
 if TYPE_CHECKING:
     import keras
@@ -130,7 +130,7 @@ def check_serving_model(serving_model_dir: str, module_file: str = "the module f
     except Exception as e:  # noqa: BLE001  any load failure is the same user-facing problem
         raise PipelineError(
             f"The SavedModel that {module_file} wrote to {serving_model_dir} does not load "
-            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); save it with "
+            f"({type(e).__name__}: {first_line(e)}); save it with "
             "tf.saved_model.save and check its signatures."
         ) from None
     names = sorted(loaded.signatures.keys())
