@@ -25,6 +25,7 @@ import subprocess
 from typing import Optional
 
 __all__ = [
+    "SPARE_NAME",
     "PoolReport",
     "describe_environment",
     "environment_of",
@@ -36,6 +37,11 @@ __all__ = [
     "pool_pid",
     "wait_status",
 ]
+
+# /proc/<pid>/comm of a spare worker of beam_pipeline.worker_pool waiting for a job (at most
+# 15 bytes, the kernel's TASK_COMM_LEN): a pool child of that name is no worker yet, so it
+# neither keeps a job alive nor counts as a worker that ended.
+SPARE_NAME = "bp-spare"
 
 _STOCK_POOL = "apache_beam.runners.worker.worker_pool_main"
 _OWN_POOL = "beam_pipeline.worker_pool"
@@ -117,7 +123,10 @@ def _listening_pid(port: int) -> Optional[int]:
 
 
 def pool_children(pid: int) -> tuple[list[int], list[int]]:
-    """``(alive, dead)`` child processes of ``pid`` (dead: exited, not yet reaped)."""
+    """``(alive, dead)`` worker processes of pool ``pid`` (dead: exited, not yet reaped).
+
+    Spare workers waiting for a job (named :data:`SPARE_NAME`) are left out: they serve none.
+    """
     kids: list[int] = []
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
@@ -126,6 +135,8 @@ def pool_children(pid: int) -> tuple[list[int], list[int]]:
         return [], []
     alive, dead = [], []
     for kid in kids:
+        if _read(f"/proc/{kid}/comm").strip() == SPARE_NAME:
+            continue
         stat = _read(f"/proc/{kid}/stat")
         state = stat.rsplit(")", 1)[-1].split()[:1]
         (dead if not state or state[0] in ("Z", "X") else alive).append(kid)
