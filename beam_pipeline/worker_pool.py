@@ -16,10 +16,10 @@ two fixes, both of which make a run hang with the stock pool, and one speed-up:
   standard input for a job's endpoints. Every job of a run asks the pool for new workers
   (Beam's stock pool starts each from scratch), so a run of several jobs on the portable
   runner paid that start-up once per job, mostly while a core sat idle; the spare is made
-  ready while the previous job runs and is handed to the next ``StartWorker`` at once. An
-  idle spare is named ``bp-spare`` in ``/proc/<pid>/comm`` (Linux ``prctl``), which the
-  watchdog (:mod:`beam_pipeline.runtime.watchdog`) reads to tell it from a worker; once handed a
-  job it takes back its own name and is a worker like any other. It costs one idle
+  ready while the previous job runs and is handed to the next ``StartWorker`` at once. A
+  spare that waits, imports done, is named ``bp-spare`` in ``/proc/<pid>/comm`` (Linux
+  ``prctl``), which the watchdog (:mod:`beam_pipeline.runtime.watchdog`) reads to tell it from a
+  worker; handed a job it takes back its own name and is a worker like any other. It costs one idle
   process's memory (about 0.5 GB with TensorFlow); ``--spare_workers=0`` turns it off.
 
 Example::
@@ -57,30 +57,28 @@ __all__ = ["WorkerPoolServicer", "main", "serve"]
 
 _LOG = logging.getLogger(__name__)
 
-# The spare's program. It names itself SPARE_NAME first (so the watchdog does not count it
-# as a worker), imports what every job's worker imports, then waits for one line of JSON on
-# standard input: the job's endpoints. On them it takes back its own name and runs Beam's
-# SdkHarness exactly as Beam's pool's command line does; on end of input (the pool went
-# away) it exits. An import that fails takes back the name too, so the failure is seen as a
-# worker's, as it would be without a spare. prctl is Linux's; elsewhere there is no spare.
+# The spare's program. It imports what every job's worker imports, then names itself
+# SPARE_NAME only while it waits for one line of JSON on standard input (the job's
+# endpoints): the watchdog leaves out a process of that name, and one that is still
+# importing counts as a worker, which is what it is when a job was handed to it meanwhile
+# (and an import that fails is then seen as that worker's failure, as without a spare). On
+# the line it takes back its own name and runs Beam's SdkHarness exactly as Beam's pool's
+# command line does; on end of input (the pool went away) it exits. prctl(PR_SET_NAME) is
+# Linux's; elsewhere the pool keeps no spare.
 _SPARE_PROGRAM = f"""
 import ctypes, json, sys
+from apache_beam.runners.worker.sdk_worker import SdkHarness
+try:
+    import tensorflow  # noqa: F401  the jobs' steps import it; a failure is theirs
+except Exception:
+    pass
 _prctl = ctypes.CDLL(None).prctl
 with open("/proc/self/comm", "rb") as f:
     _own = f.read().strip()
 _prctl(15, {SPARE_NAME.encode()!r}, 0, 0, 0)  # PR_SET_NAME
-try:
-    from apache_beam.runners.worker.sdk_worker import SdkHarness
-    try:
-        import tensorflow  # noqa: F401  the jobs' steps import it; a failure is theirs
-    except Exception:
-        pass
-except BaseException:
-    _prctl(15, _own, 0, 0, 0)
-    raise
 _line = sys.stdin.readline()
+_prctl(15, _own, 0, 0, 0)
 if _line:
-    _prctl(15, _own, 0, 0, 0)
     _args = json.loads(_line)
     SdkHarness(_args.pop("url"), **_args).run()
 """

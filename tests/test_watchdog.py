@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import apache_beam as beam
 import pytest
@@ -187,3 +188,48 @@ def test_a_chatty_worker_of_the_own_pool_does_not_block(own_pool):
     out = _outcome(lambda: run_pipeline(p, "Chatty", worker_start_timeout=60).wait_until_finish())
     assert out.get("result") == "DONE", out
     assert log.read_text().count(line) == 2000  # the output went to the pool's log
+
+
+def _spares(pool_pid: int) -> list[int]:
+    from beam_pipeline.watchdog import SPARE_NAME
+
+    kids = []
+    for task in os.listdir(f"/proc/{pool_pid}/task"):
+        with open(f"/proc/{pool_pid}/task/{task}/children") as f:
+            kids += [int(k) for k in f.read().split()]
+    spares = []
+    for kid in kids:
+        try:
+            with open(f"/proc/{kid}/comm") as f:
+                if f.read().strip() == SPARE_NAME:
+                    spares.append(kid)
+        except OSError:
+            pass  # ended meanwhile
+    return spares
+
+
+def _wait_for_spare(pool_pid: int, timeout: float = 120.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        spares = _spares(pool_pid)
+        if spares:
+            return spares[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no spare worker of pool {pool_pid} within {timeout} s")
+
+
+def test_the_own_pool_hands_a_job_its_ready_spare_and_readies_the_next(own_pool):
+    from beam_pipeline.watchdog import _pool_pid, inspect_pool
+
+    address, log = own_pool
+    pool = _pool_pid(address)
+    assert pool is not None
+    spare = _wait_for_spare(pool)
+    # Idle, it is no worker: a job with none alive is still seen as having none.
+    assert spare not in inspect_pool(address).alive
+    p = create_pipeline(_portable(address))
+    assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 2), equal_to([2, 4]))
+    out = _outcome(lambda: run_pipeline(p, "Spare", worker_start_timeout=60).wait_until_finish())
+    assert out.get("result") == "DONE", out
+    assert f"is spare worker {spare}\n" in log.read_text()
+    assert _wait_for_spare(pool) != spare  # the next one is made ready
