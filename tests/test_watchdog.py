@@ -191,7 +191,7 @@ def test_a_chatty_worker_of_the_own_pool_does_not_block(own_pool):
 
 
 def _spares(pool_pid: int) -> list[int]:
-    from beam_pipeline.watchdog import SPARE_NAME
+    from beam_pipeline.runtime.inspection import SPARE_NAME
 
     kids = []
     for task in os.listdir(f"/proc/{pool_pid}/task"):
@@ -219,10 +219,10 @@ def _wait_for_spare(pool_pid: int, timeout: float = 120.0) -> int:
 
 
 def test_the_own_pool_hands_a_job_its_ready_spare_and_readies_the_next(own_pool):
-    from beam_pipeline.watchdog import _pool_pid, inspect_pool
+    from beam_pipeline.runtime.inspection import inspect_pool, pool_pid
 
     address, log = own_pool
-    pool = _pool_pid(address)
+    pool = pool_pid(address)
     assert pool is not None
     spare = _wait_for_spare(pool)
     # Idle, it is no worker: a job with none alive is still seen as having none.
