@@ -18,7 +18,7 @@ import io
 import lzma
 import zlib
 
-from apache_beam.io.filesystems import FileSystems
+from beam_pipeline.core import fileio
 
 __all__ = ["COMPRESSION_SUFFIXES", "is_decompression_error", "open_binary", "open_text"]
 
@@ -46,7 +46,7 @@ def _decompressor_factory(path: str):
 
 
 class _ReadStream(io.RawIOBase):
-    """A read-only ``io.RawIOBase`` over a ``FileSystems.open`` handle, decompressing.
+    """A read-only ``io.RawIOBase`` over a file's raw bytes (``fileio.open``), decompressing.
 
     Hand-written instead of Beam's ``CompressedFile`` (what ``FileSystems.open`` returns for
     a compressed name) for two reasons: it lacks ``readable()``/``writable()``, which
@@ -110,10 +110,8 @@ def is_decompression_error(e: BaseException) -> bool:
 
 
 def open_binary(path: str) -> io.BufferedReader:
-    """``path`` (local, gs://, any Beam filesystem) as decompressed bytes."""
-    from apache_beam.io.filesystem import CompressionTypes
-
-    handle = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    """``path`` (local, gs://, any filesystem of ``beam_pipeline.core.fileio``), decompressed."""
+    handle = fileio.open(path, "rb")  # raw bytes: gfile never decompresses
     return io.BufferedReader(_ReadStream(handle, _decompressor_factory(path)), 1 << 20)
 
 

@@ -7,6 +7,9 @@ Example::
 
 from __future__ import annotations
 
+# Beam's FileSystems, not beam_pipeline.core.fileio (tf.io.gfile): --data is a Beam glob
+# (``**`` matches across folders, which gfile's glob does not), and one Beam listing gives
+# every match's size, where gfile needs a call per file; Beam's IOs read the same patterns.
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.core.errors import PipelineError

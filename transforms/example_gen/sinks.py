@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Split
 from transforms.example_gen.input_format import RejectedRow, SplitBatch
 from transforms.tfrecords import WriteTFRecordBatches
@@ -49,7 +49,7 @@ class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pval
                 | f"Batch[{split.value}]" >> beam.Map(lambda sb: sb.batch)
                 | f"Encode[{split.value}]" >> beam.ParDo(_EncodeExamples())
                 | f"Write[{split.value}]"
-                >> WriteTFRecordBatches(FileSystems.join(self._out_dir, split.value))
+                >> WriteTFRecordBatches(fileio.join(self._out_dir, split.value))
             )
         return beam.pvalue.PDone(batches.pipeline)
 
@@ -67,7 +67,7 @@ class WriteRejectedRows(beam.PTransform[beam.PCollection[RejectedRow], beam.pval
             | "ToJson" >> beam.Map(RejectedRow.to_json)
             | "Write"
             >> beam.io.WriteToText(
-                FileSystems.join(self._out_dir, "rejected"), file_name_suffix=".jsonl"
+                fileio.join(self._out_dir, "rejected"), file_name_suffix=".jsonl"
             )
         )
         return beam.pvalue.PDone(rejected.pipeline)
