@@ -24,6 +24,13 @@ Per feature it computes what TFDV's basic statistics hold:
 A column missing from a batch counts as missing in that batch's rows, and a null list as
 missing in its row; an empty list is present with zero values.
 
+One concept, hence one module of about 700 lines: the statistics of one split, from the
+accumulator a batch is added to, through the merge of accumulators, to the proto (with
+the histograms estimated from the accumulator's sketches) and its ``FeatureStats.pb``
+file. Every part reads and writes the same per-feature accumulator
+(``_FeatureAccumulator``), so splitting them would spread one data structure's fields
+over several modules.
+
 Example::
 
     with beam.Pipeline() as p:
