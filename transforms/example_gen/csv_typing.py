@@ -52,6 +52,8 @@ _NUMERIC_MAJORITY = 0.95
 
 
 class ColumnType(str, enum.Enum):
+    """A CSV column's type; ``arrow_type`` is the type of its values in a RecordBatch."""
+
     INT = "int"
     FLOAT = "float"
     STRING = "string"
