@@ -199,10 +199,8 @@ def read_schema(path: str) -> schema_pb2.Schema:
             f"Schema file {path} does not exist; pass the path of an existing schema.pbtxt "
             "or let the pipeline infer one."
         )
-    with fileio.open(path, "r") as f:
-        text = f.read()
     try:
-        return text_format.Parse(text, schema_pb2.Schema())
+        return text_format.Parse(fileio.read_file(path), schema_pb2.Schema())
     except text_format.ParseError as err:
         raise PipelineError(
             f"Schema file {path} is not a valid text-format tensorflow_metadata Schema "

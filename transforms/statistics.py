@@ -707,8 +707,7 @@ def read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
             f"Statistics file {path} does not exist; run the statistics stage first or "
             "pass the path of an existing FeatureStats.pb file."
         )
-    with fileio.open(path, "rb") as f:
-        data = f.read()
+    data = fileio.read_file(path, binary=True)
     stats = statistics_pb2.DatasetFeatureStatisticsList()
     try:
         stats.ParseFromString(data)

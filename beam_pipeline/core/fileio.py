@@ -41,6 +41,7 @@ __all__ = [
     "listdir",
     "makedirs",
     "open",
+    "read_file",
     "remove",
     "rename",
     "rmtree",
@@ -146,6 +147,12 @@ def write_atomic(path: str, data: str | bytes) -> None:
         if exists(tmp):
             remove(tmp)
         raise
+
+
+def read_file(path: str, binary: bool = False) -> str | bytes:
+    """The whole content of file ``path``: bytes when ``binary``, else text."""
+    with open(path, "rb" if binary else "r") as f:
+        return f.read()
 
 
 def write_file(path: str, data: str | bytes) -> None:

@@ -185,12 +185,7 @@ class CsvInput(InputFormat):
     def read_columns(self, files: Sequence[str], settings: ReadSettings) -> tuple[str, ...]:
         return read_csv_header(files, settings.csv)
 
-    def read(
-        self,
-        files: Sequence[str],
-        columns: tuple[str, ...],
-        splitter: HashSplitter,
-        settings: ReadSettings,
-    ) -> ReadCsvExamples:
+    def read(self, files, columns, splitter, settings) -> ReadCsvExamples:
+        """:meth:`InputFormat.read` (the arguments' types are the base's)."""
         types = column_types_of_schema(settings.schema) if settings.schema is not None else None
         return ReadCsvExamples(files, columns, settings.csv, splitter, types)

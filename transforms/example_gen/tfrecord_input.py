@@ -24,7 +24,6 @@ from transforms.example_gen.input_format import (
     InputFormat,
     RejectedRow,
 )
-from transforms.example_gen.settings import ReadSettings
 from transforms.example_gen.splitting import HashSplitter, split_batch, split_counters
 from transforms.metrics import NAMESPACE
 
@@ -113,13 +112,8 @@ class TFRecordInput(InputFormat):
     def claims(self, name: str) -> bool:
         return ".tfrecord" in name or name.endswith((".tfr", ".rio"))
 
-    def read(
-        self,
-        files: Sequence[str],
-        columns: tuple[str, ...],
-        splitter: HashSplitter,
-        settings: ReadSettings,
-    ) -> ReadTFRecordExamples:
+    def read(self, files, columns, splitter, settings) -> ReadTFRecordExamples:
+        """:meth:`InputFormat.read` (the arguments' types are the base's)."""
         schema = settings.schema
         return ReadTFRecordExamples(
             files, splitter, schema.SerializeToString() if schema is not None else None
