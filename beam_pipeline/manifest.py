@@ -9,77 +9,49 @@ a stage finishes. It holds:
   that shapes an artifact (files such as ``--hyperparameters`` by their content). Not in
   it: ``--pipeline_root``, ``--run_id``, ``--ignore_anomalies`` (it decides whether the run
   goes on, not what any artifact holds) and Beam's own flags (the runner, its workers).
-- ``stages``: per finished stage, its artifacts, ``built_from`` (the digests and settings
-  it was made from: upstream stages' keys, the data, the module, its parameters), ``key``
-  (the digest of ``built_from``, a cache key) and its summary rows.
+- ``stages``: per finished stage (an :class:`~beam_pipeline.stages.execution.Execution`),
+  its input and output artifacts (typed, with their properties), ``built_from`` (the
+  digests and settings it was made from: upstream stages' keys, the data, the module, its
+  parameters), ``key`` (the digest of ``built_from``, a cache key), its summary rows and
+  outcome.
 
 A rerun with the same ``--run_id`` resumes: :meth:`RunManifest.open` refuses it, before
-anything is written, when its identity differs from the recorded one; a stage whose record
-matches and whose artifacts are all still published is reported ``cached``; the first
-stage that is not is rerun, and what it and the stages after it had published is removed
-first (the trainer's checkpoints excepted when only the trainer itself reruns: training
-resumes from them).
+anything is written, when its identity differs from the recorded one. The manifest is then
+the stage runner's :class:`~beam_pipeline.stages.execution.ExecutionRecords`: a stage whose
+record has the same key and whose outputs are all still published is reported ``cached``;
+the first stage that is not is rerun, and what it and the stages after it had published is
+removed first (the trainer's checkpoints excepted when only the trainer itself reruns:
+training resumes from them); see :mod:`beam_pipeline.stages.runner`.
 
 Example::
 
-    manifest = RunManifest.open(run_dir, run_identity(config, inputs.fingerprint, module))
-    reports = manifest.cached(Stage.SCHEMA, built_from)
-    if reports is None:
-        manifest.invalidate(Stage.SCHEMA)
-        ...  # run the stage
-        manifest.record(Stage.SCHEMA, built_from, [report])
+    run_dir, manifest = RunManifest.open(root, run_id, run_identity(config, data, module))
+    run_stages(STAGE_GRAPH, ctx, manifest, summary)   # looks up, forgets and records
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import enum
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
+from beam_pipeline.artifacts import TypedArtifact
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.fingerprint import file_digest, folder_digest, json_digest
+from beam_pipeline.fingerprint import file_digest, folder_digest
 from beam_pipeline.run_dir import RunDirectory
-from beam_pipeline.summary import StageReport, StageStatus
+from beam_pipeline.stages.base import StageName
+from beam_pipeline.stages.execution import Execution
+from beam_pipeline.summary import StageReport
 
-__all__ = [
-    "MANIFEST_FILE",
-    "Stage",
-    "STAGE_ARTIFACTS",
-    "RunManifest",
-    "run_identity",
-    "stage_key",
-]
+__all__ = ["MANIFEST_FILE", "RunManifest", "run_identity"]
 
 MANIFEST_FILE = "manifest.json"
 _FORMAT = 1
-
-
-class Stage(str, enum.Enum):
-    """The units a run resumes by, in the order they run."""
-
-    DATA = "ExampleGen+Statistics"
-    SCHEMA = "Schema"
-    VALIDATION = "Validation"
-    TRANSFORM = "Transform"
-    TUNER = "Tuner"
-    TRAINER = "Trainer"
-
-
-STAGE_ARTIFACTS: Mapping[Stage, tuple[Artifact, ...]] = {
-    Stage.DATA: (Artifact.EXAMPLES, Artifact.REJECTED, Artifact.STATISTICS),
-    Stage.SCHEMA: (Artifact.SCHEMA,),
-    Stage.VALIDATION: (Artifact.ANOMALIES,),
-    Stage.TRANSFORM: (Artifact.TRANSFORM_GRAPH, Artifact.TRANSFORMED_EXAMPLES),
-    Stage.TUNER: (Artifact.TUNER,),
-    Stage.TRAINER: (Artifact.MODEL, Artifact.MODEL_RUN),
-}
-_ORDER = list(Stage)
 
 
 def _plain(value: Any) -> Any:
@@ -146,18 +118,13 @@ def _difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str:
     return "the manifest's format"
 
 
-def stage_key(stage: Stage, built_from: Mapping[str, Any]) -> str:
-    """A stage's cache key: the digest of its name and what it is built from."""
-    return json_digest({"stage": stage.value, "built_from": built_from})
-
-
 class RunManifest:
     """``<run_dir>/manifest.json``: read on a rerun, rewritten atomically on each change.
 
     Attributes:
       run_dir: the run directory.
       identity: the run's identity (see :func:`run_identity`).
-      stages: per finished stage (by :class:`Stage` value), its record.
+      stages: per finished stage (by :class:`StageName` value), its record.
       resumed: True when the run directory existed already (a rerun).
     """
 
@@ -213,84 +180,59 @@ class RunManifest:
         manifest._write()
         return run_dir, manifest
 
-    def has(self, stage: Stage) -> bool:
+    def has(self, stage: StageName) -> bool:
         """Whether ``stage`` finished in an earlier attempt (its artifacts not checked)."""
         return stage.value in self.stages
 
-    def cached(self, stage: Stage, built_from: Mapping[str, Any]) -> Optional[list[StageReport]]:
-        """The stage's summary rows, as CACHED, when an earlier attempt of this run finished it.
+    def lookup(self, stage: StageName, key: str) -> Optional[Execution]:
+        """The stage's execution in an earlier attempt of this run, when its key is ``key``.
 
-        A hit needs the stage's record with the same key and each of its artifacts still
-        published; anything else is a miss (None), never an error.
+        Anything else is a miss (None), never an error: no record, another key, or a record
+        without typed outputs (written by an older version). The runner checks that its
+        outputs are still published.
         """
         record = self.stages.get(stage.value)
-        if record is None or record.get("key") != stage_key(stage, built_from):
+        if record is None or record.get("key") != key or "outputs" not in record:
             return None
-        if not all(self.run_dir.is_published(Artifact(a)) for a in record.get("artifacts", [])):
+        try:
+            return Execution(
+                stage=stage,
+                key=key,
+                built_from=record["built_from"],
+                inputs=[TypedArtifact.from_json(a) for a in record.get("inputs", [])],
+                outputs=[TypedArtifact.from_json(a) for a in record["outputs"]],
+                reports=[StageReport.from_json(r) for r in record.get("reports", [])],
+                outcome=record.get("outcome") or {},
+                run_id=self.run_dir.run_id,
+                started=record.get("started", ""),
+                finished=record.get("finished", ""),
+            )
+        except (KeyError, TypeError, ValueError):  # a record this version cannot read
             return None
-        reports = []
-        for row in record.get("reports", []):
-            report = StageReport.from_json(row)
-            report.seconds = 0.0
-            if report.status is StageStatus.SKIPPED:  # decided again the same way
-                reports.append(report)
-                continue
-            report.status = StageStatus.CACHED
-            note = f"kept from an earlier attempt of run {self.run_dir.run_id}"
-            report.note = f"{note}; {report.note}" if report.note else note
-            report.details = dict(report.details, cached_from=record.get("finished"))
-            reports.append(report)
-        return reports
 
-    def record(
-        self,
-        stage: Stage,
-        built_from: Mapping[str, Any],
-        reports: Sequence[StageReport],
-        outcome: Optional[Mapping[str, Any]] = None,
-        artifacts: Optional[Sequence[Artifact]] = None,
-    ) -> str:
-        """Records a finished stage (its artifacts published); returns its key.
-
-        Args:
-          stage: the stage.
-          built_from: what it was made from (see the module docstring).
-          reports: its summary rows, shown again (as cached) by a resume.
-          outcome: facts a resume needs besides the artifacts (e.g. Validation's
-            blocking-anomalies message).
-          artifacts: what it published (default: all of the stage's; none for a skipped
-            stage, which is recorded too, so that what follows it is kept on a resume).
-        """
-        key = stage_key(stage, built_from)
-        self.stages[stage.value] = {
-            "key": key,
-            "built_from": dict(built_from),
-            "artifacts": [
-                a.value for a in (STAGE_ARTIFACTS[stage] if artifacts is None else artifacts)
-            ],
-            "reports": [r.to_json() for r in reports],
-            "outcome": dict(outcome or {}),
-            "finished": datetime.datetime.now().isoformat(timespec="seconds"),
-        }
+    def forget(self, stages: Sequence[StageName]) -> None:
+        """Drops the records of ``stages`` (they rerun) and rewrites the manifest."""
+        for stage in stages:
+            self.stages.pop(stage.value, None)
         self._write()
-        return key
 
-    def invalidate(self, stage: Stage) -> None:
-        """Forgets ``stage`` and every later one and removes what they had published.
+    def record(self, execution: Execution) -> None:
+        """Records a finished stage (its outputs published) and rewrites the manifest.
 
-        The trainer's own ``model_run/`` (its checkpoints) is kept when the trainer itself
-        is the stage that reruns: training resumes from it. It goes when an earlier stage
-        reruns, since its checkpoints belong to that stage's earlier output.
+        A skipped stage is recorded too (without outputs), so that what follows it is kept
+        on a resume.
         """
-        later = _ORDER[_ORDER.index(stage) :]
-        for each in later:
-            self.stages.pop(each.value, None)
-            for artifact in STAGE_ARTIFACTS[each]:
-                if each is stage is Stage.TRAINER:
-                    continue
-                path = self.run_dir.path(artifact)
-                if fileio.exists(path):
-                    fileio.rmtree(path)
+        self.stages[execution.stage.value] = {
+            "key": execution.key,
+            "built_from": dict(execution.built_from),
+            "artifacts": [a.FOLDER.value for a in execution.outputs],
+            "inputs": [a.to_json() for a in execution.inputs],
+            "outputs": [a.to_json() for a in execution.outputs],
+            "reports": [r.to_json() for r in execution.reports],
+            "outcome": dict(execution.outcome),
+            "started": execution.started,
+            "finished": execution.finished,
+        }
         self._write()
 
     def _write(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from beam_pipeline.artifacts import ModelInputs
 from beam_pipeline.config import PipelineConfig, parse_custom_config
 from beam_pipeline.core import fileio
 from beam_pipeline.core.module_staging import StagedModule
@@ -31,6 +32,7 @@ def model_job_fields(
     *,
     entry_point: Optional[str] = None,
     staged: Optional[StagedModule] = None,
+    inputs: Optional[ModelInputs] = None,
 ) -> dict[str, Any]:
     """The :class:`trainer.job.ModelJob` fields of a run's model job, all but the step counts.
 
@@ -42,18 +44,20 @@ def model_job_fields(
       entry_point: the run_fn-like function or TrainSpec class to use.
       staged: the module file and its folder as staged in the run directory, which the
         workers load (None: they load ``module_file`` itself).
+      inputs: the Transform stage's outputs and the schema (default: those published in
+        ``run_dir``).
 
     Raises:
       PipelineError: a missing artifact or a bad --custom_config.
     """
-    inputs = run_dir.model_inputs(stage)
+    fields = (inputs or ModelInputs.in_run(run_dir)).job_fields(stage)
     custom_config = parse_custom_config(config.trainer.custom_config)
     with fileio.open(staged.path if staged else module_file) as f:
         module_source = f.read()
     return dict(
         module_file=module_file,
         module_source=module_source,
-        **inputs,
+        **fields,
         custom_config=custom_config,
         entry_point=entry_point,
         staged=staged,

@@ -21,7 +21,6 @@ import logging
 import posixpath
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
@@ -114,54 +113,6 @@ class RunDirectory:
         else:
             fileio.rename(staging, final)
         return final
-
-    def transform_graph(self, stage: str) -> str:
-        """The published transform graph folder, for a model-phase stage.
-
-        Raises:
-          PipelineError: there is none (the Transform stage did not run in this run).
-        """
-        graph = self.path(Artifact.TRANSFORM_GRAPH)
-        if not fileio.exists(graph):
-            raise PipelineError(
-                f"The {stage} found no transform graph at {graph}; run the Transform stage in "
-                "this run directory first."
-            )
-        return graph
-
-    def transformed_example_files(self, split, stage: str) -> tuple[str, ...]:
-        """The file pattern of a split's transformed examples, for a model-phase stage.
-
-        Raises:
-          PipelineError: there are none (the Transform stage did not run in this run).
-        """
-        pattern = self.path(Artifact.TRANSFORMED_EXAMPLES, split.value, "*.tfrecord.gz")
-        if not fileio.glob(pattern):
-            raise PipelineError(
-                f"The {stage} found no transformed {split.value} examples at {pattern}; run the "
-                "Transform stage in this run directory first."
-            )
-        return (pattern,)
-
-    def model_inputs(self, stage: str) -> dict[str, Any]:
-        """What a model-phase stage's job reads, as the ``TrainingJob``/``TuningJob`` fields.
-
-        ``transform_graph_path``, ``train_files`` and ``eval_files`` (checked, see
-        :meth:`transform_graph` and :meth:`transformed_example_files`), and
-        ``schema_path``: the raw schema, or None when this run has none.
-
-        Raises:
-          PipelineError: the Transform stage's artifacts are missing.
-        """
-        from beam_pipeline.core.types import Split
-
-        schema_path = self.path(Artifact.SCHEMA, "schema.pbtxt")
-        return {
-            "transform_graph_path": self.transform_graph(stage),
-            "train_files": self.transformed_example_files(Split.TRAIN, stage),
-            "eval_files": self.transformed_example_files(Split.EVAL, stage),
-            "schema_path": schema_path if fileio.exists(schema_path) else None,
-        }
 
     def remove_staging(self) -> None:
         """Deletes the run's staging area ``.staging/`` when the run ends, however it ends.

@@ -34,6 +34,7 @@ import apache_beam as beam
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipeline.artifacts import ModelInputs
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
@@ -68,6 +69,7 @@ def build_training_job(
     *,
     entry_point: Optional[str] = None,
     staged: Optional[StagedModule] = None,
+    inputs: Optional[ModelInputs] = None,
 ) -> TrainingJob:
     """The training job for a run, with every input checked on the launching machine.
 
@@ -79,6 +81,8 @@ def build_training_job(
       entry_point: the run_fn-like function or TrainSpec class to train with.
       staged: the module file and its folder as staged in the run directory, which the
         worker loads (None: the worker loads ``config.module_file`` itself).
+      inputs: the Transform stage's outputs and the schema (default: those published in
+        ``run_dir``).
 
     Raises:
       PipelineError: a missing artifact, a bad hyperparameters / custom_config / base_model
@@ -92,7 +96,13 @@ def build_training_job(
             "--eval_steps >= 1."
         )
     fields = model_job_fields(
-        config, run_dir, "trainer", config.module_file or "", entry_point=entry_point, staged=staged
+        config,
+        run_dir,
+        "trainer",
+        config.module_file or "",
+        entry_point=entry_point,
+        staged=staged,
+        inputs=inputs,
     )
     base_model = trainer_config.base_model
     if base_model:
@@ -182,6 +192,7 @@ def run_training_stage(
     *,
     entry_point: Optional[str] = None,
     staged: Optional[StagedModule] = None,
+    inputs: Optional[ModelInputs] = None,
 ) -> StageReport:
     """Trains the module's model as a Beam step and publishes ``model/`` and ``model_run/``.
 
@@ -194,6 +205,8 @@ def run_training_stage(
         else the module's only TrainSpec subclass).
       staged: the module file and its folder as staged in the run directory (see
         :func:`beam_pipeline.core.module_staging.stage_module_file`), which the worker loads.
+      inputs: the Transform stage's outputs and the schema (default: those published in
+        ``run_dir``).
 
     Returns:
       a StageReport: OK (trained), CACHED (already published in this run directory) or
@@ -232,7 +245,7 @@ def run_training_stage(
         return _report(StageStatus.OK, finished, model, time.time() - start, {})
 
     job = build_training_job(
-        config, run_dir, hyperparameters_path, entry_point=entry_point, staged=staged
+        config, run_dir, hyperparameters_path, entry_point=entry_point, staged=staged, inputs=inputs
     )
     result, counters = _run_pipeline(job, config, run_dir, options)
     if result is None:

@@ -58,6 +58,7 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
+from beam_pipeline.artifacts import ModelInputs
 from beam_pipeline.beam_options import is_direct
 from beam_pipeline.config import PipelineConfig, TunerSchedule
 from beam_pipeline.core import fileio
@@ -96,6 +97,7 @@ def build_tuning_job(
     *,
     search_space: Optional[SearchSpace] = None,
     staged: Optional[StagedModule] = None,
+    inputs: Optional[ModelInputs] = None,
 ) -> TuningJob:
     """The tuning job of a run, with every input checked on the launching machine.
 
@@ -108,6 +110,8 @@ def build_tuning_job(
       search_space: a config-declared search space (for a TrainSpec module).
       staged: the module file and its folder as staged in the run directory, which the
         workers load (None: they load ``module_file`` itself).
+      inputs: the Transform stage's outputs and the schema (default: those published in
+        ``run_dir``).
 
     Raises:
       PipelineError: a missing artifact, bad step counts, or bad --custom_config.
@@ -119,7 +123,13 @@ def build_tuning_job(
             "are out of range; pass values of at least 1."
         )
     fields = model_job_fields(
-        config, run_dir, "tuner", module_file, entry_point=config.trainer.entry_point, staged=staged
+        config,
+        run_dir,
+        "tuner",
+        module_file,
+        entry_point=config.trainer.entry_point,
+        staged=staged,
+        inputs=inputs,
     )
     return TuningJob(
         **fields,
@@ -201,6 +211,7 @@ def run_tuning_stage(
     worker_pool: Optional[LocalWorkerPool] = None,
     search_space: Optional[SearchSpace] = None,
     staged: Optional[StagedModule] = None,
+    inputs: Optional[ModelInputs] = None,
 ) -> tuple[StageReport, Optional[str]]:
     """Tunes the module's model with its ``tuner_fn``; trials run as Beam work, in rounds.
 
@@ -215,6 +226,8 @@ def run_tuning_stage(
         tuned without a ``tuner_fn`` (see :class:`trainer.tuning.SearchSpace`).
       staged: the module file and its folder as staged in the run directory (see
         :func:`beam_pipeline.core.module_staging.stage_module_file`), which the trials load.
+      inputs: the Transform stage's outputs and the schema (default: those published in
+        ``run_dir``).
 
     Returns:
       (the StageReport, the path of ``best_hyperparameters.json`` or None). The report is
@@ -263,6 +276,7 @@ def run_tuning_stage(
                 threads,
                 search_space=search_space,
                 staged=staged,
+                inputs=inputs,
             )
             search = _search(config, job, options, pool)
             workers = pool.num_workers if pool is not None else None

@@ -54,11 +54,11 @@ def test_a_summary_that_cannot_be_written_never_hides_the_runs_own_error(tmp_pat
 
 
 def _fingerprint(data: str) -> str:
-    from beam_pipeline.pipeline import _check_data
+    from beam_pipeline.stages.example_gen import check_data
     from transforms.example_gen import CsvFormat
 
     config = PipelineConfig(data=DataConfig(data=data, csv_null_values=("", "NA")))
-    return _check_data(config, CsvFormat(",", ("", "NA"))).fingerprint
+    return check_data(config, CsvFormat(",", ("", "NA"))).fingerprint
 
 
 def test_data_fingerprint_follows_the_content_not_path_size_or_mtime(tmp_path):

@@ -511,9 +511,10 @@ def dataflow_graphs(tmp_path_factory):
 
     from beam_pipeline.core.types import Artifact
     from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
-    from beam_pipeline.pipeline import DataInputs, build_data_pipeline, build_transform_pipeline
     from beam_pipeline.run_dir import RunDirectory
     from beam_pipeline.schema_gen import read_schema
+    from beam_pipeline.stages.example_gen import DataInputs, build_data_pipeline
+    from beam_pipeline.stages.transform import build_transform_pipeline
     from beam_pipeline.training_stage import build_training_job
     from beam_pipeline.tuning_stage import build_tuning_job
     from trainer.tuning import TrialSpec

@@ -1,0 +1,256 @@
+"""The data phase: ExampleGen and Statistics in one Beam job (the data is read once).
+
+ExampleGen reads, types and splits the input and writes the examples and the rejected
+rows; Statistics is a streaming combine over the same RecordBatches. :func:`check_data`
+checks the input before any Beam job starts (files, format, CSV header) and fingerprints
+its content; :func:`build_data_pipeline` wires the job (tests build it on Dataflow with
+``--dry_run``); :class:`ExampleGenStage` runs it.
+
+Example::
+
+    data = check_data(config, csv_format)
+    p = create_pipeline(options)
+    build_data_pipeline(p, config, data, csv_format, None, staging)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Optional
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import TestOptions
+
+from beam_pipeline.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
+from beam_pipeline.beam_options import create_pipeline, run_pipeline
+from beam_pipeline.config import PipelineConfig
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import Artifact, DataFormat, Split
+from beam_pipeline.fingerprint import file_digest, files_digest, json_digest
+from beam_pipeline.remote import wait_for_job
+from beam_pipeline.stages.base import (
+    Outputs,
+    Stage,
+    StageContext,
+    StageFailed,
+    StageName,
+    StageResult,
+)
+from beam_pipeline.stages.jobs import counter, job_note
+from beam_pipeline.summary import StageReport, StageStatus
+from transforms import example_gen as eg
+
+__all__ = ["DataInputs", "check_data", "build_data_pipeline", "ExampleGenStage"]
+
+_JOB = "ExampleGen+Statistics"
+
+
+@dataclasses.dataclass(frozen=True)
+class DataInputs:
+    """The checked inputs of the data phase.
+
+    Attributes:
+      files: per split source (None = hash split), the input files.
+      data_format: CSV or TFRecord.
+      header: the CSV header (empty for TFRecord).
+      fingerprint: a digest of the input files' content (not their paths or times) and of
+        every setting that shapes the examples; the analyzer cache's dataset key.
+    """
+
+    files: tuple[tuple[Optional[Split], tuple[str, ...]], ...]
+    data_format: DataFormat
+    header: tuple[str, ...]
+    fingerprint: str
+
+
+def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
+    """Resolves and checks the input files and fingerprints their content.
+
+    Raises:
+      PipelineError: no input files, an unknown format, or a bad CSV header.
+    """
+    d = config.data
+    if d.input_splits:
+        # DataConfig checked that a train split is named.
+        sources = tuple((split, tuple(eg.resolve_input_files(p))) for split, p in d.input_splits)
+    else:
+        sources = ((None, tuple(eg.resolve_input_files(d.data))),)
+    all_files = [f for _, fs in sources for f in fs]
+    data_format = eg.detect_format(all_files, d.data_format)
+    header = eg.FORMATS[data_format].read_columns(all_files, eg.ReadSettings(csv=csv_format))
+    # The content, not the files' names, sizes or times (see beam_pipeline.fingerprint);
+    # with every setting that shapes the examples, its paths replaced by their content.
+    settings = dataclasses.replace(
+        d,
+        data="",
+        input_splits=tuple((split, "") for split, _ in d.input_splits),
+        schema=file_digest(d.schema) if d.schema else None,
+        ignore_anomalies=False,
+    )
+    fingerprint = json_digest(
+        {
+            "content": [
+                [split.value if split else "", files_digest(files)] for split, files in sources
+            ],
+            "settings": repr(settings),
+        }
+    )
+    return DataInputs(sources, data_format, header, fingerprint)
+
+
+def build_data_pipeline(
+    p: beam.Pipeline,
+    config: PipelineConfig,
+    inputs: DataInputs,
+    csv_format: eg.CsvFormat,
+    user_schema,
+    staging: Mapping[Artifact, str],
+) -> None:
+    """Wires the data phase (ExampleGen + Statistics) into ``p`` without running it.
+
+    The orchestrator runs what this builds; tests build it on Dataflow with ``--dry_run``.
+
+    Args:
+      p: the pipeline to add the steps to.
+      config: the run's configuration.
+      inputs: the checked inputs.
+      csv_format: delimiter and null values of CSV input.
+      user_schema: the ``--schema`` proto, or None.
+      staging: the staging folders of EXAMPLES, REJECTED and STATISTICS.
+    """
+    from transforms.statistics import GenerateStatistics, write_statistics
+
+    splits = config.data.splits
+    stats_path = {
+        s: fileio.join(staging[Artifact.STATISTICS], s.value, "FeatureStats.pb") for s in splits
+    }
+    input_format = eg.FORMATS[inputs.data_format]
+    settings = eg.ReadSettings(csv=csv_format, schema=user_schema)
+    batch_sets, rejected_sets = [], []
+    for split, files in inputs.files:
+        splitter = eg.HashSplitter(
+            buckets=config.data.split_buckets,
+            partition_feature=config.data.partition_feature,
+            fixed_split=split,
+        )
+        label = f"ExampleGen[{split.value}]" if split else "ExampleGen"
+        result = p | label >> input_format.read(files, inputs.header, splitter, settings)
+        batch_sets.append(result.batches)
+        rejected_sets.append(result.rejected)
+    batches = tuple(batch_sets) | "AllBatches" >> beam.Flatten()
+    rejected = tuple(rejected_sets) | "AllRejected" >> beam.Flatten()
+    _ = batches | "WriteExamples" >> eg.WriteSplitExamples(staging[Artifact.EXAMPLES], splits)
+    _ = rejected | "WriteRejected" >> eg.WriteRejectedRows(staging[Artifact.REJECTED])
+    for split in splits:
+        _ = (
+            batches
+            | f"Select[{split.value}]"
+            >> beam.FlatMap(lambda sb, s: [sb.batch] if sb.split is s else [], split)
+            | f"Statistics[{split.value}]" >> GenerateStatistics(split.value)
+            | f"WriteStatistics[{split.value}]" >> beam.Map(write_statistics, stats_path[split])
+        )
+
+
+def _first_rejected(rejected_dir: str) -> str:
+    """The rejected row with the smallest (file, line), as 'file:line reason'."""
+    first = None
+    for path in fileio.glob(fileio.join(rejected_dir, "rejected-*")):
+        with fileio.open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                key = (row["file"], row["line"])
+                if first is None or key < first[0]:
+                    first = (key, row["reason"])
+    return f"{first[0][0]}:{first[0][1]} {first[1]}" if first else "none"
+
+
+class ExampleGenStage(Stage):
+    """ExampleGen + Statistics: the examples, the rejected rows and per-split statistics."""
+
+    name = StageName.DATA
+    outputs = (RejectedRows, Examples, Statistics)
+
+    def parameters(self, ctx: StageContext) -> dict:
+        return {"data": ctx.data.fingerprint}
+
+    def run(
+        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
+    ) -> StageResult:
+        config, options = ctx.config, ctx.options
+        splits = config.data.splits
+        staging = {a.FOLDER: out.folder(a) for a in self.outputs}
+        p = create_pipeline(options)
+        build_data_pipeline(p, config, ctx.data, ctx.csv_format, ctx.user_schema, staging)
+        result = run_pipeline(p, _JOB, config.worker_start_timeout)
+        job = wait_for_job(result, options, _JOB)
+        if options.view_as(TestOptions).dry_run:
+            report = StageReport(
+                "ExampleGen",
+                StageStatus.SKIPPED,
+                note=job_note(job),
+                details={"job": job.to_json()},
+            )
+            return StageResult([report], halt=True)
+        read = counter(result, "example_gen.rows_read")
+        rejected_n = counter(result, "example_gen.rows_rejected")
+        rows = {s.value: counter(result, f"example_gen.rows_out.{s.value}") for s in splits}
+        if read != sum(rows.values()) + rejected_n:
+            raise RuntimeError(
+                f"ExampleGen lost rows: read {read}, wrote {rows}, rejected {rejected_n}"
+            )
+        rejected_dir = out.uri(RejectedRows)
+        fraction = rejected_n / read if read else 0.0
+        if read == 0 or fraction > config.data.max_rejected_fraction:
+            report = StageReport(
+                "ExampleGen", StageStatus.FAILED, {"all": read}, rows, rejected_n, 0.0, rejected_dir
+            )
+            if read == 0:
+                error = PipelineError(
+                    f"--data {config.data.data} holds no data rows; add rows below the header."
+                )
+            else:
+                first = _first_rejected(out.folder(RejectedRows))
+                error = PipelineError(
+                    f"{rejected_n} of {read} input rows ({fraction:.2%}) were rejected, more "
+                    f"than --max_rejected_fraction={config.data.max_rejected_fraction} (first: "
+                    f"{first}); fix those rows (all listed in {rejected_dir}) or raise "
+                    "--max_rejected_fraction."
+                )
+            raise StageFailed(error, [report], publish=(RejectedRows,))
+        examples = out.artifact(
+            Examples,
+            split_names=[s.value for s in splits],
+            rows=rows,
+            fingerprint=ctx.data.fingerprint,
+        )
+        statistics = out.artifact(Statistics, split_names=[s.value for s in splits])
+        note = f"{rejected_n} rejected rows listed in {rejected_dir}" if rejected_n else ""
+        note = "; ".join(n for n in (note, job_note(job)) if n)
+        reports = [
+            StageReport(
+                "ExampleGen",
+                StageStatus.OK,
+                {"all": read},
+                rows,
+                rejected_n,
+                0.0,
+                examples.uri,
+                note,
+                details={"job": job.to_json()},
+            ),
+            StageReport(
+                "Statistics",
+                StageStatus.OK,
+                rows,
+                {},
+                0,
+                0.0,
+                statistics.uri,
+                "computed in ExampleGen's Beam job (same pass over the data)",
+            ),
+        ]
+        rejected = out.artifact(RejectedRows, rows=rejected_n)
+        return StageResult(reports, outputs=(rejected, examples, statistics))

@@ -1,0 +1,28 @@
+"""The stage graph: every stage of a run, in dependency order.
+
+Adding a stage is one module (a :class:`beam_pipeline.stages.base.Stage` subclass declaring
+its inputs, outputs and parameters) and one line here, after the stages whose outputs it
+reads. The runner (:func:`beam_pipeline.stages.runner.run_stages`) hands each stage the
+artifacts of the earlier ones by type.
+"""
+
+from __future__ import annotations
+
+from beam_pipeline.stages.base import Stage
+from beam_pipeline.stages.example_gen import ExampleGenStage
+from beam_pipeline.stages.schema import SchemaStage
+from beam_pipeline.stages.trainer import TrainerStage
+from beam_pipeline.stages.transform import TransformStage
+from beam_pipeline.stages.tuner import TunerStage
+from beam_pipeline.stages.validation import ValidationStage
+
+__all__ = ["STAGE_GRAPH"]
+
+STAGE_GRAPH: tuple[Stage, ...] = (
+    ExampleGenStage(),  # input files -> Examples, RejectedRows, Statistics
+    SchemaStage(),  # Statistics -> Schema
+    ValidationStage(),  # Statistics, Schema -> Anomalies (may stop the run)
+    TransformStage(),  # Examples, Schema -> TransformGraph, TransformedExamples
+    TunerStage(),  # TransformGraph, TransformedExamples, Schema -> Hyperparameters
+    TrainerStage(),  # TransformGraph, TransformedExamples, Schema, Hyperparameters -> Model
+)
