@@ -60,6 +60,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "pipeline_root": ("", "pipeline_root"),
     "run_id": ("", "run_id"),
     "worker_start_timeout": ("", "worker_start_timeout"),
+    "metadata_url": ("", "metadata_url"),
+    "no_cache": ("", "no_cache"),
     "analyzer_cache": ("transform", "analyzer_cache"),
     "train_steps": ("trainer", "train_steps"),
     "eval_steps": ("trainer", "eval_steps"),
@@ -132,6 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--worker_start_timeout",
         type=float,
         help="Seconds a job may go without a live worker before it fails (default 120).",
+    )
+    g.add_argument(
+        "--metadata_url",
+        help="SQLAlchemy URL of the metadata store (default: SQLite "
+        "<pipeline_root>/metadata.sqlite; e.g. postgresql+psycopg://user@host/db).",
+    )
+    g.add_argument(
+        "--no_cache",
+        nargs="?",
+        const="all",
+        help="Run these stages (comma-separated, e.g. Tuner,Trainer; all of them without a "
+        "value) even when an earlier run's outputs could be reused.",
     )
     g = p.add_argument_group("trainer")
     g.add_argument("--train_steps", type=int)
@@ -229,6 +243,30 @@ def _pairs(flag: str, text: Any, value_type: type) -> tuple:
     return tuple(out)
 
 
+def _no_cache(value: Any) -> tuple:
+    """``--no_cache``'s stages: all (the flag alone, ``true``), none, or a list of names."""
+    from beam_pipeline.stages.base import StageName
+
+    if value is True or str(value).strip().lower() == "all":
+        return tuple(StageName)
+    if value is False or value is None:
+        return ()
+    names = {s.value.lower(): s for s in StageName}
+    names.update(examplegen=StageName.DATA, statistics=StageName.DATA)
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    stages = []
+    for item in items:
+        stage = names.get(str(item).strip().lower())
+        if stage is None:
+            raise PipelineError(
+                f"--no_cache names stage {str(item).strip()!r}, which is not one; pass all or "
+                f"some of {','.join(s.value for s in StageName)} (or no value: all)."
+            )
+        if stage not in stages:
+            stages.append(stage)
+    return tuple(stages)
+
+
 def _convert(key: str, value: Any) -> Any:
     if key == "run_id":
         # Given but empty is refused (left out, a timestamp is generated); the rest of the
@@ -256,6 +294,8 @@ def _convert(key: str, value: Any) -> Any:
                 "hyperparameters: {...}); see README's tuning section."
             )
         return SearchSpace.from_mapping(value)
+    if key == "no_cache":
+        return _no_cache(value)
     if key == "data_format":
         return DataFormat(value)
     if key == "tuner_schedule":

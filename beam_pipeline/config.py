@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     # For the annotation only: the CLI reads flags into this config before anything heavy
     # loads, and importing the trainer package costs about a second (cli.py imports
     # SearchSpace when a config declares a search space).
+    from beam_pipeline.stages.base import StageName
     from trainer.tuning.search_space import SearchSpace
 
 __all__ = [
@@ -285,6 +286,10 @@ class PipelineConfig:
       beam_args: the Beam flags, passed through to ``PipelineOptions``.
       worker_start_timeout: seconds a job on a portable, Flink, Spark or Dataflow runner
         may go without a live worker before it is cancelled and the run fails.
+      metadata_url: the metadata store's SQLAlchemy URL; empty: the SQLite file
+        ``<pipeline_root>/metadata.sqlite``.
+      no_cache: the stages (:class:`~beam_pipeline.stages.base.StageName`) that run even
+        when an earlier execution's outputs could be reused.
     """
 
     data: DataConfig = DataConfig()
@@ -297,6 +302,8 @@ class PipelineConfig:
     tuner: TunerConfig = TunerConfig()
     beam_args: tuple[str, ...] = ()
     worker_start_timeout: float = 120.0
+    metadata_url: str = ""
+    no_cache: tuple[StageName, ...] = ()
 
     def __post_init__(self):
         if self.run_id:  # empty: a timestamp is generated

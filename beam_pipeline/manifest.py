@@ -17,7 +17,8 @@ a stage finishes. It holds:
 
 A rerun with the same ``--run_id`` resumes: :meth:`RunManifest.open` refuses it, before
 anything is written, when its identity differs from the recorded one. The manifest is then
-the stage runner's :class:`~beam_pipeline.stages.execution.ExecutionRecords`: a stage whose
+the first place the stage runner's records
+(:class:`~beam_pipeline.stages.records.RunRecords`) look a stage up in: a stage whose
 record has the same key and whose outputs are all still published is reported ``cached``;
 the first stage that is not is rerun, and what it and the stages after it had published is
 removed first (the trainer's checkpoints excepted when only the trainer itself reruns:
@@ -26,7 +27,8 @@ training resumes from them); see :mod:`beam_pipeline.stages.runner`.
 Example::
 
     run_dir, manifest = RunManifest.open(root, run_id, run_identity(config, data, module))
-    run_stages(STAGE_GRAPH, ctx, manifest, summary)   # looks up, forgets and records
+    records = RunRecords(manifest, store, run, data)   # the manifest, then the store
+    run_stages(STAGE_GRAPH, ctx, records, summary)
 """
 
 from __future__ import annotations

@@ -12,10 +12,12 @@ A run has phases because tf.Transform must know the schema when it builds its gr
 Each stage is a typed unit (:mod:`beam_pipeline.stages`), declared once in
 :data:`beam_pipeline.stages.graph.STAGE_GRAPH` and run by one runner loop
 (:func:`beam_pipeline.stages.runner.run_stages`). Everything a run needs is checked here
-before the first Beam job starts (flags, input files, CSV header, module file, schema),
-and every artifact is published atomically. A rerun with the same run id resumes: the
-stages an earlier attempt finished are kept, the rest run (see
-:mod:`beam_pipeline.manifest`); one with other inputs or flags is refused.
+before the first Beam job starts (flags, input files, CSV header, module file, schema,
+the metadata store's URL), and every artifact is published atomically. A rerun with the
+same run id resumes: the stages an earlier attempt finished are kept, the rest run (see
+:mod:`beam_pipeline.manifest`); one with other inputs or flags is refused. Every
+execution is recorded in the metadata store, where a stage is also looked up by its cache
+key across runs (:mod:`beam_pipeline.stages.records`).
 
 Example::
 
@@ -26,23 +28,63 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import logging
+from typing import Optional
 
 from beam_pipeline.beam_options import parse_beam_args
 from beam_pipeline.config import PipelineConfig
+from beam_pipeline.core import fileio
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
 from beam_pipeline.manifest import RunManifest, run_identity
+from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
 from beam_pipeline.remote import check_remote_paths
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.stages import StageContext, StageName, run_stages
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
+from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
 from beam_pipeline.stages.tuner import default_tuner_pool
 from beam_pipeline.summary import RunSummary, write_summary
 from trainer import load_trainer_module
 from transforms import example_gen as eg
 
 __all__ = ["run"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def _open_store(config: PipelineConfig) -> Optional[MetadataStore]:
+    """The metadata store (``--metadata_url``, or SQLite in the pipeline root), its URL
+    checked and its schema created or upgraded; None for a remote pipeline root without a
+    URL (SQLite cannot live there): the run is then not recorded and nothing is reused
+    from other runs.
+
+    Raises:
+      PipelineError: the store cannot be opened; one sentence naming the URL and the fix.
+    """
+    if not config.metadata_url and fileio.is_remote(config.pipeline_root):
+        _LOG.warning(
+            "--pipeline_root %s is remote and no --metadata_url is given: this run is not "
+            "recorded in a metadata store and reuses nothing from earlier runs.",
+            config.pipeline_root,
+        )
+        return None
+    if not config.metadata_url:
+        # The default store lives in the pipeline root: one that cannot be written is named
+        # as such (cli.py: "Cannot write <root>/runs ..."), not as a store to replace.
+        fileio.makedirs(fileio.join(config.pipeline_root, "runs"))
+    return MetadataStore.for_pipeline_root(config.pipeline_root, config.metadata_url or None)
+
+
+def _data_spec(config: PipelineConfig, fingerprint: str) -> ArtifactSpec:
+    """The run's input data as the store's external artifact: its path(s), its digest."""
+    d = config.data
+    if d.data:
+        uri = stored_uri(d.data)
+    else:
+        uri = ",".join(f"{split.value}={stored_uri(p)}" for split, p in d.input_splits)
+    return ArtifactSpec(uri, DATA_TYPE, fingerprint=fingerprint)
 
 
 def run(config: PipelineConfig) -> RunSummary:
@@ -87,45 +129,70 @@ def run(config: PipelineConfig) -> RunSummary:
     identity = run_identity(
         config, inputs.fingerprint, bundle.sha256 if bundle else None, module_digest
     )
-    # A rerun of a --run_id resumes it, or is refused before anything is written.
-    run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
-    summary = RunSummary(run_dir.root)
-    # The model phase's workers load the module and its folder's Python files staged
-    # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not the
-    # user's copies, which may change or be out of their reach.
-    staged = bundle.stage(run_dir.root) if bundle is not None else None
-    tuner_pool = contextlib.ExitStack()
+    # Opened before anything is written: a bad --metadata_url stops the run here.
+    store = _open_store(config)
     try:
-        # The tuner's worker processes import TensorFlow (seconds each) while the data
-        # stages run, instead of after them; they are stopped before training.
-        pool = None
-        if tunes and not manifest.has(StageName.TUNER):
-            pool = default_tuner_pool(config, options)
-        if pool is not None:
-            tuner_pool.enter_context(pool)
-        ctx = StageContext(
-            config=config,
-            options=options,
-            run_dir=run_dir,
-            identity=manifest.identity,
-            data=inputs,
-            csv_format=csv_format,
-            user_schema=user_schema,
-            preprocessing_fn=preprocessing_fn,
-            module_digest=module_digest,
-            staged=staged,
-            tuner_pool=tuner_pool,
-            pool=pool,
-        )
-        run_stages(STAGE_GRAPH, ctx, manifest, summary)
-    except BaseException:
+        # A rerun of a --run_id resumes it, or is refused before anything is written.
+        run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
+        run = None
+        if store is not None:
+            properties = {"data": inputs.fingerprint, "module": module_digest}
+            run = store.start_run(run_dir.run_id, properties=properties)
+        data = _data_spec(config, inputs.fingerprint)
+        records = RunRecords(manifest, store, run, data, config.no_cache)
+        summary = RunSummary(run_dir.root)
+        # The model phase's workers load the module and its folder's Python files staged
+        # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not
+        # the user's copies, which may change or be out of their reach.
+        staged = bundle.stage(run_dir.root) if bundle is not None else None
+        tuner_pool = contextlib.ExitStack()
+        try:
+            # The tuner's worker processes import TensorFlow (seconds each) while the data
+            # stages run, instead of after them; they are stopped before training.
+            pool = None
+            if tunes and not manifest.has(StageName.TUNER):
+                pool = default_tuner_pool(config, options)
+            if pool is not None:
+                tuner_pool.enter_context(pool)
+            ctx = StageContext(
+                config=config,
+                options=options,
+                run_dir=run_dir,
+                identity=manifest.identity,
+                data=inputs,
+                csv_format=csv_format,
+                user_schema=user_schema,
+                preprocessing_fn=preprocessing_fn,
+                module_digest=module_digest,
+                staged=staged,
+                tuner_pool=tuner_pool,
+                pool=pool,
+            )
+            run_stages(STAGE_GRAPH, ctx, records, summary)
+        except BaseException:
+            tuner_pool.close()
+            run_dir.remove_staging()
+            # The run's own error is what the user must see: a summary or a store that
+            # cannot be written now (a full disk) is logged, not raised over it.
+            write_summary(summary, after_error=True)
+            _finish(store, run, RunStatus.FAILED)
+            raise
         tuner_pool.close()
         run_dir.remove_staging()
-        # The run's own error is what the user must see: a summary that cannot be written
-        # now (a full disk) is logged, not raised over it.
-        write_summary(summary, after_error=True)
-        raise
-    tuner_pool.close()
-    run_dir.remove_staging()
-    write_summary(summary)
-    return summary
+        write_summary(summary)
+        if run is not None:
+            store.finish_run(run, RunStatus.COMPLETE)
+        return summary
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _finish(store: Optional[MetadataStore], run, status: RunStatus) -> None:
+    """Records the run's end after its error; a store that cannot is logged."""
+    if run is None:
+        return
+    try:
+        store.finish_run(run, status)
+    except Exception as e:  # noqa: BLE001 - the run's own error is the one to raise
+        _LOG.warning("The metadata store could not record the end of run %s: %s", run.run_id, e)

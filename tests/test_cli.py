@@ -290,6 +290,78 @@ def test_bad_input_is_one_sentence_nonzero_exit_and_nothing_published(
         assert published == []
 
 
+def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run):
+    from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
+
+    root = os.path.dirname(os.path.dirname(bundled_run))
+    first = os.path.basename(bundled_run)
+    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+    assert cli.main(args + ["--run_id=again"]) == 0
+    again = os.path.join(root, "runs", "again")
+    stages = _summary(again)
+    assert {stage: s["status"] for stage, s in stages.items()} == {
+        "ExampleGen": "cached",
+        "Statistics": "cached",
+        "Schema": "cached",
+        "Validation": "cached",
+        "Transform": "cached",
+        "Tuner": "skipped",
+        "Trainer": "skipped",
+    }
+    assert stages["Transform"]["note"].startswith(f"reused from run {first}")
+    assert _published(again) == []  # the first run's folders are reused, nothing copied
+    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+        assert {r.run_id: r.status for r in store.list_runs()} == {
+            first: RunStatus.COMPLETE,
+            "again": RunStatus.COMPLETE,
+        }
+        made = store.run_executions(first)
+        reused = store.run_executions("again")
+    assert [e.stage for e in made] == [e.stage for e in reused] == [
+        "ExampleGen+Statistics", "Schema", "Validation", "Transform", "Tuner", "Trainer",
+    ]  # fmt: skip
+    assert all(e.status is ExecutionStatus.COMPLETE for e in made)
+    assert [(e.status, e.cached_from) for e in reused] == [
+        (ExecutionStatus.CACHED, e.id) for e in made
+    ]
+    transform = made[3]
+    assert transform.inputs["Schema"] == made[1].outputs["Schema"]
+    assert transform.outputs["TransformGraph"].uri == os.path.join(bundled_run, "transform_graph")
+    assert made[0].inputs["data"].uri.endswith("penguins.csv")
+
+
+def _corrupt_store(d):
+    return f"sqlite:///{_write(d / 'corrupt.sqlite', 'not a database ' * 300)}"
+
+
+@pytest.mark.parametrize(
+    "make_url, match",
+    [
+        (
+            lambda d: f"sqlite:///{d}/missing/metadata.sqlite",
+            r"^error: Metadata store sqlite:///.*/missing/metadata\.sqlite: cannot open or write "
+            r"the SQLite file .*; make sure its folder .*/missing exists and is writable, or "
+            r"pass another --metadata_url\.$",
+        ),
+        (_corrupt_store, r"^error: Metadata store .*corrupt\.sqlite is not a SQLite database"),
+    ],
+    ids=["missing-folder", "corrupt-file"],
+)
+def test_a_bad_metadata_url_stops_the_run_before_anything_is_written(
+    tmp_path, capsys, make_url, match
+):
+    import re
+
+    root = tmp_path / "root"
+    code = cli.main(
+        [f"--data={PENGUIN_DIR}/penguins.csv", f"--metadata_url={make_url(tmp_path)}"]
+        + [f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == EXIT_USER_ERROR and re.search(match, err), err
+    assert not root.exists()  # no run directory, no job
+
+
 def test_blocking_anomalies_stop_the_run_with_exit_3(bundled_run, tmp_path, capsys):
     from tensorflow_metadata.proto.v0 import schema_pb2
 

@@ -99,3 +99,39 @@ def test_yaml_number_written_in_exponent_form_is_read_as_a_number(tmp_path):
     config.write_text("data: x.csv\nmax_rejected_fraction: 1e-2\n")  # a string to PyYAML
     assert cli.parse_config([f"--config={config}"]).data.max_rejected_fraction == 0.01
     assert os.path.basename(cli.parse_config([f"--config={config}"]).data.data) == "x.csv"
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, ()),  # not given: every stage may be reused
+        ("--no_cache", "all"),
+        ("--no_cache=all", "all"),
+        ("--no_cache=Trainer,tuner", ("Trainer", "Tuner")),
+        ("--no_cache=ExampleGen,Statistics", ("ExampleGen+Statistics",)),
+    ],
+)
+def test_no_cache_names_stages(value, expected):
+    from beam_pipeline.stages import StageName
+
+    config = cli.parse_config(["--data=d.csv"] + ([value] if value else []))
+    want = tuple(StageName) if expected == "all" else tuple(StageName(v) for v in expected)
+    assert config.no_cache == want
+
+
+def test_no_cache_and_metadata_url_from_a_config_file(tmp_path):
+    from beam_pipeline.stages import StageName
+
+    path = tmp_path / "run.yaml"
+    path.write_text("data: d.csv\nno_cache: [Transform]\nmetadata_url: sqlite:////x/m.sqlite\n")
+    config = cli.parse_config([f"--config={path}"])
+    assert config.no_cache == (StageName.TRANSFORM,)
+    assert config.metadata_url == "sqlite:////x/m.sqlite"
+
+
+def test_an_unknown_no_cache_stage_is_refused(tmp_path, capsys):
+    err = _fails(tmp_path, capsys, ["--no_cache=Trainer,Pusher"])
+    assert err == (
+        "error: --no_cache names stage 'Pusher', which is not one; pass all or some of "
+        "ExampleGen+Statistics,Schema,Validation,Transform,Tuner,Trainer (or no value: all)."
+    )

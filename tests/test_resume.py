@@ -260,6 +260,32 @@ def test_each_kill_keeps_what_was_published_and_the_rerun_finishes(killed_run):
 
 
 @pytest.mark.slow
+def test_each_killed_execution_stays_running_in_the_metadata_store(killed_run):
+    """A kill leaves the stage it interrupted recorded as running, never complete; the
+    attempt after it records the stage again and completes it."""
+    from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
+
+    root = os.path.dirname(os.path.dirname(killed_run["run"]))
+    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+        (run,) = store.list_runs()
+        executions = store.run_executions("killed")
+    by_stage: dict[str, list[str]] = {}
+    for execution in executions:
+        by_stage.setdefault(execution.stage, []).append(execution.status.value)
+    assert by_stage == {
+        "ExampleGen+Statistics": ["running", "complete"],  # killed in the data stage
+        "Schema": ["complete"],
+        "Validation": ["complete"],
+        "Transform": ["running", "complete"],  # killed in Transform
+        "Tuner": ["complete"],
+        "Trainer": ["running", "running", "complete"],  # killed in training, in export
+    }
+    running = [e for e in executions if e.status is ExecutionStatus.RUNNING]
+    assert all(e.end_time is None and e.outputs == {} for e in running)
+    assert (run.run_id, run.status) == ("killed", RunStatus.COMPLETE)
+
+
+@pytest.mark.slow
 def test_training_resumed_from_its_checkpoint_to_an_uninterrupted_runs_quality(killed_run):
     import tensorflow as tf
 

@@ -58,6 +58,7 @@ class ExecutionStatus(str, enum.Enum):
     COMPLETE = "complete"
     FAILED = "failed"
     CACHED = "cached"  # reused the outputs of an earlier COMPLETE execution
+    CANCELED = "canceled"  # stopped without a result and without an error (a dry run)
 
 
 class EventType(str, enum.Enum):

@@ -305,9 +305,19 @@ class MetadataStore:
     ) -> None:
         """Records the execution as failed with its error (and ``properties``, merged);
         its pending outputs, discarded by the runner, become deleted."""
+        self._stop(execution, ExecutionStatus.FAILED, properties, error=error)
+
+    def cancel_execution(
+        self, execution: ExecutionRef, properties: Optional[Mapping[str, Any]] = None
+    ) -> None:
+        """Records the execution as canceled: it stopped without a result and without an
+        error (a dry run, a stage with nothing to do); its pending outputs become deleted."""
+        self._stop(execution, ExecutionStatus.CANCELED, properties)
+
+    def _stop(self, execution, status, properties, **more) -> None:
         with self._write() as rows:
             rows.update_properties(execution, properties or {})
-            rows.end(execution, ExecutionStatus.FAILED, error=error)
+            rows.end(execution, status, **more)
             pending = [
                 row.id
                 for row in rows.outputs(execution.id).values()

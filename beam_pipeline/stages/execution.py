@@ -3,9 +3,10 @@
 :class:`Execution` is what the runner records when a stage finishes: its key (see
 :func:`cache_key`), what it was built from, its input and output artifacts, its summary
 rows and outcome. :class:`ExecutionRecords` is the seam between the runner and where
-executions are kept: the run's manifest (:class:`beam_pipeline.manifest.RunManifest`, which
-resumes a run) implements it today; a metadata store (caching across runs) can implement
-the same three methods.
+executions are kept: :class:`beam_pipeline.stages.records.RunRecords` implements it over
+the run's manifest (:class:`beam_pipeline.manifest.RunManifest`, which resumes a run and
+has the look-up, forget and record part) and the metadata store (caching across runs,
+history).
 
 Example::
 
@@ -86,3 +87,24 @@ class ExecutionRecords(Protocol):
 
     def record(self, execution: Execution) -> None:
         """Records a finished execution (its outputs are published)."""
+
+    def reuse(self, execution: Execution) -> None:
+        """The runner reuses ``execution`` (a hit of :meth:`lookup`) in this run."""
+
+    def begin(
+        self,
+        stage: StageName,
+        key: str,
+        built_from: Mapping[str, Any],
+        inputs: Sequence[TypedArtifact],
+    ) -> None:
+        """``stage`` starts (after :meth:`forget`), reading ``inputs``."""
+
+    def stop(
+        self,
+        stage: StageName,
+        error: Optional[BaseException],
+        reports: Sequence[StageReport] = (),
+    ) -> None:
+        """``stage`` stopped without a result: failed with ``error``, or (None) halted the
+        run without one (a dry run, nothing to do)."""

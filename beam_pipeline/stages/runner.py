@@ -6,20 +6,23 @@ For each stage the runner:
    execution of theirs had produced), by type;
 2. computes its cache key from the producing stages' keys and its parameters
    (:func:`beam_pipeline.stages.execution.cache_key`);
-3. looks up an earlier execution with that key (:class:`ExecutionRecords.lookup`) whose
-   outputs are all still published: a hit reuses them and reports the stage ``cached``;
+3. looks up an earlier execution with that key (:class:`ExecutionRecords.lookup`: this
+   run's earlier attempt, or any earlier run in the metadata store) whose outputs are all
+   still published: a hit reuses them (``reuse`` records it) and reports the stage
+   ``cached``;
 4. on a miss: forgets this stage and every later one in the records and removes what they
    had published in the run directory (a stage marked ``keeps_outputs_on_rerun`` keeps its
-   own when it is the one rerunning: the Trainer's checkpoints), makes a staging folder
-   per output, runs the stage, publishes the outputs it returned (marker last) and
-   discards the other folders, or discards them all when it fails;
+   own when it is the one rerunning: the Trainer's checkpoints), records that it
+   ``begin``s, makes a staging folder per output, runs the stage, publishes the outputs it
+   returned (marker last) and discards the other folders, or discards them all when it
+   fails (``stop`` records the failure);
 5. times it, adds its summary rows, and records the execution;
 6. calls the stage's :meth:`Stage.check` (which may stop the run, e.g. on blocking
    anomalies) and stops after a stage that halts the run.
 
 Example::
 
-    run_stages(STAGE_GRAPH, ctx, manifest, summary)
+    run_stages(STAGE_GRAPH, ctx, RunRecords(manifest, store, run, data), summary)
 """
 
 from __future__ import annotations
@@ -65,21 +68,29 @@ def run_stages(
         key = cache_key(stage.name, built_from)
         execution = _reusable(records.lookup(stage.name, key))
         if execution is not None:
-            summary.stages.extend(_cached_rows(execution))
+            records.reuse(execution)
+            summary.stages.extend(_cached_rows(execution, ctx.run_dir.run_id))
         else:
             _forget(graph[index:], ctx, records)
             started = datetime.datetime.now()
-            result = _run(stage, ctx, inputs, summary)
+            used = tuple(
+                a for a, _ in (available[i.type] for i in stage.inputs if i.type in available)
+            )
+            records.begin(stage.name, key, built_from, used)
+            try:
+                result = _run(stage, ctx, inputs, summary)
+            except BaseException as error:
+                records.stop(stage.name, error)
+                raise
             summary.stages.extend(result.reports)
             if result.halt:
+                records.stop(stage.name, None, result.reports)
                 return
             execution = Execution(
                 stage=stage.name,
                 key=key,
                 built_from=built_from,
-                inputs=tuple(
-                    a for a, _ in (available[i.type] for i in stage.inputs if i.type in available)
-                ),
+                inputs=used,
                 outputs=tuple(result.outputs),
                 reports=list(result.reports),
                 outcome=dict(result.outcome),
@@ -117,7 +128,7 @@ def _reusable(execution: Optional[Execution]) -> Optional[Execution]:
     return execution
 
 
-def _cached_rows(execution: Execution) -> list[StageReport]:
+def _cached_rows(execution: Execution, run_id: str) -> list[StageReport]:
     """An earlier execution's summary rows, as CACHED (SKIPPED ones stay: decided again)."""
     rows = []
     for earlier in execution.reports:
@@ -125,7 +136,10 @@ def _cached_rows(execution: Execution) -> list[StageReport]:
         row.seconds = 0.0
         if row.status is not StageStatus.SKIPPED:
             row.status = StageStatus.CACHED
-            note = f"kept from an earlier attempt of run {execution.run_id}"
+            if execution.run_id == run_id:
+                note = f"kept from an earlier attempt of run {execution.run_id}"
+            else:
+                note = f"reused from run {execution.run_id}"
             row.note = f"{note}; {row.note}" if row.note else note
             row.details = dict(row.details, cached_from=execution.finished)
         rows.append(row)

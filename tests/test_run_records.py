@@ -1,0 +1,155 @@
+"""The stage runner with the metadata store (beam_pipeline.stages.records.RunRecords): every
+execution recorded, caching across runs by cache key, --no_cache, failures (a killed run:
+tests/test_resume.py's kill tests).
+
+The graph here is two small stages of this file (one writes a number, the next doubles
+it), run by the real runner in real run directories with a real manifest and a SQLite
+store: what is tested is the recording and reuse, which does not depend on what a stage
+computes (the whole pipeline twice is in tests/test_cli.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from beam_pipeline.artifacts import Examples, Schema
+from beam_pipeline.manifest import RunManifest
+from beam_pipeline.metadata import ArtifactSpec, ExecutionStatus, MetadataStore
+from beam_pipeline.stages import Input, Stage, StageContext, StageName, StageResult, run_stages
+from beam_pipeline.stages.records import DATA_TYPE, RunRecords
+from beam_pipeline.summary import RunSummary, StageReport, StageStatus
+
+
+class MakeNumber(Stage):
+    """Writes ``value`` (its parameter) into its Examples folder."""
+
+    name = StageName.DATA
+    outputs = (Examples,)
+
+    def __init__(self, value: int):
+        self.value, self.runs = value, 0
+
+    def parameters(self, ctx):
+        return {"value": self.value}
+
+    def run(self, ctx, inputs, out):
+        self.runs += 1
+        with open(os.path.join(out.folder(Examples), "n.txt"), "w") as f:
+            f.write(str(self.value))
+        return StageResult([StageReport("Make", StageStatus.OK)], outputs=[out.artifact(Examples)])
+
+
+class Double(Stage):
+    """Writes twice the number it reads into its Schema folder (or fails)."""
+
+    name = StageName.SCHEMA
+    inputs = (Input(Examples, key="examples"),)
+    outputs = (Schema,)
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.runs = fail, 0
+
+    def run(self, ctx, inputs, out):
+        self.runs += 1
+        if self.fail:
+            raise ValueError("no number to double")
+        with open(os.path.join(inputs[Examples].uri, "n.txt")) as f:
+            number = int(f.read())
+        with open(os.path.join(out.folder(Schema), "n.txt"), "w") as f:
+            f.write(str(2 * number))
+        report = StageReport("Double", StageStatus.OK, note=f"doubled {number}")
+        return StageResult([report], outputs=[out.artifact(Schema, doubled=2 * number)])
+
+
+def _run(root: str, run_id: str, graph, no_cache=()) -> RunSummary:
+    """One run of ``graph`` as pipeline.run does it, its records in the store."""
+    run_dir, manifest = RunManifest.open(root, run_id, {"data": "d"})
+    with MetadataStore.for_pipeline_root(root) as store:
+        run = store.start_run(run_id)
+        data = ArtifactSpec("/data/numbers.csv", DATA_TYPE, fingerprint="d")
+        records = RunRecords(manifest, store, run, data, no_cache)
+        ctx = StageContext(None, None, run_dir, {}, None, None)
+        summary = RunSummary(run_dir.root)
+        run_stages(graph, ctx, records, summary)
+        return summary
+
+
+def _executions(root: str, run_id: str):
+    with MetadataStore.for_pipeline_root(root) as store:
+        return store.run_executions(run_id)
+
+
+def _statuses(summary: RunSummary) -> list[tuple[str, StageStatus]]:
+    return [(r.stage, r.status) for r in summary.stages]
+
+
+def test_a_second_run_reuses_every_stage_and_records_where_from(tmp_path):
+    root = str(tmp_path)
+    make, double = MakeNumber(21), Double()
+    _run(root, "r1", (make, double))
+    first = _executions(root, "r1")
+    assert [(e.stage, e.status) for e in first] == [
+        ("ExampleGen+Statistics", ExecutionStatus.COMPLETE),
+        ("Schema", ExecutionStatus.COMPLETE),
+    ]
+    assert first[0].inputs["data"].fingerprint == "d"
+    assert first[1].inputs["Examples"] == first[0].outputs["Examples"]
+    assert first[1].outputs["Schema"].properties == {"doubled": 42}
+    assert first[1].outputs["Schema"].uri == os.path.join(root, "runs", "r1", "schema")
+
+    summary = _run(root, "r2", (make, double))
+    assert (make.runs, double.runs) == (1, 1)  # nothing ran again
+    assert _statuses(summary) == [("Make", StageStatus.CACHED), ("Double", StageStatus.CACHED)]
+    assert summary.stages[1].note == "reused from run r1; doubled 21"
+    second = _executions(root, "r2")
+    assert [(e.status, e.cached_from) for e in second] == [
+        (ExecutionStatus.CACHED, first[0].id),
+        (ExecutionStatus.CACHED, first[1].id),
+    ]
+    assert second[1].outputs == first[1].outputs  # r1's folders, nothing copied
+    assert not os.path.exists(os.path.join(root, "runs", "r2", "schema"))
+
+    # A resume of r2 keeps what r2 reused (its manifest recorded it).
+    resumed = _run(root, "r2", (make, double))
+    assert (make.runs, double.runs) == (1, 1)
+    assert resumed.stages[0].note.startswith("kept from an earlier attempt of run r2")
+
+
+def test_no_cache_changed_parameters_and_deleted_outputs_run_again(tmp_path):
+    root = str(tmp_path)
+    make, double = MakeNumber(21), Double()
+    _run(root, "r1", (make, double))
+
+    _run(root, "r2", (make, double), no_cache=(StageName.SCHEMA,))
+    assert (make.runs, double.runs) == (1, 2)  # only the named stage ran
+
+    other = MakeNumber(5)
+    summary = _run(root, "r3", (other, double))  # another parameter: both run
+    assert (other.runs, double.runs) == (1, 3)
+    assert summary.stages[1].note == "doubled 5"
+
+    shutil.rmtree(os.path.join(root, "runs", "r1", "examples"))  # r1's output deleted
+    _run(root, "r4", (make, double))
+    assert make.runs == 2  # a miss, not an error; Double's r1 or r2 output is still there
+    assert [e.status for e in _executions(root, "r4")] == [
+        ExecutionStatus.COMPLETE,
+        ExecutionStatus.CACHED,
+    ]
+
+
+def test_a_failed_stage_is_recorded_failed_with_its_error_and_never_reused(tmp_path):
+    root = str(tmp_path)
+    with pytest.raises(ValueError, match="no number to double"):
+        _run(root, "r1", (MakeNumber(21), Double(fail=True)))
+    (make, double) = _executions(root, "r1")
+    assert make.status is ExecutionStatus.COMPLETE
+    assert (double.status, double.error) == (
+        ExecutionStatus.FAILED,
+        "ValueError: no number to double",
+    )
+    assert double.end_time is not None and double.outputs == {}
+    retry = Double()
+    _run(root, "r2", (MakeNumber(21), retry))
+    assert retry.runs == 1
