@@ -157,8 +157,8 @@ def run_pipeline(
 
     Raises:
       PipelineError: a worker process exited while the job ran, or the job could not be
-        submitted within ``worker_start_timeout``; the abandoned job's thread is a daemon
-        and nothing of it is published.
+        submitted within ``worker_start_timeout`` (at least 30 s); the abandoned job's
+        thread is a daemon and nothing of it is published.
     """
     if not is_direct(p.options):
         # A copy taken before p.run(), which clears the runner while it works.
@@ -206,8 +206,19 @@ def run_pipeline(
     return running.get()
 
 
+# The least time a job service gets to accept a job, whatever --worker_start_timeout says:
+# submission is not a worker's start (Beam's embedded job service stages the job and its
+# artifacts first, seconds on a busy machine), and a small --worker_start_timeout, which
+# rightly fails a dead worker fast, must not fail a slow but healthy submission.
+_MIN_SUBMIT_S = 30.0
+
+
 def _submit(p: beam.Pipeline, what: str, timeout: float):
-    """``p.run()`` from a daemon thread (see :func:`run_pipeline`), waited for ``timeout``."""
+    """``p.run()`` from a daemon thread (see :func:`run_pipeline`), waited for ``timeout``.
+
+    At least :data:`_MIN_SUBMIT_S` seconds.
+    """
+    timeout = max(timeout, _MIN_SUBMIT_S)
     submitting = BackgroundCall(p.run, f"beam-submit-{what}")
     submitting.thread.join(timeout=timeout)
     if submitting.thread.is_alive():
