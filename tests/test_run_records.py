@@ -153,3 +153,28 @@ def test_a_failed_stage_is_recorded_failed_with_its_error_and_never_reused(tmp_p
     retry = Double()
     _run(root, "r2", (MakeNumber(21), retry))
     assert retry.runs == 1
+
+
+class NothingToDo(Stage):
+    """Halts the run without a result, as Transform does without a module file."""
+
+    name = StageName.SCHEMA
+    inputs = (Input(Examples, key="examples"),)
+    outputs = (Schema,)
+
+    def run(self, ctx, inputs, out):
+        report = StageReport("Nothing", StageStatus.SKIPPED, note="no --module_file")
+        return StageResult([report], halt=True)
+
+
+def test_a_stage_that_halts_the_run_is_recorded_canceled_and_never_reused(tmp_path):
+    root = str(tmp_path)
+    _run(root, "r1", (MakeNumber(21), NothingToDo()))
+    make, halted = _executions(root, "r1")
+    assert make.status is ExecutionStatus.COMPLETE
+    assert (halted.status, halted.outputs) == (ExecutionStatus.CANCELED, {})
+    assert halted.end_time is not None and halted.error is None
+    assert halted.properties["reports"][0]["note"] == "no --module_file"
+    double = Double()
+    _run(root, "r2", (MakeNumber(21), double))
+    assert double.runs == 1  # the canceled execution was no cache hit
