@@ -25,6 +25,10 @@ REQUIRED = [
     # migrations through Alembic.
     "SQLAlchemy==2.0.58",
     "alembic==1.20.1",
+    # The run report (report.html) is rendered from a Jinja template; the live progress
+    # display is rich's.
+    "jinja2==3.1.6",
+    "rich==15.0.0",
 ]
 
 setuptools.setup(
@@ -42,6 +46,8 @@ setuptools.setup(
             "metadata/migrations/*.py",
             "metadata/migrations/*.mako",
             "metadata/migrations/versions/*.py",
+            # The run report's template.
+            "report/templates/*.html",
         ]
     },
     include_package_data=True,

@@ -35,10 +35,12 @@ from beam_pipeline.config import (
     check_run_id,
     parse_custom_config,
 )
+from beam_pipeline.console import OutputConfig, RunEvents, RunLog
 from beam_pipeline.core.errors import PipelineError, user_error
 from beam_pipeline.core.types import DataFormat, Split
+from beam_pipeline.report import write_report
 
-__all__ = ["build_parser", "parse_config", "main"]
+__all__ = ["build_parser", "parse_config", "parse_output", "main"]
 
 # Flag name -> (section, field). Sections are the nested config dataclasses.
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -176,7 +178,40 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tuner_accelerator")
     g.add_argument("--tuner_min_ram")
     g.add_argument("--no_tuner", dest="tuner", action="store_false")
+    _add_output_flags(p.add_argument_group("output"))
     return p
+
+
+def _add_output_flags(g) -> None:
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="Print every log line and warning (TensorFlow's, Beam's) on the terminal too.",
+    )
+    g.add_argument("--log_file", help="Where the run's full log goes (default <run_dir>/run.log).")
+    g.add_argument(
+        "--no_progress", dest="progress", action="store_false", help="No live progress lines."
+    )
+
+
+# Flags of how the run talks to the user: OutputConfig, not part of the run's identity.
+_OUTPUT_FLAGS = ("verbose", "log_file", "progress")
+
+
+def parse_output(argv: Sequence[str]) -> OutputConfig:
+    """``-v/--verbose``, ``--log_file`` and ``--no_progress`` as an OutputConfig (flags
+    only; every other flag, and a malformed one, is :func:`parse_config`'s to check)."""
+    parser = argparse.ArgumentParser(
+        add_help=False, allow_abbrev=False, exit_on_error=False, argument_default=argparse.SUPPRESS
+    )
+    _add_output_flags(parser)
+    try:
+        args, _ = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return OutputConfig()
+    given = vars(args)
+    return OutputConfig(**{k: given[k] for k in _OUTPUT_FLAGS if k in given})
 
 
 def _load_yaml(path: str) -> dict[str, Any]:
@@ -321,7 +356,7 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         command-line flags are checked against Beam's options by ``parse_beam_args``.
     """
     args, rest = build_parser().parse_known_args(list(argv))
-    given = vars(args)
+    given = {k: v for k, v in vars(args).items() if k not in _OUTPUT_FLAGS}
     settings: dict[str, Any] = {}
     config_path = given.pop("config", None)
     if config_path is None and "data" not in given:
@@ -385,10 +420,36 @@ class _HandledWorkerErrors(logging.Filter):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point; returns the process exit code."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's C++ INFO lines are noise
+    """Entry point; returns the process exit code.
+
+    Quiet by default (see :mod:`beam_pipeline.console`): the terminal gets the progress
+    lines, the summary, the user's warnings and errors; the full log goes to the run
+    directory's ``run.log``. The run's ``report.html`` is written at the end of every run
+    that got a run directory, also a failed one, and its path is the last line printed.
+    """
     argv = sys.argv[1:] if argv is None else argv
+    output = parse_output(argv)
+    events = RunEvents()
+    report = None
+    with RunLog(output) as log:
+        events.subscribe(run_started=log.attach)
+        try:
+            code, summary = _run(argv, events)
+        finally:
+            if events.run_dir:  # a failed run's report too: it shows what exists
+                report = write_report(events.run_dir)
+    if summary is not None:
+        print(summary.format())
+    if events.run_dir:
+        where = [f"Report: {report}" if report else "Report: not written (see the log)"]
+        if log.path:
+            where.append(f"full log: {log.path}")
+        print("; ".join(where))
+    return code
+
+
+def _run(argv: Sequence[str], events: RunEvents) -> tuple[int, Optional[Any]]:
+    """The run itself: (exit code, the summary of a run that succeeded)."""
     config: Optional[PipelineConfig] = None
     quiet = _HandledWorkerErrors()
     beam_loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
@@ -399,10 +460,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         quiet.pipeline_root = config.pipeline_root
         from beam_pipeline.pipeline import run  # heavy imports only after flags are valid
 
-        summary = run(config)
+        summary = run(config, events=events)
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+        return e.exit_code, None
     except Exception as e:
         # A full disk or a folder that cannot be written, on the launcher or a worker, or an
         # exception raised in the user's code on a worker: one sentence naming the path and
@@ -411,9 +472,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if error is None:
             raise
         print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+        return error.exit_code, None
     finally:
         for logger in beam_loggers:
             logger.removeFilter(quiet)
-    print(summary.format())
-    return 0
+    return 0, summary

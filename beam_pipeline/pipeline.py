@@ -33,6 +33,7 @@ from typing import Optional
 
 from beam_pipeline.beam_options import parse_beam_args
 from beam_pipeline.config import PipelineConfig
+from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
@@ -87,8 +88,9 @@ def _data_spec(config: PipelineConfig, fingerprint: str) -> ArtifactSpec:
     return ArtifactSpec(uri, DATA_TYPE, fingerprint=fingerprint)
 
 
-def run(config: PipelineConfig) -> RunSummary:
-    """Runs the whole pipeline described by ``config``.
+def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummary:
+    """Runs the whole pipeline described by ``config``; ``events`` hears of its directory
+    and stages as they go (the CLI's log and progress display).
 
     Raises:
       PipelineError: bad flags, inputs, module file, or data; the message says the fix.
@@ -141,6 +143,8 @@ def run(config: PipelineConfig) -> RunSummary:
         data = _data_spec(config, inputs.fingerprint)
         records = RunRecords(manifest, store, run, data, config.no_cache)
         summary = RunSummary(run_dir.root)
+        events = events if events is not None else RunEvents()
+        events.run_started(run_dir.root)
         # The model phase's workers load the module and its folder's Python files staged
         # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not
         # the user's copies, which may change or be out of their reach.
@@ -167,6 +171,7 @@ def run(config: PipelineConfig) -> RunSummary:
                 staged=staged,
                 tuner_pool=tuner_pool,
                 pool=pool,
+                events=events,
             )
             run_stages(STAGE_GRAPH, ctx, records, summary)
         except BaseException:

@@ -384,6 +384,11 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(bundled_run, tmp_path, caps
     run_dir = _run_dir(str(root))
     assert "transform_graph" not in _published(run_dir)
     assert "anomalies" in _published(run_dir)
+    # The failed run's report shows what exists (the anomaly) and says what is missing.
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as f:
+        report = f.read()
+    assert "<td>train</td><td>sex</td><td>ERROR</td>" in report
+    assert "trials: no tuner/trials.json (the Tuner did not run or finish)" in report
     # Resumed with --ignore_anomalies: the data stages and their anomalies are kept.
     code = cli.main(args + ["--run_id=anomalous", "--ignore_anomalies"])
     assert code == 0

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from beam_pipeline.artifacts import TypedArtifact
 from beam_pipeline.config import PipelineConfig
+from beam_pipeline.console import RunEvents
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import StageReport
@@ -99,6 +100,7 @@ class StageContext:
       tuner_pool: closes the tuner's early-started worker pool (after tuning, or at the
         end of the run).
       pool: that pool, or None.
+      events: hears of each stage as it starts and ends (the CLI's progress display).
     """
 
     config: PipelineConfig
@@ -113,6 +115,7 @@ class StageContext:
     staged: Optional[StagedModule] = None
     tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
     pool: Optional[LocalWorkerPool] = None
+    events: RunEvents = dataclasses.field(default_factory=RunEvents)
 
 
 @dataclasses.dataclass

@@ -69,7 +69,9 @@ def run_stages(
         execution = _reusable(records.lookup(stage.name, key))
         if execution is not None:
             records.reuse(execution)
-            summary.stages.extend(_cached_rows(execution, ctx.run_dir.run_id))
+            cached = _cached_rows(execution, ctx.run_dir.run_id)
+            summary.stages.extend(cached)
+            _announce(ctx, cached)
         else:
             _forget(graph[index:], ctx, records)
             started = datetime.datetime.now()
@@ -77,12 +79,16 @@ def run_stages(
                 a for a, _ in (available[i.type] for i in stage.inputs if i.type in available)
             )
             records.begin(stage.name, key, built_from, used)
+            first = len(summary.stages)
+            ctx.events.stage_started(stage.name.value)
             try:
                 result = _run(stage, ctx, inputs, summary)
             except BaseException as error:
+                _announce(ctx, summary.stages[first:])  # a failed stage's rows, if any
                 records.stop(stage.name, error)
                 raise
             summary.stages.extend(result.reports)
+            _announce(ctx, result.reports)
             if result.halt:
                 records.stop(stage.name, None, result.reports)
                 return
@@ -102,6 +108,12 @@ def run_stages(
         for artifact in execution.outputs:
             available[type(artifact)] = (artifact, key)
         stage.check(ctx, execution.outcome)
+
+
+def _announce(ctx: StageContext, rows: Sequence[StageReport]) -> None:
+    """Tells the run's listeners (the progress display) of each summary row a stage added."""
+    for row in rows:
+        ctx.events.stage_finished(row)
 
 
 def _resolve(

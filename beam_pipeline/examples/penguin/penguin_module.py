@@ -1,7 +1,7 @@
 """The bundled penguin module file, written in TFX's module-file style.
 
 It works on the raw Palmer penguins table (``penguins.csv``, with its missing values):
-``preprocessing_fn`` imputes missing measurements with their mean, z-scores them, and maps
+``preprocessing_fn`` z-scores the measurements, imputes a missing one with its mean, and maps
 the string columns through vocabularies. A TFX module file ports to beam-pipeline by
 changing only its import lines.
 
@@ -58,13 +58,12 @@ def preprocessing_fn(inputs):
     """tf.Transform: z-scored measurements, vocabulary-encoded island/sex/species."""
     outputs = {}
     for key in NUMERIC_FEATURES:
-        x = _to_float(inputs[key])
-        # Impute a missing measurement with the feature's mean over present values. Named
-        # analyzers keep tf.Transform's analyzer-cache keys stable across tracings.
-        mean = tft.mean(x, name=f"mean_{key}")
-        outputs[transformed_name(key)] = tft.scale_to_z_score(
-            _dense(x, mean), name=f"z_score_{key}"
-        )
+        # z-scored over the present values, then a missing measurement is imputed with 0,
+        # the feature's mean in z-space. (Imputing the raw mean first would feed one
+        # analyzer's output into another, whose analyzer-cache key then varies on every
+        # tracing: tf.Transform warns about it, and the cache could never hit.)
+        z = tft.scale_to_z_score(_to_float(inputs[key]), name=f"z_score_{key}")
+        outputs[transformed_name(key)] = _dense(z, 0.0)
     for key in CATEGORICAL_FEATURES:
         outputs[transformed_name(key)] = tft.compute_and_apply_vocabulary(
             _dense(inputs[key], b"unknown"), num_oov_buckets=1, vocab_filename=key, name=key

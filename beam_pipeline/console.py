@@ -1,0 +1,247 @@
+"""What a run prints on the terminal, and its full log in the run directory.
+
+By default the terminal shows only what is the user's business: the progress lines, the
+summary, warnings about the user's data, module and trials, and errors. Everything else
+(TensorFlow's C++ logger, libraries' INFO logs, known deprecation notices and warnings
+about our own calls) goes to the run's log file, ``<run_dir>/run.log`` unless
+``--log_file`` names another, which keeps every line. ``-v/--verbose`` prints everything
+on the terminal as well.
+
+The mechanisms, each where the noise comes from:
+
+- TensorFlow's C++ logger: ``TF_CPP_MIN_LOG_LEVEL`` in the environment before TensorFlow
+  loads (worker processes this package starts inherit it). TensorFlow 2.21 also logs a
+  few lines through absl before absl's logging is initialized ("oneDNN custom operations
+  are on", "Could not find cuda drivers"); those go to file descriptor 2 whatever the
+  level, so :class:`RunLog` points descriptor 2 at the log file for the run and gives
+  Python's ``sys.stderr`` a copy of the terminal's descriptor: every C/C++ line (the
+  launcher's and its child processes') lands in the log, every Python message where it
+  belongs.
+- Python logging: the terminal's handler shows WARNING and above, minus the records of
+  :data:`NOT_FOR_THE_USER` (known library notices, by logger and message); the log
+  file's handler takes INFO and above, all of them.
+- Python warnings: routed to logging (``logging.captureWarnings``), so the same filter
+  applies: a known warning is kept in the log and left off the terminal; an unknown one
+  (the user's business until we know better) is shown.
+
+Example::
+
+    with RunLog(OutputConfig()) as log:
+        log.attach(run_dir)           # once the run directory is known
+        ...
+    print(log.path)                   # <run_dir>/run.log
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import IO, Optional
+
+from beam_pipeline.core import fileio
+
+__all__ = [
+    "LOG_FILE",
+    "NOT_FOR_THE_USER",
+    "OutputConfig",
+    "RunEvents",
+    "RunLog",
+    "quiet_environment",
+]
+
+LOG_FILE = "run.log"
+_FORMAT = "%(levelname)s %(name)s: %(message)s"
+_FILE_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+
+# (logger name, message pattern) of records that are not the user's business: each is a
+# library talking about its own calls or ours, with nothing the user can change. Scoped by
+# logger and message so that anything else from the same library still shows.
+NOT_FOR_THE_USER: tuple[tuple[str, str], ...] = (
+    # tfx-bsl's TFXIO calls TensorFlow's deprecated parse_example_dataset.
+    ("tensorflow", r"is deprecated and will be removed in a future version"),
+    # Keras' fit() on a tf.data.Dataset given shuffle=True (its default): the datasets the
+    # trainer hands out are shuffled already.
+    ("py.warnings", r"`shuffle=True` was passed, but will be ignored"),
+    # Beam's own notices about its runners and options, not about the user's pipeline.
+    ("apache_beam", r"Discarding unparseable args|is experimental|Make sure that locally"),
+    # Deprecation notices of the stack about itself (protobuf, TensorFlow, Keras, tf.Transform).
+    ("py.warnings", r"DeprecationWarning: "),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConfig:
+    """How the run talks to the user (none of it shapes an artifact, so it is not part of
+    the run's identity).
+
+    Attributes:
+      verbose: print every log line and warning on the terminal too (``-v/--verbose``).
+      log_file: where the full log goes (default ``<run_dir>/run.log``).
+      progress: show the live progress lines (``--no_progress`` turns them off).
+    """
+
+    verbose: bool = False
+    log_file: Optional[str] = None
+    progress: bool = True
+
+
+class RunEvents:
+    """What a run tells its caller while it goes: its directory once it exists, each stage
+    as it starts and ends. The CLI's log and progress display subscribe to them; with no
+    subscriber every event is a no-op (a run called from Python, a test).
+    """
+
+    _EVENTS = ("run_started", "stage_started", "stage_finished")
+
+    def __init__(self):
+        self.run_dir: Optional[str] = None
+        self._listeners: dict[str, list[Callable[..., None]]] = {e: [] for e in self._EVENTS}
+
+    def subscribe(self, **callbacks: Callable[..., None]) -> None:
+        """``subscribe(run_started=f, stage_started=g, stage_finished=h)``, any of them."""
+        for event, callback in callbacks.items():
+            self._listeners[event].append(callback)
+
+    def run_started(self, run_dir: str) -> None:
+        """The run directory exists (``<pipeline_root>/runs/<run_id>``)."""
+        self.run_dir = run_dir
+        for callback in self._listeners["run_started"]:
+            callback(run_dir)
+
+    def stage_started(self, stage: str) -> None:
+        """A stage (ExampleGen, Transform, Tuner, ...) starts running (not when cached)."""
+        for callback in self._listeners["stage_started"]:
+            callback(stage)
+
+    def stage_finished(self, report) -> None:
+        """A stage's :class:`~beam_pipeline.summary.StageReport` joined the summary."""
+        for callback in self._listeners["stage_finished"]:
+            callback(report)
+
+
+def quiet_environment(env: dict, *, verbose: bool = False) -> dict:
+    """Sets TensorFlow's C++ log level in ``env`` (e.g. ``os.environ`` before TensorFlow
+    loads, or a worker's environment) unless the user set one or asked for ``verbose``.
+
+    Level 2 keeps TensorFlow's C++ errors and drops its INFO and WARNING lines.
+    """
+    if not verbose:
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+class _ForTheUser(logging.Filter):
+    """Drops the records of :data:`NOT_FOR_THE_USER` (the terminal's handler only)."""
+
+    def __init__(self):
+        super().__init__()
+        self._rules = [(name, re.compile(pattern)) for name, pattern in NOT_FOR_THE_USER]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        for logger, pattern in self._rules:
+            if (name == logger or name.startswith(logger + ".")) and pattern.search(
+                record.getMessage()
+            ):
+                return False
+        return True
+
+
+class RunLog:
+    """The terminal's and the log file's handlers, and descriptor 2, for one run.
+
+    The log is written to a temporary local file until :meth:`attach` names the run
+    directory; on exit it is copied there (``fileio``: a ``gs://`` run directory too).
+    Descriptor 2 is redirected only when ``sys.stderr`` is that descriptor (a real
+    process, not a test capturing ``sys.stderr``).
+    """
+
+    def __init__(self, output: OutputConfig):
+        self.output = output
+        self.path: Optional[str] = None  # where the log ends up, once known
+        self._tmp_path: Optional[str] = None
+        self._saved_fd: Optional[int] = None
+        self._saved_stderr: Optional[IO[str]] = None
+        self._handlers: list[logging.Handler] = []
+        self._root_level = logging.WARNING
+        self._captured_warnings = False
+
+    def __enter__(self) -> RunLog:
+        verbose = self.output.verbose
+        quiet_environment(os.environ, verbose=verbose)
+        fd, self._tmp_path = tempfile.mkstemp(prefix="beam-pipeline-", suffix=".log")
+        os.close(fd)
+        root = logging.getLogger()
+        self._root_level = root.level
+        if not verbose and _is_fd2(sys.stderr):
+            sys.stderr.flush()
+            self._saved_fd = os.dup(2)
+            log_fd = os.open(self._tmp_path, os.O_WRONLY | os.O_APPEND)
+            os.dup2(log_fd, 2)
+            os.close(log_fd)
+            self._saved_stderr = sys.stderr
+            sys.stderr = open(  # noqa: SIM115 (closed in __exit__)
+                self._saved_fd, "w", buffering=1, errors="backslashreplace", closefd=False
+            )
+        terminal = logging.StreamHandler(sys.stderr)
+        terminal.setFormatter(logging.Formatter(_FORMAT))
+        terminal.setLevel(logging.INFO if verbose else logging.WARNING)
+        if not verbose:
+            terminal.addFilter(_ForTheUser())
+        to_file = logging.FileHandler(self._tmp_path, encoding="utf-8")
+        to_file.setFormatter(logging.Formatter(_FILE_FORMAT))
+        to_file.setLevel(logging.INFO)
+        self._handlers = [terminal, to_file]
+        for handler in self._handlers:
+            root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        logging.captureWarnings(True)
+        self._captured_warnings = True
+        return self
+
+    def attach(self, run_dir: str) -> None:
+        """Names the run directory: the log is copied to ``<run_dir>/run.log`` at the end
+        (or to ``--log_file``)."""
+        self.path = self.output.log_file or fileio.join(run_dir, LOG_FILE)
+
+    def __exit__(self, *exc) -> None:
+        root = logging.getLogger()
+        for handler in self._handlers:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(self._root_level)
+        if self._captured_warnings:
+            logging.captureWarnings(False)
+        if self._saved_fd is not None:
+            sys.stderr.flush()
+            sys.stderr.close()
+            sys.stderr = self._saved_stderr
+            os.dup2(self._saved_fd, 2)
+            os.close(self._saved_fd)
+            self._saved_fd = None
+        if self._tmp_path is None:
+            return
+        target = self.path or self.output.log_file
+        try:
+            if target:
+                fileio.makedirs(os.path.dirname(target) or ".")
+                fileio.copy(self._tmp_path, target, overwrite=True)
+                self.path = target
+        except Exception as e:  # noqa: BLE001 - the log never fails the run (OSError, OpError)
+            self.path = None
+            print(f"warning: the run's log could not be written to {target} ({e})", file=sys.stderr)
+        finally:
+            os.unlink(self._tmp_path)
+            self._tmp_path = None
+
+
+def _is_fd2(stream) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        return False

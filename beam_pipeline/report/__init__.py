@@ -1,0 +1,115 @@
+"""The run report: ``report.html`` in the run directory, one self-contained file.
+
+Written at the end of every run that got a run directory, a failed one too: each section
+shows what the run directory holds (the stage table, per split and feature the statistics
+a user checks in Facets with train and eval side by side, the schema, the anomalies, the
+first rejected rows with file and line, the tuner's trials with the objective per trial
+and per hyperparameter, the training curves from the TensorBoard event files in
+``model_run/``, evaluation results when those stages exist) and says what is missing. No
+script, no stylesheet or font from a network: plain HTML, CSS and inline SVG
+(:mod:`beam_pipeline.report.svg`), rendered by a Jinja template (autoescaped).
+
+Example::
+
+    path = write_report("pipeline_runs/runs/20260101-120000")   # None if it failed
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from beam_pipeline.core import fileio
+from beam_pipeline.report.data import ReportData, collect
+from beam_pipeline.report.svg import histogram, lines, scatter
+
+__all__ = ["REPORT_FILE", "render_report", "write_report"]
+
+REPORT_FILE = "report.html"
+_LOG = logging.getLogger(__name__)
+
+
+def _number(x) -> Optional[float]:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _plots(data: ReportData) -> dict:
+    """The SVG of each plot, keyed as the template uses them."""
+    hist = {
+        (name, split): histogram(stats.get("histogram") or [])
+        for name, feature in data.features.items()
+        for split, stats in feature["splits"].items()
+    }
+    curves = {
+        tag: lines(runs, ylabel=tag.removeprefix("epoch_"))
+        for tag, runs in sorted(data.curves.items())
+    }
+    trial_plots = {}
+    scored = [
+        (t, _number(t.get("objective")))
+        for t in data.trials
+        if _number(t.get("objective")) is not None
+    ]
+    objective = (data.objective or {}).get("name", "objective")
+    if scored:
+        trial_plots["per trial"] = scatter(
+            [
+                (float(i), y, f"trial {t.get('trial_id')}: {y:.4g}")
+                for i, (t, y) in enumerate(scored)
+            ],
+            xlabel="trial (in the order recorded)",
+            ylabel=objective,
+        )
+        for name in data.hyperparameter_names:
+            values = [t.get("hyperparameters", {}).get(name) for t, _ in scored]
+            numeric = all(_number(v) is not None for v in values)
+            categories = [] if numeric else sorted({str(v) for v in values})
+            xs = [float(v) if numeric else float(categories.index(str(v))) for v in values]
+            trial_plots[name] = scatter(
+                [
+                    (x, y, f"trial {t.get('trial_id')}: {name}={v}, {y:.4g}")
+                    for x, v, (t, y) in zip(xs, values, scored)
+                ],
+                xlabel=name,
+                ylabel=objective,
+                categories=categories,
+            )
+    return {"hist": hist, "curves": curves, "trials": trial_plots}
+
+
+def render_report(run_dir: str) -> str:
+    """The report of ``run_dir`` as one HTML string (raises only on a template bug)."""
+    import jinja2
+
+    data = collect(run_dir)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("beam_pipeline.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["num"] = _format_number
+    return env.get_template("report.html").render(
+        data=data, plots=_plots(data), run_name=os.path.basename(run_dir.rstrip("/"))
+    )
+
+
+def _format_number(x) -> str:
+    n = _number(x)
+    if n is None:
+        return "-" if x is None else str(x)
+    if n == int(n) and abs(n) < 1e15:
+        return str(int(n))
+    return f"{n:.4g}"
+
+
+def write_report(run_dir: str) -> Optional[str]:
+    """Writes ``<run_dir>/report.html`` (atomically); returns its path, or None when it
+    could not be written (logged: a report never fails the run)."""
+    path = fileio.join(run_dir, REPORT_FILE)
+    try:
+        fileio.write_atomic(path, render_report(run_dir))
+    except Exception:  # noqa: BLE001 - a report never fails the run
+        _LOG.warning("The run report %s could not be written.", path, exc_info=True)
+        return None
+    return path

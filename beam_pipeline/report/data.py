@@ -1,0 +1,340 @@
+"""Reads what a run directory holds into plain values for the report's template.
+
+Each section is read on its own and never raises: a missing artifact (a failed run, a
+skipped stage) or one that cannot be parsed becomes a line in ``missing`` saying what is
+missing and why, and the other sections still render.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from collections.abc import Callable
+from typing import Any, Optional
+
+from beam_pipeline.core import fileio
+from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
+
+__all__ = ["ReportData", "collect", "REJECTED_ROWS_SHOWN"]
+
+_LOG = logging.getLogger(__name__)
+REJECTED_ROWS_SHOWN = 20
+_TOP_VALUES_SHOWN = 10
+# Stage-specific folders other stages (Evaluator, InfraValidator, Pusher) may publish; their
+# JSON files are shown as they are, when present.
+_EXTRA_ARTIFACTS = ("evaluation", "infra_validation", "infra_validator", "pushed_model", "pusher")
+
+
+@dataclasses.dataclass
+class ReportData:
+    """Everything the template shows; a section whose artifact is missing stays empty."""
+
+    run_dir: str
+    stages: list[dict] = dataclasses.field(default_factory=list)
+    splits: list[str] = dataclasses.field(default_factory=list)
+    # feature name -> {"type": ..., "splits": {split: stats dict}}
+    features: dict[str, dict] = dataclasses.field(default_factory=dict)
+    schema: list[dict] = dataclasses.field(default_factory=list)
+    anomalies: list[dict] = dataclasses.field(default_factory=list)
+    anomalies_text: str = ""
+    rejected: list[dict] = dataclasses.field(default_factory=list)
+    rejected_total: int = 0
+    trials: list[dict] = dataclasses.field(default_factory=list)
+    objective: Optional[dict] = None
+    hyperparameter_names: list[str] = dataclasses.field(default_factory=list)
+    # tag -> {"train": [(step, value)], "validation": [...]}
+    curves: dict[str, dict[str, list[tuple[int, float]]]] = dataclasses.field(default_factory=dict)
+    training: Optional[dict] = None
+    evaluation: list[dict] = dataclasses.field(default_factory=list)
+    missing: list[str] = dataclasses.field(default_factory=list)
+
+
+def collect(run_dir: str) -> ReportData:
+    """Reads every section of the report from ``run_dir``; never raises."""
+    data = ReportData(run_dir=run_dir)
+    sections: list[tuple[str, Callable[[ReportData], None]]] = [
+        ("the run summary (summary.json)", _summary),
+        ("the statistics", _statistics),
+        ("the schema", _schema),
+        ("the anomalies", _anomalies),
+        ("the rejected rows", _rejected),
+        ("the tuner's trials", _trials),
+        ("the training curves", _curves),
+        ("the evaluation", _evaluation),
+    ]
+    for what, read in sections:
+        try:
+            read(data)
+        except Exception as e:  # noqa: BLE001 - a report never fails the run
+            _LOG.info("report: %s could not be read", what, exc_info=True)
+            data.missing.append(f"{what}: could not be read ({type(e).__name__}: {e})")
+    return data
+
+
+def _path(data: ReportData, artifact: Artifact | str, *parts: str) -> str:
+    name = artifact.value if isinstance(artifact, Artifact) else artifact
+    return fileio.join(data.run_dir, name, *parts)
+
+
+def _published(data: ReportData, artifact: Artifact | str) -> bool:
+    return fileio.exists(_path(data, artifact, PUBLISHED_MARKER))
+
+
+def _read_text(path: str) -> str:
+    with fileio.open(path, "r") as f:
+        return f.read()
+
+
+def _summary(data: ReportData) -> None:
+    path = fileio.join(data.run_dir, "summary.json")
+    if not fileio.exists(path):
+        data.missing.append("the stage table: no summary.json (the run stopped before any stage)")
+        return
+    blank = {"status": "?", "rows_in": {}, "rows_out": {}, "rows_rejected": 0, "seconds": 0.0}
+    blank.update(note="", artifact=None)
+    data.stages = [{**blank, **s} for s in json.loads(_read_text(path)).get("stages", [])]
+
+
+def _statistics(data: ReportData) -> None:
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    if not _published(data, Artifact.STATISTICS):
+        data.missing.append("statistics: not published (ExampleGen's job did not finish)")
+        return
+    root = _path(data, Artifact.STATISTICS)
+    splits = sorted(
+        (d.rstrip("/") for d in fileio.listdir(root) if fileio.isdir(fileio.join(root, d))),
+        key=_split_order,
+    )
+    for split in splits:
+        stats = statistics_pb2.DatasetFeatureStatisticsList()
+        with fileio.open(fileio.join(root, split, "FeatureStats.pb"), "rb") as f:
+            stats.ParseFromString(f.read())
+        if not stats.datasets:
+            continue
+        data.splits.append(split)
+        dataset = stats.datasets[0]
+        for feature in dataset.features:
+            name = ".".join(feature.path.step) or feature.name
+            entry = data.features.setdefault(name, {"type": _feature_type(feature), "splits": {}})
+            entry["splits"][split] = _feature_stats(feature, dataset.num_examples)
+
+
+def _split_order(split: str) -> tuple[int, str]:
+    return ({"train": 0, "eval": 1, "test": 2}.get(split, 3), split)
+
+
+def _feature_type(feature) -> str:
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    return statistics_pb2.FeatureNameStatistics.Type.Name(feature.type)
+
+
+def _feature_stats(feature, num_examples: int) -> dict[str, Any]:
+    which = feature.WhichOneof("stats")
+    out: dict[str, Any] = {"kind": which}
+    if which == "num_stats":
+        s = feature.num_stats
+        common = s.common_stats
+        out.update(min=s.min, mean=s.mean, max=s.max, std=s.std_dev, zeros=s.num_zeros)
+        buckets = []
+        for histogram in s.histograms:
+            if histogram.type == histogram.STANDARD:
+                buckets = [(b.low_value, b.high_value, b.sample_count) for b in histogram.buckets]
+        out["histogram"] = buckets
+    elif which == "string_stats":
+        s = feature.string_stats
+        common = s.common_stats
+        out.update(unique=s.unique, avg_length=s.avg_length)
+        out["top_values"] = [(v.value, v.frequency) for v in s.top_values[:_TOP_VALUES_SHOWN]]
+    elif which == "bytes_stats":
+        common = feature.bytes_stats.common_stats
+    else:
+        common = None
+    present = common.num_non_missing if common is not None else 0
+    missing = common.num_missing if common is not None else 0
+    total = present + missing or num_examples
+    out.update(
+        count=present,
+        missing=missing,
+        missing_pct=(100.0 * missing / total) if total else 0.0,
+    )
+    return out
+
+
+def _schema(data: ReportData) -> None:
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    path = _path(data, Artifact.SCHEMA, "schema.pbtxt")
+    if not fileio.exists(path):
+        data.missing.append("schema: not published")
+        return
+    schema = text_format.Parse(_read_text(path), schema_pb2.Schema())
+    domains = {d.name: list(d.value) for d in schema.string_domain}
+    for f in schema.feature:
+        domain = list(f.string_domain.value) or domains.get(f.domain, [])
+        presence = f.presence
+        if presence.min_fraction >= 1.0:
+            required = "required"
+        elif presence.min_count >= 1:
+            required = "in every split"
+        else:
+            required = "optional"
+        shape = "x".join(str(d.size) for d in f.shape.dim) if f.HasField("shape") else "-"
+        data.schema.append(
+            {
+                "name": f.name,
+                "type": schema_pb2.FeatureType.Name(f.type),
+                "presence": required,
+                "shape": shape,
+                "domain": ", ".join(domain[:12]) + (" ..." if len(domain) > 12 else ""),
+            }
+        )
+
+
+def _anomalies(data: ReportData) -> None:
+    from tensorflow_metadata.proto.v0 import anomalies_pb2
+
+    if not _published(data, Artifact.ANOMALIES):
+        data.missing.append("anomalies: not published (validation did not run)")
+        return
+    root = _path(data, Artifact.ANOMALIES)
+    summary = fileio.join(root, "summary.txt")
+    if fileio.exists(summary):
+        data.anomalies_text = _read_text(summary)
+    for split in sorted(fileio.listdir(root), key=_split_order):
+        path = fileio.join(root, split.rstrip("/"), "SchemaDiff.pb")
+        if not fileio.exists(path):
+            continue
+        anomalies = anomalies_pb2.Anomalies()
+        with fileio.open(path, "rb") as f:
+            anomalies.ParseFromString(f.read())
+        for name, info in sorted(anomalies.anomaly_info.items()):
+            data.anomalies.append(
+                {
+                    "split": split.rstrip("/"),
+                    "feature": name,
+                    "severity": anomalies_pb2.AnomalyInfo.Severity.Name(info.severity),
+                    "description": info.description or info.short_description,
+                }
+            )
+
+
+def _rejected(data: ReportData) -> None:
+    if not _published(data, Artifact.REJECTED):
+        data.missing.append("rejected rows: not published")
+        return
+    for path in sorted(fileio.glob(_path(data, Artifact.REJECTED, "rejected-*.jsonl"))):
+        with fileio.open(path, "r") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                data.rejected_total += 1
+                if len(data.rejected) < REJECTED_ROWS_SHOWN:
+                    row = json.loads(line)
+                    text = str(row.get("text", ""))
+                    row["text"] = text if len(text) <= 200 else text[:200] + " ..."
+                    data.rejected.append(row)
+
+
+def _trials(data: ReportData) -> None:
+    path = _path(data, Artifact.TUNER, "trials.json")
+    if not fileio.exists(path):
+        if not _skipped(data, "Tuner"):
+            data.missing.append("trials: no tuner/trials.json (the Tuner did not run or finish)")
+        return
+    record = json.loads(_read_text(path))
+    data.objective = record.get("objective")
+    data.trials = record.get("trials", [])
+    names: list[str] = []
+    for trial in data.trials:
+        for name in trial.get("hyperparameters", {}):
+            if name not in names:
+                names.append(name)
+    data.hyperparameter_names = names
+
+
+def _skipped(data: ReportData, stage: str) -> bool:
+    """Whether the summary says ``stage`` was skipped (nothing of it is missing then)."""
+    return any(s.get("stage") == stage and s.get("status") == "skipped" for s in data.stages)
+
+
+def _curves(data: ReportData) -> None:
+    root = _path(data, Artifact.MODEL_RUN)
+    if not fileio.exists(root):
+        if not _skipped(data, "Trainer"):
+            data.missing.append("training curves: no model_run/ (the Trainer did not run)")
+        return
+    result = fileio.join(root, "training_result.json")
+    if fileio.exists(result):
+        data.training = json.loads(_read_text(result))
+    events = [
+        p
+        for p in fileio.glob(fileio.join(root, "*", "events.out.tfevents.*"))
+        + fileio.glob(fileio.join(root, "events.out.tfevents.*"))
+    ]
+    if not events:
+        data.missing.append("training curves: no TensorBoard event files in model_run/")
+        return
+    import tensorflow as tf
+
+    for path in sorted(events):
+        run = os.path.basename(os.path.dirname(path))
+        run = "train" if run == os.path.basename(root) else run
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.HasField("simple_value"):
+                    number = float(value.simple_value)
+                elif value.HasField("tensor") and value.tensor.dtype in (1, 2):  # float, double
+                    array = tf.make_ndarray(value.tensor)
+                    if array.size != 1:
+                        continue
+                    number = float(array.reshape(()))
+                else:
+                    continue
+                if math.isfinite(number):
+                    data.curves.setdefault(value.tag, {}).setdefault(run, []).append(
+                        (int(event.step), number)
+                    )
+    for runs in data.curves.values():
+        for points in runs.values():
+            points.sort()
+
+
+def _evaluation(data: ReportData) -> None:
+    for name in _EXTRA_ARTIFACTS:
+        root = _path(data, name)
+        if not fileio.isdir(root):
+            continue
+        for path in sorted(fileio.glob(fileio.join(root, "*.json"))):
+            try:
+                content = json.loads(_read_text(path))
+            except ValueError:
+                continue
+            data.evaluation.append(
+                {"artifact": name, "file": os.path.basename(path), "items": _flatten(content)}
+            )
+        for marker in ("BLESSED", "NOT_BLESSED"):
+            if fileio.exists(fileio.join(root, marker)):
+                data.evaluation.append(
+                    {"artifact": name, "file": marker, "items": [("blessed", marker == "BLESSED")]}
+                )
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A JSON value as (dotted key, scalar) pairs, at most 60 of them."""
+    out: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.extend(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, list) and len(value) <= 10:
+        for i, v in enumerate(value):
+            out.extend(_flatten(v, f"{prefix}[{i}]"))
+    else:
+        text = value if isinstance(value, (int, float, bool)) or value is None else str(value)
+        out.append((prefix or "value", text))
+    return out[:60]

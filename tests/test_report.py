@@ -1,0 +1,32 @@
+"""The run report on run directories a run leaves when it fails: it renders what exists and
+says what is missing (the whole run's report is checked in test_cli_runs.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from beam_pipeline.report import write_report
+
+
+def test_a_run_directory_with_nothing_in_it_still_gets_a_report(tmp_path):
+    path = write_report(str(tmp_path))
+    assert path == os.path.join(str(tmp_path), "report.html")
+    html = open(path, encoding="utf-8").read()
+    assert "Not in this report" in html
+    assert "no summary.json (the run stopped before any stage)" in html
+    assert "statistics: not published (ExampleGen&#39;s job did not finish)" in html
+
+
+def test_a_failed_stage_is_shown_and_an_unreadable_artifact_is_named(tmp_path):
+    stages = [
+        {"stage": "ExampleGen", "status": "ok", "rows_in": {"all": 3}, "rows_out": {}},
+        {"stage": "Transform", "status": "failed", "note": "preprocessing_fn raised <KeyError>"},
+    ]
+    (tmp_path / "summary.json").write_text(json.dumps({"run_dir": "x", "stages": stages}))
+    (tmp_path / "tuner").mkdir()
+    (tmp_path / "tuner" / "trials.json").write_text("{not json")
+    html = open(write_report(str(tmp_path)), encoding="utf-8").read()
+    assert '<td class="failed">failed</td>' in html
+    assert "preprocessing_fn raised &lt;KeyError&gt;" in html  # escaped, not markup
+    assert "the tuner&#39;s trials: could not be read (JSONDecodeError" in html
