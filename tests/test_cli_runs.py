@@ -3,7 +3,11 @@ the two pytest-xdist processes share the long ones: a test file goes to one proc
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -11,8 +15,21 @@ from conftest import PENGUIN_DIR
 from test_cli import MODULE, _run_dir, _summary
 
 from beam_pipeline import cli
+from beam_pipeline.summary import RunSummary, StageReport
 
 pytestmark = pytest.mark.slow
+
+PENGUIN_FEATURES = [
+    "species",
+    "island",
+    "bill_length_mm",
+    "bill_depth_mm",
+    "flipper_length_mm",
+    "body_mass_g",
+    "sex",
+    "year",
+]
+
 
 def test_multi_processing_workers_run_the_user_module(tmp_path):
     # Worker processes cannot import the module file by its generated name: its functions
@@ -74,6 +91,82 @@ def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(tmp_pat
     assert log.read_text().split() == [str(os.getpid())]
 
 
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """The README's first command, as a user runs it: ``python -m beam_pipeline
+    --runner=DirectRunner`` in a fresh process from an empty folder (its runs go to
+    ``pipeline_runs/`` there), stdout and stderr kept apart, and no TF_CPP_MIN_LOG_LEVEL
+    from the test environment (the CLI must quiet TensorFlow itself)."""
+    cwd = tmp_path_factory.mktemp("first_command")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner"],
+        cwd=str(cwd),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc, _run_dir(str(cwd / "pipeline_runs"))
+
+
+def test_the_first_command_prints_only_progress_the_summary_and_the_report(default_run):
+    # Before issue 15 this printed 48 lines: 28 on stderr (TensorFlow's C++ INFO lines and
+    # a cuInit ERROR, 16 tf.Transform analyzer-cache warnings for the bundled module, a
+    # deprecation notice, a Keras UserWarning) and the 20-line summary.
+    proc, run_dir = default_run
+    assert proc.stderr == ""  # no TensorFlow C++ line, no Python warning, no log record
+    lines = proc.stdout.splitlines()
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        recorded = json.load(f)
+    summary = RunSummary(
+        recorded["run_dir"], [StageReport.from_json(s) for s in recorded["stages"]]
+    )
+    # As the summary names the run directory: under the relative default pipeline_root.
+    report = os.path.join(recorded["run_dir"], "report.html")
+    log = os.path.join(recorded["run_dir"], "run.log")
+    assert lines == summary.format().splitlines() + [f"Report: {report}; full log: {log}"]
+    assert os.path.isfile(os.path.join(run_dir, "report.html"))
+    # What the terminal was spared is in the full log: TensorFlow's C++ lines among them.
+    with open(os.path.join(run_dir, "run.log")) as f:
+        text = f.read()
+    assert "oneDNN custom operations are on" in text
+    assert "cache key varies on repeated tracing" not in text  # the bundled module's own
+    # sys.argv as `python -m beam_pipeline` has it: Beam reads it for options built without
+    # flags, and would warn about our flags ("Discarding unparseable args").
+    assert "nparseable" not in text
+
+
+def test_the_report_shows_every_section_and_needs_no_network(default_run):
+    _, run_dir = default_run
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as f:
+        html = f.read()
+    sections = re.findall(r'<section id="([a-z]+)">', html)
+    assert sections == [
+        "stages",
+        "statistics",
+        "schema",
+        "anomalies",
+        "rejected",
+        "trials",
+        "training",
+        "evaluation",
+    ]
+    assert "Not in this report" not in html  # a whole run: nothing is missing
+    features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', html)
+    assert sorted(features) == sorted(PENGUIN_FEATURES)
+    # A histogram per numeric feature (5: four measurements and the year) and split; the
+    # objective per trial and per hyperparameter (learning_rate, num_layers); a curve per
+    # metric logged to TensorBoard (loss and accuracy at least).
+    assert html.count('<svg class="bp-hist"') == 5 * 2
+    assert html.count('<svg class="bp-scatter"') == 3
+    assert html.count('<svg class="bp-curve"') >= 2
+    assert "epoch_loss" in html and "Biscoe" in html  # a curve's tag; a top value
+    # Offline: no script, and no stylesheet, image or font from elsewhere.
+    assert "<script" not in html and not re.search(r'(src|href)="(https?:)?//', html)
+
+
 _CLASSIFY_RUN = """
 import json, sys
 import conftest_trainer
@@ -87,25 +180,89 @@ print(json.dumps({"accuracy": accuracy, "n": len(examples)}))
 """
 
 
-def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process(
-    tmp_path, monkeypatch, caplog
-):
+def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process(default_run):
     import conftest_trainer
 
-    root = str(tmp_path)
-    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--run_id=full"]
-    # sys.argv as `python -m beam_pipeline` has it: Beam reads it for options built without
-    # flags, and would warn about --pipeline_root ("Did you mean ...?").
-    monkeypatch.setattr(sys, "argv", ["beam_pipeline", *args])
-    assert cli.main(args) == 0
-    assert not [r.getMessage() for r in caplog.records if "nparseable" in r.getMessage()]
-    stages = _summary(os.path.join(root, "runs", "full"))
+    _, run_dir = default_run
+    root, run_id = os.path.dirname(os.path.dirname(run_dir)), os.path.basename(run_dir)
+    stages = _summary(run_dir)
     tuner, trainer = stages["Tuner"], stages["Trainer"]
     assert tuner["status"] == "ok"
     assert tuner["details"]["best_hyperparameters"]  # 4 trials, 2 at a time, by default
     assert trainer["status"] == "ok"
-    assert trainer["artifact"] == os.path.join(root, "runs", "full", "model")
+    # Relative, as the default --pipeline_root is.
+    assert trainer["artifact"] == os.path.join("pipeline_runs", "runs", run_id, "model")
     assert "sparse_categorical_accuracy=" in trainer["note"]
-    served = conftest_trainer.run_python(_CLASSIFY_RUN, root, "full")
+    served = conftest_trainer.run_python(_CLASSIFY_RUN, root, run_id)
     assert served["n"] == stages["ExampleGen"]["rows_out"]["eval"]
     assert served["accuracy"] >= 0.9  # 100 steps reach about 0.97 on the eval split
+
+
+# Debian's chromium package (see README's "Tests"); the report's rendering is checked in it.
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no chromium on PATH: install Debian's package (apt-get install -y chromium) to "
+    "render the run report in a headless browser",
+)
+
+
+def _render_in_chromium(page: str, tmp_path, screenshot: str) -> tuple[str, list[str]]:
+    """(the DOM after rendering, the page's console messages) of ``page`` in headless
+    Chromium, which writes a screenshot of it to ``screenshot``. Console messages are what
+    Chromium logs as CONSOLE on stderr: any console.log/error and uncaught exception."""
+    proc = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",  # root in a container: Chromium's sandbox needs user namespaces
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--window-size=1280,3800",
+            f"--screenshot={screenshot}",
+            "--dump-dom",
+            "file://" + page,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return proc.stdout, console
+
+
+@needs_chromium
+def test_the_report_renders_in_headless_chromium_without_console_errors(default_run, tmp_path):
+    _, run_dir = default_run
+    # The console check itself: a page with an error is caught.
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><script>undefinedFunction();</script></body></html>")
+    _, console = _render_in_chromium(str(broken), tmp_path, str(tmp_path / "broken.png"))
+    assert any("undefinedFunction is not defined" in line for line in console), console
+
+    screenshot = tmp_path / "report.png"
+    dom, console = _render_in_chromium(
+        os.path.join(run_dir, "report.html"), tmp_path, str(screenshot)
+    )
+    assert console == []
+    assert screenshot.stat().st_size > 50_000  # a page drawn, not a blank one (~230 KB)
+    headings = re.findall(r"<h2>([^<]+)</h2>", dom)
+    assert headings == [
+        "Stages",
+        "Statistics",
+        "Schema",
+        "Anomalies",
+        "Rejected rows",
+        "Trials",
+        "Training",
+        "Evaluation",
+    ]
+    for name in PENGUIN_FEATURES:
+        assert f'id="feature-{name}"' in dom
+    # Plots as the browser parsed them: SVG elements with their bars, points and lines.
+    assert dom.count('<svg class="bp-hist"') == 10 and dom.count("<rect ") >= 10 * 5
+    assert dom.count('<svg class="bp-scatter"') == 3 and dom.count("<circle ") >= 4 * 3
+    assert dom.count('<svg class="bp-curve"') >= 2 and "<polyline " in dom
