@@ -38,6 +38,7 @@ from beam_pipeline.config import (
 from beam_pipeline.console import OutputConfig, RunEvents, RunLog
 from beam_pipeline.core.errors import PipelineError, user_error
 from beam_pipeline.core.types import DataFormat, Split
+from beam_pipeline.progress import ProgressDisplay
 from beam_pipeline.report import write_report
 
 __all__ = ["build_parser", "parse_config", "parse_output", "main"]
@@ -423,15 +424,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the process exit code.
 
     Quiet by default (see :mod:`beam_pipeline.console`): the terminal gets the progress
-    lines, the summary, the user's warnings and errors; the full log goes to the run
-    directory's ``run.log``. The run's ``report.html`` is written at the end of every run
-    that got a run directory, also a failed one, and its path is the last line printed.
+    lines (:mod:`beam_pipeline.progress`), the summary, the user's warnings and errors;
+    the full log goes to the run directory's ``run.log``. The run's ``report.html`` is
+    written at the end of every run that got a run directory, also a failed one, and its
+    path is the last line printed.
     """
     argv = sys.argv[1:] if argv is None else argv
     output = parse_output(argv)
     events = RunEvents()
     report = None
-    with RunLog(output) as log:
+    progress = ProgressDisplay(events, sys.stdout, enabled=output.progress)
+    with RunLog(output) as log, progress:
         events.subscribe(run_started=log.attach)
         try:
             code, summary = _run(argv, events)

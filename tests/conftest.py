@@ -17,6 +17,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(REPO, "tests", "testdata")
 PENGUIN_DIR = os.path.join(REPO, "beam_pipeline", "examples", "penguin")
+# The bundled penguins.csv's columns.
+PENGUIN_FEATURES = (
+    "species",
+    "island",
+    "bill_length_mm",
+    "bill_depth_mm",
+    "flipper_length_mm",
+    "body_mass_g",
+    "sex",
+    "year",
+)
 
 
 def make_pipeline(*beam_args: str):

@@ -10,7 +10,14 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PENGUIN_DIR, REPO, TESTDATA, feature_value, read_examples
+from conftest import (
+    PENGUIN_DIR,
+    PENGUIN_FEATURES,
+    REPO,
+    TESTDATA,
+    feature_value,
+    read_examples,
+)
 
 from beam_pipeline import cli
 from beam_pipeline.config import TunerSchedule
@@ -95,16 +102,7 @@ def test_schema_is_inferred_with_presence_and_domains(bundled_run):
 
     schema = read_schema(os.path.join(bundled_run, "schema", "schema.pbtxt"))
     features = {f.name: f for f in schema.feature}
-    assert set(features) == {
-        "species",
-        "island",
-        "bill_length_mm",
-        "bill_depth_mm",
-        "flipper_length_mm",
-        "body_mass_g",
-        "sex",
-        "year",
-    }
+    assert set(features) == set(PENGUIN_FEATURES)
     assert features["species"].type == schema_pb2.BYTES
     assert features["species"].presence.min_fraction == 1.0
     assert features["bill_length_mm"].type == schema_pb2.FLOAT

@@ -11,23 +11,25 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PENGUIN_DIR
+from conftest import PENGUIN_DIR, PENGUIN_FEATURES
 from test_cli import MODULE, _run_dir, _summary
 
 from beam_pipeline import cli
+from beam_pipeline.progress import PROGRESS_PREFIX
 from beam_pipeline.summary import RunSummary, StageReport
 
 pytestmark = pytest.mark.slow
 
-PENGUIN_FEATURES = [
-    "species",
-    "island",
-    "bill_length_mm",
-    "bill_depth_mm",
-    "flipper_length_mm",
-    "body_mass_g",
-    "sex",
-    "year",
+# The report's sections: (id, heading), in order.
+REPORT_SECTIONS = [
+    ("stages", "Stages"),
+    ("statistics", "Statistics"),
+    ("schema", "Schema"),
+    ("anomalies", "Anomalies"),
+    ("rejected", "Rejected rows"),
+    ("trials", "Trials"),
+    ("training", "Training"),
+    ("evaluation", "Evaluation"),
 ]
 
 
@@ -118,6 +120,8 @@ def test_the_first_command_prints_only_progress_the_summary_and_the_report(defau
     proc, run_dir = default_run
     assert proc.stderr == ""  # no TensorFlow C++ line, no Python warning, no log record
     lines = proc.stdout.splitlines()
+    progress = [line for line in lines if line.startswith(PROGRESS_PREFIX)]
+    assert lines[: len(progress)] == progress  # the progress lines, then the rest
     with open(os.path.join(run_dir, "summary.json")) as f:
         recorded = json.load(f)
     summary = RunSummary(
@@ -126,7 +130,18 @@ def test_the_first_command_prints_only_progress_the_summary_and_the_report(defau
     # As the summary names the run directory: under the relative default pipeline_root.
     report = os.path.join(recorded["run_dir"], "report.html")
     log = os.path.join(recorded["run_dir"], "run.log")
-    assert lines == summary.format().splitlines() + [f"Report: {report}; full log: {log}"]
+    assert lines[len(progress) :] == summary.format().splitlines() + [
+        f"Report: {report}; full log: {log}"
+    ]
+    # Through a pipe: plain lines, a stage's start, then its rows' ends as the summary has
+    # them (and "running N s" lines every 10 s between them).
+    assert "\x1b" not in proc.stdout
+    assert progress[0] == f"{PROGRESS_PREFIX}ExampleGen+Statistics: running"
+    ends = [line for line in progress if not re.search(r": running( \d+ s.*)?$", line)]
+    assert [line.split(":")[0] for line in ends] == [
+        PROGRESS_PREFIX + s.stage for s in summary.stages
+    ]
+    assert all(f": {s.status.value}" in line for s, line in zip(summary.stages, ends))
     assert os.path.isfile(os.path.join(run_dir, "report.html"))
     # What the terminal was spared is in the full log: TensorFlow's C++ lines among them.
     with open(os.path.join(run_dir, "run.log")) as f:
@@ -138,21 +153,22 @@ def test_the_first_command_prints_only_progress_the_summary_and_the_report(defau
     assert "nparseable" not in text
 
 
+def test_the_progress_display_reads_trials_and_training_from_the_run_directory(default_run):
+    from beam_pipeline.progress import _DETAILS
+
+    _, run_dir = default_run
+    # The bundled search: 4 trials; two reach val accuracy 1.0 (4 runs: 1, 1, 1, 1).
+    assert _DETAILS["Tuner"](run_dir) == "trials: 4 done, 0 running, 0 failed; best 1"
+    # 100 steps of 10 per epoch: TensorBoard's last train point is epoch 10's loss.
+    assert re.fullmatch(r"epoch 10, loss \d\.\d+(e-\d+)?", _DETAILS["Trainer"](run_dir))
+
+
 def test_the_report_shows_every_section_and_needs_no_network(default_run):
     _, run_dir = default_run
     with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as f:
         html = f.read()
     sections = re.findall(r'<section id="([a-z]+)">', html)
-    assert sections == [
-        "stages",
-        "statistics",
-        "schema",
-        "anomalies",
-        "rejected",
-        "trials",
-        "training",
-        "evaluation",
-    ]
+    assert sections == [section for section, _ in REPORT_SECTIONS]
     assert "Not in this report" not in html  # a whole run: nothing is missing
     features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', html)
     assert sorted(features) == sorted(PENGUIN_FEATURES)
@@ -250,16 +266,7 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(default_
     assert console == []
     assert screenshot.stat().st_size > 50_000  # a page drawn, not a blank one (~230 KB)
     headings = re.findall(r"<h2>([^<]+)</h2>", dom)
-    assert headings == [
-        "Stages",
-        "Statistics",
-        "Schema",
-        "Anomalies",
-        "Rejected rows",
-        "Trials",
-        "Training",
-        "Evaluation",
-    ]
+    assert headings == [heading for _, heading in REPORT_SECTIONS]
     for name in PENGUIN_FEATURES:
         assert f'id="feature-{name}"' in dom
     # Plots as the browser parsed them: SVG elements with their bars, points and lines.

@@ -215,6 +215,8 @@ def test_wheel_holds_the_three_packages_the_example_and_the_entry_point(built):
     ]
     assert f"{MIGRATIONS_DIR}/versions/0001_initial.py" in migrations
     assert set(migrations) <= set(names), set(migrations) - set(names)
+    # The run report's template (package_data too: without it no report.html is written).
+    assert "beam_pipeline/report/templates/report.html" in names
     assert re.search(
         r"^\[console_scripts\]\s*\nbeam-pipeline\s*=\s*beam_pipeline\.cli:main", entry_text, re.M
     )

@@ -1,0 +1,231 @@
+"""Live progress: one line per stage while it runs, with rich on a terminal.
+
+On a terminal (stdout is a TTY) each running stage is a rich spinner line, redrawn in
+place, with its elapsed time and what the run directory says of its progress; when it
+ends it becomes a plain line with its status, seconds and rows. When stdout is not a
+terminal (CI logs, a file, a pipe) the same facts are printed as plain lines: one when a
+stage starts, one every :data:`PLAIN_EVERY_SECONDS` while it runs, one when it ends.
+Every line starts with :data:`PROGRESS_PREFIX`. ``--no_progress`` turns it all off.
+
+What a running stage shows is read from the run directory by the display's own thread,
+so no stage code waits on it:
+
+- Tuner: trials done / running / failed and the best score so far, from keras-tuner's
+  ``trial.json`` files in the tuner's project (staged or published);
+- Trainer: the latest step and loss from the TensorBoard event files in ``model_run/``;
+- the Beam jobs (ExampleGen, Transform): elapsed time while they run (the DirectRunner
+  reports its counters only when a job ends) and rows per second from the job's counters
+  when it ends.
+
+Example::
+
+    events = RunEvents()
+    with ProgressDisplay(events, sys.stdout):
+        run(config, events=events)
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import threading
+import time
+from typing import IO, Optional
+
+from beam_pipeline.console import RunEvents
+from beam_pipeline.summary import StageReport
+
+__all__ = ["PLAIN_EVERY_SECONDS", "PROGRESS_PREFIX", "ProgressDisplay"]
+
+PROGRESS_PREFIX = "> "
+PLAIN_EVERY_SECONDS = 10.0
+_POLL_SECONDS = 0.5
+
+
+def _tuner_progress(run_dir: str) -> str:
+    """'trials: 3 done, 2 running, 0 failed; best 0.97' from keras-tuner's trial files."""
+    patterns = ("tuner/*/trial_*/trial.json", ".staging/*/*/trial_*/trial.json")
+    statuses: dict[str, str] = {}
+    best: Optional[float] = None
+    for pattern in patterns:
+        for path in glob.glob(os.path.join(run_dir, pattern)):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    trial = json.load(f)
+            except (OSError, ValueError):  # being written: read it on the next poll
+                continue
+            statuses[str(trial.get("trial_id"))] = str(trial.get("status"))
+            score = trial.get("score")
+            if isinstance(score, (int, float)) and trial.get("status") == "COMPLETED":
+                maximize = _maximizes(trial, score)
+                if best is None or (score > best if maximize else score < best):
+                    best = score
+    if not statuses:
+        return ""
+    done = sum(s == "COMPLETED" for s in statuses.values())
+    failed = sum(s in ("FAILED", "INVALID") for s in statuses.values())
+    running = len(statuses) - done - failed
+    text = f"trials: {done} done, {running} running, {failed} failed"
+    return text + (f"; best {best:.4g}" if best is not None else "")
+
+
+def _maximizes(trial: dict, score: float) -> bool:
+    """Whether the objective that gave ``score`` is maximized (from the trial's metrics)."""
+    for metric in (trial.get("metrics") or {}).get("metrics", {}).values():
+        values = [v for o in metric.get("observations", []) for v in o.get("value", [])]
+        if score in values:
+            return metric.get("direction") == "max"
+    return True
+
+
+def _trainer_progress(run_dir: str) -> str:
+    """'step 40, loss 0.31' from the newest TensorBoard event file in model_run/train."""
+    files = glob.glob(os.path.join(run_dir, "model_run", "train", "events.out.tfevents.*"))
+    if not files:
+        return ""
+    import tensorflow as tf
+
+    step, loss = None, None
+    try:
+        for event in tf.compat.v1.train.summary_iterator(max(files, key=os.path.getmtime)):
+            for value in event.summary.value:
+                if value.tag.endswith("loss") and value.HasField("tensor"):
+                    step, loss = event.step, float(tf.make_ndarray(value.tensor))
+    except (tf.errors.OpError, OSError, ValueError):  # a record half written: next poll
+        pass
+    if step is None:
+        return ""
+    return f"epoch {step + 1}, loss {loss:.4g}"
+
+
+_DETAILS = {"Tuner": _tuner_progress, "Trainer": _trainer_progress}
+
+
+def _rows(report: StageReport) -> str:
+    rows = sum(report.rows_out.values()) or sum(report.rows_in.values())
+    if not rows:
+        return ""
+    rate = f", {rows / report.seconds:,.0f} rows/s" if report.seconds > 0 else ""
+    return f", {rows:,} rows{rate}"
+
+
+class ProgressDisplay:
+    """Subscribes to a run's :class:`RunEvents` and shows each stage while it runs.
+
+    Args:
+      events: the run's events.
+      out: where the lines go (stdout); a TTY gets rich's live display, anything else
+        plain lines.
+      enabled: False for ``--no_progress``: nothing is shown.
+      plain_every: seconds between two plain lines of a running stage.
+    """
+
+    def __init__(
+        self,
+        events: RunEvents,
+        out: IO[str],
+        *,
+        enabled: bool = True,
+        plain_every: float = PLAIN_EVERY_SECONDS,
+    ):
+        self._out = out
+        self._enabled = enabled
+        self._plain_every = plain_every
+        self._tty = bool(getattr(out, "isatty", lambda: False)())
+        self._lock = threading.Lock()
+        self._stage: Optional[str] = None
+        self._started = 0.0
+        self._last_plain = 0.0
+        self._run_dir: Optional[str] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._live = None
+        if enabled:
+            events.subscribe(
+                run_started=self._run_started,
+                stage_started=self._stage_started,
+                stage_finished=self._stage_finished,
+            )
+
+    def __enter__(self) -> ProgressDisplay:
+        if not self._enabled:
+            return self
+        if self._tty:
+            from rich.console import Console
+            from rich.live import Live
+            from rich.spinner import Spinner
+
+            self._spinner = Spinner("dots", text="")
+            self._console = Console(file=self._out, highlight=False)
+            self._live = Live(
+                self._spinner, console=self._console, refresh_per_second=4, transient=True
+            )
+            self._live.start()
+        self._thread = threading.Thread(target=self._poll, name="bp-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._live is not None:
+            self._live.stop()
+
+    # RunEvents callbacks (the run's thread).
+
+    def _run_started(self, run_dir: str) -> None:
+        self._run_dir = run_dir
+
+    def _stage_started(self, stage: str) -> None:
+        with self._lock:
+            self._stage, self._started = stage, time.time()
+            self._last_plain = self._started
+        if not self._tty:
+            self._print(f"{PROGRESS_PREFIX}{stage}: running")
+
+    def _stage_finished(self, report: StageReport) -> None:
+        with self._lock:  # the stage's first row ends it (a unit may add several rows)
+            self._stage = None
+        seconds = f" in {report.seconds:.1f} s" if report.seconds else ""
+        self._print(
+            f"{PROGRESS_PREFIX}{report.stage}: {report.status.value}{seconds}{_rows(report)}"
+        )
+
+    # The display's thread.
+
+    def _line(self) -> Optional[str]:
+        with self._lock:
+            stage, started = self._stage, self._started
+        if stage is None:
+            return None
+        detail = ""
+        read = _DETAILS.get(stage)
+        if read is not None and self._run_dir and "://" not in self._run_dir:
+            try:
+                detail = read(self._run_dir)
+            except Exception:  # noqa: BLE001 - progress never fails the run
+                detail = ""
+        text = f"{stage}: running {time.time() - started:.0f} s"
+        return f"{text}, {detail}" if detail else text
+
+    def _poll(self) -> None:
+        while not self._stop.wait(min(_POLL_SECONDS, self._plain_every)):
+            line = self._line()
+            if line is None:
+                if self._live is not None:
+                    self._spinner.update(text="")
+                continue
+            if self._live is not None:
+                self._spinner.update(text=line)
+            elif time.time() - self._last_plain >= self._plain_every:
+                self._last_plain = time.time()
+                self._print(PROGRESS_PREFIX + line)
+
+    def _print(self, line: str) -> None:
+        if self._live is not None:
+            self._live.console.print(line, markup=False, highlight=False)
+        else:
+            self._out.write(line + "\n")
+            self._out.flush()

@@ -1,0 +1,100 @@
+"""The live progress display through a pseudo-terminal (rich's live line) and through a
+pipe (plain periodic lines), in a child process as a user's terminal or CI log sees it.
+What it reads of a real run (trials, training steps) is checked in test_cli_runs.py."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from beam_pipeline.progress import PROGRESS_PREFIX
+
+# Two stages as the runner announces them; the Transform runs long enough for periodic
+# lines (every 0.2 s here) and for rich's spinner to redraw.
+_SCRIPT = """
+import sys, time
+from beam_pipeline.console import RunEvents
+from beam_pipeline.progress import ProgressDisplay
+from beam_pipeline.summary import StageReport, StageStatus
+
+events = RunEvents()
+with ProgressDisplay(events, sys.stdout, enabled=sys.argv[1] == "on", plain_every=0.2):
+    events.run_started(sys.argv[2])
+    events.stage_started("ExampleGen")
+    events.stage_finished(StageReport("ExampleGen", StageStatus.OK, rows_out={"train": 200,
+                                      "eval": 100}, seconds=2.0))
+    events.stage_started("Transform")
+    time.sleep(1.5)
+    events.stage_finished(StageReport("Transform", StageStatus.FAILED, seconds=1.5))
+print("summary")
+"""
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=REPO, TERM="xterm-256color", COLUMNS="100")
+
+
+def test_through_a_pipe_progress_is_plain_lines(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, "on", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "\x1b" not in proc.stdout  # no escape sequence in a log file
+    assert lines[:3] == [
+        f"{PROGRESS_PREFIX}ExampleGen: running",
+        f"{PROGRESS_PREFIX}ExampleGen: ok in 2.0 s, 300 rows, 150 rows/s",
+        f"{PROGRESS_PREFIX}Transform: running",
+    ]
+    periodic = [
+        line for line in lines[3:-2] if line.startswith(f"{PROGRESS_PREFIX}Transform: running ")
+    ]
+    # Every 0.2 s for 1.5 s: about 7 (at least 1 even on a machine loaded to a standstill).
+    assert len(periodic) >= 1 and periodic == lines[3:-2]
+    assert lines[-2:] == [f"{PROGRESS_PREFIX}Transform: failed in 1.5 s", "summary"]
+
+
+def test_in_a_terminal_progress_is_a_live_line_and_stays_off_with_no_progress(tmp_path):
+    def through_pty(switch: str) -> str:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: stdout is the pseudo-terminal
+            os.execve(
+                sys.executable, [sys.executable, "-c", _SCRIPT, switch, str(tmp_path)], _env()
+            )
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, b"".join(chunks)[-2000:]
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    shown = through_pty("on")
+    # rich redraws the running stage in place (cursor movements), then prints the ends.
+    assert "\x1b[" in shown and "Transform: running" in shown
+    assert f"{PROGRESS_PREFIX}ExampleGen: ok in 2.0 s, 300 rows, 150 rows/s" in shown
+    assert f"{PROGRESS_PREFIX}Transform: failed in 1.5 s" in shown
+    assert shown.rstrip().endswith("summary")
+    off = through_pty("off")
+    assert off.replace("\r\n", "\n") == "summary\n"
+
+
+@pytest.mark.parametrize("stage", ["Tuner", "Trainer"])
+def test_a_stage_without_its_files_yet_shows_only_its_time(tmp_path, stage):
+    from beam_pipeline.progress import _DETAILS
+
+    assert _DETAILS[stage](str(tmp_path)) == ""
