@@ -38,6 +38,7 @@ import dataclasses
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -228,9 +229,15 @@ class RunLog:
             return
         target = self.path or self.output.log_file
         try:
-            if target:
-                fileio.makedirs(os.path.dirname(target) or ".")
+            if target and fileio.is_remote(target):
                 fileio.copy(self._tmp_path, target, overwrite=True)
+                self.path = target
+            elif target:
+                # Not fileio for a local file: it loads TensorFlow (seconds, and C++ lines
+                # on the terminal now that descriptor 2 is back) in a run that ended before
+                # loading it (a flag error with --log_file).
+                os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+                shutil.copyfile(self._tmp_path, target)
                 self.path = target
         except Exception as e:  # noqa: BLE001 - the log never fails the run (OSError, OpError)
             self.path = None

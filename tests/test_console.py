@@ -1,0 +1,68 @@
+"""Quiet by default, everything with -v, all of it in the log: RunLog in a child process
+whose stderr is a real descriptor 2 (as a user's terminal), with what each kind of noise
+writes: a C-level write to descriptor 2 (TensorFlow's C++ logger), a known library notice,
+a Python warning nobody filtered, the user's own warning and an error. The README's first
+command's real output is checked in test_cli_runs.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+_SCRIPT = """
+import logging, os, sys, warnings
+from beam_pipeline.console import OutputConfig, RunLog
+
+with RunLog(OutputConfig(verbose=sys.argv[1] == "-v", log_file=sys.argv[2])) as log:
+    os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on.\\n")  # as C++ does
+    logging.getLogger("tensorflow").warning(
+        "From x.py:3: parse_example_dataset is deprecated and will be removed in a future "
+        "version."
+    )
+    warnings.warn("`shuffle=True` was passed, but will be ignored", UserWarning)
+    warnings.warn("an unknown warning", UserWarning)
+    logging.getLogger("beam_pipeline.validation").warning("Split 'eval': feature 'x' is new")
+    logging.getLogger("apache_beam.runners").info("Running pipeline")
+    print("error: the user's error", file=sys.stderr)
+print("TF_CPP_MIN_LOG_LEVEL=" + os.environ.get("TF_CPP_MIN_LOG_LEVEL", "unset"))
+"""
+
+_USERS = [
+    "UserWarning: an unknown warning",
+    "WARNING beam_pipeline.validation: Split 'eval': feature 'x' is new",
+    "error: the user's error",
+]
+_NOISE = [
+    "oneDNN custom operations are on",
+    "parse_example_dataset is deprecated",
+    "`shuffle=True` was passed",
+    "INFO apache_beam.runners: Running pipeline",
+]
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
+def test_the_terminal_gets_the_users_business_and_the_log_gets_everything(tmp_path, verbose):
+    log = tmp_path / "run.log"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, "-v" if verbose else "", str(log)],
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPATH=REPO),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for line in _USERS:
+        assert line in proc.stderr, proc.stderr
+    for line in _NOISE:
+        assert (line in proc.stderr) == verbose, (line, proc.stderr)
+    text = log.read_text()
+    for line in _USERS[:2] + _NOISE[1:]:
+        assert line in text, (line, text)
+    assert (_NOISE[0] in text) != verbose  # a C-level line: in the log, or on the terminal
+    expected = "unset" if verbose else "2"  # set before TensorFlow would load, unless -v
+    assert proc.stdout.strip() == f"TF_CPP_MIN_LOG_LEVEL={expected}"
