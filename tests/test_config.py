@@ -135,3 +135,22 @@ def test_an_unknown_no_cache_stage_is_refused(tmp_path, capsys):
         "error: --no_cache names stage 'Pusher', which is not one; pass all or some of "
         "ExampleGen+Statistics,Schema,Validation,Transform,Tuner,Trainer (or no value: all)."
     )
+
+
+def test_output_flags_are_read_apart_from_the_runs_identity(tmp_path):
+    from beam_pipeline.console import OutputConfig
+
+    argv = ["-v", "--log_file=/tmp/x.log", "--no_progress", "--runner=DirectRunner", "--data=a.csv"]
+    assert cli.parse_output(argv) == OutputConfig(
+        verbose=True, log_file="/tmp/x.log", progress=False
+    )
+    assert cli.parse_output(["--data=a.csv"]) == OutputConfig()
+    # They shape no artifact: the run's configuration (its identity) is the same without them.
+    assert cli.parse_config(argv) == cli.parse_config(["--runner=DirectRunner", "--data=a.csv"])
+
+
+def test_a_flag_error_with_log_file_still_writes_the_log(tmp_path, capsys):
+    log = tmp_path / "logs" / "run.log"
+    err = _fails(tmp_path, capsys, [f"--log_file={log}", "--train_steps=0"])
+    assert "--train_steps" in err
+    assert log.exists()  # the (short) log of a run that stopped at its flags
