@@ -1,10 +1,10 @@
-"""A small run directory for the trainer tests, built with real tf.Transform.
+"""A small run directory for the trainer tests, made by the pipeline's own data stages.
 
-It has the layout the data stages write (``schema/schema.pbtxt``, ``transform_graph/``,
-``examples/{train,eval}/*.tfrecord.gz``, ``transformed_examples/{train,eval}/*.tfrecord.gz``),
-made from the bundled ``penguins.csv`` (``NA`` = missing) and the bundled module's
-``preprocessing_fn``: tf.Transform analyzes the train split on the DirectRunner, the saved
-transform graph then transforms both splits in plain TensorFlow.
+It holds what a run gives its Trainer (``schema/schema.pbtxt``, ``transform_graph/`` with
+the raw data's ``metadata/``, ``examples/{train,eval}/*.tfrecord.gz``,
+``transformed_examples/{train,eval}/*.tfrecord.gz``), made from the bundled
+``penguins.csv`` (``NA`` = missing) and the bundled module's ``preprocessing_fn`` by
+ExampleGen, Statistics, Schema, Validation and Transform on the DirectRunner.
 
 Test modules use the session fixture by binding it to a module name (one build is shared)::
 
@@ -19,13 +19,11 @@ Test modules use the session fixture by binding it to a module name (one build i
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -56,135 +54,42 @@ RUN_ID = "fixture"
 # One row in three goes to eval: 115 eval rows, 229 train rows.
 _EVAL_EVERY = 3
 
-_STRING = ("species", "island", "sex")
-_FLOAT = ("bill_length_mm", "bill_depth_mm")
-_INT = ("flipper_length_mm", "body_mass_g", "year")
-_OPTIONAL = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "sex")
-
-
-def _raw_feature_spec():
-    import tensorflow as tf
-
-    spec = {}
-    for name in _STRING + _FLOAT + _INT:
-        dtype = tf.string if name in _STRING else tf.float32 if name in _FLOAT else tf.int64
-        # As the data stages' schema inference does: required single values get shape [1],
-        # optional ones stay variable-length (sparse in tf.Transform).
-        spec[name] = (
-            tf.io.VarLenFeature(dtype) if name in _OPTIONAL else tf.io.FixedLenFeature([1], dtype)
-        )
-    return spec
-
-
-def _row_to_example(row):
-    import tensorflow as tf
-
-    feature = {}
-    for name, value in row.items():
-        if value in ("", "NA"):
-            continue
-        if name in _STRING:
-            feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[value.encode()]))
-        elif name in _FLOAT:
-            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(value)]))
-        else:
-            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(value)]))
-    return tf.train.Example(features=tf.train.Features(feature=feature))
-
-
-def _row_to_instance(row):
-    """A tf.Transform instance dict: a list of values per feature, empty when missing."""
-    inst = {}
-    for name, value in row.items():
-        if value in ("", "NA"):
-            inst[name] = []
-        elif name in _STRING:
-            inst[name] = [value.encode()]
-        else:
-            inst[name] = [float(value) if name in _FLOAT else int(value)]
-    return inst
-
-
-def _write_gzip_records(path, records):
-    import tensorflow as tf
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tf.io.TFRecordWriter(path, options="GZIP") as w:
-        for r in records:
-            w.write(r)
-
-
-def _transformed_example(features, i):
-    import tensorflow as tf
-
-    feature = {}
-    for name, values in features.items():
-        v = values[i]
-        if v.dtype.kind == "f":
-            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=[float(v)]))
-        else:
-            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v)]))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
 
 def build_penguin_run_dir(pipeline_root: str, run_id: str = RUN_ID) -> RunDirectory:
     """Writes a run directory with the data stages' artifacts for the penguin data.
 
+    The product's own stages make them (ExampleGen, Statistics, Schema, Validation and
+    Transform, through :func:`beam_pipeline.pipeline.run` with tuning and training off),
+    so the trainer tests read what a real run gives its Trainer. The input is split
+    beforehand (``input_splits``) so that the split is fixed: one row in three to eval.
+
     Returns:
       the :class:`RunDirectory` (``<pipeline_root>/runs/<run_id>``).
     """
-    import apache_beam as beam
-    import tensorflow as tf
-    import tensorflow_transform as tft
-    import tensorflow_transform.beam as tft_beam
-    from apache_beam.options.pipeline_options import PipelineOptions
-    from google.protobuf import text_format
-    from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
+    from beam_pipeline.config import DataConfig, TrainerConfig, TunerConfig
+    from beam_pipeline.core.types import Split
+    from beam_pipeline.pipeline import run
 
-    from beam_pipeline.beam_options import create_pipeline
-    from beam_pipeline.examples.penguin import penguin_module
-
-    run_dir = RunDirectory.create(pipeline_root, run_id)
     with open(PENGUIN_CSV, newline="") as f:
-        rows = list(csv.DictReader(f))
-    examples = [_row_to_example(r) for r in rows]
-    splits = {
-        "train": [e for i, e in enumerate(examples) if i % _EVAL_EVERY],
-        "eval": [e for i, e in enumerate(examples) if not i % _EVAL_EVERY],
-    }
-    raw_spec = _raw_feature_spec()
-    raw_schema = schema_utils.schema_from_feature_spec(raw_spec)
-    os.makedirs(run_dir.path(Artifact.SCHEMA))
-    with open(run_dir.path(Artifact.SCHEMA, "schema.pbtxt"), "w") as f:
-        f.write(text_format.MessageToString(raw_schema))
-    for split, exs in splits.items():
-        _write_gzip_records(
-            run_dir.path(Artifact.EXAMPLES, split, "data-00000-of-00001.tfrecord.gz"),
-            [e.SerializeToString() for e in exs],
-        )
-
-    # tf.Transform analysis of the train split (instance dicts keep this small and quick).
-    instances = [_row_to_instance(r) for i, r in enumerate(rows) if i % _EVAL_EVERY]
-    metadata = dataset_metadata.DatasetMetadata(raw_schema)
-    tmp = tempfile.mkdtemp(prefix="tft-tmp-")
-    options = PipelineOptions(["--runner=DirectRunner"])
-    with create_pipeline(options) as p, tft_beam.Context(temp_dir=tmp, force_tf_compat_v1=False):
-        data = p | "Instances" >> beam.Create(instances)
-        transform_fn = (data, metadata) | tft_beam.AnalyzeDataset(penguin_module.preprocessing_fn)
-        _ = transform_fn | tft_beam.WriteTransformFn(run_dir.path(Artifact.TRANSFORM_GRAPH))
-    # Like the Transform stage, no raw metadata is written beside the graph (TFX writes
-    # transform_graph/metadata/); the trainer's export falls back to schema.pbtxt.
-    shutil.rmtree(tmp, ignore_errors=True)
-
-    tft_output = tft.TFTransformOutput(run_dir.path(Artifact.TRANSFORM_GRAPH))
-    for split, exs in splits.items():
-        parsed = tf.io.parse_example([e.SerializeToString() for e in exs], raw_spec)
-        out = {k: v.numpy() for k, v in tft_output.transform_raw_features(parsed).items()}
-        _write_gzip_records(
-            run_dir.path(Artifact.TRANSFORMED_EXAMPLES, split, "data-00000-of-00001.tfrecord.gz"),
-            [_transformed_example(out, i) for i in range(len(exs))],
-        )
-    return run_dir
+        header, *rows = f.read().splitlines(keepends=True)
+    inputs = os.path.join(pipeline_root, "input")
+    os.makedirs(inputs, exist_ok=True)
+    paths = {}
+    for split, keep in ((Split.TRAIN, bool), (Split.EVAL, lambda r: not r)):
+        paths[split] = os.path.join(inputs, f"{split.value}.csv")
+        with open(paths[split], "w", newline="") as f:
+            f.writelines([header] + [r for i, r in enumerate(rows) if keep(i % _EVAL_EVERY)])
+    config = PipelineConfig(
+        data=DataConfig(input_splits=tuple(paths.items()), csv_null_values=("", "NA")),
+        module_file=PENGUIN_MODULE,
+        trainer=TrainerConfig(enabled=False),
+        tuner=TunerConfig(enabled=False),
+        pipeline_root=pipeline_root,
+        run_id=run_id,
+        beam_args=("--runner=DirectRunner",),
+    )
+    run(config)
+    return RunDirectory(pipeline_root, run_id)
 
 
 def step_hints(proto) -> dict[str, dict[str, bytes]]:
