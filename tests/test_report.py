@@ -30,3 +30,18 @@ def test_a_failed_stage_is_shown_and_an_unreadable_artifact_is_named(tmp_path):
     assert '<td class="failed">failed</td>' in html
     assert "preprocessing_fn raised &lt;KeyError&gt;" in html  # escaped, not markup
     assert "the tuner&#39;s trials: could not be read (JSONDecodeError" in html
+
+
+def test_the_report_of_an_existing_run_is_written_again_from_the_command_line(tmp_path, capsys):
+    from beam_pipeline.report.__main__ import main
+
+    run = tmp_path / "runs" / "old"
+    run.mkdir(parents=True)
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out == f"{run / 'report.html'}\n"
+    assert (run / "report.html").exists()
+    assert main([str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'nope'} is not a folder; pass a run directory "
+        "(<pipeline_root>/runs/<run_id>).\n"
+    )
