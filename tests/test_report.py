@@ -45,3 +45,21 @@ def test_the_report_of_an_existing_run_is_written_again_from_the_command_line(tm
         f"error: {tmp_path / 'nope'} is not a folder; pass a run directory "
         "(<pipeline_root>/runs/<run_id>).\n"
     )
+
+
+def test_the_model_checks_blessings_are_shown_when_present(tmp_path):
+    # As the Evaluator and InfraValidator write them (TFX's ModelBlessing layout).
+    (tmp_path / "blessing").mkdir()
+    (tmp_path / "blessing" / "NOT_BLESSED").write_text("")
+    (tmp_path / "blessing" / "blessing.json").write_text(
+        json.dumps({"blessed": False, "failed": [{"metric": "accuracy", "value": 0.4}]})
+    )
+    (tmp_path / "infra_blessing").mkdir()
+    (tmp_path / "infra_blessing" / "INFRA_BLESSED").write_text("")
+    html = open(write_report(str(tmp_path)), encoding="utf-8").read()
+    assert "<h3>blessing/blessing.json</h3>" in html
+    assert "<td>failed[0].metric</td><td>accuracy</td>" in html
+    assert (
+        "<h3>blessing/NOT_BLESSED</h3>" in html and "<h3>infra_blessing/INFRA_BLESSED</h3>" in html
+    )
+    assert "No evaluation in this run." not in html

@@ -23,9 +23,11 @@ __all__ = ["ReportData", "collect", "REJECTED_ROWS_SHOWN"]
 _LOG = logging.getLogger(__name__)
 REJECTED_ROWS_SHOWN = 20
 _TOP_VALUES_SHOWN = 10
-# Stage-specific folders other stages (Evaluator, InfraValidator, Pusher) may publish; their
-# JSON files are shown as they are, when present.
-_EXTRA_ARTIFACTS = ("evaluation", "infra_validation", "infra_validator", "pushed_model", "pusher")
+# The model-check stages' folders (Evaluator: blessing/, InfraValidator: infra_blessing/,
+# Pusher: pushed_model/), read by name so that the report needs none of their code: their
+# JSON files are shown as they are, and their blessing markers, when present.
+_EXTRA_ARTIFACTS = ("blessing", "infra_blessing", "pushed_model")
+_MARKERS = ("BLESSED", "NOT_BLESSED", "INFRA_BLESSED", "INFRA_NOT_BLESSED")
 
 
 @dataclasses.dataclass
@@ -318,10 +320,11 @@ def _evaluation(data: ReportData) -> None:
             data.evaluation.append(
                 {"artifact": name, "file": os.path.basename(path), "items": _flatten(content)}
             )
-        for marker in ("BLESSED", "NOT_BLESSED"):
+        for marker in _MARKERS:
             if fileio.exists(fileio.join(root, marker)):
+                blessed = not marker.endswith("NOT_BLESSED")
                 data.evaluation.append(
-                    {"artifact": name, "file": marker, "items": [("blessed", marker == "BLESSED")]}
+                    {"artifact": name, "file": marker, "items": [("blessed", blessed)]}
                 )
 
 
