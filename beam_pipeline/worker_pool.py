@@ -35,6 +35,7 @@ import argparse
 import atexit
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -51,6 +52,7 @@ from apache_beam.runners.worker.worker_pool_main import (
 )
 from apache_beam.utils import thread_pool_executor
 
+from beam_pipeline.console import quiet_environment
 from beam_pipeline.runtime.inspection import SPARE_NAME
 
 __all__ = ["WorkerPoolServicer", "main", "serve"]
@@ -211,6 +213,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.spare_workers < 0:
         parser.error(f"--spare_workers={args.spare_workers} must be 0 or more")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # The workers inherit it: TensorFlow's C++ INFO/WARNING lines stay out of the pool's log
+    # (unless the user set a level).
+    quiet_environment(os.environ)
     address, server, service = serve(args.port, args.container_executable, args.spare_workers)
     _LOG.info("Worker pool serving at %s (workers run %s)", address, sys.executable)
     try:

@@ -38,6 +38,7 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.beam_options import is_direct
+from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
 
 __all__ = ["LocalWorkerPool", "local_pool_size", "serve_pool_worker"]
@@ -132,7 +133,7 @@ class _Child:
         repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        quiet_environment(env)
         code = (
             "from beam_pipeline.runtime.pool import serve_pool_worker; "
             f"serve_pool_worker({threads})"
