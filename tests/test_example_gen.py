@@ -25,6 +25,7 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import DataFormat, Split
 from transforms import example_gen as eg
 from transforms.example_gen.csv_input import _to_list_array
+from transforms.example_gen.csv_ranges import CsvRange
 from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile
 from transforms.example_gen.csv_typing import CountFileTypes
 
@@ -226,7 +227,11 @@ def test_compressed_csv_reads_exactly_like_the_plain_file(tmp_path, suffix):
     assert got == _without_file(reader.process(MESSY))
     assert [o[1].line for o in got if o[0] == "rejected"] == [6]
     count = CountFileTypes(header, fmt)
-    assert list(count.process(files[0])) == list(count.process(MESSY))
+    (counts, *ranges), (plain_counts, *plain_ranges) = count.process(files[0]), count.process(MESSY)
+    assert counts == plain_counts
+    # Both are read whole: one is compressed, the other has quoted newlines.
+    assert [o.value for o in ranges] == [CsvRange(files[0])]
+    assert [o.value for o in plain_ranges] == [CsvRange(MESSY)]
 
 
 @pytest.mark.parametrize("suffix", sorted(_COMPRESSORS))

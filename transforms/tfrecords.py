@@ -3,7 +3,8 @@
 Why not Beam's ``WriteToTFRecord``: it takes one element per record and frames each one
 in Python (about 14 µs a record here, most of ExampleGen's time at 1M rows). This sink
 takes *lists* of records (one per RecordBatch) and writes them with TensorFlow's C++
-``TFRecordWriter``. It keeps Beam's safety: each bundle writes its own temporary file,
+``TFRecordWriter``, a new file every ``SHARD_BYTES`` (shards scale with the data). It
+keeps Beam's safety: each bundle writes its own temporary file,
 and only the files of committed bundles (gathered after a combine, so outputs of failed
 or retried attempts are never seen) are renamed to ``data-SSSSS-of-NNNNN.tfrecord.gz``;
 leftovers of failed attempts are deleted.
@@ -32,12 +33,16 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_pipeline.core import fileio
 
-__all__ = ["WriteTFRecordBatches", "ReadExampleBatches", "SHARD_SUFFIX"]
+__all__ = ["WriteTFRecordBatches", "ReadExampleBatches", "SHARD_BYTES", "SHARD_SUFFIX"]
 
 SHARD_SUFFIX = ".tfrecord.gz"
 # zlib level 1: a third of the default level's (6) time for files about 20% larger; the
 # examples are intermediate artifacts, rewritten by every run, so speed wins.
 _GZIP_LEVEL = 1
+# The target size of one output file, in bytes of serialized records (before gzip): large
+# enough that opening a file costs nothing next to reading it, small enough that a 1M-row
+# split is several files for several readers.
+SHARD_BYTES = 64 << 20
 
 
 def _options():
@@ -47,14 +52,18 @@ def _options():
 
 
 class _WriteBundleFiles(beam.DoFn):
-    """Writes every record list of a bundle into one temporary gzip TFRecord file."""
+    """Writes the record lists of a bundle into temporary gzip TFRecord files, a new file
+    after every ``shard_bytes`` bytes of records: shards scale with the data, so the
+    stages that read them (one reader per file) read in parallel."""
 
-    def __init__(self, tmp_dir: str):
+    def __init__(self, tmp_dir: str, shard_bytes: int):
         self._tmp_dir = tmp_dir
+        self._shard_bytes = shard_bytes
 
     def start_bundle(self):
         self._writer = None
         self._path = None
+        self._bytes = 0
 
     def process(self, records: Iterable[bytes]):
         if self._writer is None:
@@ -63,9 +72,15 @@ class _WriteBundleFiles(beam.DoFn):
             fileio.makedirs(self._tmp_dir)
             self._path = FileSystems.join(self._tmp_dir, f"{uuid.uuid4().hex}{SHARD_SUFFIX}")
             self._writer = tf.io.TFRecordWriter(self._path, options=_options())
+            self._bytes = 0
         write = self._writer.write
         for record in records:
             write(record)
+            self._bytes += len(record)
+        if self._bytes >= self._shard_bytes:
+            self._writer.close()
+            self._writer = None
+            yield self._path
 
     def finish_bundle(self):
         if self._writer is not None:
@@ -99,18 +114,20 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
 class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
     """Writes lists of serialized records to ``<out_dir>/data-*.tfrecord.gz``.
 
-    Returns a PCollection with one element: the list of files written.
+    Returns a PCollection with one element: the list of files written. A file holds about
+    ``shard_bytes`` bytes of records (uncompressed), or what one bundle wrote if less.
     """
 
-    def __init__(self, out_dir: str):
+    def __init__(self, out_dir: str, shard_bytes: int = SHARD_BYTES):
         super().__init__()
         self._out_dir = out_dir
         self._tmp_dir = FileSystems.join(out_dir, f".tmp-{uuid.uuid4().hex[:8]}")
+        self._shard_bytes = shard_bytes
 
     def expand(self, record_lists):
         return (
             record_lists
-            | "WriteBundles" >> beam.ParDo(_WriteBundleFiles(self._tmp_dir))
+            | "WriteBundles" >> beam.ParDo(_WriteBundleFiles(self._tmp_dir, self._shard_bytes))
             | "Gather" >> beam.combiners.ToList()
             | "Finalize" >> beam.Map(_finalize, self._out_dir, self._tmp_dir)
         )

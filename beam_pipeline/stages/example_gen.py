@@ -43,7 +43,7 @@ from beam_pipeline.stages.jobs import counter, job_note
 from beam_pipeline.summary import StageReport, StageStatus
 from transforms import example_gen as eg
 
-__all__ = ["DataInputs", "check_data", "build_data_pipeline", "ExampleGenStage"]
+__all__ = ["DataInputs", "check_data", "build_data_pipeline", "reading_note", "ExampleGenStage"]
 
 _JOB = "ExampleGen+Statistics"
 
@@ -154,6 +154,21 @@ def build_data_pipeline(
         )
 
 
+def reading_note(result) -> str:
+    """How the CSV input was read, for the stage summary: the byte ranges large files were
+    read apart in, and the files read whole by one reader each, with why."""
+    parts = []
+    ranges = counter(result, eg.RANGES_COUNTER)
+    if ranges:
+        parts.append(f"CSV read apart in {ranges} byte ranges")
+    for reason in eg.OneReader:
+        n = counter(result, eg.ONE_READER_COUNTER + reason.value)
+        if n:
+            files = "1 CSV file" if n == 1 else f"{n} CSV files"
+            parts.append(f"{files} read by one reader: {reason.why}")
+    return "; ".join(parts)
+
+
 def _first_rejected(rejected_dir: str) -> str:
     """The rejected row with the smallest (file, line), as 'file:line reason'."""
     first = None
@@ -228,7 +243,7 @@ class ExampleGenStage(Stage):
         )
         statistics = out.artifact(Statistics, split_names=[s.value for s in splits])
         note = f"{rejected_n} rejected rows listed in {rejected_dir}" if rejected_n else ""
-        note = "; ".join(n for n in (note, job_note(job)) if n)
+        note = "; ".join(n for n in (note, reading_note(result), job_note(job)) if n)
         reports = [
             StageReport(
                 "ExampleGen",

@@ -14,8 +14,9 @@ statistics) is the same for every format. One module per concern:
 - :mod:`.input_files`: which files ``--data`` names; :mod:`.formats`: which format they are.
 - :mod:`.compressed`: reading compressed input by its name.
 - :mod:`.splitting`: the hash split.
-- :mod:`.csv_header`, :mod:`.csv_rows`, :mod:`.csv_typing`, :mod:`.csv_input`: CSV's
-  header check, row reading, column typing and the format itself.
+- :mod:`.csv_header`, :mod:`.csv_rows`, :mod:`.csv_typing`, :mod:`.csv_ranges`,
+  :mod:`.csv_input`: CSV's header check, row reading, column typing, the byte ranges a
+  large file is read apart in, and the format itself.
 - :mod:`.tfrecord_input`: tf.Example TFRecords.
 - :mod:`.sinks`: the tf.Example and rejected-rows writers.
 
@@ -35,6 +36,12 @@ Example::
 
 from transforms.example_gen.csv_header import read_csv_header
 from transforms.example_gen.csv_input import CsvInput, ReadCsvExamples
+from transforms.example_gen.csv_ranges import (
+    ONE_READER_COUNTER,
+    RANGES_COUNTER,
+    CsvRange,
+    OneReader,
+)
 from transforms.example_gen.csv_typing import ColumnType, InferCsvColumnTypes
 from transforms.example_gen.formats import FORMATS, detect_format
 from transforms.example_gen.input_files import resolve_input_files
@@ -51,13 +58,17 @@ from transforms.example_gen.tfrecord_input import ReadTFRecordExamples, TFRecord
 
 __all__ = [
     "FORMATS",
+    "ONE_READER_COUNTER",
+    "RANGES_COUNTER",
     "ColumnType",
     "CsvFormat",
     "CsvInput",
+    "CsvRange",
     "ExampleGenResult",
     "HashSplitter",
     "InferCsvColumnTypes",
     "InputFormat",
+    "OneReader",
     "ReadCsvExamples",
     "ReadSettings",
     "ReadTFRecordExamples",

@@ -1,10 +1,11 @@
 """The CSV input format: CSV files -> typed Arrow RecordBatches per split, rejected rows.
 
 Reading is two passes over the files: the typing pass (:mod:`.csv_typing`) decides each
-column's type unless the user's schema gives them, and the parsing pass reads rows with
-line numbers (:mod:`.csv_rows`), parses them with those types, rejects what does not
-parse and splits the rest by hash. Reading twice keeps memory flat: nothing waits in
-memory for the types to be known.
+column's type unless the user's schema gives them, and finds the byte ranges a large file
+can be read apart in (:mod:`.csv_ranges`; with a schema, a scan does that alone); the
+parsing pass reads the ranges, spread over workers, with line numbers (:mod:`.csv_rows`),
+parses them with those types, rejects what does not parse and splits the rest by hash.
+Reading twice keeps memory flat: nothing waits in memory for the types to be known.
 
 Why not tfx-bsl's CSV decoder: ``tfx_bsl.coders.csv_decoder`` works on lines (it cannot
 read quoted fields that contain newlines, which CSV allows), reports no file/line for a bad
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 
 from beam_pipeline.core.errors import PipelineError
 from transforms.example_gen.csv_header import read_csv_header
+from transforms.example_gen.csv_ranges import ScanCsvRanges
 from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile
 from transforms.example_gen.csv_typing import (
     FLOAT_RE,
@@ -150,21 +152,26 @@ class ReadCsvExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]):
         self._column_types = column_types
 
     def expand(self, pbegin):
-        reader = ReadCsvFile(self._header, self._fmt, self._splitter.partition_feature)
-        read = (
-            pbegin
-            | "ListFiles" >> beam.Create(self._files)
-            | "ReadFiles" >> beam.ParDo(reader).with_outputs("rejected", main="rows")
-        )
+        files = pbegin | "ListFiles" >> beam.Create(self._files)
         if self._column_types is not None:
             types = pbegin | "SchemaTypes" >> beam.Create([self._column_types])
+            ranges = files | "ScanLines" >> beam.ParDo(
+                ScanCsvRanges(self._fmt.range_bytes, self._fmt.delimiter)
+            ).with_outputs("ranges")
         else:
-            types = (
-                pbegin
-                | "ListFilesForTypes" >> beam.Create(self._files)
-                | "CountTypes" >> beam.ParDo(CountFileTypes(self._header, self._fmt))
-                | "InferTypes" >> beam.CombineGlobally(InferCsvColumnTypes(self._header))
+            ranges = files | "CountTypes" >> beam.ParDo(
+                CountFileTypes(self._header, self._fmt)
+            ).with_outputs("ranges", main="counts")
+            types = ranges.counts | "InferTypes" >> beam.CombineGlobally(
+                InferCsvColumnTypes(self._header)
             )
+        reader = ReadCsvFile(self._header, self._fmt, self._splitter.partition_feature)
+        read = (
+            ranges.ranges
+            # Each range is one element: spread them over the workers (see csv_ranges).
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "ReadRanges" >> beam.ParDo(reader).with_outputs("rejected", main="rows")
+        )
         parsed = read.rows | "Parse" >> beam.ParDo(
             _ParseChunk(self._header, self._fmt, self._splitter),
             types=beam.pvalue.AsSingleton(types),

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple, Optional
 
@@ -22,8 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from transforms.example_gen.compressed import is_decompression_error, open_text
+from transforms.example_gen.csv_ranges import CsvRange
 from transforms.example_gen.input_format import CHUNK_ROWS, RejectedRow
 from transforms.example_gen.settings import CsvFormat
 from transforms.metrics import NAMESPACE
@@ -69,10 +72,28 @@ def _clip(field: str, limit: int) -> str:
     return field if len(field.encode("utf-8")) <= limit else field[:200] + "…"
 
 
-class ReadCsvFile(beam.DoFn):
-    """Reads one CSV file into column-major string chunks; rejects rows of wrong width.
+def _open_range(part: CsvRange):
+    """The text of a range: a whole file (decompressed, a byte-order mark dropped), or
+    bytes ``[start, end)`` of an uncompressed one, which begin at a line start."""
+    if part.end is None:
+        return open_text(part.file)
+    with fileio.open(part.file, "rb") as f:
+        f.seek(part.start)
+        data = f.read(part.end - part.start)
+    if len(data) != part.end - part.start:
+        raise PipelineError(
+            f"Input file {part.file} is shorter than when it was scanned (bytes "
+            f"{part.start}-{part.end}); do not change input files while a run reads them."
+        )
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="")
 
-    Outputs RawChunk on the main output and RejectedRow on ``rejected``.
+
+class ReadCsvFile(beam.DoFn):
+    """Reads one CSV file, or one range of it, into column-major string chunks; rejects
+    rows of wrong width.
+
+    Takes a :class:`CsvRange` (or a path: the whole file). Outputs RawChunk on the main
+    output and RejectedRow on ``rejected``.
     """
 
     def __init__(
@@ -91,21 +112,28 @@ class ReadCsvFile(beam.DoFn):
         self._read = beam.metrics.Metrics.counter(NAMESPACE, prefix + "rows_read")
         self._rejected = beam.metrics.Metrics.counter(NAMESPACE, prefix + "rows_rejected")
 
-    def process(self, path: str) -> Iterator:
+    def process(self, part: CsvRange | str) -> Iterator:
+        if isinstance(part, str):
+            part = CsvRange(part)
+        path = part.file
         width = len(self._header)
         delim = self._fmt.delimiter
         key_col = self._key_col
         lines: list[int] = []
         rows: list[list[str]] = []
         _allow_long_csv_fields()
+        # Physical line numbers: the reader counts lines from the range's first one.
+        first = part.first_line - 1
+        last_line = part.first_line
         try:
-            with open_text(path) as f:
+            with _open_range(part) as f:
                 reader = csv.reader(f, delimiter=delim, strict=False)
-                next(reader, None)  # header, checked by read_csv_header
-                last_line = reader.line_num
+                if part.end is None:
+                    next(reader, None)  # header, checked by read_csv_header
+                last_line = first + reader.line_num
                 for row in reader:
                     start = last_line + 1
-                    last_line = reader.line_num
+                    last_line = first + reader.line_num
                     if len(row) == width:
                         lines.append(start)
                         rows.append(row)

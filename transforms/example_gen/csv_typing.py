@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import io
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -28,6 +29,14 @@ import pyarrow.compute as pc
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from transforms.example_gen.compressed import is_decompression_error, open_binary
+from transforms.example_gen.csv_ranges import (
+    LineScanner,
+    OneReader,
+    RangeCounters,
+    ScanningStream,
+    emit_ranges,
+    is_splittable_name,
+)
 from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile, oversized_fields
 from transforms.example_gen.settings import CsvFormat
 
@@ -116,7 +125,10 @@ def _add_counts(a: list[_TypeCounts], b: list[_TypeCounts]) -> list[_TypeCounts]
 
 
 class CountFileTypes(beam.DoFn):
-    """The typing pass over one CSV file: per-column type counts.
+    """The typing pass over one CSV file: per-column type counts, and the file's ranges.
+
+    The main output is the counts; ``ranges`` gets the :class:`CsvRange` s the file is read
+    in (:mod:`.csv_ranges`): the same read of the file finds its line starts.
 
     It uses pyarrow's multi-threaded C++ CSV reader (several times faster than Python's
     ``csv``): this pass needs no line numbers, and rows of the wrong width are skipped here
@@ -127,13 +139,24 @@ class CountFileTypes(beam.DoFn):
     def __init__(self, header: tuple[str, ...], fmt: CsvFormat):
         self._header = header
         self._fmt = fmt
+        self._plans = RangeCounters()
 
-    def process(self, path: str) -> Iterator[list[_TypeCounts]]:
+    def process(self, path: str) -> Iterator:
         import pyarrow.csv as pa_csv
 
         counts = [_TypeCounts(0, 0, 0) for _ in self._header]
+        scanner = (
+            LineScanner(self._fmt.range_bytes, self._fmt.delimiter)
+            if is_splittable_name(path)
+            else None
+        )
         try:
-            with open_binary(path) as f:
+            with open_binary(path) as binary:
+                f = (
+                    io.BufferedReader(ScanningStream(binary, scanner), 1 << 20)
+                    if scanner
+                    else binary
+                )
                 reader = pa_csv.open_csv(
                     f,
                     read_options=pa_csv.ReadOptions(
@@ -159,6 +182,8 @@ class CountFileTypes(beam.DoFn):
                         keep[list(oversized)] = False
                         columns = [c.filter(pa.array(keep)) for c in columns]
                     counts = _add_counts(counts, _count_types(columns, self._fmt.null_values))
+                if scanner:
+                    f.raw.drain()
         except Exception as e:  # noqa: BLE001  filtered just below
             if not isinstance(e, (pa.ArrowInvalid, UnicodeDecodeError)):
                 if not is_decompression_error(e):
@@ -170,7 +195,10 @@ class CountFileTypes(beam.DoFn):
             for chunk in python_reader.process(path):
                 if isinstance(chunk, RawChunk):
                     counts = _add_counts(counts, _count_types(chunk.columns, self._fmt.null_values))
+            if scanner:  # pyarrow refused it: only Python's lenient reader reads it
+                scanner.unsafe = scanner.unsafe or OneReader.LENIENT_QUOTING
         yield counts
+        yield from emit_ranges(path, scanner, self._plans)
 
 
 class InferCsvColumnTypes(beam.CombineFn):

@@ -27,11 +27,14 @@ class CsvFormat:
       delimiter: the field separator.
       null_values: values meaning "missing" besides the empty field.
       max_field_bytes: a row with a longer field (UTF-8 bytes) is rejected, not read.
+      range_bytes: an uncompressed file is read in ranges of about this many bytes, by
+        as many readers, when it can be split at line starts (see ``csv_ranges``).
     """
 
     delimiter: str = ","
     null_values: tuple[str, ...] = ("",)
     max_field_bytes: int = DEFAULT_CSV_MAX_FIELD_BYTES
+    range_bytes: int = 16 << 20
 
     def __post_init__(self):
         if len(self.delimiter) != 1:

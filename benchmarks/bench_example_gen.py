@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Times the data phase alone (ExampleGen + Statistics, one Beam job) on CSV input.
+
+  python benchmarks/bench_example_gen.py DATA [--beam_args="--direct_running_mode=..."]
+      [--repeat N]
+
+Builds the job with the orchestrator's own builder (``build_data_pipeline``) into a fresh
+temporary folder and times ``run().wait_until_finish()`` only: the launcher's checks
+(header, content fingerprint) are not timed, nor Transform (use bench_data_stages.py for
+the whole data phase). Prints one line per repeat with the 1-minute load average before
+and after (the machine may be shared: a figure means little without it), the rows
+read/written/rejected and the example shards written per split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shlex
+import shutil
+import tempfile
+import time
+
+
+def _run_once(data: str, beam_args: list[str]) -> str:
+    from beam_pipeline.beam_options import create_pipeline, parse_beam_args
+    from beam_pipeline.config import DataConfig, PipelineConfig
+    from beam_pipeline.core.types import Artifact
+    from beam_pipeline.stages.example_gen import build_data_pipeline, check_data
+    from beam_pipeline.stages.jobs import counter
+    from transforms import example_gen as eg
+
+    config = PipelineConfig(data=DataConfig(data=data))
+    d = config.data
+    csv_format = eg.CsvFormat(d.csv_delimiter, d.csv_null_values, d.csv_max_field_bytes)
+    inputs = check_data(config, csv_format)
+    root = tempfile.mkdtemp(prefix="bench_eg_")
+    try:
+        staging = {a: os.path.join(root, a.value) for a in Artifact}
+        p = create_pipeline(parse_beam_args(beam_args))
+        build_data_pipeline(p, config, inputs, csv_format, None, staging)
+        load0 = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        result = p.run()
+        result.wait_until_finish()
+        seconds = time.perf_counter() - t0
+        load1 = os.getloadavg()[0]
+        read = counter(result, "example_gen.rows_read")
+        rejected = counter(result, "example_gen.rows_rejected")
+        out = {s.value: counter(result, f"example_gen.rows_out.{s.value}") for s in d.splits}
+        shards = {
+            s.value: len(glob.glob(os.path.join(staging[Artifact.EXAMPLES], s.value, "data-*")))
+            for s in d.splits
+        }
+        ranges = counter(result, "example_gen.csv_ranges")
+        return (
+            f"{seconds:.1f} s  load {load0:.1f}->{load1:.1f}  read {read} out {out} "
+            f"rejected {rejected}  shards {shards}  csv ranges {ranges}"
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("data")
+    ap.add_argument("--beam_args", default="--runner=DirectRunner")
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+    for _ in range(a.repeat):
+        print(f"{a.beam_args}: {_run_once(a.data, shlex.split(a.beam_args))}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Splittable CSV reads: byte ranges at real line starts, exact line numbers, one reader
+where splitting is unsafe; and output shards that scale with the data. Real Beam, tiny
+files and tiny range sizes so that a file of a few hundred bytes splits."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+
+import apache_beam as beam
+import pytest
+from conftest import make_pipeline
+
+from beam_pipeline.stages.example_gen import reading_note
+from beam_pipeline.stages.jobs import counter
+from transforms import example_gen as eg
+from transforms.example_gen.csv_ranges import LineScanner, ScanCsvRanges, plan_ranges
+from transforms.example_gen.csv_typing import ColumnType, CountFileTypes
+from transforms.tfrecords import WriteTFRecordBatches
+
+ROWS = 60
+RANGE_BYTES = 120  # rows are ~13 bytes: about 9 lines a range, 6 or 7 ranges
+
+
+def _good_lines() -> list[str]:
+    return ["id,x,s"] + [f"{i},{i * 3 + 10},n{i:03d}" for i in range(ROWS)]
+
+
+def _ranges(path, fmt) -> list[eg.CsvRange]:
+    outs = list(CountFileTypes(("id", "x", "s"), fmt).process(path))
+    return [o.value for o in outs[1:]]
+
+
+@pytest.fixture(scope="module")
+def split_csv(tmp_path_factory):
+    """A CSV whose bad rows sit on both sides of a split point: (path, split line)."""
+    path = str(tmp_path_factory.mktemp("ranges") / "data.csv")
+    lines = _good_lines()
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    # The third range's first line; bad rows keep every line's length, so the split
+    # points stay where they are.
+    split = _ranges(path, eg.CsvFormat(range_bytes=RANGE_BYTES))[2].first_line
+    before, at = split - 1, split
+    lines[before - 1] = lines[before - 1].replace(",", ";", 1)  # 2 fields, not 3
+    i = at - 2
+    lines[at - 1] = lines[at - 1].replace(f",{i * 3 + 10},", "," + "x" * len(str(i * 3 + 10)) + ",")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path, split
+
+
+def _read(path, fmt, *beam_args, types=None):
+    """ReadCsvExamples on real Beam: (sorted (split, id) rows, sorted rejected, result)."""
+    out = tempfile.mkdtemp(dir=os.path.dirname(path))
+    files = [path]
+    header = eg.read_csv_header(files, fmt)
+    p = make_pipeline(*beam_args)
+    result = p | eg.ReadCsvExamples(files, header, fmt, eg.HashSplitter(), types)
+    _ = (
+        result.batches
+        | beam.FlatMap(
+            lambda sb: [json.dumps([sb.split.value, r]) for r in sb.batch["id"].to_pylist()]
+        )
+        | "WriteRows" >> beam.io.WriteToText(os.path.join(out, "rows"))
+    )
+    _ = (
+        result.rejected
+        | beam.Map(eg.RejectedRow.to_json)
+        | "WriteRejected" >> beam.io.WriteToText(os.path.join(out, "rejected"))
+    )
+    run = p.run()
+    run.wait_until_finish()
+
+    def lines(name):
+        found = []
+        for fn in glob.glob(os.path.join(out, name + "*")):
+            with open(fn) as f:
+                found += [json.loads(line) for line in f]
+        return found
+
+    rows = sorted((s, ids[0]) for s, ids in lines("rows"))
+    rejected = sorted((r["line"], r["reason"], r["text"]) for r in lines("rejected"))
+    return rows, rejected, run
+
+
+def test_split_points_are_line_starts_with_their_numbers(split_csv):
+    path, _ = split_csv
+    data = open(path, "rb").read()
+    ranges = _ranges(path, eg.CsvFormat(range_bytes=RANGE_BYTES))
+    assert len(ranges) >= 5
+    assert ranges[0].start == data.index(b"\n") + 1 and ranges[0].first_line == 2
+    assert ranges[-1].end == len(data)
+    for a, b in zip(ranges, ranges[1:]):
+        assert a.end == b.start  # contiguous: every byte is read once
+        assert data[b.start - 1 : b.start] == b"\n"
+        assert data[: b.start].count(b"\n") + 1 == b.first_line
+    # Fed in blocks of any size, the scan finds the same points (state carried across).
+    whole = LineScanner(RANGE_BYTES, ",")
+    whole.feed(data)
+    for size in (1, 7, 64):
+        pieces = LineScanner(RANGE_BYTES, ",")
+        for i in range(0, len(data), size):
+            pieces.feed(data[i : i + size])
+        assert pieces.points == whole.points and pieces.unsafe is None
+
+
+@pytest.mark.parametrize(
+    "mode, workers, schema",
+    [
+        ("in_memory", 1, False),
+        ("in_memory", 1, True),
+        ("multi_processing", 1, False),
+        ("multi_processing", 2, False),
+    ],
+)
+def test_split_reads_keep_exact_lines_and_count_every_row(split_csv, mode, workers, schema):
+    path, split = split_csv
+    fmt = eg.CsvFormat(range_bytes=RANGE_BYTES)
+    types = {"id": ColumnType.INT, "x": ColumnType.INT, "s": ColumnType.STRING} if schema else None
+    rows, rejected, run = _read(
+        path,
+        fmt,
+        f"--direct_running_mode={mode}",
+        f"--direct_num_workers={workers}",
+        types=types,
+    )
+    # The bad rows on both sides of the split point, with their exact lines.
+    i, j = split - 3, split - 2  # the rows' ids (line = id + 2)
+    assert rejected == [
+        (split - 1, "has 2 fields but the header has 3", f"{i};{i * 3 + 10},n{i:03d}"),
+        (
+            split,
+            f"column 'x': {'x' * len(str(j * 3 + 10))!r} is not int",
+            f"{j},{'x' * len(str(j * 3 + 10))},n{j:03d}",
+        ),
+    ]
+    assert sorted(r for _, r in rows) == [k for k in range(ROWS) if k not in (i, j)]
+    read = counter(run, "example_gen.rows_read")
+    out = sum(counter(run, f"example_gen.rows_out.{s}") for s in ("train", "eval"))
+    assert (read, out, counter(run, "example_gen.rows_rejected")) == (ROWS, ROWS - 2, 2)
+    assert counter(run, eg.RANGES_COUNTER) == len(_ranges(path, fmt)) >= 5
+    assert reading_note(run) == f"CSV read apart in {counter(run, eg.RANGES_COUNTER)} byte ranges"
+
+
+def test_the_split_is_the_same_whether_a_file_is_read_whole_or_in_ranges(split_csv):
+    path, _ = split_csv
+    whole = _read(path, eg.CsvFormat())
+    assert counter(whole[2], eg.RANGES_COUNTER) == 0
+    assert whole[:2] == _read(path, eg.CsvFormat(range_bytes=RANGE_BYTES))[:2]
+
+
+def test_a_file_with_a_quoted_newline_stays_one_reader_and_the_summary_says_why(tmp_path):
+    lines = _good_lines()
+    lines[30] = '29,97,"two\nlines"'  # line 31 spans two physical lines
+    lines[40] = "39;bad,n039"  # so this row is on line 42, not 41
+    path = str(tmp_path / "quoted.csv")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    fmt = eg.CsvFormat(range_bytes=RANGE_BYTES)
+    assert _ranges(path, fmt) == [eg.CsvRange(path)]
+    rows, rejected, run = _read(path, fmt)
+    assert rejected == [(42, "has 2 fields but the header has 3", "39;bad,n039")]
+    assert len(rows) == ROWS - 1
+    assert counter(run, eg.ONE_READER_COUNTER + "quoted_newline") == 1
+    assert counter(run, eg.RANGES_COUNTER) == 0
+    assert reading_note(run) == (
+        "1 CSV file read by one reader: a quoted field spans lines (a newline inside quotes)"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        (b'a,b\n1,"x\n2",3\n', eg.OneReader.QUOTED_NEWLINE),
+        (b"a,b\r1,2\r3,4\r", eg.OneReader.LONE_CARRIAGE_RETURN),
+        (b'a,b\n1,x"y\n2,3\n', eg.OneReader.LENIENT_QUOTING),
+        # Fine: doubled quotes, quoted delimiters, CRLF line ends, a quoted header after
+        # a byte-order mark.
+        (b'\xef\xbb\xbf"a",b\r\n1,"x"",y"\r\n2,""\r\n', None),
+    ],
+)
+def test_what_keeps_a_file_whole(tmp_path, text, why):
+    path = str(tmp_path / "f.csv")
+    with open(path, "wb") as f:
+        f.write(text)
+    scanner = LineScanner(1, ",")
+    scanner.feed(text)
+    ranges, reason = plan_ranges(path, scanner)
+    assert reason is why
+    assert (ranges == [eg.CsvRange(path)]) is (why is not None)
+    assert [o.value for o in ScanCsvRanges(1, ",").process(path)] == ranges
+
+
+def test_output_shards_scale_with_the_data(tmp_path):
+    records = [[b"%06d" % (i * 10 + k) + b"x" * 94 for k in range(10)] for i in range(30)]
+    with make_pipeline() as p:
+        _ = p | beam.Create(records) | WriteTFRecordBatches(str(tmp_path), shard_bytes=1000)
+    import tensorflow as tf
+
+    files = sorted(glob.glob(str(tmp_path / "data-*")))
+    assert len(files) == 30  # 1000 bytes of records a file: one list of ten 100-byte records
+    read = [r for fn in files for r in tf.data.TFRecordDataset(fn, "GZIP").as_numpy_iterator()]
+    assert sorted(read) == sorted(r for rs in records for r in rs)
