@@ -8,7 +8,8 @@ Builds the job with the orchestrator's own builder (``build_data_pipeline``) int
 temporary folder and times ``run().wait_until_finish()`` only: the launcher's checks
 (header, content fingerprint) are not timed, nor Transform (use bench_data_stages.py for
 the whole data phase). Prints one line per repeat with the 1-minute load average before
-and after (the machine may be shared: a figure means little without it), the rows
+and after (the machine may be shared: a figure means little without it), the CPU seconds
+of this process and its worker processes, the rows
 read/written/rejected and the example shards written per split.
 """
 
@@ -17,10 +18,20 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import resource
 import shlex
 import shutil
 import tempfile
 import time
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children (workers)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _run_once(data: str, beam_args: list[str]) -> str:
@@ -41,10 +52,12 @@ def _run_once(data: str, beam_args: list[str]) -> str:
         p = create_pipeline(parse_beam_args(beam_args))
         build_data_pipeline(p, config, inputs, csv_format, None, staging)
         load0 = os.getloadavg()[0]
+        cpu0 = _cpu_seconds()
         t0 = time.perf_counter()
         result = p.run()
         result.wait_until_finish()
         seconds = time.perf_counter() - t0
+        cpu = _cpu_seconds() - cpu0
         load1 = os.getloadavg()[0]
         read = counter(result, "example_gen.rows_read")
         rejected = counter(result, "example_gen.rows_rejected")
@@ -55,8 +68,8 @@ def _run_once(data: str, beam_args: list[str]) -> str:
         }
         ranges = counter(result, "example_gen.csv_ranges")
         return (
-            f"{seconds:.1f} s  load {load0:.1f}->{load1:.1f}  read {read} out {out} "
-            f"rejected {rejected}  shards {shards}  csv ranges {ranges}"
+            f"{seconds:.1f} s (CPU {cpu:.1f} s)  load {load0:.1f}->{load1:.1f}  "
+            f"read {read} out {out} rejected {rejected}  shards {shards}  csv ranges {ranges}"
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -607,7 +607,9 @@ def dataflow_graphs(tmp_path_factory):
         (
             "data",
             [
-                "ExampleGen",
+                "ExampleGen/CountTypes",
+                "ExampleGen/SpreadRanges",
+                "ExampleGen/ReadRanges",
                 "WriteExamples",
                 "WriteRejected",
                 "Statistics[train]",
@@ -665,6 +667,21 @@ def test_dataflow_graph_steps_image_and_hints(dataflow_graphs, phase, steps):
             },
         }[phase]
     )
+
+
+def test_dataflow_data_job_reads_csv_ranges_spread_over_workers(dataflow_graphs):
+    # The read is splittable: the typing pass's byte ranges go through a Reshuffle to
+    # the range reader, so Dataflow hands them to all its workers.
+    transforms = dataflow_graphs[0]["data"].components.transforms.values()
+    producers: dict[str, set[str]] = {}
+    for t in transforms:
+        for pcoll in t.outputs.values():
+            producers.setdefault(pcoll, set()).add(t.unique_name)
+    (read,) = [t for t in transforms if t.unique_name == "ExampleGen/ReadRanges"]
+    (source,) = read.inputs.values()
+    assert "ExampleGen/SpreadRanges" in producers[source], producers[source]
+    (scan,) = [t for t in transforms if t.unique_name == "ExampleGen/CountTypes"]
+    assert any(source in producers and "ranges" in tag for tag, source in scan.outputs.items())
 
 
 @pytest.mark.parametrize("phase", ["tuning round", "rolling trial", "training"])
