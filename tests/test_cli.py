@@ -195,6 +195,8 @@ def test_messy_csv_end_to_end_with_rejections_allowed(tmp_path):
     eg = stages["ExampleGen"]
     assert eg["rows_in"] == {"all": 47} and eg["rows_rejected"] == 3
     assert sum(eg["rows_out"].values()) + eg["rows_rejected"] == eg["rows_in"]["all"]
+    # messy.csv has quoted newlines: read whole, and the summary says why.
+    assert "1 CSV file read by one reader: a quoted field spans lines" in eg["note"]
     assert stages["Transform"]["status"] == "skipped"  # no module file given
     rejected = []
     for path in glob.glob(os.path.join(run_dir, "rejected", "*.jsonl")):
