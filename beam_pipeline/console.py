@@ -58,6 +58,7 @@ __all__ = [
 LOG_FILE = "run.log"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
 _FILE_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+_LOG = logging.getLogger(__name__)
 
 # (logger name, message pattern) of records that are not the user's business: each is a
 # library talking about its own calls or ours, with nothing the user can change. Scoped by
@@ -206,9 +207,31 @@ class RunLog:
         return self
 
     def attach(self, run_dir: str) -> None:
-        """Names the run directory: the log is copied to ``<run_dir>/run.log`` at the end
-        (or to ``--log_file``)."""
+        """Names the run directory. A local log (``<run_dir>/run.log`` or ``--log_file``)
+        is written in place from now on, appended to the log of an earlier attempt of the
+        run, so that a killed run leaves its log there; a remote one is copied at the end.
+        """
         self.path = self.output.log_file or fileio.join(run_dir, LOG_FILE)
+        if fileio.is_remote(self.path) or self._tmp_path is None:
+            return
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            with open(self.path, "ab") as log, open(self._tmp_path, "rb") as so_far:
+                shutil.copyfileobj(so_far, log)
+            to_file = self._handlers[1]
+            assert isinstance(to_file, logging.FileHandler)
+            old = to_file.setStream(open(self.path, "a", encoding="utf-8"))  # noqa: SIM115
+            if old is not None:
+                old.close()
+            if self._saved_fd is not None:
+                log_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                os.dup2(log_fd, 2)
+                os.close(log_fd)
+        except OSError as e:  # kept in the temporary file, copied at the end if it can be
+            _LOG.info("The run's log stays in %s until the end (%s).", self._tmp_path, e)
+            return
+        os.unlink(self._tmp_path)
+        self._tmp_path = None
 
     def __exit__(self, *exc) -> None:
         root = logging.getLogger()
@@ -225,7 +248,7 @@ class RunLog:
             os.dup2(self._saved_fd, 2)
             os.close(self._saved_fd)
             self._saved_fd = None
-        if self._tmp_path is None:
+        if self._tmp_path is None:  # written in place since attach()
             return
         target = self.path or self.output.log_file
         try:

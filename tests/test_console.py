@@ -17,7 +17,8 @@ _SCRIPT = """
 import logging, os, sys, warnings
 from beam_pipeline.console import OutputConfig, RunLog
 
-with RunLog(OutputConfig(verbose=sys.argv[1] == "-v", log_file=sys.argv[2])) as log:
+output = OutputConfig(verbose=sys.argv[1] == "-v", log_file=sys.argv[2] or None)
+with RunLog(output) as log:
     os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on.\\n")  # as C++ does
     logging.getLogger("tensorflow").warning(
         "From x.py:3: parse_example_dataset is deprecated and will be removed in a future "
@@ -28,6 +29,11 @@ with RunLog(OutputConfig(verbose=sys.argv[1] == "-v", log_file=sys.argv[2])) as 
     logging.getLogger("beam_pipeline.validation").warning("Split 'eval': feature 'x' is new")
     logging.getLogger("apache_beam.runners").info("Running pipeline")
     print("error: the user's error", file=sys.stderr)
+    log.attach(sys.argv[3])  # the run directory exists: a local log is written there now
+    os.write(2, b"E0000 a C++ line after the run directory exists\\n")
+    logging.getLogger("beam_pipeline").info("an INFO record after it")
+    if sys.argv[4] == "kill":
+        os.kill(os.getpid(), 9)
 print("TF_CPP_MIN_LOG_LEVEL=" + os.environ.get("TF_CPP_MIN_LOG_LEVEL", "unset"))
 """
 
@@ -47,22 +53,37 @@ _NOISE = [
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
 def test_the_terminal_gets_the_users_business_and_the_log_gets_everything(tmp_path, verbose):
     log = tmp_path / "run.log"
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, "-v" if verbose else "", str(log)],
-        capture_output=True,
-        text=True,
-        env=dict(env, PYTHONPATH=REPO),
-        timeout=120,
-    )
+    proc = _run(["-v" if verbose else "", str(log), str(tmp_path / "run"), "exit"])
     assert proc.returncode == 0, proc.stderr
     for line in _USERS:
         assert line in proc.stderr, proc.stderr
     for line in _NOISE:
         assert (line in proc.stderr) == verbose, (line, proc.stderr)
     text = log.read_text()
-    for line in _USERS[:2] + _NOISE[1:]:
+    for line in _USERS[:2] + _NOISE[1:] + ["INFO beam_pipeline: an INFO record after it"]:
         assert line in text, (line, text)
     assert (_NOISE[0] in text) != verbose  # a C-level line: in the log, or on the terminal
     expected = "unset" if verbose else "2"  # set before TensorFlow would load, unless -v
     assert proc.stdout.strip() == f"TF_CPP_MIN_LOG_LEVEL={expected}"
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return subprocess.run(
+        [sys.executable, "-c", _SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPATH=REPO),
+        timeout=120,
+    )
+
+
+def test_a_killed_run_leaves_its_whole_log_in_the_run_directory(tmp_path):
+    run_dir = tmp_path / "runs" / "killed"
+    proc = _run(["", "", str(run_dir), "kill"])
+    assert proc.returncode == -9, proc.stderr
+    text = (run_dir / "run.log").read_text()  # written in place since the run dir existed
+    assert "oneDNN custom operations are on" in text  # from before it existed
+    assert "E0000 a C++ line after the run directory exists" in text
+    assert "INFO beam_pipeline: an INFO record after it" in text
+    assert "E0000" not in proc.stderr
