@@ -13,7 +13,9 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   exit 0
 fi
 echo "test deps: installing chromium (apt-get)"
-if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+# Bounded: a mirror that does not answer must not hold the test run (timeout is coreutils').
+if ! { timeout 300 apt-get update -qq \
+  && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq chromium; } \
   >/tmp/beam-pipeline-test-deps.log 2>&1; then
   echo "test deps: apt-get could not install chromium (see /tmp/beam-pipeline-test-deps.log); the report's browser test will be skipped"
 fi
