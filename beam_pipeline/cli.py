@@ -12,6 +12,7 @@ Example::
 
     python -m beam_pipeline --runner=DirectRunner
     python -m beam_pipeline --data=data/ --module_file=my_module.py --runner=DirectRunner
+    python -m beam_pipeline runs list   # the run history: see beam_pipeline.history
 """
 
 from __future__ import annotations
@@ -430,6 +431,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     path is the last line printed.
     """
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "runs":  # the run history (beam_pipeline.history), not a run
+        from beam_pipeline.history import main as runs_main
+
+        return runs_main(argv[1:])
     output = parse_output(argv)
     events = RunEvents()
     report = None

@@ -290,14 +290,22 @@ def test_bad_input_is_one_sentence_nonzero_exit_and_nothing_published(
         assert published == []
 
 
-def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run):
+@pytest.fixture(scope="module")
+def second_run(bundled_run):
+    """The bundled run launched again under the same pipeline root (run id ``again``):
+    every data stage reused from the first through the metadata store."""
+    root = os.path.dirname(os.path.dirname(bundled_run))
+    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
+    assert cli.main(args + ["--run_id=again"]) == 0
+    return os.path.join(root, "runs", "again")
+
+
+def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run, second_run):
     from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
 
     root = os.path.dirname(os.path.dirname(bundled_run))
     first = os.path.basename(bundled_run)
-    args = ["--runner=DirectRunner", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
-    assert cli.main(args + ["--run_id=again"]) == 0
-    again = os.path.join(root, "runs", "again")
+    again = second_run
     stages = _summary(again)
     assert {stage: s["status"] for stage, s in stages.items()} == {
         "ExampleGen": "cached",
@@ -328,6 +336,137 @@ def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run):
     assert transform.inputs["Schema"] == made[1].outputs["Schema"]
     assert transform.outputs["TransformGraph"].uri == os.path.join(bundled_run, "transform_graph")
     assert made[0].inputs["data"].uri.endswith("penguins.csv")
+
+
+def _runs(capsys, *argv):
+    """``python -m beam_pipeline runs ...`` in process: (exit code, stdout, stderr)."""
+    code = cli.main(["runs", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_runs_list_show_and_lineage_on_the_two_bundled_runs(bundled_run, second_run, capsys):
+    root = os.path.dirname(os.path.dirname(bundled_run))
+    first = os.path.basename(bundled_run)
+    code, out, _ = _runs(capsys, "list", f"--pipeline_root={root}", "--json")
+    assert code == 0
+    rows = {r["run_id"]: r for r in json.loads(out)}
+    assert rows["again"]["cached"] == [
+        "ExampleGen+Statistics", "Schema", "Validation", "Transform", "Tuner", "Trainer",
+    ]  # fmt: skip
+    assert rows[first]["cached"] == [] and rows[first]["status"] == "complete"
+    assert rows[first]["data"] == rows["again"]["data"] and len(rows[first]["data"]) == 64
+    assert rows[first]["module"] == rows["again"]["module"] and rows[first]["module"]
+    assert rows[first]["metrics"] == {}  # --no_trainer: no eval metrics
+
+    code, out, _ = _runs(capsys, "show", "again", f"--pipeline_root={root}", "--json")
+    assert code == 0
+    shown = {e["stage"]: e for e in json.loads(out)["executions"]}
+    transform = shown["Transform"]
+    assert transform["status"] == "cached" and transform["cached_from_run"] == first
+    assert transform["inputs"]["Schema"]["uri"] == os.path.join(bundled_run, "schema")
+    assert transform["outputs"]["TransformGraph"]["uri"] == os.path.join(
+        bundled_run, "transform_graph"
+    )
+    assert transform["parameters"]["module_file"] == rows["again"]["module"]
+    code, out, _ = _runs(capsys, "show", "again", f"--pipeline_root={root}")
+    assert code == 0 and "Transform" in out and f"cached (from run {first})" in out
+
+    schema = os.path.join(bundled_run, "schema")
+    code, out, _ = _runs(capsys, "lineage", schema + "/", f"--pipeline_root={root}", "--json")
+    assert code == 0
+    found = json.loads(out)
+    assert found["artifact"]["uri"] == schema
+    assert [(e["stage"], e["run_id"]) for e in found["upstream"]] == [
+        ("ExampleGen+Statistics", first), ("Schema", first),
+    ]  # fmt: skip
+    downstream = {(e["stage"], e["run_id"]) for e in found["downstream"]}
+    assert {("Validation", first), ("Transform", first), ("Transform", "again")} <= downstream
+    assert ("ExampleGen+Statistics", first) not in downstream
+
+    for argv, match in [
+        (["show", "nope"], r"^error: No run 'nope' is recorded in the metadata store sqlite:///"),
+        (["diff", first, "nope"], r"^error: No run 'nope' is recorded"),
+        (["lineage", "/no/such/uri"], r"^error: No artifact at '/no/such/uri' is recorded"),
+    ]:
+        code, out, err = _runs(capsys, *argv, f"--pipeline_root={root}")
+        assert (code, out) == (EXIT_USER_ERROR, "") and re.search(
+            match, err.strip().splitlines()[-1]
+        )
+    code, _, err = _runs(capsys, "list", f"--pipeline_root={root}/none")
+    assert code == EXIT_USER_ERROR and "No metadata store at " in err
+
+
+def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
+    bundled_run, tmp_path, capsys
+):
+    """Two runs recorded through the store API over real artifacts: the bundled run's
+    schema and statistics, and copies edited as a changed dataset would change them."""
+    import shutil
+
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+
+    from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
+    from beam_pipeline.schema_gen import read_schema
+    from beam_pipeline.summary import StageReport, StageStatus
+
+    b_dir = tmp_path / "b"
+    shutil.copytree(os.path.join(bundled_run, "schema"), b_dir / "schema")
+    shutil.copytree(os.path.join(bundled_run, "statistics"), b_dir / "statistics")
+    schema = read_schema(str(b_dir / "schema" / "schema.pbtxt"))
+    kept = [f for f in schema.feature if f.name != "island"]
+    del schema.feature[:]
+    schema.feature.extend(kept)
+    by_name = {f.name: f for f in schema.feature}
+    by_name["sex"].presence.min_fraction = 0.5
+    schema.feature.add(name="clutch_size", type=schema_pb2.INT)
+    (b_dir / "schema" / "schema.pbtxt").write_text(text_format.MessageToString(schema))
+    stats_file = b_dir / "statistics" / "train" / "FeatureStats.pb"
+    stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(stats_file.read_bytes())
+    mass = next(f for f in stats.datasets[0].features if f.path.step == ["body_mass_g"])
+    mean_a, std_a = mass.num_stats.mean, mass.num_stats.std_dev
+    mass.num_stats.mean += 100.0
+    mass.num_stats.std_dev *= 2
+    stats_file.write_bytes(stats.SerializeToString())
+
+    url = f"sqlite:///{tmp_path}/metadata.sqlite"
+    with MetadataStore.open(url) as store:
+        for run_id, folder, loss in [("a", bundled_run, 0.5), ("b", str(b_dir), 0.25)]:
+            run = store.start_run(run_id, properties={"data": f"data-{run_id}", "module": "m"})
+            data = store.begin_execution(run, "ExampleGen+Statistics", {"splits": 2}, "k1", {})
+            stats_spec = ArtifactSpec(f"{folder}/statistics", "Statistics")
+            store.publish_outputs(data, {"Statistics": stats_spec})
+            store.complete_execution(data)
+            made = store.begin_execution(run, "Schema", {"infer": run_id == "a"}, "k2", {})
+            store.publish_outputs(made, {"Schema": ArtifactSpec(f"{folder}/schema", "Schema")})
+            store.complete_execution(made)
+            trainer = store.begin_execution(run, "Trainer", {"trainer": {"steps": 10}}, "k3", {})
+            report = StageReport("Trainer", StageStatus.OK, details={"metrics": {"loss": loss}})
+            store.complete_execution(trainer, properties={"reports": [report.to_json()]})
+            store.finish_run(run, RunStatus.COMPLETE)
+
+    code, out, _ = _runs(capsys, "diff", "a", "b", f"--metadata_url={url}", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["inputs"]["data"] == ["data-a", "data-b"] and d["inputs"]["module"] == ["m", "m"]
+    assert d["parameters"] == {"Schema": {"infer": [True, False]}}
+    assert d["schema"]["added"] == ["clutch_size"] and d["schema"]["removed"] == ["island"]
+    assert set(d["schema"]["changed"]) == {"sex"}
+    assert d["schema"]["changed"]["sex"]["presence"][1] == {"minFraction": 0.5, "minCount": "1"}
+    drift = d["drift"]["train"]["body_mass_g"]
+    assert drift["mean_a"] == pytest.approx(mean_a) and drift["mean_change"] == pytest.approx(100)
+    assert drift["std_change"] == pytest.approx(std_a)
+    assert d["drift"]["eval"]["body_mass_g"]["mean_change"] == 0.0
+    assert d["metrics"] == {"loss": [0.5, 0.25]}
+    code, out, _ = _runs(capsys, "list", f"--metadata_url={url}", "--json")
+    assert [(r["run_id"], r["metrics"]) for r in json.loads(out)] == [
+        ("b", {"loss": 0.25}), ("a", {"loss": 0.5}),
+    ]  # fmt: skip
+    code, out, _ = _runs(capsys, "diff", "a", "b", f"--metadata_url={url}")
+    assert code == 0
+    for line in ["island", "removed", "clutch_size", "added", "body_mass_g", "loss"]:
+        assert line in out
 
 
 def _corrupt_store(d):

@@ -423,6 +423,11 @@ class MetadataStore:
             ids = queries.run_execution_ids(conn, run_id)
             return None if ids is None else queries.load_executions(conn, ids)
 
+    def executions(self, ids: Iterable[int]) -> list[ExecutionRecord]:
+        """The executions with these ids (those recorded), in the order they began."""
+        with self._read() as conn:
+            return queries.load_executions(conn, ids)
+
     def lineage(self, uri: str) -> Optional[Lineage]:
         """The newest artifact at ``uri`` with every execution upstream (what made it) and
         downstream (what was made from it); None if no artifact is recorded there."""

@@ -1,0 +1,253 @@
+"""``beam-pipeline runs list|show RUN|lineage ARTIFACT_URI|diff RUN_A RUN_B``.
+
+Finds the store like a run does (``--metadata_url``, else ``<--pipeline_root>/metadata.sqlite``)
+but never creates one: a missing default store is an error. Prints rich tables, or with
+``--json`` the views of :mod:`~beam_pipeline.history.views` and
+:mod:`~beam_pipeline.history.compare` as one JSON document. A user error (an unknown run
+or uri, no store) is one sentence on stderr and exit code 2.
+
+Example::
+
+    python -m beam_pipeline runs list --pipeline_root=pipeline_runs
+    python -m beam_pipeline runs show 20260101-120000-abcdef --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from beam_pipeline.console import quiet_environment
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.history import compare, views
+from beam_pipeline.metadata import METADATA_FILE, MetadataStore
+
+__all__ = ["main"]
+
+_SHORT = 12  # fingerprints and cache keys are shown by their first characters
+_DIGEST = re.compile(r"[0-9a-f]{40,}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="beam-pipeline runs", description="Run history from the metadata store."
+    )
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument(
+        "--pipeline_root",
+        default="pipeline_runs",
+        help="Folder whose metadata.sqlite is the store (default: pipeline_runs).",
+    )
+    where.add_argument("--metadata_url", default="", help="SQLAlchemy URL of the store.")
+    where.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{list,show,lineage,diff}")
+    sub.add_parser("list", parents=[where], help="Every recorded run, newest first.")
+    show = sub.add_parser("show", parents=[where], help="One run's executions.")
+    show.add_argument("run")
+    lineage = sub.add_parser(
+        "lineage", parents=[where], help="What made an artifact, and what was made from it."
+    )
+    lineage.add_argument("uri")
+    diff = sub.add_parser("diff", parents=[where], help="Two runs compared.")
+    diff.add_argument("run_a")
+    diff.add_argument("run_b")
+    return p
+
+
+def _open(args: argparse.Namespace) -> MetadataStore:
+    if args.metadata_url:
+        return MetadataStore.open(args.metadata_url)
+    path = fileio.join(args.pipeline_root, METADATA_FILE)
+    if fileio.is_remote(args.pipeline_root) or not fileio.exists(path):
+        raise PipelineError(
+            f"No metadata store at {path}; pass the --pipeline_root your runs used, or "
+            "--metadata_url for a store elsewhere."
+        )
+    return MetadataStore.for_pipeline_root(args.pipeline_root)
+
+
+def _short(value: Optional[str]) -> str:
+    return (value or "-")[:_SHORT]
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str) and _DIGEST.fullmatch(value):
+        return value[:_SHORT]
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
+    if not rows:
+        return f"{title}: none"
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    for row in rows:
+        table.add_row(*(_plain(v) for v in row))
+    return table
+
+
+def _list(console: Console, rows: list[dict]) -> None:
+    console.print(
+        _table(
+            "Runs (newest first)",
+            ["run", "start", "status", "data", "module", "metrics", "cached"],
+            [
+                [
+                    r["run_id"],
+                    r["start"],
+                    r["status"],
+                    _short(r["data"]),
+                    _short(r["module"]),
+                    " ".join(f"{k}={_plain(v)}" for k, v in sorted(r["metrics"].items())) or "-",
+                    ", ".join(r["cached"]) or "-",
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
+def _artifacts(side: dict) -> str:
+    return "\n".join(f"{role}: {a['uri']}" for role, a in side.items()) or "-"
+
+
+def _executions(console: Console, title: str, executions: list[dict]) -> None:
+    console.print(
+        _table(
+            title,
+            ["#", "stage", "status", "inputs", "outputs", "parameters", "job ids"],
+            [
+                [
+                    e["id"],
+                    e["stage"],
+                    e["status"]
+                    + (f" (from run {e['cached_from_run']})" if e.get("cached_from_run") else ""),
+                    _artifacts(e["inputs"]),
+                    _artifacts(e["outputs"]),
+                    "\n".join(
+                        f"{k}={_plain(v)}" for k, v in sorted(compare.flat(e["parameters"]).items())
+                    ),
+                    "\n".join(e["job_ids"]) or "-",
+                ]
+                for e in executions
+            ],
+        )
+    )
+
+
+def _show(console: Console, run: dict) -> None:
+    console.print(
+        f"Run {run['run_id']}: {run['status']}, {run['start']} .. {run['end'] or '-'}; "
+        f"data {_short(run['data'])}, module {_short(run['module'])}"
+    )
+    _executions(console, "Executions", run["executions"])
+
+
+def _lineage(console: Console, found: dict) -> None:
+    a = found["artifact"]
+    console.print(f"{a['type']} {a['uri']} ({a['state']}, fingerprint {_short(a['fingerprint'])})")
+    _executions(console, "Made by (upstream)", found["upstream"])
+    _executions(console, "Made from it (downstream)", found["downstream"])
+
+
+def _diff(console: Console, d: dict) -> None:
+    a, b = d["runs"]
+    console.print(
+        _table(
+            "Inputs", ["", a, b], [[k, _short(x), _short(y)] for k, (x, y) in d["inputs"].items()]
+        )
+    )
+    console.print(
+        _table(
+            "Parameters that differ",
+            ["stage", "parameter", a, b],
+            [[s, k, x, y] for s, p in d["parameters"].items() for k, (x, y) in p.items()],
+        )
+    )
+    if d["schema"] is None:
+        console.print("Schema: not compared (a run has no schema on disk)")
+    else:
+        s = d["schema"]
+        rows = [[f, "added", "", ""] for f in s["added"]] + [
+            [f, "removed", "", ""] for f in s["removed"]
+        ]
+        rows += [[f, k, x, y] for f, fields in s["changed"].items() for k, (x, y) in fields.items()]
+        console.print(_table("Schema differences", ["feature", "change", a, b], rows))
+    if d["drift"] is None:
+        console.print("Statistics: not compared (a run has no statistics on disk)")
+    else:
+        console.print(
+            _table(
+                "Numeric features: mean and std per split",
+                [
+                    "split",
+                    "feature",
+                    f"mean {a}",
+                    f"mean {b}",
+                    "Δ mean",
+                    f"std {a}",
+                    f"std {b}",
+                    "Δ std",
+                ],
+                [
+                    [
+                        split,
+                        f,
+                        v["mean_a"],
+                        v["mean_b"],
+                        v["mean_change"],
+                        v["std_a"],
+                        v["std_b"],
+                        v["std_change"],
+                    ]
+                    for split, features in d["drift"].items()
+                    for f, v in features.items()
+                ],
+            )
+        )
+    for name in ("hyperparameters", "metrics"):
+        console.print(
+            _table(name.capitalize(), ["", a, b], [[k, x, y] for k, (x, y) in d[name].items()])
+        )
+
+
+def main(argv: Sequence[str]) -> int:
+    """Runs one ``runs`` command; returns the exit code (2 for a user error)."""
+    quiet_environment(os.environ)  # before fileio loads TensorFlow: no C++ INFO lines
+    args = _parser().parse_args(list(argv))
+    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
+    try:
+        with _open(args) as store:
+            if args.command == "list":
+                result: Any = views.run_rows(store)
+                draw = _list
+            elif args.command == "show":
+                result, draw = views.run_view(store, args.run), _show
+            elif args.command == "lineage":
+                result, draw = views.lineage_view(store, args.uri), _lineage
+            else:
+                result, draw = compare.diff_runs(store, args.run_a, args.run_b), _diff
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        draw(console, result)
+    return 0

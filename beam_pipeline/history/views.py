@@ -1,0 +1,182 @@
+"""The metadata store's records as JSON values: one run's row, its executions, a lineage.
+
+These are what ``runs ... --json`` prints and what the tables are drawn from, so a script
+and a person see the same facts.
+
+Example::
+
+    with MetadataStore.open(url) as store:
+        rows = run_rows(store)            # [{"run_id": ..., "metrics": {...}, ...}, ...]
+        shown = run_view(store, "again")  # {"run_id": "again", "executions": [...]}
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.metadata import (
+    ArtifactRecord,
+    ExecutionRecord,
+    ExecutionStatus,
+    Lineage,
+    MetadataStore,
+    RunRecord,
+)
+
+__all__ = [
+    "artifact_view",
+    "execution_view",
+    "lineage_view",
+    "made_by",
+    "run_executions",
+    "run_rows",
+    "run_view",
+    "stage_details",
+]
+
+TRAINER = "Trainer"
+TUNER = "Tuner"
+
+
+def _time(t: Optional[datetime.datetime]) -> Optional[str]:
+    return t.isoformat(timespec="seconds") if t is not None else None
+
+
+def artifact_view(a: ArtifactRecord) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "type": a.type_name,
+        "uri": a.uri,
+        "state": a.state.value,
+        "fingerprint": a.fingerprint,
+        "properties": dict(a.properties),
+        "custom_properties": dict(a.custom_properties),
+    }
+
+
+def execution_view(e: ExecutionRecord, cached_from_run: Optional[str] = None) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "stage": e.stage,
+        "run_id": e.run_id,
+        "status": e.status.value,
+        "start": _time(e.start_time),
+        "end": _time(e.end_time),
+        "cache_key": e.cache_key,
+        "cached_from": e.cached_from,
+        "cached_from_run": cached_from_run,
+        "parameters": dict(e.parameters),
+        "job_ids": list(e.beam_job_ids),
+        "error": e.error,
+        "inputs": {role: artifact_view(a) for role, a in e.inputs.items()},
+        "outputs": {role: artifact_view(a) for role, a in e.outputs.items()},
+    }
+
+
+def run_executions(store: MetadataStore, run_id: str) -> list[ExecutionRecord]:
+    """Run ``run_id``'s executions.
+
+    Raises:
+      PipelineError: no such run is recorded.
+    """
+    found = store.run_executions(run_id)
+    if found is None:
+        raise PipelineError(
+            f"No run {run_id!r} is recorded in the metadata store {store.url}; "
+            "`runs list` shows the recorded run ids (check --pipeline_root/--metadata_url)."
+        )
+    return found
+
+
+def made_by(store: MetadataStore, executions: list[ExecutionRecord]) -> dict[int, ExecutionRecord]:
+    """For each ``CACHED`` execution's id, the execution that made what it reused (whose
+    properties hold the stage's reports)."""
+    wanted = {e.cached_from for e in executions if e.cached_from is not None}
+    originals = {e.id: e for e in store.executions(wanted)}
+    return {
+        e.id: originals[e.cached_from]
+        for e in executions
+        if e.cached_from is not None and e.cached_from in originals
+    }
+
+
+def stage_details(
+    executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord], stage: str
+) -> dict[str, Any]:
+    """The ``details`` of ``stage``'s summary row in a run (its own or, when cached, the
+    execution it reused); {} when the stage did not run to a result."""
+    for e in reversed(executions):
+        if e.stage != stage:
+            continue
+        source = originals.get(e.id, e)
+        for report in source.properties.get("reports", []):
+            if report.get("stage") == stage and report.get("status") in ("ok", "cached"):
+                return dict(report.get("details") or {})
+        return {}
+    return {}
+
+
+def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
+    executions = store.run_executions(run.run_id) or []
+    originals = made_by(store, executions)
+    metrics = stage_details(executions, originals, TRAINER).get("metrics", {})
+    return {
+        "run_id": run.run_id,
+        "pipeline": run.pipeline,
+        "status": run.status.value,
+        "start": _time(run.start_time),
+        "end": _time(run.end_time),
+        "data": run.properties.get("data"),
+        "module": run.properties.get("module"),
+        "metrics": metrics,
+        "stages": {stage: status.value for stage, status in run.stages.items()},
+        "cached": [s for s, status in run.stages.items() if status is ExecutionStatus.CACHED],
+    }
+
+
+def run_rows(store: MetadataStore) -> list[dict[str, Any]]:
+    """Every recorded run, newest first: id, start, status, data and module fingerprints,
+    the Trainer's eval metrics, each stage's status and the cached stages."""
+    return [_row(store, run) for run in store.list_runs()]
+
+
+def run_view(store: MetadataStore, run_id: str) -> dict[str, Any]:
+    """One run: its row and each execution with inputs, outputs, parameters and job ids.
+
+    Raises:
+      PipelineError: no such run is recorded.
+    """
+    executions = run_executions(store, run_id)
+    row = next(_row(store, r) for r in store.list_runs() if r.run_id == run_id)
+    originals = made_by(store, executions)
+    row["executions"] = [
+        execution_view(e, originals[e.id].run_id if e.id in originals else None) for e in executions
+    ]
+    return row
+
+
+def lineage_view(store: MetadataStore, uri: str) -> dict[str, Any]:
+    """What made the artifact at ``uri`` (every execution upstream) and everything made
+    from it (downstream).
+
+    Raises:
+      PipelineError: no artifact is recorded at ``uri``.
+    """
+    if not fileio.is_remote(uri):  # stored absolute, without a trailing slash
+        uri = os.path.abspath(uri)
+    found: Optional[Lineage] = store.lineage(uri)
+    if found is None:
+        raise PipelineError(
+            f"No artifact at {uri!r} is recorded in the metadata store {store.url}; pass an "
+            "artifact's uri as `runs show RUN` prints it (e.g. <run dir>/schema)."
+        )
+    return {
+        "artifact": artifact_view(found.artifact),
+        "upstream": [execution_view(e) for e in found.upstream],
+        "downstream": [execution_view(e) for e in found.downstream],
+    }
