@@ -467,6 +467,9 @@ def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
     assert code == 0
     for line in ["island", "removed", "clutch_size", "added", "body_mass_g", "loss"]:
         assert line in out
+    shutil.rmtree(b_dir / "statistics")  # gone from disk: not compared, not an error
+    code, out, _ = _runs(capsys, "diff", "a", "b", f"--metadata_url={url}")
+    assert code == 0 and "Statistics: not compared (a run has no statistics on disk)" in out
 
 
 def _corrupt_store(d):
