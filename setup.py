@@ -29,6 +29,10 @@ REQUIRED = [
     # display is rich's.
     "jinja2==3.1.6",
     "rich==15.0.0",
+    # The Evaluator (TFMA, which needs pandas<3) and the InfraValidator's TF Serving
+    # request protos (PredictRequest, PredictionLog: the warm-up file's format).
+    "tensorflow-model-analysis==0.52.0",
+    "tensorflow-serving-api==2.19.1",
 ]
 
 setuptools.setup(

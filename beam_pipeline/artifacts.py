@@ -37,6 +37,10 @@ __all__ = [
     "Hyperparameters",
     "Model",
     "ModelRun",
+    "ModelEvaluation",
+    "ModelBlessing",
+    "InfraBlessing",
+    "PushedModel",
     "ModelInputs",
     "SCHEMA_FILE",
 ]
@@ -171,6 +175,34 @@ class ModelRun(TypedArtifact):
     FOLDER = Artifact.MODEL_RUN
 
 
+class ModelEvaluation(TypedArtifact):
+    """TFMA's output folder (``tfma.load_eval_result`` / ``load_validation_result`` read it)."""
+
+    FOLDER = Artifact.EVALUATION
+
+
+class ModelBlessing(TypedArtifact):
+    """The Evaluator's verdict: ``BLESSED`` or ``NOT_BLESSED`` and ``blessing.json``;
+    properties ``blessed`` (bool) and ``baseline`` (the baseline model's folder or None)."""
+
+    FOLDER = Artifact.BLESSING
+
+
+class InfraBlessing(TypedArtifact):
+    """The InfraValidator's verdict: ``INFRA_BLESSED`` or ``INFRA_NOT_BLESSED`` and
+    ``infra_validation.json`` (load time, p50/p99 latency per batch size, problems);
+    property ``blessed``."""
+
+    FOLDER = Artifact.INFRA_BLESSING
+
+
+class PushedModel(TypedArtifact):
+    """The Pusher's record, ``pushed.json``: where the model went and as which version
+    (or why it was not pushed); properties ``pushed`` (bool), ``destination``, ``version``."""
+
+    FOLDER = Artifact.PUSHED_MODEL
+
+
 _TYPES: Mapping[str, type[TypedArtifact]] = {
     cls.__name__: cls
     for cls in (
@@ -184,6 +216,10 @@ _TYPES: Mapping[str, type[TypedArtifact]] = {
         Hyperparameters,
         Model,
         ModelRun,
+        ModelEvaluation,
+        ModelBlessing,
+        InfraBlessing,
+        PushedModel,
     )
 }
 

@@ -28,7 +28,9 @@ from typing import Any, Optional
 from beam_pipeline.config import (
     BUNDLED_CONFIG,
     DataConfig,
+    EvaluatorConfig,
     PipelineConfig,
+    PusherConfig,
     TrainerConfig,
     TransformConfig,
     TunerConfig,
@@ -85,9 +87,27 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "tuner_accelerator": ("tuner", "accelerator"),
     "tuner_min_ram": ("tuner", "min_ram"),
     "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
+    "evaluator": ("evaluator", "enabled"),
+    "eval_config": ("evaluator", "eval_config"),
+    "eval_split": ("evaluator", "eval_split"),
+    "eval_slice_features": ("evaluator", "slice_features"),
+    "eval_baseline": ("evaluator", "baseline"),
+    "infra_validator": ("evaluator", "infra_validator"),
+    "infra_load_timeout": ("evaluator", "infra_load_timeout"),
+    "push_destination": ("pusher", "destination"),
+    "require_blessing": ("pusher", "require_blessing"),
 }
 # Keys of a YAML config file whose paths are read relative to the file.
-_PATH_KEYS = {"data", "module_file", "schema", "hyperparameters", "base_model", "pipeline_root"}
+_PATH_KEYS = {
+    "data",
+    "module_file",
+    "schema",
+    "hyperparameters",
+    "base_model",
+    "pipeline_root",
+    "eval_config",
+    "push_destination",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,6 +200,25 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tuner_accelerator")
     g.add_argument("--tuner_min_ram")
     g.add_argument("--no_tuner", dest="tuner", action="store_false")
+    g = p.add_argument_group("evaluator, infra validator, pusher")
+    g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")
+    g.add_argument("--eval_split", help="Split to evaluate and validate on (default eval).")
+    g.add_argument("--eval_slice_features", help="Comma-separated features to slice metrics by.")
+    g.add_argument(
+        "--no_eval_baseline",
+        dest="eval_baseline",
+        action="store_false",
+        help="Do not compare with the latest blessed model.",
+    )
+    g.add_argument("--no_evaluator", dest="evaluator", action="store_false")
+    g.add_argument("--no_infra_validator", dest="infra_validator", action="store_false")
+    g.add_argument("--infra_load_timeout", type=float, help="Seconds to load (default 60).")
+    g.add_argument("--push_destination", help="Folder or gs:// path for <version>/ folders.")
+    g.add_argument(
+        "--require_blessing",
+        action="store_true",
+        help="Exit non-zero when the model is not blessed.",
+    )
     _add_output_flags(p.add_argument_group("output"))
     return p
 
@@ -335,6 +374,17 @@ def _convert(key: str, value: Any) -> Any:
         return _no_cache(value)
     if key == "data_format":
         return DataFormat(value)
+    if key == "eval_slice_features":
+        items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+        return tuple(str(v).strip() for v in items if str(v).strip())
+    if key == "eval_split":
+        try:
+            return Split(value)
+        except ValueError:
+            raise PipelineError(
+                f"--eval_split={value!r} is not a split; use one of "
+                f"{', '.join(s.value for s in Split)}."
+            ) from None
     if key == "tuner_schedule":
         try:
             return TunerSchedule(value)
@@ -375,6 +425,8 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         "transform": {},
         "trainer": {},
         "tuner": {},
+        "evaluator": {},
+        "pusher": {},
     }
     for key, value in settings.items():
         section, field = _FIELDS[key]
@@ -385,6 +437,8 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         transform=TransformConfig(**sections["transform"]),
         trainer=TrainerConfig(**sections["trainer"]),
         tuner=TunerConfig(**sections["tuner"]),
+        evaluator=EvaluatorConfig(**sections["evaluator"]),
+        pusher=PusherConfig(**sections["pusher"]),
         beam_args=tuple(beam_args + extra),
         **sections[""],
     )

@@ -34,6 +34,8 @@ __all__ = [
     "TransformConfig",
     "TrainerConfig",
     "TunerConfig",
+    "EvaluatorConfig",
+    "PusherConfig",
     "PipelineConfig",
     "BUNDLED_EXAMPLE_DIR",
     "BUNDLED_CONFIG",
@@ -274,6 +276,53 @@ class TunerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvaluatorConfig:
+    """Settings of the Evaluator and InfraValidator stages.
+
+    Attributes:
+      enabled: False (``--no_evaluator``) skips the evaluation (and so the push).
+      eval_config: a TFMA EvalConfig file (protobuf text or JSON); default: derived from
+        the model (see :mod:`beam_pipeline.evaluator`).
+      eval_split: the split the model is evaluated and served requests from.
+      slice_features: features to slice the metrics by, besides the overall slice.
+      baseline: compare with the latest blessed model of the pipeline (from the
+        metadata store) when there is one.
+      infra_validator: False (``--no_infra_validator``) skips the serving check.
+      infra_load_timeout: seconds the model may take to load in the serving check.
+    """
+
+    enabled: bool = True
+    eval_config: Optional[str] = None
+    eval_split: Split = Split.EVAL
+    slice_features: tuple[str, ...] = ()
+    baseline: bool = True
+    infra_validator: bool = True
+    infra_load_timeout: float = 60.0
+
+    def __post_init__(self):
+        t = self.infra_load_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+            raise PipelineError(
+                f"--infra_load_timeout={t!r} is not a positive number of seconds; pass e.g. "
+                "--infra_load_timeout=60."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class PusherConfig:
+    """Settings of the Pusher stage.
+
+    Attributes:
+      destination: where blessed models go, as ``<destination>/<version>/`` (a local
+        folder or gs://); empty: no push.
+      require_blessing: exit non-zero when the model is not blessed (for CI pipelines).
+    """
+
+    destination: str = ""
+    require_blessing: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class PipelineConfig:
     """The whole run's configuration.
 
@@ -300,6 +349,8 @@ class PipelineConfig:
     transform: TransformConfig = TransformConfig()
     trainer: TrainerConfig = TrainerConfig()
     tuner: TunerConfig = TunerConfig()
+    evaluator: EvaluatorConfig = EvaluatorConfig()
+    pusher: PusherConfig = PusherConfig()
     beam_args: tuple[str, ...] = ()
     worker_start_timeout: float = 120.0
     metadata_url: str = ""

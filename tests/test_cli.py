@@ -69,8 +69,9 @@ def test_bundled_run_publishes_every_data_artifact(bundled_run):
     ]
     assert not os.path.exists(os.path.join(bundled_run, ".staging"))
     stages = _summary(bundled_run)
-    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 2
-    assert list(stages)[-2:] == ["Tuner", "Trainer"]  # --no_tuner --no_trainer
+    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 5
+    # --no_tuner --no_trainer, and no model to check or push
+    assert list(stages)[-5:] == ["Tuner", "Trainer", "Evaluator", "InfraValidator", "Pusher"]
     eg = stages["ExampleGen"]
     assert eg["rows_in"] == {"all": 344}
     assert sum(eg["rows_out"].values()) == 344 and eg["rows_rejected"] == 0
@@ -315,6 +316,9 @@ def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run, se
         "Transform": "cached",
         "Tuner": "skipped",
         "Trainer": "skipped",
+        "Evaluator": "skipped",
+        "InfraValidator": "skipped",
+        "Pusher": "skipped",
     }
     assert stages["Transform"]["note"].startswith(f"reused from run {first}")
     assert _published(again) == []  # the first run's folders are reused, nothing copied
@@ -327,6 +331,7 @@ def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run, se
         reused = store.run_executions("again")
     assert [e.stage for e in made] == [e.stage for e in reused] == [
         "ExampleGen+Statistics", "Schema", "Validation", "Transform", "Tuner", "Trainer",
+        "Evaluator", "InfraValidator", "Pusher",
     ]  # fmt: skip
     assert all(e.status is ExecutionStatus.COMPLETE for e in made)
     assert [(e.status, e.cached_from) for e in reused] == [

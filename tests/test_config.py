@@ -130,10 +130,11 @@ def test_no_cache_and_metadata_url_from_a_config_file(tmp_path):
 
 
 def test_an_unknown_no_cache_stage_is_refused(tmp_path, capsys):
-    err = _fails(tmp_path, capsys, ["--no_cache=Trainer,Pusher"])
+    err = _fails(tmp_path, capsys, ["--no_cache=Trainer,Deployer"])
     assert err == (
-        "error: --no_cache names stage 'Pusher', which is not one; pass all or some of "
-        "ExampleGen+Statistics,Schema,Validation,Transform,Tuner,Trainer (or no value: all)."
+        "error: --no_cache names stage 'Deployer', which is not one; pass all or some of "
+        "ExampleGen+Statistics,Schema,Validation,Transform,Tuner,Trainer,Evaluator,"
+        "InfraValidator,Pusher (or no value: all)."
     )
 
 

@@ -892,6 +892,8 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
         [*portable, f"--pipeline_root={root}", "--run_id=portable", "--train_steps=20"]
         + ["--no_tuner", "--tuner_parallel_trials=2", "--tuner_max_trials=2"]
         + ["--tuner_train_steps=5", "--tuner_eval_steps=1"]
+        # The model checks after the Trainer are test_evaluator's and test_cli_runs'.
+        + ["--no_evaluator", "--no_infra_validator"]
     )
     run_dir = RunDirectory(root, "portable")
     # The tuning module's code is in a helper module beside it, as TFX's penguin example

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERVING_SIGNATURE",
+    "TRANSFORM_FEATURES_SIGNATURE",
     "raw_feature_spec",
     "model_input_names",
     "export_serving_model",
@@ -36,6 +37,11 @@ __all__ = [
 ]
 
 SERVING_SIGNATURE = "serving_default"
+# The signature TFX's penguin example exports beside serving_default: serialized raw
+# tf.Examples (label included) in, the transformed features out. The Evaluator names it in
+# TFMA's ``preprocessing_function_names`` so the label is compared in model space (a
+# vocabulary id) although the raw label is a string.
+TRANSFORM_FEATURES_SIGNATURE = "transform_features"
 
 
 def raw_feature_spec(
@@ -72,8 +78,12 @@ def export_serving_model(
     raw_label_keys: Sequence[str] = (),
     outputs: Optional[Callable[[tf.Tensor], Mapping[str, tf.Tensor]]] = None,
     schema_path: Optional[str] = None,
+    label_key: Optional[str] = None,
 ) -> str:
     """Saves ``model`` with a ``serving_default`` signature over serialized tf.Examples.
+
+    A second signature, ``transform_features``, returns the transformed features of raw
+    examples that still carry the label (for the Evaluator, as TFX's penguin example).
 
     Args:
       model: a Keras 3 model taking the transformed features (a dict).
@@ -83,15 +93,17 @@ def export_serving_model(
       outputs: maps the model's output to the signature's outputs; default
         ``{"outputs": y}``.
       schema_path: the raw schema, used when the transform graph has no raw metadata.
+      label_key: the transformed label feature, recorded in the SavedModel for the
+        Evaluator's default EvalConfig; default: the one transformed feature that is not
+        an input of the model (when there is exactly one).
 
     Returns:
       ``serving_model_dir``.
     """
     import tensorflow as tf
 
-    spec = raw_feature_spec(tf_transform_output, schema_path)
-    for key in raw_label_keys:
-        spec.pop(key, None)
+    full_spec = raw_feature_spec(tf_transform_output, schema_path)
+    spec = {k: v for k, v in full_spec.items() if k not in raw_label_keys}
     names = model_input_names(model)
     to_outputs = outputs or (lambda y: {"outputs": y})
     # Attached as an attribute so the SavedModel tracks the transform graph's assets.
@@ -104,8 +116,40 @@ def export_serving_model(
         inputs = {k: transformed[k] for k in names} if names is not None else transformed
         return dict(to_outputs(model(inputs, training=False)))
 
-    tf.saved_model.save(model, serving_model_dir, signatures={SERVING_SIGNATURE: serve})
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    def transform_features(serialized):
+        transformed = model.tft_layer(tf.io.parse_example(serialized, full_spec))
+        # Signature outputs must be dense tensors.
+        return {
+            k: tf.sparse.to_dense(v) if isinstance(v, tf.sparse.SparseTensor) else v
+            for k, v in transformed.items()
+        }
+
+    label = label_key if label_key is not None else _label_key(tf_transform_output, names)
+    if label:
+        # Read back by the Evaluator as the default EvalConfig's label (in model space);
+        # a string variable is the one thing a SavedModel carries beside its signatures.
+        model.evaluation_label_key = tf.Variable(label, trainable=False, dtype=tf.string)
+    tf.saved_model.save(
+        model,
+        serving_model_dir,
+        signatures={SERVING_SIGNATURE: serve, TRANSFORM_FEATURES_SIGNATURE: transform_features},
+    )
     return serving_model_dir
+
+
+def _label_key(
+    tf_transform_output: tft.TFTransformOutput, input_names: Optional[list[str]]
+) -> Optional[str]:
+    """The one transformed feature the model does not take as input (its label), else None."""
+    if input_names is None:
+        return None
+    try:
+        transformed = set(tf_transform_output.transformed_feature_spec())
+    except OSError:
+        return None
+    rest = sorted(transformed - set(input_names))
+    return rest[0] if len(rest) == 1 else None
 
 
 def check_serving_model(serving_model_dir: str, module_file: str = "the module file") -> list[str]:

@@ -299,5 +299,6 @@ def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
         raw_label_keys=spec.raw_label_keys,
         outputs=spec.serving_outputs,
         schema_path=fn_args.schema_path,
+        label_key=spec.label_key,
     )
     return SpecOutcome(metrics=metrics, start_step=start_step, final_step=final_step)

@@ -55,3 +55,6 @@ class Artifact(str, enum.Enum):
     MODEL = "model"
     MODEL_RUN = "model_run"
     EVALUATION = "evaluation"
+    BLESSING = "blessing"
+    INFRA_BLESSING = "infra_blessing"
+    PUSHED_MODEL = "pushed_model"

@@ -63,6 +63,9 @@ class StageName(str, enum.Enum):
     TRANSFORM = "Transform"
     TUNER = "Tuner"
     TRAINER = "Trainer"
+    EVALUATOR = "Evaluator"
+    INFRA_VALIDATOR = "InfraValidator"
+    PUSHER = "Pusher"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,10 @@ artifacts of the earlier ones by type.
 from __future__ import annotations
 
 from beam_pipeline.stages.base import Stage
+from beam_pipeline.stages.evaluator import EvaluatorStage
 from beam_pipeline.stages.example_gen import ExampleGenStage
+from beam_pipeline.stages.infra_validator import InfraValidatorStage
+from beam_pipeline.stages.pusher import PusherStage
 from beam_pipeline.stages.schema import SchemaStage
 from beam_pipeline.stages.trainer import TrainerStage
 from beam_pipeline.stages.transform import TransformStage
@@ -25,4 +28,7 @@ STAGE_GRAPH: tuple[Stage, ...] = (
     TransformStage(),  # Examples, Schema -> TransformGraph, TransformedExamples
     TunerStage(),  # TransformGraph, TransformedExamples, Schema -> Hyperparameters
     TrainerStage(),  # TransformGraph, TransformedExamples, Schema, Hyperparameters -> Model
+    EvaluatorStage(),  # Model, Examples, Schema -> ModelEvaluation, ModelBlessing
+    InfraValidatorStage(),  # Model, Examples -> InfraBlessing (+ the model's warm-up file)
+    PusherStage(),  # Model, ModelBlessing, InfraBlessing -> PushedModel
 )

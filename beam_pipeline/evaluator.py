@@ -1,0 +1,424 @@
+"""The Evaluator stage: TFMA's sliced metrics, thresholds and blessing for the trained model.
+
+One concept: from an EvalConfig (TFMA's own proto, read from a file or derived from the
+model) to a blessing. The launcher builds and checks the config (bad input stops here,
+before any Beam job), runs :class:`transforms.evaluation.EvaluateModel` on the run's
+runner, reads TFMA's validation result back and publishes two artifacts:
+
+- ``evaluation/``: TFMA's own output (metrics, plots, validations, eval_config.json),
+  readable by ``tfma.load_eval_result`` / ``tfma.load_validation_result``;
+- ``blessing/``: ``BLESSED`` or ``NOT_BLESSED`` (TFX's ModelBlessing layout) and
+  ``blessing.json``: blessed or not, the baseline, and each failed threshold (metric,
+  slice, value, bound).
+
+The default EvalConfig, when none is given: the label the model was trained on (the
+``evaluation_label_key`` that :func:`trainer.export_serving_model` records), computed by
+the model's ``transform_features`` signature (TFMA's ``preprocessing_function_names``:
+the raw label may be a string, the model predicts class ids); for a classifier
+``ExampleCount`` and ``SparseCategoricalAccuracy`` (at least 0.6, and not below the
+baseline's), for a one-output regressor ``ExampleCount`` and ``MeanSquaredError`` (not
+above the baseline's); slices: overall plus each ``--eval_slice_features`` feature.
+Without a baseline, change thresholds are dropped and the model is judged on value
+thresholds alone (TFMA's rubber stamp).
+
+Example::
+
+    config = build_eval_config(None, model_dir, schema, slice_features=("island",))
+    result = run_evaluation(config, model_dir, None, "run/examples/eval/*", staging, options)
+    result.blessed, result.failures
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError, first_line
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tensorflow_model_analysis.proto import config_pb2
+
+__all__ = [
+    "BLESSING_FILE",
+    "DEFAULT_MIN_ACCURACY",
+    "EvaluationResult",
+    "ModelFacts",
+    "ThresholdFailure",
+    "build_eval_config",
+    "model_facts",
+    "read_blessing",
+    "run_evaluation",
+    "write_blessing",
+]
+
+BLESSING_FILE = "blessing.json"
+# TFX's penguin example's bar for its accuracy threshold.
+DEFAULT_MIN_ACCURACY = 0.6
+# A change threshold that only refuses a model worse than the baseline (TFX's example).
+_NOT_WORSE = 1e-10
+
+
+@dataclasses.dataclass(frozen=True)
+class ThresholdFailure:
+    """A threshold a model failed on one slice."""
+
+    metric: str
+    slice: str
+    value: float
+    bound: str
+
+    def describe(self) -> str:
+        return f"{self.metric} on {self.slice} = {self.value:.4g}, needs {self.bound}"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationResult:
+    """What the Evaluator decided and measured.
+
+    Attributes:
+      blessed: every threshold passed on every slice.
+      failures: the thresholds that failed.
+      baseline: the baseline model folder, or None (judged on value thresholds alone).
+      metrics: slice name -> metric name -> value (the candidate's).
+    """
+
+    blessed: bool
+    failures: tuple[ThresholdFailure, ...]
+    baseline: Optional[str]
+    metrics: dict[str, dict[str, float]]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFacts:
+    """What the default EvalConfig and its checks need from the SavedModel."""
+
+    signatures: tuple[str, ...]
+    label_key: Optional[str]
+    outputs: dict[str, tuple[Optional[int], ...]]
+    transformed_features: tuple[str, ...]
+
+
+def model_facts(model_dir: str) -> ModelFacts:
+    """Loads the SavedModel once and reads its signatures, outputs and recorded label.
+
+    Raises:
+      PipelineError: the folder holds no SavedModel that loads.
+    """
+    import tensorflow as tf
+
+    from trainer.export import SERVING_SIGNATURE, TRANSFORM_FEATURES_SIGNATURE
+
+    try:
+        loaded = tf.saved_model.load(model_dir)
+    except Exception as e:  # noqa: BLE001  any load failure is the same user-facing problem
+        raise PipelineError(
+            f"The model in {model_dir} does not load ({type(e).__name__}: {first_line(e)}); "
+            "rerun the Trainer (a new --run_id) so that it exports a SavedModel."
+        ) from None
+    signatures = tuple(sorted(loaded.signatures.keys()))
+    outputs: dict[str, tuple[Optional[int], ...]] = {}
+    if SERVING_SIGNATURE in loaded.signatures:
+        for name, spec in loaded.signatures[SERVING_SIGNATURE].structured_outputs.items():
+            outputs[name] = tuple(spec.shape.as_list())
+    transformed: tuple[str, ...] = ()
+    if TRANSFORM_FEATURES_SIGNATURE in loaded.signatures:
+        transformed = tuple(
+            sorted(loaded.signatures[TRANSFORM_FEATURES_SIGNATURE].structured_outputs)
+        )
+    label = getattr(loaded, "evaluation_label_key", None)
+    return ModelFacts(
+        signatures=signatures,
+        label_key=label.numpy().decode() if label is not None else None,
+        outputs=outputs,
+        transformed_features=transformed,
+    )
+
+
+def _parse_config_file(path: str) -> config_pb2.EvalConfig:
+    from google.protobuf import json_format, text_format
+    from tensorflow_model_analysis.proto import config_pb2
+
+    try:
+        text = fileio.open(path).read()
+    except OSError as e:
+        raise PipelineError(
+            f"--eval_config {path} cannot be read ({first_line(e)}); pass an EvalConfig file."
+        ) from None
+    try:
+        if text.lstrip().startswith("{"):
+            return json_format.Parse(text, config_pb2.EvalConfig())
+        return text_format.Parse(text, config_pb2.EvalConfig())
+    except (json_format.ParseError, text_format.ParseError) as e:
+        raise PipelineError(
+            f"--eval_config {path} does not parse as a TFMA EvalConfig ({first_line(e)}); "
+            "write it in protobuf text or JSON format with model_specs, metrics_specs and "
+            "slicing_specs (see the README's Evaluator section)."
+        ) from None
+
+
+def _default_config(facts: ModelFacts, model_dir: str) -> config_pb2.EvalConfig:
+    from tensorflow_model_analysis.proto import config_pb2
+
+    from trainer.export import SERVING_SIGNATURE, TRANSFORM_FEATURES_SIGNATURE
+
+    if not facts.label_key:
+        raise PipelineError(
+            f"The model in {model_dir} records no label for the Evaluator; pass --eval_config "
+            "with model_specs {label_key: ...} (or export it with "
+            "trainer.export_serving_model, which records it)."
+        )
+    spec = config_pb2.ModelSpec(signature_name=SERVING_SIGNATURE, label_key=facts.label_key)
+    if TRANSFORM_FEATURES_SIGNATURE in facts.signatures:
+        spec.preprocessing_function_names.append(TRANSFORM_FEATURES_SIGNATURE)
+    if len(facts.outputs) > 1:
+        spec.prediction_key = "scores" if "scores" in facts.outputs else sorted(facts.outputs)[0]
+    shape = facts.outputs.get(spec.prediction_key or next(iter(facts.outputs), ""), ())
+    config = config_pb2.EvalConfig(model_specs=[spec])
+    metrics = config.metrics_specs.add()
+    metrics.metrics.add(class_name="ExampleCount")
+    if shape and shape[-1] is not None and shape[-1] > 1:
+        m = metrics.metrics.add(class_name="SparseCategoricalAccuracy")
+        m.threshold.value_threshold.lower_bound.value = DEFAULT_MIN_ACCURACY
+        m.threshold.change_threshold.direction = config_pb2.MetricDirection.HIGHER_IS_BETTER
+        m.threshold.change_threshold.absolute.value = -_NOT_WORSE
+    else:
+        m = metrics.metrics.add(class_name="MeanSquaredError")
+        m.threshold.change_threshold.direction = config_pb2.MetricDirection.LOWER_IS_BETTER
+        m.threshold.change_threshold.absolute.value = _NOT_WORSE
+    return config
+
+
+def _check_config(
+    config: config_pb2.EvalConfig,
+    where: str,
+    facts: ModelFacts,
+    schema: Optional[schema_pb2.Schema],
+) -> None:
+    """Refuses a metric, slice feature or label that does not exist, naming it."""
+    import keras
+    import tensorflow_model_analysis as tfma
+
+    from trainer.export import TRANSFORM_FEATURES_SIGNATURE
+
+    raw = {f.name for f in schema.feature} if schema is not None else set()
+    if not config.model_specs:
+        raise PipelineError(f"{where} has no model_specs; add model_specs {{label_key: ...}}.")
+    for spec in config.model_specs:
+        names = set(spec.preprocessing_function_names)
+        missing = sorted(names - set(facts.signatures))
+        if missing:
+            raise PipelineError(
+                f"{where} names preprocessing function {missing[0]!r}, which the model does not "
+                f"have (its signatures: {', '.join(facts.signatures)}); remove it or export it."
+            )
+        space = raw | (set(facts.transformed_features) if names else set())
+        if spec.label_key and space and spec.label_key not in space:
+            hint = (
+                f"the transformed features: {', '.join(facts.transformed_features)}"
+                if TRANSFORM_FEATURES_SIGNATURE in names
+                else f"the raw features: {', '.join(sorted(raw))}"
+            )
+            raise PipelineError(
+                f"{where} gives label_key {spec.label_key!r}, which the model cannot produce; "
+                f"set it to one of {hint}."
+            )
+    features = raw | set(facts.transformed_features)
+    for slicing in config.slicing_specs:
+        for key in slicing.feature_keys:
+            if features and key not in features:
+                raise PipelineError(
+                    f"{where} slices on feature {key!r}, which the data does not have; slice "
+                    f"on one of {', '.join(sorted(raw or features))}."
+                )
+    for metrics in config.metrics_specs:
+        for metric in metrics.metrics:
+            name = metric.class_name
+            if metric.module:
+                continue  # a user's own metric class: TFMA imports it on the workers
+            if not (hasattr(tfma.metrics, name) or hasattr(keras.metrics, name)):
+                raise PipelineError(
+                    f"{where} names metric {name!r}, which neither TFMA nor Keras defines; use "
+                    "a class from tfma.metrics or keras.metrics (e.g. SparseCategoricalAccuracy)."
+                )
+
+
+def build_eval_config(
+    eval_config_path: Optional[str],
+    model_dir: str,
+    schema: Optional[schema_pb2.Schema],
+    slice_features: Sequence[str] = (),
+) -> config_pb2.EvalConfig:
+    """The EvalConfig of a run: ``--eval_config``'s file, else the default from the model.
+
+    Args:
+      eval_config_path: a TFMA EvalConfig in protobuf text or JSON format, or None.
+      model_dir: the candidate SavedModel.
+      schema: the raw data's schema (the features slices and labels may name).
+      slice_features: features to slice on besides the overall slice (added to either).
+
+    Raises:
+      PipelineError: the file does not parse, or names a metric, a slice feature or a
+        label that does not exist; the model does not load.
+    """
+    facts = model_facts(model_dir)
+    if eval_config_path:
+        config = _parse_config_file(eval_config_path)
+        where = f"--eval_config {eval_config_path}"
+    else:
+        config = _default_config(facts, model_dir)
+        where = "the default EvalConfig"
+    have = {tuple(s.feature_keys) for s in config.slicing_specs if not s.feature_values}
+    if not config.slicing_specs:
+        config.slicing_specs.add()  # the overall slice
+    for feature in slice_features:
+        if (feature,) not in have:
+            config.slicing_specs.add(feature_keys=[feature])
+    _check_config(config, where if eval_config_path else "--eval_slice_features", facts, schema)
+    return config
+
+
+def _with_baseline(config: config_pb2.EvalConfig, baseline: Optional[str]):
+    """The config TFMA runs: two named model specs with a baseline, no change thresholds
+    without one (the rubber stamp)."""
+    from tensorflow_model_analysis.proto import config_pb2
+
+    from transforms.evaluation import BASELINE, CANDIDATE
+
+    config = config_pb2.EvalConfig.FromString(config.SerializeToString())
+    if baseline is None:
+        for metrics in config.metrics_specs:
+            for metric in metrics.metrics:
+                metric.threshold.ClearField("change_threshold")
+            for threshold in metrics.thresholds.values():
+                threshold.ClearField("change_threshold")
+        return config
+    candidate = config.model_specs[0]
+    candidate.name = CANDIDATE
+    base = config.model_specs.add()
+    base.CopyFrom(candidate)
+    base.name = BASELINE
+    base.is_baseline = True
+    return config
+
+
+def _bound(threshold) -> str:
+    """A readable bound of a TFMA MetricThreshold that failed."""
+    if threshold.HasField("value_threshold"):
+        v = threshold.value_threshold
+        parts = []
+        if v.HasField("lower_bound"):
+            parts.append(f">= {v.lower_bound.value:g}")
+        if v.HasField("upper_bound"):
+            parts.append(f"<= {v.upper_bound.value:g}")
+        return " and ".join(parts)
+    from tensorflow_model_analysis.proto import config_pb2
+
+    c = threshold.change_threshold
+    word = "higher" if c.direction == config_pb2.MetricDirection.HIGHER_IS_BETTER else "lower"
+    return f"change vs baseline {word} is better (absolute {c.absolute.value:g})"
+
+
+def _failures(validation) -> tuple[ThresholdFailure, ...]:
+    from tensorflow_model_analysis import slicer
+
+    out = []
+    for per_slice in validation.metric_validations_per_slice:
+        name = slicer.stringify_slice_key(slicer.deserialize_slice_key(per_slice.slice_key))
+        for f in per_slice.failures:
+            metric = f.metric_key.name + (" (change vs baseline)" if f.metric_key.is_diff else "")
+            value = f.metric_value.double_value.value
+            out.append(ThresholdFailure(metric, name, float(value), _bound(f.metric_threshold)))
+    if validation.missing_slices:
+        for s in validation.missing_slices:
+            out.append(ThresholdFailure("slice", str(list(s.feature_keys)), math.nan, "present"))
+    return tuple(out)
+
+
+def _metrics(eval_result) -> dict[str, dict[str, float]]:
+    from tensorflow_model_analysis import slicer
+
+    table: dict[str, dict[str, float]] = {}
+    for key, by_output in eval_result.slicing_metrics:
+        values = by_output.get("", {}).get("", {})
+        row = {
+            k: float(v["doubleValue"])
+            for k, v in values.items()
+            if isinstance(v, dict) and "doubleValue" in v
+        }
+        table[slicer.stringify_slice_key(key)] = row
+    return table
+
+
+def run_evaluation(
+    config: config_pb2.EvalConfig,
+    model_dir: str,
+    baseline: Optional[str],
+    file_pattern: str,
+    output_path: str,
+    options: PipelineOptions,
+) -> EvaluationResult:
+    """Runs TFMA as a Beam job on ``options``' runner and reads its blessing back.
+
+    Args:
+      config: from :func:`build_eval_config`.
+      model_dir / baseline: the candidate and the baseline SavedModel (or None).
+      file_pattern: the eval split's examples.
+      output_path: the (staging) folder of the evaluation artifact.
+      options: the run's Beam options.
+    """
+    import tensorflow_model_analysis as tfma
+
+    from beam_pipeline.beam_options import create_pipeline
+    from transforms.evaluation import CANDIDATE, EvaluateModel
+
+    run_config = _with_baseline(config, baseline)
+    with create_pipeline(options) as p:
+        _ = p | "Evaluate" >> EvaluateModel(
+            file_pattern,
+            run_config,
+            candidate=model_dir,
+            baseline=baseline,
+            output_path=output_path,
+        )
+    validation = tfma.load_validation_result(output_path)
+    if baseline is None:
+        result = tfma.load_eval_result(output_path)
+    else:
+        result = tfma.load_eval_result(output_path, model_name=CANDIDATE)
+    return EvaluationResult(
+        blessed=bool(validation.validation_ok),
+        failures=_failures(validation),
+        baseline=baseline,
+        metrics=_metrics(result),
+    )
+
+
+def write_blessing(folder: str, result: EvaluationResult) -> None:
+    """Writes ``BLESSED``/``NOT_BLESSED`` and ``blessing.json`` into ``folder``."""
+    fileio.write_file(fileio.join(folder, "BLESSED" if result.blessed else "NOT_BLESSED"), "")
+    fileio.write_file(
+        fileio.join(folder, BLESSING_FILE), json.dumps(result.to_json(), indent=1) + "\n"
+    )
+
+
+def read_blessing(folder: str) -> Optional[EvaluationResult]:
+    """The blessing written into ``folder``, or None if there is none."""
+    path = fileio.join(folder, BLESSING_FILE)
+    if not fileio.exists(path):
+        return None
+    d = json.loads(fileio.open(path).read())
+    return EvaluationResult(
+        blessed=d["blessed"],
+        failures=tuple(ThresholdFailure(**f) for f in d["failures"]),
+        baseline=d["baseline"],
+        metrics=d["metrics"],
+    )

@@ -1,0 +1,73 @@
+"""The Pusher stage: a blessed model copied to ``<destination>/<version>/``.
+
+The layout TF Serving and Vertex AI load: one folder per integer version under the
+model's base path, the highest served. The version is one more than the highest integer
+folder already there (1 for an empty destination), so versions increase whatever the
+clock says. The copy is atomic for readers: the files go into a hidden
+``.<version>.partial-<id>`` folder (TF Serving ignores names that are not integers),
+which is renamed to ``<version>`` when complete; on object stores (no folder rename) the
+files are copied under ``<version>/`` with ``_PUBLISHED`` written last, as the run
+directory publishes its artifacts.
+
+Example::
+
+    pushed = push_model("run/model", "/srv/models/penguin")   # "/srv/models/penguin/3"
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError, first_line
+from beam_pipeline.core.types import PUBLISHED_MARKER
+
+__all__ = ["next_version", "push_model"]
+
+
+def next_version(destination: str) -> int:
+    """One more than the highest integer folder in ``destination`` (1 when there is none)."""
+    if not fileio.exists(destination):
+        return 1
+    versions = [int(n.rstrip("/")) for n in fileio.listdir(destination) if n.rstrip("/").isdigit()]
+    return max(versions, default=0) + 1
+
+
+def _files(top: str) -> list[str]:
+    return [fileio.join(d, f) for d, _, files in fileio.walk(top) for f in files]
+
+
+def push_model(model_dir: str, destination: str) -> str:
+    """Copies ``model_dir`` to ``destination/<next version>/`` and returns that folder.
+
+    Raises:
+      PipelineError: the destination cannot be created or written (the model stays in
+        the run directory, blessed; rerunning with the same --run_id pushes it).
+    """
+    try:
+        fileio.makedirs(destination)
+        version = next_version(destination)
+        final = fileio.join(destination, str(version))
+        files = [f for f in _files(model_dir) if posixpath.basename(f) != PUBLISHED_MARKER]
+        if fileio.is_remote(destination):
+            for src in files:
+                dst = fileio.join(final, posixpath.relpath(src, model_dir))
+                fileio.copy(src, dst, overwrite=True)
+            fileio.write_file(fileio.join(final, PUBLISHED_MARKER), "")
+            return final
+        partial = fileio.join(destination, f".{version}.partial-{uuid.uuid4().hex[:8]}")
+        for src in files:
+            dst = fileio.join(partial, posixpath.relpath(src, model_dir))
+            fileio.makedirs(posixpath.dirname(dst))
+            fileio.copy(src, dst)
+        fileio.rename(partial, final)
+        return final
+    except Exception as e:  # noqa: BLE001  tf.errors.OpError is not an OSError
+        if isinstance(e, PipelineError):
+            raise
+        raise PipelineError(
+            f"--push_destination {destination} is not writable ({type(e).__name__}: "
+            f"{first_line(e)}); fix its permissions or pick another destination and rerun with "
+            "the same --run_id: the model stays blessed and only the Pusher runs again."
+        ) from None

@@ -1,0 +1,301 @@
+"""The Evaluator (TFMA), the InfraValidator (a sandbox process) and the Pusher, on a real
+trained penguin model: one training of the bundled run_fn shared by every test here."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import conftest_trainer
+import keras
+import pytest
+
+from beam_pipeline import evaluator
+from beam_pipeline.beam_options import parse_beam_args
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import Artifact
+from beam_pipeline.infra_validator import WARMUP_FILE, validate_model
+from beam_pipeline.pusher import next_version, push_model
+from beam_pipeline.schema_gen import read_schema
+from beam_pipeline.training_stage import run_training_stage
+
+penguin_run_dir = conftest_trainer.penguin_run_dir
+
+
+@pytest.fixture(scope="module")
+def model(penguin_run_dir, tmp_path_factory):
+    """(run directory, model folder): the bundled run_fn, 100 seeded steps."""
+    root = str(tmp_path_factory.mktemp("evaluator") / "root")
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, root)
+    keras.utils.set_random_seed(0)
+    config = conftest_trainer.penguin_config(train_steps=100, eval_steps=5)
+    report = run_training_stage(config, run_dir, parse_beam_args(["--runner=DirectRunner"]))
+    assert report.status.value == "ok", report
+    return run_dir, run_dir.path(Artifact.MODEL)
+
+
+def _schema(run_dir):
+    return read_schema(run_dir.path(Artifact.SCHEMA, "schema.pbtxt"))
+
+
+def _evaluate(run_dir, model_dir, config, out, baseline=None):
+    return evaluator.run_evaluation(
+        config,
+        model_dir,
+        baseline,
+        run_dir.path(Artifact.EXAMPLES, "eval", "*.tfrecord.gz"),
+        out,
+        parse_beam_args(["--runner=DirectRunner"]),
+    )
+
+
+def test_export_records_the_label_and_a_transform_features_signature(model):
+    facts = evaluator.model_facts(model[1])
+    assert facts.signatures == ("serving_default", "transform_features")
+    assert facts.label_key == "species_xf"  # the one transformed feature the model does not read
+    assert "species_xf" in facts.transformed_features
+    assert facts.outputs == {"scores": (None, 3)}
+
+
+def test_default_config_slices_by_island_blesses_and_tfma_reads_the_artifact(model, tmp_path):
+    import tensorflow_model_analysis as tfma
+
+    run_dir, model_dir = model
+    config = evaluator.build_eval_config(None, model_dir, _schema(run_dir), ("island",))
+    assert config.model_specs[0].preprocessing_function_names == ["transform_features"]
+    out = str(tmp_path / "evaluation")
+    result = _evaluate(run_dir, model_dir, config, out)
+    # 100 seeded steps: 0.99 overall accuracy (0.974-1.0 unseeded over 6 runs in
+    # test_trainer_stage), far above the default 0.6 bar.
+    assert result.blessed and result.failures == () and result.baseline is None
+    assert set(result.metrics) == {"Overall", "island:Biscoe", "island:Dream", "island:Torgersen"}
+    assert result.metrics["Overall"]["example_count"] == 115  # the fixture's eval rows
+    per_island = sum(
+        result.metrics[f"island:{i}"]["example_count"] for i in ("Biscoe", "Dream", "Torgersen")
+    )
+    assert per_island == 115
+    assert result.metrics["Overall"]["sparse_categorical_accuracy"] >= 0.9
+    loaded = tfma.load_eval_result(out)
+    slices = {tfma.slicer.stringify_slice_key(k) for k, _ in loaded.slicing_metrics}
+    assert slices == set(result.metrics)
+    assert tfma.load_validation_result(out).validation_ok
+    evaluator.write_blessing(str(tmp_path / "blessing"), result)
+    assert os.path.exists(tmp_path / "blessing" / "BLESSED")
+    assert evaluator.read_blessing(str(tmp_path / "blessing")) == result
+
+
+_STRICT = """
+model_specs { label_key: "species_xf" preprocessing_function_names: "transform_features" }
+slicing_specs {}
+metrics_specs {
+  metrics {
+    class_name: "SparseCategoricalAccuracy"
+    threshold {
+      change_threshold { direction: HIGHER_IS_BETTER absolute { value: 0.05 } }
+    }
+  }
+  metrics {
+    class_name: "ExampleCount"
+    threshold { value_threshold { lower_bound { value: 1000 } } }
+  }
+}
+"""
+
+
+def test_value_and_change_thresholds_fail_against_a_baseline(model, tmp_path):
+    # The baseline is the same model: a change threshold asking for +0.05 accuracy fails
+    # by exactly that (the diff is 0), and 115 examples fail a bound of 1000.
+    run_dir, model_dir = model
+    path = tmp_path / "strict.pbtxt"
+    path.write_text(_STRICT)
+    config = evaluator.build_eval_config(str(path), model_dir, _schema(run_dir))
+    baseline = str(tmp_path / "baseline")
+    shutil.copytree(model_dir, baseline)
+    result = _evaluate(run_dir, model_dir, config, str(tmp_path / "evaluation"), baseline)
+    assert not result.blessed
+    failed = {(f.metric, f.slice): f for f in result.failures}
+    assert set(failed) == {
+        ("sparse_categorical_accuracy (change vs baseline)", "Overall"),
+        ("example_count", "Overall"),
+    }
+    change = failed[("sparse_categorical_accuracy (change vs baseline)", "Overall")]
+    assert change.value == 0 and "higher is better (absolute 0.05)" in change.bound
+    assert failed[("example_count", "Overall")].value == 115
+    assert failed[("example_count", "Overall")].bound == ">= 1000"
+
+
+def test_without_a_baseline_change_thresholds_are_dropped(model, tmp_path):
+    path = tmp_path / "strict.pbtxt"
+    path.write_text(_STRICT)
+    config = evaluator.build_eval_config(str(path), model[1], _schema(model[0]))
+    ran = evaluator._with_baseline(config, None)  # what TFMA runs without a baseline
+    thresholds = [m.threshold for m in ran.metrics_specs[0].metrics]
+    assert not any(t.HasField("change_threshold") for t in thresholds)
+    assert thresholds[1].value_threshold.lower_bound.value == 1000
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("model_specs { label_key: ", r"--eval_config .*bad.pbtxt does not parse as a TFMA"),
+        ('{"modelSpecs": [{"labelKey": 3', r"does not parse as a TFMA EvalConfig"),
+        (
+            'model_specs { label_key: "species_xf" preprocessing_function_names: '
+            '"transform_features" } metrics_specs { metrics { class_name: "Accurasy" } }',
+            r"names metric 'Accurasy', which neither TFMA nor Keras defines",
+        ),
+        (
+            'model_specs { label_key: "species_xf" preprocessing_function_names: '
+            '"transform_features" } slicing_specs { feature_keys: "continent" }',
+            r"slices on feature 'continent', which the data does not have; slice on one of",
+        ),
+        (
+            'model_specs { label_key: "kind" preprocessing_function_names: "transform_features" }',
+            r"gives label_key 'kind', which the model cannot produce; set it to one of the "
+            r"transformed features: .*species_xf",
+        ),
+        (
+            'model_specs { label_key: "species" preprocessing_function_names: "transform" }',
+            r"names preprocessing function 'transform', which the model does not have",
+        ),
+    ],
+)
+def test_bad_eval_configs_are_refused_before_the_job(model, tmp_path, text, match):
+    path = tmp_path / "bad.pbtxt"
+    path.write_text(text)
+    with pytest.raises(PipelineError, match=match):
+        evaluator.build_eval_config(str(path), model[1], _schema(model[0]))
+
+
+def test_a_slice_feature_that_does_not_exist_is_refused(model):
+    with pytest.raises(PipelineError, match=r"--eval_slice_features slices on feature 'planet'"):
+        evaluator.build_eval_config(None, model[1], _schema(model[0]), ("planet",))
+
+
+def test_infra_validator_serves_tf_serving_requests_in_a_sandbox(model, tmp_path):
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    run_dir, model_dir = model
+    served = str(tmp_path / "model")
+    shutil.copytree(model_dir, served)
+    examples = conftest_trainer.read_raw_examples(run_dir, "eval")
+    result = validate_model(served, examples, repeats=3)
+    assert result.blessed, result.problems
+    assert sorted(result.latency_ms) == [1, 8, 32]
+    assert all(0 < v["p50"] <= v["p99"] for v in result.latency_ms.values())
+    # The warm-up file TF Serving replays: PredictionLogs of PredictRequests.
+    records = list(tf.data.TFRecordDataset(os.path.join(served, WARMUP_FILE)))
+    sizes = []
+    for r in records:
+        request = prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request
+        assert request.model_spec.signature_name == "serving_default"
+        sizes.append(tf.make_ndarray(request.inputs["examples"]).shape[0])
+    assert sizes == [1, 8, 32]
+    assert not os.listdir(os.path.join(served, "assets.extra")) == []
+
+
+def test_infra_validator_fails_a_model_that_does_not_load_or_take_examples(tmp_path):
+    import tensorflow as tf
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
+    result = validate_model(str(broken), [b"x"], repeats=1)
+    assert not result.blessed
+    assert result.problems[0].startswith("the model does not load: ")
+    assert "saved_model.pb does not parse (DecodeError" in result.problems[0]
+    assert not os.path.exists(broken / WARMUP_FILE)
+
+    class Floats(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": x * 2}
+
+    floats = str(tmp_path / "floats")
+    module = Floats()
+    tf.saved_model.save(module, floats, signatures={"serving_default": module.serve})
+    result = validate_model(floats, [b"x"], repeats=1)
+    assert not result.blessed
+    assert "does not take serialized tf.Examples" in result.problems[0]
+
+
+def test_pusher_writes_increasing_versions_atomically(model, tmp_path):
+    destination = str(tmp_path / "serving" / "penguin")
+    assert next_version(destination) == 1
+    first = push_model(model[1], destination)
+    second = push_model(model[1], destination)
+    assert [os.path.basename(first), os.path.basename(second)] == ["1", "2"]
+    assert sorted(os.listdir(destination)) == ["1", "2"]  # no partial folder left behind
+    assert os.path.exists(os.path.join(second, "saved_model.pb"))
+    os.makedirs(os.path.join(destination, "10"))
+    assert next_version(destination) == 11
+
+
+def test_pusher_refuses_a_destination_it_cannot_write(model, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(PipelineError, match=r"--push_destination .*file/models is not writable"):
+        push_model(model[1], str(blocker / "models"))
+
+
+def test_blessing_json_names_the_failed_threshold(tmp_path):
+    failure = evaluator.ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6")
+    result = evaluator.EvaluationResult(False, (failure,), None, {"Overall": {"accuracy": 0.25}})
+    evaluator.write_blessing(str(tmp_path), result)
+    assert os.path.exists(tmp_path / "NOT_BLESSED")
+    saved = json.loads((tmp_path / "blessing.json").read_text())
+    assert saved["failures"] == [
+        {"metric": "accuracy", "slice": "Overall", "value": 0.25, "bound": ">= 0.6"}
+    ]
+    assert failure.describe() == "accuracy on Overall = 0.25, needs >= 0.6"
+
+
+def _pusher_ctx(tmp_path, **pusher):
+    from beam_pipeline.config import PipelineConfig, PusherConfig
+    from beam_pipeline.run_dir import RunDirectory
+    from beam_pipeline.stages.base import StageContext
+
+    config = PipelineConfig(pipeline_root=str(tmp_path / "root"), pusher=PusherConfig(**pusher))
+    run_dir = RunDirectory.create(config.pipeline_root, "r")
+    return StageContext(config, None, run_dir, {}, None, None)
+
+
+def test_pusher_stage_pushes_only_a_model_blessed_by_both(model, tmp_path):
+    from beam_pipeline.artifacts import InfraBlessing, Model, ModelBlessing, PushedModel
+    from beam_pipeline.infra_validator import InfraResult, write_infra_result
+    from beam_pipeline.stages.base import Outputs
+    from beam_pipeline.stages.pusher import EXIT_NOT_BLESSED, PusherStage
+
+    destination = str(tmp_path / "serving")
+    ctx = _pusher_ctx(tmp_path, destination=destination, require_blessing=True)
+    failure = evaluator.ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6")
+    verdicts = {}
+    for name, blessed in (("yes", True), ("no", False)):
+        folder = str(tmp_path / name)
+        evaluator.write_blessing(
+            folder, evaluator.EvaluationResult(blessed, () if blessed else (failure,), None, {})
+        )
+        verdicts[name] = ModelBlessing(folder)
+    infra = str(tmp_path / "infra")
+    write_infra_result(infra, InfraResult(True, (), 1.0, {1: {"p50": 1.0, "p99": 2.0}}))
+    stage = PusherStage()
+    for blessing, pushed in (("no", False), ("yes", True)):
+        out = Outputs(ctx.run_dir, {PushedModel: str(tmp_path / f"out-{blessing}")})
+        inputs = {Model: Model(model[1]), ModelBlessing: verdicts[blessing]}
+        inputs[InfraBlessing] = InfraBlessing(infra)
+        result = stage.run(ctx, inputs, out)
+        assert result.outputs[0].properties["pushed"] is pushed
+        if not pushed:
+            assert result.reports[0].note == (
+                "not pushed: the Evaluator did not bless it (accuracy on Overall = 0.25, "
+                "needs >= 0.6)"
+            )
+            with pytest.raises(PipelineError, match="not blessed, so it was not pushed") as e:
+                stage.check(ctx, result.outcome)  # --require_blessing
+            assert e.value.exit_code == EXIT_NOT_BLESSED
+        else:
+            assert result.reports[0].note == f"pushed to {destination}/1 (version 1)"
+            stage.check(ctx, result.outcome)
+    assert os.listdir(destination) == ["1"]
