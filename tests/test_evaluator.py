@@ -219,6 +219,13 @@ def test_infra_validator_fails_a_model_that_does_not_load_or_take_examples(tmp_p
     result = validate_model(floats, [b"x"], repeats=1)
     assert not result.blessed
     assert "does not take serialized tf.Examples" in result.problems[0]
+    # A model exported by other code records no label: the default EvalConfig cannot be
+    # derived, and says what to pass instead (the Evaluator stage skips with that advice).
+    assert evaluator.model_facts(floats).label_key is None
+    with pytest.raises(
+        PipelineError, match=r"records no label for the Evaluator; pass --eval_config"
+    ):
+        evaluator.build_eval_config(None, floats, None)
 
 
 def test_pusher_writes_increasing_versions_atomically(model, tmp_path):
