@@ -149,7 +149,10 @@ def validate_model(
         _write_requests(requests, input_name, examples)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        cmd = [sys.executable, "-I", _SANDBOX, model_dir, requests, str(repeats)]
+        # The sandbox runs in a folder of its own: a relative model path (the default
+        # pipeline root is relative) is made absolute first.
+        served = model_dir if fileio.is_remote(model_dir) else os.path.abspath(model_dir)
+        cmd = [sys.executable, "-I", _SANDBOX, served, requests, str(repeats)]
         cmd.append(str(load_timeout))
         try:
             proc = subprocess.run(

@@ -173,7 +173,7 @@ def test_a_slice_feature_that_does_not_exist_is_refused(model):
         evaluator.build_eval_config(None, model[1], _schema(model[0]), ("planet",))
 
 
-def test_infra_validator_serves_tf_serving_requests_in_a_sandbox(model, tmp_path):
+def test_infra_validator_serves_tf_serving_requests_in_a_sandbox(model, tmp_path, monkeypatch):
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -181,7 +181,9 @@ def test_infra_validator_serves_tf_serving_requests_in_a_sandbox(model, tmp_path
     served = str(tmp_path / "model")
     shutil.copytree(model_dir, served)
     examples = conftest_trainer.read_raw_examples(run_dir, "eval")
-    result = validate_model(served, examples, repeats=3)
+    # Given relative, as the default pipeline root's paths are (the sandbox runs elsewhere).
+    monkeypatch.chdir(tmp_path)
+    result = validate_model("model", examples, repeats=3)
     assert result.blessed, result.problems
     assert sorted(result.latency_ms) == [1, 8, 32]
     assert all(0 < v["p50"] <= v["p99"] for v in result.latency_ms.values())
