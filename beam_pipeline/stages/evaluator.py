@@ -28,6 +28,7 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.fingerprint import file_digest
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.stages.records import stored_uri
 from beam_pipeline.summary import StageReport, StageStatus
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def _baseline(ctx: StageContext, candidate: str) -> tuple[Optional[str], str]:
         if store is None:
             return None, "no metadata store (remote root, no --metadata_url): value thresholds only"
         found = store.latest_blessed_model()
-    if found is None or fileio.join(found.uri, "") == fileio.join(candidate, ""):
+    if found is None or fileio.join(found.uri, "") == fileio.join(stored_uri(candidate), ""):
         return None, "no blessed model yet: value thresholds only (rubber stamp)"
     return found.uri, f"baseline {found.uri}"
 
@@ -80,7 +81,7 @@ def _record(ctx: StageContext, model_uri: str, blessed: bool) -> None:
     """Sets the model's ``blessed`` property in the store (the runner recorded the model as
     the Trainer's output): the next run's baseline look-up reads it."""
     with open_store(ctx) as store:
-        lineage = store.lineage(model_uri) if store is not None else None
+        lineage = store.lineage(stored_uri(model_uri)) if store is not None else None
         if lineage is not None:
             store.set_custom_property(lineage.artifact.id, "blessed", blessed)
 
