@@ -358,6 +358,7 @@ def test_runs_list_show_and_lineage_on_the_two_bundled_runs(bundled_run, second_
     rows = {r["run_id"]: r for r in json.loads(out)}
     assert rows["again"]["cached"] == [
         "ExampleGen+Statistics", "Schema", "Validation", "Transform", "Tuner", "Trainer",
+        "Evaluator", "InfraValidator", "Pusher",
     ]  # fmt: skip
     assert rows[first]["cached"] == [] and rows[first]["status"] == "complete"
     assert rows[first]["data"] == rows["again"]["data"] and len(rows[first]["data"]) == 64
