@@ -1,18 +1,20 @@
 """The type of each CSV column (INT, FLOAT or STRING), from the data or a user's schema.
 
 Without ``--schema``, a first pass over the files counts per column how many present
-values parse as integers and as numbers (:class:`CountFileTypes`, pyarrow's C++ reader),
-and :class:`InferCsvColumnTypes` sums the counts and decides; with ``--schema``,
+values parse as integers and as numbers (:class:`CountFileTypes`, pyarrow's C++ reader;
+the same read finds the file's byte ranges, :mod:`.csv_ranges`), and
+:class:`InferCsvColumnTypes` sums the counts and decides; with ``--schema``,
 :func:`column_types_of_schema` takes its types. The parsing pass (:mod:`.csv_input`)
 then parses with those types and the same patterns (:data:`INT_RE`, :data:`FLOAT_RE`).
 
 Example::
 
-    types = (
+    counted = (
         p
         | beam.Create(files)
-        | beam.ParDo(CountFileTypes(header, fmt))
-        | beam.CombineGlobally(InferCsvColumnTypes(header)))   # {column: ColumnType}
+        | beam.ParDo(CountFileTypes(header, fmt)).with_outputs("ranges", main="counts"))
+    types = counted.counts | beam.CombineGlobally(InferCsvColumnTypes(header))
+    # types: {column: ColumnType}; counted.ranges: the CsvRanges to read
 """
 
 from __future__ import annotations
