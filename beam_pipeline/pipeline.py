@@ -32,6 +32,7 @@ import logging
 from typing import Optional
 
 from beam_pipeline.beam_options import parse_beam_args
+from beam_pipeline.code_digest import transform_code
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
@@ -168,6 +169,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
                 user_schema=user_schema,
                 preprocessing_fn=preprocessing_fn,
                 module_digest=module_digest,
+                transform_code=transform_code(preprocessing_fn, module_digest),
                 staged=staged,
                 tuner_pool=tuner_pool,
                 pool=pool,

@@ -34,6 +34,7 @@ from beam_pipeline.metadata import METADATA_FILE, MetadataStore
 __all__ = ["main"]
 
 _SHORT = 12  # fingerprints and cache keys are shown by their first characters
+_WHOLE = {"run", "stage", "status", "start"}
 _DIGEST = re.compile(r"[0-9a-f]{40,}")
 
 
@@ -96,7 +97,8 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
         return f"{title}: none"
     table = Table(title=title, title_justify="left", show_lines=False)
     for c in columns:
-        table.add_column(c, overflow="fold")
+        # Names, statuses and run ids whole; long uris and parameter lists fold.
+        table.add_column(c, overflow="fold", no_wrap=c in _WHOLE)
     for row in rows:
         table.add_row(*(_plain(v) for v in row))
     return table

@@ -99,6 +99,9 @@ class StageContext:
       user_schema: the ``--schema`` proto, or None.
       preprocessing_fn: the module's tf.Transform function, or None without a module.
       module_digest: the digest of the module and its folder's Python files, or None.
+      transform_code: what Transform's key holds of the code: ``function <digest>`` of
+        what ``preprocessing_fn`` runs (:func:`beam_pipeline.code_digest.function_digest`)
+        or, where that cannot be computed, ``module <module_digest>``; None without a module.
       staged: the module file as staged in the run directory for the workers, or None.
       tuner_pool: closes the tuner's early-started worker pool (after tuning, or at the
         end of the run).
@@ -115,6 +118,7 @@ class StageContext:
     user_schema: Any = None
     preprocessing_fn: Optional[Callable] = None
     module_digest: Optional[str] = None
+    transform_code: Optional[str] = None
     staged: Optional[StagedModule] = None
     tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
     pool: Optional[LocalWorkerPool] = None

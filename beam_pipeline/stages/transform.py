@@ -103,7 +103,8 @@ class TransformStage(Stage):
     outputs = (TransformGraph, TransformedExamples)
 
     def parameters(self, ctx: StageContext) -> dict:
-        return {"module_file": ctx.module_digest}
+        # Only the code preprocessing_fn runs: a changed run_fn does not rerun Transform.
+        return {"preprocessing_fn": ctx.transform_code}
 
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
