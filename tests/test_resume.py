@@ -285,6 +285,9 @@ def test_each_killed_execution_stays_running_in_the_metadata_store(killed_run):
         "Transform": ["running", "complete"],  # killed in Transform
         "Tuner": ["complete"],
         "Trainer": ["running", "running", "complete"],  # killed in training, in export
+        "Evaluator": ["complete"],  # --no_evaluator --no_infra_validator: skipped, recorded
+        "InfraValidator": ["complete"],
+        "Pusher": ["complete"],
     }
     running = [e for e in executions if e.status is ExecutionStatus.RUNNING]
     assert all(e.end_time is None and e.outputs == {} for e in running)
