@@ -54,7 +54,7 @@ def _wait_for_port(port: int, timeout: float = 60.0) -> None:
     raise SystemExit(f"the worker pool did not listen on port {port} within {timeout} s")
 
 
-def run_once(tree: str, pool: str, warm_s: float) -> dict:
+def run_once(tree: str, pool: str, warm_s: float, extra: list[str]) -> dict:
     """One pool and one bundled portable run from ``tree``; what it measured."""
     port = _free_port()
     work = tempfile.mkdtemp(prefix="bench_portable_")
@@ -88,6 +88,7 @@ def run_once(tree: str, pool: str, warm_s: float) -> dict:
             f"--environment_config=localhost:{port}",
             f"--pipeline_root={root}",
             "--run_id=bench",
+            *extra,
         ]
         start = time.monotonic()
         proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
@@ -117,9 +118,16 @@ def main() -> None:
     parser.add_argument("--pool", choices=sorted(POOLS), default="own")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--warm_s", type=float, default=10.0, help="pool start to run start")
+    parser.add_argument(
+        "--extra",
+        default="",
+        help="more flags for the run, e.g. '--no_evaluator --no_infra_validator' to run the "
+        "stages an older version has",
+    )
     args = parser.parse_args()
     for _ in range(args.runs):
-        print(json.dumps(run_once(os.path.abspath(args.tree), args.pool, args.warm_s)), flush=True)
+        result = run_once(os.path.abspath(args.tree), args.pool, args.warm_s, args.extra.split())
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
