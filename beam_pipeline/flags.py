@@ -1,0 +1,445 @@
+"""The command line's flags: ``python -m beam_pipeline [flags] [Beam flags]`` to a config.
+
+Our flags and an optional YAML ``--config`` (same keys as the flags, without ``--``) become
+one frozen :class:`~beam_pipeline.config.PipelineConfig`; flags given on the command line
+win over the file. Every other flag must be a Beam pipeline option (``--runner``,
+``--direct_running_mode``, ``--project``, ...) and is passed through to
+``PipelineOptions``; a flag neither knows is an error.
+
+With neither ``--data`` nor ``--config``, the bundled penguin example runs.
+
+One concept, kept in one module though over 400 lines: the table of our flags and the
+conversion of each (flag or YAML value) into its typed config field.
+
+Example::
+
+    python -m beam_pipeline --runner=DirectRunner
+    python -m beam_pipeline --data=data/ --module_file=my_module.py --runner=DirectRunner
+    python -m beam_pipeline runs list   # the run history: see beam_pipeline.history
+
+    config = parse_config(["--data=data/", "--runner=DirectRunner"])  # what cli.main runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from beam_pipeline.config import (
+    BUNDLED_CONFIG,
+    DataConfig,
+    EvaluatorConfig,
+    PipelineConfig,
+    PusherConfig,
+    TrainerConfig,
+    TransformConfig,
+    TunerConfig,
+    TunerSchedule,
+    check_run_id,
+    parse_custom_config,
+)
+from beam_pipeline.console import OutputConfig
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import DataFormat, Split
+
+__all__ = ["build_parser", "parse_config", "parse_output"]
+
+# Flag name -> (section, field). Sections are the nested config dataclasses.
+_FIELDS: dict[str, tuple[str, str]] = {
+    "data": ("data", "data"),
+    "data_format": ("data", "data_format"),
+    "csv_delimiter": ("data", "csv_delimiter"),
+    "csv_null_values": ("data", "csv_null_values"),
+    "csv_max_field_bytes": ("data", "csv_max_field_bytes"),
+    "split_buckets": ("data", "split_buckets"),
+    "input_splits": ("data", "input_splits"),
+    "partition_feature": ("data", "partition_feature"),
+    "max_rejected_fraction": ("data", "max_rejected_fraction"),
+    "schema": ("data", "schema"),
+    "infer_feature_shape": ("data", "infer_feature_shape"),
+    "max_string_domain_size": ("data", "max_string_domain_size"),
+    "ignore_anomalies": ("data", "ignore_anomalies"),
+    "module_file": ("", "module_file"),
+    "max_module_folder_mib": ("", "max_module_folder_mib"),
+    "pipeline_root": ("", "pipeline_root"),
+    "run_id": ("", "run_id"),
+    "worker_start_timeout": ("", "worker_start_timeout"),
+    "metadata_url": ("", "metadata_url"),
+    "no_cache": ("", "no_cache"),
+    "analyzer_cache": ("transform", "analyzer_cache"),
+    "train_steps": ("trainer", "train_steps"),
+    "eval_steps": ("trainer", "eval_steps"),
+    "hyperparameters": ("trainer", "hyperparameters"),
+    "base_model": ("trainer", "base_model"),
+    "trainer_accelerator": ("trainer", "accelerator"),
+    "trainer_min_ram": ("trainer", "min_ram"),
+    "custom_config": ("trainer", "custom_config"),
+    "trainer": ("trainer", "enabled"),
+    "trainer_entry_point": ("trainer", "entry_point"),
+    "tuner": ("tuner", "enabled"),
+    "tuner_parallel_trials": ("tuner", "parallel_trials"),
+    "tuner_schedule": ("tuner", "schedule"),
+    "tuner_max_trials": ("tuner", "max_trials"),
+    "tuner_train_steps": ("tuner", "train_steps"),
+    "tuner_eval_steps": ("tuner", "eval_steps"),
+    "tuner_accelerator": ("tuner", "accelerator"),
+    "tuner_min_ram": ("tuner", "min_ram"),
+    "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
+    "evaluator": ("evaluator", "enabled"),
+    "eval_config": ("evaluator", "eval_config"),
+    "eval_split": ("evaluator", "eval_split"),
+    "eval_slice_features": ("evaluator", "slice_features"),
+    "eval_baseline": ("evaluator", "baseline"),
+    "infra_validator": ("evaluator", "infra_validator"),
+    "infra_load_timeout": ("evaluator", "infra_load_timeout"),
+    "push_destination": ("pusher", "destination"),
+    "require_blessing": ("pusher", "require_blessing"),
+}
+# Keys of a YAML config file whose paths are read relative to the file.
+_PATH_KEYS = {
+    "data",
+    "module_file",
+    "schema",
+    "hyperparameters",
+    "base_model",
+    "pipeline_root",
+    "eval_config",
+    "push_destination",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of beam_pipeline's own flags (Beam's flags are checked separately)."""
+    p = argparse.ArgumentParser(
+        prog="python -m beam_pipeline",
+        description="Run a TFX-style ML pipeline (ExampleGen, statistics, schema, validation, "
+        "tf.Transform, tuning, training) as Apache Beam jobs. Any other --flag is passed to "
+        "Beam's PipelineOptions (e.g. --runner, --direct_running_mode, --project).",
+        allow_abbrev=False,
+        argument_default=argparse.SUPPRESS,
+    )
+    a = p.add_argument
+    a("--config", help="YAML file with the same settings as the flags (flags win).")
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--data", help="CSV or TFRecord (tf.Example, optionally .gz) file, folder or glob."
+    )
+    g.add_argument("--data_format", choices=[f.value for f in DataFormat])
+    g.add_argument("--csv_delimiter")
+    g.add_argument(
+        "--csv_null_values", help="Comma-separated values that mean missing, e.g. 'NA,null'."
+    )
+    g.add_argument(
+        "--csv_max_field_bytes",
+        type=int,
+        help="A CSV row with a longer field (UTF-8 bytes) is rejected (default 16 MiB).",
+    )
+    g.add_argument("--split_buckets", help="Hash split, e.g. train=2,eval=1 (the default).")
+    g.add_argument("--input_splits", help="Input already split: train=PATTERN,eval=PATTERN.")
+    g.add_argument("--partition_feature", help="Rows sharing this column's value share a split.")
+    g.add_argument("--max_rejected_fraction", type=float, help="Fail above this (default 0).")
+    g.add_argument("--schema", help="A schema.pbtxt to use instead of inferring one.")
+    g.add_argument("--no_infer_feature_shape", dest="infer_feature_shape", action="store_false")
+    g.add_argument("--max_string_domain_size", type=int)
+    g.add_argument("--ignore_anomalies", action="store_true", help="Report anomalies, go on.")
+    g = p.add_argument_group("pipeline")
+    g.add_argument("--module_file", help="Python file with preprocessing_fn / run_fn / tuner_fn.")
+    g.add_argument(
+        "--max_module_folder_mib",
+        type=float,
+        help="Most MiB of Python files in the module file's folder, staged for the workers.",
+    )
+    g.add_argument("--pipeline_root", help="Folder (or gs:// path) for runs and caches.")
+    g.add_argument("--run_id", help="Name of the run directory (default: timestamp).")
+    g.add_argument("--no_analyzer_cache", dest="analyzer_cache", action="store_false")
+    g.add_argument(
+        "--worker_start_timeout",
+        type=float,
+        help="Seconds a job may go without a live worker before it fails (default 120).",
+    )
+    g.add_argument(
+        "--metadata_url",
+        help="SQLAlchemy URL of the metadata store (default: SQLite "
+        "<pipeline_root>/metadata.sqlite; e.g. postgresql+psycopg://user@host/db).",
+    )
+    g.add_argument(
+        "--no_cache",
+        nargs="?",
+        const="all",
+        help="Run these stages (comma-separated, e.g. Tuner,Trainer; all of them without a "
+        "value) even when an earlier run's outputs could be reused.",
+    )
+    g = p.add_argument_group("trainer")
+    g.add_argument("--train_steps", type=int)
+    g.add_argument("--eval_steps", type=int)
+    g.add_argument("--hyperparameters", help="Keras Tuner HyperParameters config JSON file.")
+    g.add_argument("--base_model", help="SavedModel folder to warm-start from.")
+    g.add_argument(
+        "--trainer_accelerator", help="e.g. type:nvidia-l4;count:1;install-nvidia-driver"
+    )
+    g.add_argument("--trainer_min_ram", help="e.g. 16GB")
+    g.add_argument("--custom_config", help="JSON object reaching fn_args.custom_config.")
+    g.add_argument(
+        "--trainer_entry_point",
+        help="run_fn-like function or TrainSpec class of the module to train with.",
+    )
+    g.add_argument("--no_trainer", dest="trainer", action="store_false")
+    g = p.add_argument_group("tuner")
+    g.add_argument("--tuner_parallel_trials", type=int)
+    g.add_argument(
+        "--tuner_schedule",
+        choices=[s.value for s in TunerSchedule],
+        help="rolling (default): a worker that finishes a trial starts the next at once; "
+        "rounds: synchronous rounds (reproducible adaptive searches).",
+    )
+    g.add_argument("--tuner_max_trials", type=int)
+    g.add_argument("--tuner_train_steps", type=int)
+    g.add_argument("--tuner_eval_steps", type=int)
+    g.add_argument("--tuner_accelerator")
+    g.add_argument("--tuner_min_ram")
+    g.add_argument("--no_tuner", dest="tuner", action="store_false")
+    g = p.add_argument_group("evaluator, infra validator, pusher")
+    g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")
+    g.add_argument("--eval_split", help="Split to evaluate and validate on (default eval).")
+    g.add_argument("--eval_slice_features", help="Comma-separated features to slice metrics by.")
+    g.add_argument(
+        "--no_eval_baseline",
+        dest="eval_baseline",
+        action="store_false",
+        help="Do not compare with the latest blessed model.",
+    )
+    g.add_argument("--no_evaluator", dest="evaluator", action="store_false")
+    g.add_argument("--no_infra_validator", dest="infra_validator", action="store_false")
+    g.add_argument("--infra_load_timeout", type=float, help="Seconds to load (default 60).")
+    g.add_argument("--push_destination", help="Folder or gs:// path for <version>/ folders.")
+    g.add_argument(
+        "--require_blessing",
+        action="store_true",
+        help="Exit non-zero when the model is not blessed.",
+    )
+    _add_output_flags(p.add_argument_group("output"))
+    return p
+
+
+def _add_output_flags(g) -> None:
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="Print every log line and warning (TensorFlow's, Beam's) on the terminal too.",
+    )
+    g.add_argument("--log_file", help="Where the run's full log goes (default <run_dir>/run.log).")
+    g.add_argument(
+        "--no_progress", dest="progress", action="store_false", help="No live progress lines."
+    )
+
+
+# Flags of how the run talks to the user: OutputConfig, not part of the run's identity.
+_OUTPUT_FLAGS = ("verbose", "log_file", "progress")
+
+
+def parse_output(argv: Sequence[str]) -> OutputConfig:
+    """``-v/--verbose``, ``--log_file`` and ``--no_progress`` as an OutputConfig (flags
+    only; every other flag, and a malformed one, is :func:`parse_config`'s to check)."""
+    parser = argparse.ArgumentParser(
+        add_help=False, allow_abbrev=False, exit_on_error=False, argument_default=argparse.SUPPRESS
+    )
+    _add_output_flags(parser)
+    try:
+        args, _ = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError:
+        return OutputConfig()
+    given = vars(args)
+    return OutputConfig(**{k: given[k] for k in _OUTPUT_FLAGS if k in given})
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise PipelineError(
+            f"--config {path} cannot be read ({e.strerror}); pass an existing YAML file."
+        ) from e
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise PipelineError(
+            f"--config {path}{where} is not valid YAML; fix the syntax there."
+        ) from e
+    if not isinstance(raw, dict):
+        raise PipelineError(
+            f"--config {path} must hold a mapping of settings, e.g. 'data: file.csv'."
+        )
+    unknown = sorted(set(raw) - set(_FIELDS) - {"beam_args"})
+    if unknown:
+        raise PipelineError(
+            f"--config {path} has unknown setting {unknown[0]!r}; use the flag names without "
+            "'--' (see --help)."
+        )
+    base = os.path.dirname(os.path.abspath(path))
+    for key in _PATH_KEYS & set(raw):
+        value = raw[key]
+        if isinstance(value, str) and value and "://" not in value and not os.path.isabs(value):
+            raw[key] = os.path.join(base, value)
+    return raw
+
+
+def _pairs(flag: str, text: Any, value_type: type) -> tuple:
+    if isinstance(text, dict):
+        items = list(text.items())
+    else:
+        items = []
+        for part in str(text).split(","):
+            name, sep, value = part.partition("=")
+            if not sep:
+                raise PipelineError(
+                    f"--{flag} {text!r} must look like train=...,eval=...; fix its format."
+                )
+            items.append((name.strip(), value.strip()))
+    out = []
+    for name, value in items:
+        try:
+            split = Split(name)
+        except ValueError:
+            raise PipelineError(
+                f"--{flag} names split {name!r}; use train, eval or test."
+            ) from None
+        try:
+            out.append((split, value_type(value)))
+        except ValueError:
+            raise PipelineError(
+                f"--{flag} gives {name} {value!r}, which is not a whole number; pass e.g. "
+                "--split_buckets=train=2,eval=1."
+            ) from None
+    return tuple(out)
+
+
+def _no_cache(value: Any) -> tuple:
+    """``--no_cache``'s stages: all (the flag alone, ``true``), none, or a list of names."""
+    from beam_pipeline.stages.base import StageName
+
+    if value is True or str(value).strip().lower() == "all":
+        return tuple(StageName)
+    if value is False or value is None:
+        return ()
+    names = {s.value.lower(): s for s in StageName}
+    names.update(examplegen=StageName.DATA, statistics=StageName.DATA)
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    stages = []
+    for item in items:
+        stage = names.get(str(item).strip().lower())
+        if stage is None:
+            raise PipelineError(
+                f"--no_cache names stage {str(item).strip()!r}, which is not one; pass all or "
+                f"some of {','.join(s.value for s in StageName)} (or no value: all)."
+            )
+        if stage not in stages:
+            stages.append(stage)
+    return tuple(stages)
+
+
+def _convert(key: str, value: Any) -> Any:
+    if key == "run_id":
+        # Given but empty is refused (left out, a timestamp is generated); the rest of the
+        # check is PipelineConfig's.
+        text = str(value) if value is not None else ""
+        check_run_id(text)
+        return text
+    if key == "max_rejected_fraction" and isinstance(value, str):
+        try:
+            return float(value)  # YAML reads 1e-2 as a string
+        except ValueError:
+            pass  # refused with its range by DataConfig
+    if key == "csv_null_values":
+        return tuple(value) if isinstance(value, (list, tuple)) else tuple(str(value).split(","))
+    if key == "split_buckets":
+        return _pairs(key, value, int)
+    if key == "input_splits":
+        return _pairs(key, value, str)
+    if key == "search_space":
+        from trainer.tuning.search_space import SearchSpace
+
+        if not isinstance(value, dict):
+            raise PipelineError(
+                "search_space in --config must be a mapping (algorithm, objective, "
+                "hyperparameters: {...}); see README's tuning section."
+            )
+        return SearchSpace.from_mapping(value)
+    if key == "no_cache":
+        return _no_cache(value)
+    if key == "data_format":
+        return DataFormat(value)
+    if key == "eval_slice_features":
+        items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+        return tuple(str(v).strip() for v in items if str(v).strip())
+    if key == "eval_split":
+        try:
+            return Split(value)
+        except ValueError:
+            raise PipelineError(
+                f"--eval_split={value!r} is not a split; use one of "
+                f"{', '.join(s.value for s in Split)}."
+            ) from None
+    if key == "tuner_schedule":
+        try:
+            return TunerSchedule(value)
+        except ValueError:
+            raise PipelineError(
+                f"tuner_schedule: {value!r} is not a schedule; use one of "
+                f"{', '.join(s.value for s in TunerSchedule)}."
+            ) from None
+    if key == "custom_config":
+        text = value if isinstance(value, str) else json.dumps(value)
+        parse_custom_config(text)  # checked here, parsed again where fn_args is built
+        return text
+    return value
+
+
+def parse_config(argv: Sequence[str]) -> PipelineConfig:
+    """Flags (+ optional YAML) -> PipelineConfig; leftover flags become ``beam_args``.
+
+    Raises:
+      PipelineError: an unknown setting in the config file or a malformed value. Unknown
+        command-line flags are checked against Beam's options by ``parse_beam_args``.
+    """
+    args, rest = build_parser().parse_known_args(list(argv))
+    given = {k: v for k, v in vars(args).items() if k not in _OUTPUT_FLAGS}
+    settings: dict[str, Any] = {}
+    config_path = given.pop("config", None)
+    if config_path is None and "data" not in given:
+        config_path = BUNDLED_CONFIG
+    beam_args: list[str] = []
+    if config_path:
+        loaded = _load_yaml(config_path)
+        beam_args = [str(a) for a in loaded.pop("beam_args", [])]
+        settings.update(loaded)
+    settings.update(given)
+    sections: dict[str, dict[str, Any]] = {
+        "": {},
+        "data": {},
+        "transform": {},
+        "trainer": {},
+        "tuner": {},
+        "evaluator": {},
+        "pusher": {},
+    }
+    for key, value in settings.items():
+        section, field = _FIELDS[key]
+        sections[section][field] = _convert(key, value)
+    extra = [a for a in rest if a != "--"]
+    return PipelineConfig(
+        data=DataConfig(**sections["data"]),
+        transform=TransformConfig(**sections["transform"]),
+        trainer=TrainerConfig(**sections["trainer"]),
+        tuner=TunerConfig(**sections["tuner"]),
+        evaluator=EvaluatorConfig(**sections["evaluator"]),
+        pusher=PusherConfig(**sections["pusher"]),
+        beam_args=tuple(beam_args + extra),
+        **sections[""],
+    )
