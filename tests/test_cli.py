@@ -402,6 +402,14 @@ def test_runs_list_show_and_lineage_on_the_two_bundled_runs(bundled_run, second_
     code, _, err = _runs(capsys, "list", f"--pipeline_root={root}/none")
     assert code == EXIT_USER_ERROR and "No metadata store at " in err
 
+    # `runs report RUN` writes the recorded run's report.html again and prints its path.
+    report = os.path.join(bundled_run, "report.html")
+    os.remove(report)
+    code, out, _ = _runs(capsys, "report", first, f"--pipeline_root={root}")
+    assert (code, out.strip()) == (0, report) and os.path.getsize(report) > 1000
+    code, out, err = _runs(capsys, "report", "nope", f"--pipeline_root={root}")
+    assert (code, out) == (EXIT_USER_ERROR, "") and "No run 'nope' is recorded" in err
+
 
 def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
     bundled_run, tmp_path, capsys

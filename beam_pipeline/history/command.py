@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--metadata_url", default="", help="SQLAlchemy URL of the store.")
     where.add_argument("--json", action="store_true", help="Print JSON for scripts.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{list,show,lineage,diff}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{list,show,lineage,diff,report}")
     sub.add_parser("list", parents=[where], help="Every recorded run, newest first.")
     show = sub.add_parser("show", parents=[where], help="One run's executions.")
     show.add_argument("run")
@@ -61,7 +61,31 @@ def _parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", parents=[where], help="Two runs compared.")
     diff.add_argument("run_a")
     diff.add_argument("run_b")
+    report = sub.add_parser(
+        "report", parents=[where], help="(Re)writes a recorded run's report.html; prints its path."
+    )
+    report.add_argument("run")
     return p
+
+
+def _report(store: MetadataStore, pipeline_root: str, run_id: str) -> dict[str, Any]:
+    """Writes the recorded run's ``report.html`` (beam_pipeline.report) in its folder."""
+    from beam_pipeline.report import write_report
+
+    views.run_executions(store, run_id)  # raises for a run the store does not hold
+    run_dir = fileio.join(pipeline_root, "runs", run_id)
+    if not fileio.isdir(run_dir):
+        raise PipelineError(
+            f"Run {run_id!r} is recorded but its folder {run_dir} does not exist; pass the "
+            "--pipeline_root that run used."
+        )
+    path = write_report(run_dir)
+    if path is None:
+        raise PipelineError(
+            f"The report of run {run_id!r} could not be written in {run_dir}; see the "
+            "warning above, fix the folder's permissions or free space, and rerun."
+        )
+    return {"run_id": run_id, "report": path}
 
 
 def _open(args: argparse.Namespace) -> MetadataStore:
@@ -229,6 +253,10 @@ def _diff(console: Console, d: dict) -> None:
         )
 
 
+def _report_line(console: Console, result: dict[str, Any]) -> None:
+    console.print(result["report"], soft_wrap=True)
+
+
 def main(argv: Sequence[str]) -> int:
     """Runs one ``runs`` command; returns the exit code (2 for a user error)."""
     quiet_environment(os.environ)  # before fileio loads TensorFlow: no C++ INFO lines
@@ -243,6 +271,9 @@ def main(argv: Sequence[str]) -> int:
                 result, draw = views.run_view(store, args.run), _show
             elif args.command == "lineage":
                 result, draw = views.lineage_view(store, args.uri), _lineage
+            elif args.command == "report":
+                result = _report(store, args.pipeline_root, args.run)
+                draw = _report_line
             else:
                 result, draw = compare.diff_runs(store, args.run_a, args.run_b), _diff
     except PipelineError as e:
