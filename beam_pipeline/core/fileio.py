@@ -51,8 +51,6 @@ __all__ = [
     "write_file",
 ]
 
-_open = open  # the builtin, before this module's ``open`` shadows it
-
 
 def _gfile() -> Any:
     import tensorflow as tf
