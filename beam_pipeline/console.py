@@ -94,11 +94,12 @@ class OutputConfig:
 
 class RunEvents:
     """What a run tells its caller while it goes: its directory once it exists, each stage
-    as it starts and ends. The CLI's log and progress display subscribe to them; with no
-    subscriber every event is a no-op (a run called from Python, a test).
+    as it starts and ends, each Beam job a stage submits. The CLI's log and progress
+    display subscribe to them; with no subscriber every event is a no-op (a run called
+    from Python, a test).
     """
 
-    _EVENTS = ("run_started", "stage_started", "stage_finished")
+    _EVENTS = ("run_started", "stage_started", "job_submitted", "stage_finished")
 
     def __init__(self):
         self.run_dir: Optional[str] = None
@@ -119,6 +120,18 @@ class RunEvents:
         """A stage (ExampleGen, Transform, Tuner, ...) starts running (not when cached)."""
         for callback in self._listeners["stage_started"]:
             callback(stage)
+
+    def job_submitted(self, info, counters) -> None:
+        """The running stage submitted a Beam job.
+
+        Args:
+          info: its :class:`~beam_pipeline.remote.JobInfo` (id, console link).
+          counters: reads the job's counters while it runs
+            (:func:`beam_pipeline.runtime.counters.live_counters`), or None where the
+            runner reports none before the job ends.
+        """
+        for callback in self._listeners["job_submitted"]:
+            callback(info, counters)
 
     def stage_finished(self, report) -> None:
         """A stage's :class:`~beam_pipeline.summary.StageReport` joined the summary."""

@@ -7,15 +7,23 @@ terminal (CI logs, a file, a pipe) the same facts are printed as plain lines: on
 stage starts, one every :data:`PLAIN_EVERY_SECONDS` while it runs, one when it ends.
 Every line starts with :data:`PROGRESS_PREFIX`. ``--no_progress`` turns it all off.
 
-What a running stage shows is read from the run directory by the display's own thread,
-so no stage code waits on it:
+What a running stage shows is read by the display's own thread (from the run directory,
+or from the runner's service), so no stage code waits on it:
 
 - Tuner: trials done / running / failed and the best score so far, from keras-tuner's
   ``trial.json`` files in the tuner's project (staged or published);
 - Trainer: the latest step and loss from the TensorBoard event files in ``model_run/``;
-- the Beam jobs (ExampleGen, Transform): elapsed time while they run (the DirectRunner
-  reports its counters only when a job ends) and rows per second from the job's counters
-  when it ends.
+- the Beam jobs (ExampleGen+Statistics, Transform), as soon as the stage announces its job
+  (:func:`beam_pipeline.stages.jobs.announce_job`): the job's console link where it has
+  one (Dataflow: ``https://console.cloud.google.com/dataflow/jobs/<region>/<job id>?
+  project=<project>``, also printed as a line of its own), and, on a runner that reports
+  counters while the job runs, the rows read, the rows written per split and rows per
+  second since the job was submitted, read from the job's Beam counters every
+  :data:`COUNTERS_EVERY_SECONDS` (:func:`beam_pipeline.runtime.counters.live_counters`).
+  Dataflow reports them while a job runs; the DirectRunner and Beam's job services
+  (``--job_endpoint=embed``, Flink's and Spark's job server) only when it ends (see
+  :mod:`beam_pipeline.runtime.counters` for why): there the line shows the elapsed time
+  only, and the rows and rows per second when the stage ends.
 
 Example::
 
@@ -31,15 +39,19 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import IO, Optional
 
 from beam_pipeline.console import RunEvents
 from beam_pipeline.summary import StageReport
 
-__all__ = ["PLAIN_EVERY_SECONDS", "PROGRESS_PREFIX", "ProgressDisplay"]
+__all__ = ["COUNTERS_EVERY_SECONDS", "PLAIN_EVERY_SECONDS", "PROGRESS_PREFIX", "ProgressDisplay"]
 
 PROGRESS_PREFIX = "> "
 PLAIN_EVERY_SECONDS = 10.0
+# Each poll of a job's counters is a call to the runner's service (the Dataflow API, a job
+# service): every 5 s keeps a long job's line current at 12 calls a minute.
+COUNTERS_EVERY_SECONDS = 5.0
 _POLL_SECONDS = 0.5
 
 
@@ -102,6 +114,60 @@ def _trainer_progress(run_dir: str) -> str:
 _DETAILS = {"Tuner": _tuner_progress, "Trainer": _trainer_progress}
 
 
+_READ = "example_gen.rows_read"
+_REJECTED = "example_gen.rows_rejected"
+_WRITTEN = ("example_gen.rows_out.", "transform.rows_out.")
+
+
+def _job_rows(counters: Mapping[str, int], seconds: float) -> str:
+    """'rows read 1,000, train 660 / eval 340 written, 2,000 rows/s' from a running job's
+    counters (those of :mod:`transforms.metrics`); '' before it has counted anything.
+
+    The rate is of the rows read (ExampleGen) or, for a job that counts only what it
+    writes (Transform), of the rows written, over ``seconds`` since the job's submission.
+    """
+    read = counters.get(_READ)
+    written = {
+        name.rsplit(".", 1)[1]: value
+        for name, value in sorted(counters.items(), key=_train_first)
+        if name.startswith(_WRITTEN)
+    }
+    parts = []
+    if read is not None:
+        rejected = counters.get(_REJECTED, 0)
+        parts.append(f"rows read {read:,}" + (f" ({rejected:,} rejected)" if rejected else ""))
+    if written:
+        parts.append(" / ".join(f"{split} {n:,}" for split, n in written.items()) + " written")
+    rows = read if read is not None else sum(written.values())
+    if not parts or not rows:
+        return ""
+    if seconds > 0:
+        parts.append(f"{rows / seconds:,.0f} rows/s")
+    return ", ".join(parts)
+
+
+def _train_first(item: tuple[str, int]) -> tuple[bool, str]:
+    return (not item[0].endswith(".train"), item[0])
+
+
+def _job_link(info) -> str:
+    """'DataflowRunner job ID: URL' for a job with a console link, else ''."""
+    if not info.url:
+        return ""
+    return (f"{info.runner} job {info.job_id}: " if info.job_id else "") + info.url
+
+
+class _Job:
+    """The running stage's Beam job: its link and the latest counters read of it."""
+
+    def __init__(self, info, counters: Optional[Callable[[], dict[str, int]]]) -> None:
+        self.link = _job_link(info)
+        self.read = counters
+        self.submitted = time.time()
+        self.polled = 0.0
+        self.rows = ""
+
+
 def _rows(report: StageReport) -> str:
     rows = sum(report.rows_out.values()) or sum(report.rows_in.values())
     if not rows:
@@ -119,6 +185,7 @@ class ProgressDisplay:
         plain lines.
       enabled: False for ``--no_progress``: nothing is shown.
       plain_every: seconds between two plain lines of a running stage.
+      counters_every: seconds between two reads of a running job's counters.
     """
 
     def __init__(
@@ -128,10 +195,13 @@ class ProgressDisplay:
         *,
         enabled: bool = True,
         plain_every: float = PLAIN_EVERY_SECONDS,
+        counters_every: float = COUNTERS_EVERY_SECONDS,
     ):
         self._out = out
         self._enabled = enabled
         self._plain_every = plain_every
+        self._counters_every = counters_every
+        self._job: Optional[_Job] = None
         self._tty = bool(getattr(out, "isatty", lambda: False)())
         self._lock = threading.Lock()
         self._stage: Optional[str] = None
@@ -145,6 +215,7 @@ class ProgressDisplay:
             events.subscribe(
                 run_started=self._run_started,
                 stage_started=self._stage_started,
+                job_submitted=self._job_submitted,
                 stage_finished=self._stage_finished,
             )
 
@@ -182,12 +253,23 @@ class ProgressDisplay:
         with self._lock:
             self._stage, self._started = stage, time.time()
             self._last_plain = self._started
+            self._job = None
         if not self._tty:
             self._print(f"{PROGRESS_PREFIX}{stage}: running")
+
+    def _job_submitted(self, info, counters) -> None:
+        job = _Job(info, counters)
+        with self._lock:
+            if self._stage is None:
+                return
+            self._job, stage = job, self._stage
+        if job.link:  # a line of its own, so that it stays on the terminal to be clicked
+            self._print(f"{PROGRESS_PREFIX}{stage}: {job.link}")
 
     def _stage_finished(self, report: StageReport) -> None:
         with self._lock:  # the stage's first row ends it (a unit may add several rows)
             self._stage = None
+            self._job = None
         seconds = f" in {report.seconds:.1f} s" if report.seconds else ""
         self._print(
             f"{PROGRESS_PREFIX}{report.stage}: {report.status.value}{seconds}{_rows(report)}"
@@ -197,7 +279,7 @@ class ProgressDisplay:
 
     def _line(self) -> Optional[str]:
         with self._lock:
-            stage, started = self._stage, self._started
+            stage, started, job = self._stage, self._started, self._job
         if stage is None:
             return None
         detail = ""
@@ -207,8 +289,18 @@ class ProgressDisplay:
                 detail = read(self._run_dir)
             except Exception:  # noqa: BLE001 - progress never fails the run
                 detail = ""
+        if job is not None:
+            detail = "; ".join(d for d in (self._job_counters(job), job.link) if d)
         text = f"{stage}: running {time.time() - started:.0f} s"
         return f"{text}, {detail}" if detail else text
+
+    def _job_counters(self, job: _Job) -> str:
+        """The job's rows, read again when the last read is COUNTERS_EVERY_SECONDS old."""
+        now = time.time()
+        if job.read is not None and now - job.polled >= self._counters_every:
+            job.polled = now
+            job.rows = _job_rows(job.read(), now - job.submitted)
+        return job.rows
 
     def _poll(self) -> None:
         while not self._stop.wait(min(_POLL_SECONDS, self._plain_every)):

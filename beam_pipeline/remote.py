@@ -43,6 +43,7 @@ from :mod:`trainer`, which must stay importable without Beam.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import re
 from typing import Any, Optional
@@ -51,12 +52,14 @@ from beam_pipeline.core.errors import PipelineError, first_line
 
 __all__ = [
     "JobInfo",
+    "RunnerFamily",
     "check_remote_paths",
     "dataflow_console_url",
     "describe_job",
     "is_local_path",
     "job_info",
     "remote_runner_reason",
+    "runner_family",
     "wait_for_job",
 ]
 
@@ -100,6 +103,27 @@ def _runner_name(options) -> str:
     return runner.rsplit(".", 1)[-1]
 
 
+class RunnerFamily(enum.Enum):
+    """How a runner runs its jobs, as far as the launcher can talk to them."""
+
+    IN_PROCESS = "in_process"  # DirectRunner, FnApiRunner, Prism: in (or under) this process
+    DATAFLOW = "dataflow"  # Google Cloud Dataflow, through its API
+    PORTABLE = "portable"  # PortableRunner, Flink, Spark: a Beam job service
+    OTHER = "other"  # a runner class this module does not know
+
+
+def runner_family(options) -> RunnerFamily:
+    """The :class:`RunnerFamily` of ``options``' ``--runner``."""
+    kind = _runner_name(options).lower()
+    if kind in _IN_PROCESS_RUNNERS:
+        return RunnerFamily.IN_PROCESS
+    if kind in _DATAFLOW_RUNNERS:
+        return RunnerFamily.DATAFLOW
+    if kind in _PORTABLE_RUNNERS:
+        return RunnerFamily.PORTABLE
+    return RunnerFamily.OTHER
+
+
 def _host(address: Optional[str]) -> str:
     """The host part of ``host:port``, ``http://host:port/...`` or ``[v6]:port``."""
     if not address:
@@ -141,12 +165,12 @@ def remote_runner_reason(options) -> Optional[str]:
     from apache_beam.options import pipeline_options as po
 
     name = _runner_name(options)
-    kind = name.lower()
-    if kind in _IN_PROCESS_RUNNERS:
+    kind, family = name.lower(), runner_family(options)
+    if family is RunnerFamily.IN_PROCESS:
         return None
-    if kind in _DATAFLOW_RUNNERS:
+    if family is RunnerFamily.DATAFLOW:
         return f"--runner={name} runs on Google Cloud workers"
-    if kind not in _PORTABLE_RUNNERS:
+    if family is not RunnerFamily.PORTABLE:
         return f"--runner={name} is not a runner known to run on this machine"
 
     portable = options.view_as(po.PortableOptions)
@@ -272,15 +296,15 @@ def job_info(result, options) -> JobInfo:
     from apache_beam.options import pipeline_options as po
 
     runner = _runner_name(options) or "DirectRunner"
-    kind = runner.lower()
-    if kind in _DATAFLOW_RUNNERS:
+    kind, family = runner.lower(), runner_family(options)
+    if family is RunnerFamily.DATAFLOW:
         if options.view_as(po.TestOptions).dry_run or not hasattr(result, "job_id"):
             return JobInfo(runner, note="dry run: job graph built, nothing submitted")
         job_id = result.job_id() or ""
         gcp = options.view_as(po.GoogleCloudOptions)
         url = dataflow_console_url(job_id, gcp.region, gcp.project) if job_id else ""
         return JobInfo(runner, job_id, url)
-    if kind in _PORTABLE_RUNNERS:
+    if family is RunnerFamily.PORTABLE:
         # Beam's portable PipelineResult keeps the job service's id only privately.
         job_id = str(getattr(result, "_job_id", "") or "")
         url = ""

@@ -98,3 +98,78 @@ def test_a_stage_without_its_files_yet_shows_only_its_time(tmp_path, stage):
     from beam_pipeline.progress import _DETAILS
 
     assert _DETAILS[stage](str(tmp_path)) == ""
+
+
+def test_a_beam_job_shows_its_console_link_at_once_and_only_the_rows_its_runner_reports():
+    """What a running Beam job adds to its stage's line, driven by the run's events as a
+    stage sends them (beam_pipeline.stages.jobs.announce_job); the display's thread is not
+    started, so each line is read when the test asks for it."""
+    import io
+    import re
+
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
+    from google.cloud import dataflow as dataflow_api
+
+    from beam_pipeline.beam_options import parse_beam_args
+    from beam_pipeline.console import RunEvents
+    from beam_pipeline.progress import ProgressDisplay, _job_rows
+    from beam_pipeline.remote import JobInfo, dataflow_console_url, job_info
+    from beam_pipeline.runtime.counters import live_counters
+
+    # A Dataflow job as Beam's DataflowRunner returns it once submitted (offline: this
+    # result has no API client, so it has reported no counters yet).
+    options = parse_beam_args(
+        ["--runner=DataflowRunner", "--project=my-project", "--region=europe-west4"]
+    )
+    job_id = "2026-01-02_03_04_05-67"
+    result = DataflowPipelineResult(dataflow_api.Job(id=job_id), None)
+    # The link's form is test_runners.py's test_dataflow_job_id_and_console_link.
+    link = f"DataflowRunner job {job_id}: " + dataflow_console_url(
+        job_id, "europe-west4", "my-project"
+    )
+    out = io.StringIO()
+    events = RunEvents()
+    display = ProgressDisplay(events, out, counters_every=0.0)
+    events.stage_started("ExampleGen+Statistics")
+    poll = live_counters(result, options)
+    assert poll is not None and poll() == {}
+    events.job_submitted(job_info(result, options), poll)
+    # The link is printed at once, on a line of its own, and stays in the running line.
+    assert out.getvalue().splitlines() == [
+        f"{PROGRESS_PREFIX}ExampleGen+Statistics: running",
+        f"{PROGRESS_PREFIX}ExampleGen+Statistics: {link}",
+    ]
+    assert re.fullmatch(
+        rf"ExampleGen\+Statistics: running \d+ s, {re.escape(link)}", display._line()
+    )
+
+    # Counters as a runner reports them while the job runs: rows read and written per
+    # split, and rows per second since the job's submission.
+    counts = {
+        "example_gen.rows_read": 1000,
+        "example_gen.rows_rejected": 3,
+        "example_gen.rows_out.eval": 330,
+        "example_gen.rows_out.train": 667,
+        "statistics.rows": 900,
+    }
+    events.job_submitted(JobInfo("FlinkRunner", "job-1"), lambda: counts)
+    assert re.fullmatch(
+        r"ExampleGen\+Statistics: running \d+ s, rows read 1,000 \(3 rejected\), "
+        r"train 667 / eval 330 written, [\d,]+ rows/s",
+        display._line(),
+    )
+    assert _job_rows(counts, 2.0) == (
+        "rows read 1,000 (3 rejected), train 667 / eval 330 written, 500 rows/s"
+    )
+    transform = {"transform.rows_out.train": 6, "transform.rows_out.eval": 4}
+    assert _job_rows(transform, 2.0) == "train 6 / eval 4 written, 5 rows/s"
+    assert _job_rows({}, 2.0) == "" and _job_rows({"statistics.rows": 5}, 2.0) == ""
+
+    # The DirectRunner reports counters only when its job ends: nothing to poll, the line
+    # keeps its elapsed time (and no job link: it runs on this machine).
+    direct = parse_beam_args(["--runner=DirectRunner"])
+    assert live_counters(None, direct) is None
+    events.stage_started("Transform")
+    events.job_submitted(JobInfo("DirectRunner", note="ran on this machine"), None)
+    assert re.fullmatch(r"Transform: running \d+ s", display._line())
+    assert out.getvalue().splitlines()[-1] == f"{PROGRESS_PREFIX}Transform: running"

@@ -876,6 +876,7 @@ def worker_pool(tmp_path_factory):
 @pytest.mark.slow
 def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, tmp_path):
     from beam_pipeline import cli
+    from beam_pipeline.console import RunEvents
     from beam_pipeline.core.types import Artifact
     from beam_pipeline.pipeline import run
     from beam_pipeline.run_dir import RunDirectory
@@ -904,8 +905,13 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
     shutil.copy(TUNER_MODULE, folder / "portable_tuning_helpers.py")
     module = folder / "uses_helpers.py"
     module.write_text("from portable_tuning_helpers import run_fn, tuner_fn  # noqa: F401\n")
+    # Each Beam job as its stage announces it (what the progress display hears): its
+    # counters read through the job service at once, and again after the run.
+    jobs = []
+    events = RunEvents()
+    events.subscribe(job_submitted=lambda info, read: jobs.append((info, read, read())))
     try:
-        stages = {s.stage: s for s in run(config).stages}
+        stages = {s.stage: s for s in run(config, events=events).stages}
         tune = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, enabled=True))
         staged = stage_module_file(str(module), run_dir.root)
         shutil.rmtree(folder)
@@ -935,3 +941,21 @@ def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, 
     assert fresh + spares >= 5 and spares >= 1, (fresh, spares)
     # The job service's ids reach the summary (on Dataflow: the job id and console link).
     assert example_gen.details["job"]["job_id"] and transform.details["job"]["job_id"]
+    # The jobs were announced with a way to read their counters from the job service;
+    # Beam's embedded service reports them only once a job has ended: at submission the
+    # read gave nothing (or, had the job ended already, the final counts), never a guess;
+    # after the run it gives the counts the summary holds.
+    assert [info.job_id for info, _, _ in jobs[:2]] == [
+        example_gen.details["job"]["job_id"],
+        transform.details["job"]["job_id"],
+    ]
+    final = [
+        {
+            "example_gen.rows_read": 344,
+            **{f"example_gen.rows_out.{s}": n for s, n in example_gen.rows_out.items()},
+        },
+        {f"transform.rows_out.{s}": n for s, n in transform.rows_out.items()},
+    ]
+    for (_, read, at_submission), counts in zip(jobs, final):
+        now = {k: v for k, v in read().items() if k in counts}
+        assert now == counts and at_submission in ({}, read())

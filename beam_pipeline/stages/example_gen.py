@@ -39,7 +39,7 @@ from beam_pipeline.stages.base import (
     StageName,
     StageResult,
 )
-from beam_pipeline.stages.jobs import counter, job_note
+from beam_pipeline.stages.jobs import announce_job, counter, job_note
 from beam_pipeline.summary import StageReport, StageStatus
 from transforms import example_gen as eg
 
@@ -200,6 +200,7 @@ class ExampleGenStage(Stage):
         p = create_pipeline(options)
         build_data_pipeline(p, config, ctx.data, ctx.csv_format, ctx.user_schema, staging)
         result = run_pipeline(p, _JOB, config.worker_start_timeout)
+        announce_job(ctx, result)
         job = wait_for_job(result, options, _JOB)
         if options.view_as(TestOptions).dry_run:
             report = StageReport(

@@ -1,7 +1,10 @@
-"""What the data stages read back from a finished Beam job: counters and the job's note.
+"""What the data stages tell of a Beam job: that it was submitted (with its link and a
+way to read its counters while it runs), its counters once finished, and its note.
 
 Example::
 
+    result = run_pipeline(p, "Transform", timeout)
+    announce_job(ctx, result)          # the progress line shows its link (and live rows)
     rows = counter(result, "example_gen.rows_read")
     note = job_note(wait_for_job(result, options, "Transform"))  # '' on this machine
 """
@@ -10,10 +13,25 @@ from __future__ import annotations
 
 from apache_beam.metrics.metric import MetricsFilter
 
-from beam_pipeline.remote import JobInfo
+from beam_pipeline.remote import JobInfo, job_info
+from beam_pipeline.runtime.counters import live_counters
 from transforms.metrics import NAMESPACE
 
-__all__ = ["counter", "job_note"]
+__all__ = ["announce_job", "counter", "job_note"]
+
+
+def announce_job(ctx, result) -> None:
+    """Tells the run's listeners (the progress display) that the running stage's job was
+    submitted: its id and console link, and where the runner reports them, its counters.
+
+    Call it right after ``run_pipeline``: on Dataflow and portable runners the job is
+    running then; on the DirectRunner it has already ended (nothing live to show).
+
+    Args:
+      ctx: the stage's :class:`~beam_pipeline.stages.base.StageContext`.
+      result: what ``run_pipeline`` returned.
+    """
+    ctx.events.job_submitted(job_info(result, ctx.options), live_counters(result, ctx.options))
 
 
 def counter(result, name: str) -> int:

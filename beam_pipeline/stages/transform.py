@@ -32,7 +32,7 @@ from beam_pipeline.core.errors import PipelineError, transform_error
 from beam_pipeline.core.types import Split
 from beam_pipeline.remote import wait_for_job
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
-from beam_pipeline.stages.jobs import counter, job_note
+from beam_pipeline.stages.jobs import announce_job, counter, job_note
 from beam_pipeline.summary import StageReport, StageStatus
 
 __all__ = ["build_transform_pipeline", "TransformStage"]
@@ -144,6 +144,7 @@ class TransformStage(Stage):
                     examples_tmp,
                 )
                 beam_result = run_pipeline(p, "Transform", config.worker_start_timeout)
+                announce_job(ctx, beam_result)
                 job = wait_for_job(beam_result, ctx.options, "Transform")
             # The raw data's metadata beside the graph, as TFX's Transform writes it, so
             # tft.TFTransformOutput(...).raw_feature_spec() works for ported module files.
