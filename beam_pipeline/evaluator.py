@@ -72,9 +72,13 @@ class ThresholdFailure:
     slice: str
     value: float
     bound: str
+    # How far the value is on the wrong side of the bound (absolute thresholds; None for
+    # a relative change threshold or a missing slice, and in blessings written before it).
+    by: Optional[float] = None
 
     def describe(self) -> str:
-        return f"{self.metric} on {self.slice} = {self.value:.4g}, needs {self.bound}"
+        short = f", misses it by {self.by:.4g}" if self.by is not None else ""
+        return f"{self.metric} on {self.slice} = {self.value:.4g}, needs {self.bound}{short}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,6 +331,28 @@ def _bound(threshold) -> str:
     return f"change vs baseline {word} is better (absolute {c.absolute.value:g})"
 
 
+def _miss(threshold, value: float) -> Optional[float]:
+    """By how much ``value`` misses a TFMA MetricThreshold (None where it does not, or
+    where the threshold is relative: its bound depends on the baseline's value)."""
+    from tensorflow_model_analysis.proto import config_pb2
+
+    if threshold.HasField("value_threshold"):
+        v = threshold.value_threshold
+        if v.HasField("lower_bound") and value < v.lower_bound.value:
+            return v.lower_bound.value - value
+        if v.HasField("upper_bound") and value > v.upper_bound.value:
+            return value - v.upper_bound.value
+        return None
+    c = threshold.change_threshold
+    if not c.HasField("absolute"):
+        return None
+    if c.direction == config_pb2.MetricDirection.HIGHER_IS_BETTER:
+        miss = c.absolute.value - value
+    else:
+        miss = value - c.absolute.value
+    return miss if miss > 0 else None
+
+
 def _failures(validation) -> tuple[ThresholdFailure, ...]:
     from tensorflow_model_analysis import slicer
 
@@ -336,7 +362,8 @@ def _failures(validation) -> tuple[ThresholdFailure, ...]:
         for f in per_slice.failures:
             metric = f.metric_key.name + (" (change vs baseline)" if f.metric_key.is_diff else "")
             value = f.metric_value.double_value.value
-            out.append(ThresholdFailure(metric, name, float(value), _bound(f.metric_threshold)))
+            bound, miss = _bound(f.metric_threshold), _miss(f.metric_threshold, float(value))
+            out.append(ThresholdFailure(metric, name, float(value), bound, miss))
     if validation.missing_slices:
         for s in validation.missing_slices:
             out.append(ThresholdFailure("slice", str(list(s.feature_keys)), math.nan, "present"))

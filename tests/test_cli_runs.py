@@ -272,9 +272,33 @@ def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypat
     assert ("sparse_categorical_accuracy (change vs baseline)", "Overall") in failed
     assert "NOT blessed: " in evaluation["note"]
     assert "sparse_categorical_accuracy (change vs baseline) on Overall = -" in evaluation["note"]
+    # By how much, for every failure: the change threshold's bound (-1e-10) minus the
+    # change; the value threshold's 0.6 minus the accuracy.
+    failures = evaluation["details"]["failures"]
+    for f in failures:
+        bound = -1e-10 if f["metric"].endswith("(change vs baseline)") else 0.6
+        assert f["by"] == pytest.approx(bound - f["value"]) and f["by"] > 0, f
+    change = next(f for f in failures if f["metric"].endswith("(change vs baseline)"))
     assert stages["Pusher"]["status"] == "skipped"
     assert stages["Pusher"]["note"].startswith("not pushed: the Evaluator did not bless it")
     assert sorted(os.listdir(serving)) == ["1"]
+
+    # `runs show` says the same from the metadata store: the verdicts, and each failed
+    # threshold with its value, bound and by how much it misses.
+    capsys.readouterr()
+    assert cli.main(["runs", "show", "worse", "--json"]) == 0
+    checks = json.loads(capsys.readouterr().out)["model_checks"]
+    assert checks["Evaluator"]["blessed"] is False
+    assert checks["Evaluator"]["failures"] == evaluation["details"]["failures"]
+    assert checks["Evaluator"]["note"] == evaluation["note"]
+    assert checks["Pusher"]["pushed"] is False
+    assert cli.main(["runs", "show", "worse"]) == 0
+    shown = capsys.readouterr().out
+    assert "Failed thresholds" in shown and "misses by" in shown
+    failed_rows = shown.split("Failed thresholds", 1)[1].splitlines()
+    row = next(line for line in failed_rows if "(change vs baseline)" in line)
+    assert "Overall" in row and f"{change['by']:.4g}" in row
+    assert "NOT blessed:" in shown.split("Model checks", 1)[1]
 
 
 # Debian's chromium package (see README's "Tests"); the report's rendering is checked in it.

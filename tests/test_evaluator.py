@@ -250,15 +250,16 @@ def test_pusher_refuses_a_destination_it_cannot_write(model, tmp_path):
 
 
 def test_blessing_json_names_the_failed_threshold(tmp_path):
-    failure = evaluator.ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6")
+    failure = evaluator.ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6", 0.35)
     result = evaluator.EvaluationResult(False, (failure,), None, {"Overall": {"accuracy": 0.25}})
     evaluator.write_blessing(str(tmp_path), result)
     assert os.path.exists(tmp_path / "NOT_BLESSED")
     saved = json.loads((tmp_path / "blessing.json").read_text())
     assert saved["failures"] == [
-        {"metric": "accuracy", "slice": "Overall", "value": 0.25, "bound": ">= 0.6"}
+        {"metric": "accuracy", "slice": "Overall", "value": 0.25, "bound": ">= 0.6", "by": 0.35}
     ]
-    assert failure.describe() == "accuracy on Overall = 0.25, needs >= 0.6"
+    assert failure.describe() == "accuracy on Overall = 0.25, needs >= 0.6, misses it by 0.35"
+    assert evaluator.read_blessing(str(tmp_path)).failures == (failure,)
 
 
 def _pusher_ctx(tmp_path, **pusher):

@@ -183,6 +183,24 @@ def _show(console: Console, run: dict) -> None:
         f"data {_short(run['data'])}, module {_short(run['module'])}"
     )
     _executions(console, "Executions", run["executions"])
+    checks = run.get("model_checks") or {}
+    if checks:
+        console.print(
+            _table(
+                "Model checks",
+                ["stage", "status", "verdict"],
+                [[stage, c["status"], c["note"]] for stage, c in checks.items()],
+            )
+        )
+    failures = checks.get("Evaluator", {}).get("failures") or []
+    if failures:
+        console.print(
+            _table(
+                "Failed thresholds",
+                ["metric", "slice", "value", "bound", "misses by"],
+                [[f["metric"], f["slice"], f["value"], f["bound"], f.get("by")] for f in failures],
+            )
+        )
 
 
 def _lineage(console: Console, found: dict) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "execution_view",
     "lineage_view",
     "made_by",
+    "model_checks",
     "run_executions",
     "run_rows",
     "run_view",
@@ -41,6 +42,8 @@ __all__ = [
 
 TRAINER = "Trainer"
 TUNER = "Tuner"
+PUSHER = "Pusher"
+MODEL_CHECKS = ("Evaluator", "InfraValidator", PUSHER)
 
 
 def _time(t: Optional[datetime.datetime]) -> Optional[str]:
@@ -105,20 +108,55 @@ def made_by(store: MetadataStore, executions: list[ExecutionRecord]) -> dict[int
     }
 
 
-def stage_details(
+def _stage_report(
     executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord], stage: str
 ) -> dict[str, Any]:
-    """The ``details`` of ``stage``'s summary row in a run (its own or, when cached, the
-    execution it reused); {} when the stage did not run to a result."""
+    """``stage``'s summary row in a run (its own or, when cached, the execution it
+    reused), as JSON; {} when the run has none."""
     for e in reversed(executions):
         if e.stage != stage:
             continue
         source = originals.get(e.id, e)
         for report in source.properties.get("reports", []):
-            if report.get("stage") == stage and report.get("status") in ("ok", "cached"):
-                return dict(report.get("details") or {})
+            if report.get("stage") == stage:
+                return dict(report)
         return {}
     return {}
+
+
+def stage_details(
+    executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord], stage: str
+) -> dict[str, Any]:
+    """The ``details`` of ``stage``'s summary row in a run (its own or, when cached, the
+    execution it reused); {} when the stage did not run to a result."""
+    report = _stage_report(executions, originals, stage)
+    if report.get("status") in ("ok", "cached"):
+        return dict(report.get("details") or {})
+    return {}
+
+
+def model_checks(
+    executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord]
+) -> dict[str, dict[str, Any]]:
+    """The model checks' verdicts in a run: for each of the Evaluator, InfraValidator and
+    Pusher that has a summary row, its status, note (the verdict in words), whether it
+    blessed (or pushed) the model, and the Evaluator's failed thresholds (metric, slice,
+    value, bound and by how much the value misses it)."""
+    checks: dict[str, dict[str, Any]] = {}
+    for stage in MODEL_CHECKS:
+        report = _stage_report(executions, originals, stage)
+        if not report:
+            continue
+        details = report.get("details") or {}
+        checks[stage] = {
+            "status": report.get("status"),
+            "note": report.get("note", ""),
+            "blessed": details.get("blessed"),
+            "failures": list(details.get("failures") or []),
+        }
+        if stage == PUSHER:
+            checks[stage]["pushed"] = details.get("pushed")
+    return checks
 
 
 def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
@@ -146,7 +184,8 @@ def run_rows(store: MetadataStore) -> list[dict[str, Any]]:
 
 
 def run_view(store: MetadataStore, run_id: str) -> dict[str, Any]:
-    """One run: its row and each execution with inputs, outputs, parameters and job ids.
+    """One run: its row, each execution with inputs, outputs, parameters and job ids, and
+    the model checks' verdicts (:func:`model_checks`).
 
     Raises:
       PipelineError: no such run is recorded.
@@ -157,6 +196,7 @@ def run_view(store: MetadataStore, run_id: str) -> dict[str, Any]:
     row["executions"] = [
         execution_view(e, originals[e.id].run_id if e.id in originals else None) for e in executions
     ]
+    row["model_checks"] = model_checks(executions, originals)
     return row
 
 
