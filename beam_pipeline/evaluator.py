@@ -261,7 +261,8 @@ def build_eval_config(
     schema: Optional[schema_pb2.Schema],
     slice_features: Sequence[str] = (),
 ) -> config_pb2.EvalConfig:
-    """The EvalConfig of a run: ``--eval_config``'s file, else the default from the model.
+    """The EvalConfig of a run: ``--eval_config``'s file, else the default from the model;
+    either with ``ExampleCount`` added where it lacks one.
 
     Args:
       eval_config_path: a TFMA EvalConfig in protobuf text or JSON format, or None.
@@ -280,6 +281,10 @@ def build_eval_config(
     else:
         config = _default_config(facts, model_dir)
         where = "the default EvalConfig"
+    if not any(m.class_name == "ExampleCount" for s in config.metrics_specs for m in s.metrics):
+        # Every evaluation counts its examples (the summary's rows in; TFX's penguin
+        # config, for one, asks for accuracy alone): a spec of its own, no threshold.
+        config.metrics_specs.add().metrics.add(class_name="ExampleCount")
     have = {tuple(s.feature_keys) for s in config.slicing_specs if not s.feature_values}
     if not config.slicing_specs:
         config.slicing_specs.add()  # the overall slice

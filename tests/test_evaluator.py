@@ -10,6 +10,7 @@ import shutil
 import conftest_trainer
 import keras
 import pytest
+from test_tfx_modules import TFX_EVAL_CONFIG
 
 from beam_pipeline import evaluator
 from beam_pipeline.beam_options import parse_beam_args
@@ -121,8 +122,10 @@ def test_value_and_change_thresholds_fail_against_a_baseline(model, tmp_path):
     }
     change = failed[("sparse_categorical_accuracy (change vs baseline)", "Overall")]
     assert change.value == 0 and "higher is better (absolute 0.05)" in change.bound
+    assert change.by == pytest.approx(0.05)  # misses it by the whole 0.05
     assert failed[("example_count", "Overall")].value == 115
     assert failed[("example_count", "Overall")].bound == ">= 1000"
+    assert failed[("example_count", "Overall")].by == 1000 - 115
 
 
 def test_without_a_baseline_change_thresholds_are_dropped(model, tmp_path):
@@ -133,6 +136,15 @@ def test_without_a_baseline_change_thresholds_are_dropped(model, tmp_path):
     thresholds = [m.threshold for m in ran.metrics_specs[0].metrics]
     assert not any(t.HasField("change_threshold") for t in thresholds)
     assert thresholds[1].value_threshold.lower_bound.value == 1000
+    assert len(config.metrics_specs) == 1  # it counts its examples: nothing added
+    # TFX's penguin pipeline's config asks for accuracy alone: ExampleCount is added, in
+    # a spec of its own without a threshold, so that the summary counts the rows.
+    tfx = evaluator.build_eval_config(TFX_EVAL_CONFIG, model[1], _schema(model[0]))
+    assert [[m.class_name for m in s.metrics] for s in tfx.metrics_specs] == [
+        ["SparseCategoricalAccuracy"],
+        ["ExampleCount"],
+    ]
+    assert not tfx.metrics_specs[1].metrics[0].HasField("threshold")
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,8 @@ from beam_pipeline import cli
 
 TFX_DIR = os.path.join(TESTDATA, "penguin_tfx")
 TFX_CSV = os.path.join(TFX_DIR, "penguins_processed.csv")
+# TFX 1.16's penguin pipeline's EvalConfig, in TFMA's text format.
+TFX_EVAL_CONFIG = os.path.join(TFX_DIR, "eval_config.pbtxt")
 MODULES = {
     "tf.keras": os.path.join(TFX_DIR, "penguin_utils_keras.py"),
     "import keras": os.path.join(TFX_DIR, "penguin_utils_keras3.py"),
@@ -132,17 +134,13 @@ def _summary(root: str, run_id: str) -> dict:
         return {s["stage"]: s for s in json.load(f)["stages"]}
 
 
-def _tune_and_train(root: str, run_id: str, module: str, *beam_flags: str, monkeypatch) -> dict:
+def _tune_and_train(root: str, run_id: str, module: str, *flags: str, monkeypatch) -> dict:
     args = [
         f"--data={TFX_CSV}",
         f"--module_file={module}",
         f"--pipeline_root={root}",
         f"--run_id={run_id}",
-        # TFX's module exports its own model, which records no label for the default
-        # EvalConfig: the model checks are test_evaluator's (and cost a minute here).
-        "--no_evaluator",
-        "--no_infra_validator",
-        *beam_flags,
+        *flags,
     ]
     monkeypatch.setattr(sys, "argv", ["beam_pipeline", *args])  # as `python -m` has it
     assert cli.main(args) == 0
@@ -159,9 +157,12 @@ def test_tfx_penguin_module_tunes_and_trains_on_the_direct_runners_pool(
     keras_way, tmp_path_factory, monkeypatch
 ):
     root = str(tmp_path_factory.getbasetemp() / "tfx_direct")  # shared analyzer cache
-    stages = _tune_and_train(
-        root, keras_way.replace(" ", "_"), MODULES[keras_way], monkeypatch=monkeypatch
-    )
+    serving = os.path.join(root, "serving")
+    # Every stage: the model checks with the EvalConfig TFX's penguin pipeline gives its
+    # Evaluator (TFX's module exports its own model, which records no label).
+    checks = [f"--eval_config={TFX_EVAL_CONFIG}", f"--push_destination={serving}"]
+    run_id = keras_way.replace(" ", "_")
+    stages = _tune_and_train(root, run_id, MODULES[keras_way], *checks, monkeypatch=monkeypatch)
     tuner, trainer = stages["Tuner"], stages["Trainer"]
     assert tuner["status"] == "ok", tuner["note"]
     assert tuner["details"]["trials"] == 6 and tuner["details"]["completed"] == 6
@@ -172,6 +173,21 @@ def test_tfx_penguin_module_tunes_and_trains_on_the_direct_runners_pool(
     print(f"served {keras_way}: {served}, best {tuner['details']['best_hyperparameters']}")
     assert served["n"] == 334
     assert served["accuracy"] >= ACCURACY_FLOOR, served
+    # TFMA computed the label with the model's transform_features signature, on every eval
+    # row; the first model of the root is judged on the 0.6 value threshold alone (the
+    # served accuracy above is on every row and at least that floor).
+    evaluation = stages["Evaluator"]
+    assert evaluation["status"] == "ok" and evaluation["details"]["blessed"] is True, evaluation
+    overall = evaluation["details"]["metrics"]["Overall"]
+    assert overall["example_count"] == stages["ExampleGen"]["rows_out"]["eval"]
+    assert overall["sparse_categorical_accuracy"] >= 0.6
+    infra = stages["InfraValidator"]
+    assert infra["status"] == "ok" and infra["details"]["blessed"] is True, infra
+    model = trainer["artifact"]
+    assert os.path.exists(os.path.join(model, "assets.extra", "tf_serving_warmup_requests"))
+    pusher = stages["Pusher"]
+    assert pusher["status"] == "ok" and pusher["artifact"] == os.path.join(serving, "1"), pusher
+    assert os.path.exists(os.path.join(serving, "1", "saved_model.pb"))
 
 
 @pytest.fixture(scope="module")
@@ -204,9 +220,11 @@ def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
         f"--environment_config={address}",
     ]
     run_id = keras_way.replace(" ", "_")
+    # The model checks are the DirectRunner test's (they cost a minute here).
+    off = ["--no_evaluator", "--no_infra_validator"]
     try:
         stages = _tune_and_train(
-            root, run_id, MODULES[keras_way], *portable, monkeypatch=monkeypatch
+            root, run_id, MODULES[keras_way], *portable, *off, monkeypatch=monkeypatch
         )
     except BaseException:
         print(log_path.read_text()[-6000:])  # the workers' side of the story
