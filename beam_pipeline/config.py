@@ -289,6 +289,10 @@ class EvaluatorConfig:
         metadata store) when there is one.
       infra_validator: False (``--no_infra_validator``) skips the serving check.
       infra_load_timeout: seconds the model may take to load in the serving check.
+      serving_endpoint: ``HOST:PORT`` of a running TF Serving server (its gRPC API) that
+        serves the model: the serving check sends its requests there instead of to the
+        sandbox ("": the sandbox).
+      serving_model_name: the model name that server serves the model as.
     """
 
     enabled: bool = True
@@ -298,6 +302,8 @@ class EvaluatorConfig:
     baseline: bool = True
     infra_validator: bool = True
     infra_load_timeout: float = 60.0
+    serving_endpoint: str = ""
+    serving_model_name: str = "model"
 
     def __post_init__(self):
         t = self.infra_load_timeout
@@ -305,6 +311,17 @@ class EvaluatorConfig:
             raise PipelineError(
                 f"--infra_load_timeout={t!r} is not a positive number of seconds; pass e.g. "
                 "--infra_load_timeout=60."
+            )
+        endpoint = self.serving_endpoint
+        if endpoint and not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d{1,5}", endpoint):
+            raise PipelineError(
+                f"--serving_endpoint={endpoint} is not HOST:PORT; pass TF Serving's gRPC "
+                "address, e.g. --serving_endpoint=localhost:8500."
+            )
+        if not self.serving_model_name:
+            raise PipelineError(
+                "--serving_model_name is empty; pass the name the server serves the model "
+                "as (its --model_name; TF Serving's Docker image: model)."
             )
 
 

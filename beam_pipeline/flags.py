@@ -95,6 +95,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "eval_baseline": ("evaluator", "baseline"),
     "infra_validator": ("evaluator", "infra_validator"),
     "infra_load_timeout": ("evaluator", "infra_load_timeout"),
+    "serving_endpoint": ("evaluator", "serving_endpoint"),
+    "serving_model_name": ("evaluator", "serving_model_name"),
     "push_destination": ("pusher", "destination"),
     "require_blessing": ("pusher", "require_blessing"),
 }
@@ -214,6 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no_evaluator", dest="evaluator", action="store_false")
     g.add_argument("--no_infra_validator", dest="infra_validator", action="store_false")
     g.add_argument("--infra_load_timeout", type=float, help="Seconds to load (default 60).")
+    g.add_argument(
+        "--serving_endpoint",
+        help="HOST:PORT of a TF Serving server (gRPC) serving the model: validate it there.",
+    )
+    g.add_argument("--serving_model_name", help="The model's name on that server (default model).")
     g.add_argument("--push_destination", help="Folder or gs:// path for <version>/ folders.")
     g.add_argument(
         "--require_blessing",

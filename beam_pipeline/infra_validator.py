@@ -12,6 +12,8 @@ that every request is answered with finite outputs of the signature's declared s
 and times each batch size (p50/p99 over the repeats). The same records are TF Serving's
 warm-up file: on success they are written into the validated model as
 ``assets.extra/tf_serving_warmup_requests`` (the file TF Serving replays at load).
+With an endpoint (``--serving_endpoint``) the same requests and checks go to a running TF
+Serving server instead (:mod:`beam_pipeline.serving_endpoint`).
 
 Example::
 
@@ -34,10 +36,12 @@ from beam_pipeline.core import fileio
 
 __all__ = [
     "BATCH_SIZES",
+    "DEFAULT_MODEL_NAME",
     "INFRA_FILE",
     "WARMUP_FILE",
     "describe",
     "InfraResult",
+    "predict_requests",
     "read_infra_result",
     "validate_model",
     "write_infra_result",
@@ -48,6 +52,8 @@ INFRA_FILE = "infra_validation.json"
 # Where TF Serving looks for warm-up requests inside a model version folder.
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 _REPEATS = 20
+# The model name TF Serving's Docker image serves by default (its MODEL_NAME).
+DEFAULT_MODEL_NAME = "model"
 _SERVING_SIGNATURE = "serving_default"
 
 # The sandbox script, run by path with ``python -I`` (it imports only TensorFlow and TF
@@ -64,12 +70,15 @@ class InfraResult:
       problems: why not, one line each (the loader's or the request's message).
       load_seconds: time to load the SavedModel in the sandbox.
       latency_ms: batch size -> {"p50": ms, "p99": ms} over the repeats of that request.
+      endpoint: the TF Serving server that answered (``--serving_endpoint``), or None for
+        the sandbox (then ``load_seconds`` is the sandbox's load time).
     """
 
     blessed: bool
     problems: tuple[str, ...]
     load_seconds: Optional[float]
     latency_ms: dict[int, dict[str, float]]
+    endpoint: Optional[str] = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,18 +112,43 @@ def _signature_input(model_dir: str) -> tuple[Optional[str], Optional[str]]:
     return next(iter(inputs)), None
 
 
-def _write_requests(path: str, input_name: str, examples: Sequence[bytes]) -> None:
-    """TF Serving warm-up records: one PredictRequest per batch size."""
+def predict_requests(input_name: str, examples: Sequence[bytes], model_name: str = "") -> list:
+    """TF Serving ``PredictRequest`` protos for ``serving_default``, one per batch size."""
     import tensorflow as tf
-    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+    from tensorflow_serving.apis import model_pb2, predict_pb2
+
+    requests = []
+    for size in BATCH_SIZES:
+        batch = [examples[i % len(examples)] for i in range(size)]
+        request = predict_pb2.PredictRequest(
+            model_spec=model_pb2.ModelSpec(name=model_name, signature_name=_SERVING_SIGNATURE)
+        )
+        request.inputs[input_name].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string))
+        requests.append(request)
+    return requests
+
+
+def _declared_outputs(model_dir: str) -> dict[str, list[Optional[int]]]:
+    """serving_default's outputs and their declared shapes (None: any size), from
+    saved_model.pb (which :func:`_signature_input` has read and checked)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = fileio.join(model_dir, "saved_model.pb")
+    saved = saved_model_pb2.SavedModel.FromString(fileio.open(path, "rb").read())
+    outputs = saved.meta_graphs[0].signature_def[_SERVING_SIGNATURE].outputs
+    return {
+        name: [d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
+        for name, info in outputs.items()
+    }
+
+
+def _write_requests(path: str, input_name: str, examples: Sequence[bytes]) -> None:
+    """TF Serving warm-up records: one PredictionLog per batch size."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
 
     with tf.io.TFRecordWriter(path) as writer:
-        for size in BATCH_SIZES:
-            batch = [examples[i % len(examples)] for i in range(size)]
-            request = predict_pb2.PredictRequest(
-                model_spec=model_pb2.ModelSpec(signature_name=_SERVING_SIGNATURE)
-            )
-            request.inputs[input_name].CopyFrom(tf.make_tensor_proto(batch, dtype=tf.string))
+        for request in predict_requests(input_name, examples):
             log = prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=request)
             )
@@ -127,8 +161,11 @@ def validate_model(
     *,
     load_timeout: float = 60.0,
     repeats: int = _REPEATS,
+    endpoint: str = "",
+    model_name: str = DEFAULT_MODEL_NAME,
 ) -> InfraResult:
-    """Loads ``model_dir`` in a sandbox process and sends it TF Serving requests.
+    """Loads ``model_dir`` in a sandbox process (or asks the TF Serving server at
+    ``endpoint``, which serves it) and sends it TF Serving requests.
 
     On success the requests are written into the model as its TF Serving warm-up file
     (atomically: a temporary file renamed into place).
@@ -136,14 +173,30 @@ def validate_model(
     Args:
       model_dir: the SavedModel folder (local or any tf.io.gfile path).
       examples: serialized raw tf.Examples to build the requests from (at least one).
-      load_timeout: seconds the load may take.
+      load_timeout: seconds the load may take (the sandbox's; a server has loaded it).
       repeats: times each request is sent (for the latency percentiles).
+      endpoint: ``HOST:PORT`` of a TF Serving gRPC server serving the model as
+        ``model_name``; "" for the sandbox (:mod:`beam_pipeline.serving_endpoint`).
+
+    Raises:
+      PipelineError: ``endpoint`` cannot be reached.
     """
     input_name, problem = _signature_input(model_dir)
     if problem:
         return InfraResult(False, (problem,), None, {})
     if not examples:
         return InfraResult(False, ("the eval split has no examples to send",), None, {})
+    if endpoint:
+        from beam_pipeline.serving_endpoint import query_endpoint
+
+        requests = predict_requests(input_name, examples, model_name)
+        result = query_endpoint(endpoint, requests, _declared_outputs(model_dir), repeats)
+        if result.blessed:
+            with tempfile.TemporaryDirectory(prefix="infra-") as tmp:
+                path = os.path.join(tmp, "tf_serving_warmup_requests")
+                _write_requests(path, input_name, examples)
+                _install_warmup(path, model_dir)
+        return result
     with tempfile.TemporaryDirectory(prefix="infra-") as tmp:
         requests = os.path.join(tmp, "tf_serving_warmup_requests")
         _write_requests(requests, input_name, examples)
@@ -212,6 +265,7 @@ def read_infra_result(folder: str) -> Optional[InfraResult]:
         tuple(d["problems"]),
         d["load_seconds"],
         {int(k): v for k, v in d["latency_ms"].items()},
+        d.get("endpoint"),
     )
 
 
@@ -223,4 +277,6 @@ def describe(result: InfraResult) -> str:
         f"batch {n}: p50 {v['p50']:.1f} ms p99 {v['p99']:.1f} ms"
         for n, v in sorted(result.latency_ms.items())
     )
+    if result.endpoint:
+        return f"served by {result.endpoint}; {lat}"
     return f"loaded in {result.load_seconds:.1f} s; {lat}"

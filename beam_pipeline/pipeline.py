@@ -101,6 +101,11 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     options = parse_beam_args(config.beam_args)
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
+    if config.evaluator.serving_endpoint and config.evaluator.infra_validator:
+        # The serving check's server must answer now, not after the training.
+        from beam_pipeline.serving_endpoint import check_endpoint
+
+        check_endpoint(config.evaluator.serving_endpoint)
     # A local EXTERNAL worker pool must start a worker that imports this project; checked
     # while the inputs and the module file are checked, and waited for before anything is
     # created (beam_pipeline.runtime.preflight).

@@ -575,9 +575,13 @@ def test_yaml_config_and_flags(tmp_path):
             "--train_steps=7",
             "--trainer_entry_point=PenguinSpec",
             "--runner=DirectRunner",
+            "--serving_endpoint=[::1]:8500",
+            "--serving_model_name=penguin",
         ]
     )
     assert cfg.trainer.entry_point == "PenguinSpec"
+    assert cfg.evaluator.serving_endpoint == "[::1]:8500"
+    assert cfg.evaluator.serving_model_name == "penguin"
     assert cfg.tuner.schedule is TunerSchedule.ROUNDS
     assert cli.parse_config([f"--config={config}", "--tuner_schedule=rolling"]).tuner.schedule is (
         TunerSchedule.ROLLING

@@ -53,6 +53,9 @@ _BAD_NUMBERS = [
     ("--split_buckets=bogus=1", r"names split 'bogus'; use train, eval or test"),
     ("--input_splits=eval=a.csv", r"--input_splits has no train split"),
     ("--input_splits=train=a.csv,train=b.csv", r"--input_splits names split train twice"),
+    ("--serving_endpoint=localhost", r"--serving_endpoint=localhost is not HOST:PORT; pass"),
+    ("--serving_endpoint=http://h:1", r"--serving_endpoint=http://h:1 is not HOST:PORT"),
+    ("--serving_model_name=", r"--serving_model_name is empty; pass the name"),
 ]
 
 
@@ -155,3 +158,15 @@ def test_a_flag_error_with_log_file_still_writes_the_log(tmp_path, capsys):
     err = _fails(tmp_path, capsys, [f"--log_file={log}", "--train_steps=0"])
     assert "--train_steps" in err
     assert log.exists()  # the (short) log of a run that stopped at its flags
+
+
+def test_an_unreachable_serving_endpoint_stops_the_run_before_anything_is_written(tmp_path, capsys):
+    from conftest import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"  # nothing listens there
+    err = _fails(tmp_path, capsys, [f"--serving_endpoint={endpoint}"])
+    assert err == (
+        f"error: --serving_endpoint {endpoint} cannot be reached (the connection failed); start "
+        "TF Serving there (its gRPC port, 8500 by default) or drop the flag to validate the "
+        "model in the sandbox."
+    )

@@ -6,17 +6,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import conftest_trainer
 import keras
 import pytest
+from conftest import TESTDATA, free_port, worker_pool_process
 from test_tfx_modules import TFX_EVAL_CONFIG
 
 from beam_pipeline import evaluator
 from beam_pipeline.beam_options import parse_beam_args
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.infra_validator import WARMUP_FILE, validate_model
+from beam_pipeline.infra_validator import WARMUP_FILE, describe, validate_model
 from beam_pipeline.pusher import next_version, push_model
 from beam_pipeline.schema_gen import read_schema
 from beam_pipeline.training_stage import run_training_stage
@@ -185,7 +187,9 @@ def test_a_slice_feature_that_does_not_exist_is_refused(model):
         evaluator.build_eval_config(None, model[1], _schema(model[0]), ("planet",))
 
 
-def test_infra_validator_serves_tf_serving_requests_in_a_sandbox(model, tmp_path, monkeypatch):
+def test_infra_validator_serves_tf_serving_requests_in_a_sandbox_or_at_an_endpoint(
+    model, tmp_path, monkeypatch
+):
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -208,6 +212,32 @@ def test_infra_validator_serves_tf_serving_requests_in_a_sandbox(model, tmp_path
         sizes.append(tf.make_ndarray(request.inputs["examples"]).shape[0])
     assert sizes == [1, 8, 32]
     assert not os.listdir(os.path.join(served, "assets.extra")) == []
+
+    # --serving_endpoint: the same requests and checks sent over TF Serving's gRPC API, to
+    # a stand-in server (tests/testdata/tf_serving_standin.py: TF Serving cannot be
+    # installed here) that loads the model with TensorFlow in its own process.
+    os.remove(os.path.join(served, WARMUP_FILE))
+    port = free_port()
+    standin = [sys.executable, os.path.join(TESTDATA, "tf_serving_standin.py"), "penguin"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    with worker_pool_process([*standin, served, str(port)], tmp_path / "standin.log", env=env):
+        endpoint = f"localhost:{port}"
+        result = validate_model(
+            "model", examples, repeats=3, endpoint=endpoint, model_name="penguin"
+        )
+        assert result.blessed, result.problems
+        assert result.endpoint == endpoint and result.load_seconds is None
+        assert sorted(result.latency_ms) == [1, 8, 32]
+        assert all(0 < v["p50"] <= v["p99"] for v in result.latency_ms.values())
+        assert os.path.exists(os.path.join(served, WARMUP_FILE))
+        assert describe(result).startswith(f"served by {endpoint}; batch 1: p50 ")
+        # A name the server does not serve: every request fails with the server's answer.
+        wrong = validate_model("model", examples, repeats=1, endpoint=endpoint, model_name="x")
+        assert not wrong.blessed and len(wrong.problems) == 3
+        assert wrong.problems[0] == (
+            f"a request of 1 examples to {endpoint} failed: NOT_FOUND: "
+            "Servable not found for request: Latest(x)"
+        )
 
 
 def test_infra_validator_fails_a_model_that_does_not_load_or_take_examples(tmp_path):

@@ -1,4 +1,5 @@
-"""The InfraValidator stage: the model served from a sandbox process before it is pushed.
+"""The InfraValidator stage: the model served from a sandbox process (or by the TF Serving
+server at ``--serving_endpoint``) before it is pushed.
 
 The work is :func:`beam_pipeline.infra_validator.validate_model`; this unit takes up to 64
 raw examples of the eval split as request material, publishes ``infra_blessing/`` and, on
@@ -42,7 +43,10 @@ class InfraValidatorStage(Stage):
 
     def parameters(self, ctx: StageContext) -> dict:
         e = ctx.config.evaluator
-        return {"eval_split": e.eval_split.value, "load_timeout": e.infra_load_timeout}
+        params = {"eval_split": e.eval_split.value, "load_timeout": e.infra_load_timeout}
+        if e.serving_endpoint:  # only then: the sandbox's cache keys stay as they were
+            params.update(endpoint=e.serving_endpoint, model_name=e.serving_model_name)
+        return params
 
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
@@ -56,7 +60,13 @@ class InfraValidatorStage(Stage):
             return skipped
         model = inputs[Model]
         examples = read_examples(inputs[Examples].file_pattern(e.eval_split))
-        result = validate_model(model.uri, examples, load_timeout=e.infra_load_timeout)
+        result = validate_model(
+            model.uri,
+            examples,
+            load_timeout=e.infra_load_timeout,
+            endpoint=e.serving_endpoint,
+            model_name=e.serving_model_name,
+        )
         write_infra_result(out.folder(InfraBlessing), result)
         report = StageReport(
             "InfraValidator",
