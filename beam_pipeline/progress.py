@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Optional
 
+from rich.text import Text
+
 from beam_pipeline.console import RunEvents
 from beam_pipeline.summary import StageReport
 
@@ -227,7 +229,7 @@ class ProgressDisplay:
             from rich.live import Live
             from rich.spinner import Spinner
 
-            self._spinner = Spinner("dots", text="")
+            self._spinner = Spinner("dots", text=Text(""))
             self._console = Console(file=self._out, highlight=False)
             self._live = Live(
                 self._spinner, console=self._console, refresh_per_second=4, transient=True
@@ -307,10 +309,13 @@ class ProgressDisplay:
             line = self._line()
             if line is None:
                 if self._live is not None:
-                    self._spinner.update(text="")
+                    self._spinner.update(text=Text(""))
                 continue
             if self._live is not None:
-                self._spinner.update(text=line)
+                # A Text, not a str: rich would read a str as markup (a "[" in a detail
+                # would be mangled), and parsing it costs several times the CPU of the
+                # rest of the display (measured: 490 ms against 86 ms of CPU in 30 s).
+                self._spinner.update(text=Text(line))
             elif time.time() - self._last_plain >= self._plain_every:
                 self._last_plain = time.time()
                 self._print(PROGRESS_PREFIX + line)
