@@ -11,8 +11,8 @@ Which runners report counters while a job runs (Beam 2.77, as pinned):
   at any time, but Beam's own services fill it only when the job ends: the embedded
   service (``--job_endpoint=embed``) keeps no result until its FnApiRunner returns, and
   the Java job server (Flink, Spark) copies the metrics of the result its runner returns,
-  which Flink's runner does once the job has finished (in detached mode it reports no
-  metrics at all). It is polled anyway, so a service that does report while the job runs
+  which Flink's and Spark's runners return once the job has finished (Flink's in detached
+  mode reports no metrics at all). It is polled anyway, so a service that does report while the job runs
   shows; Beam's show nothing until the end. Polled through the service, not
   ``result.metrics()``: Beam's portable result keeps the first answer it got, so a poll
   while the job runs would hide the final counters from the stage.
