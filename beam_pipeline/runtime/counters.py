@@ -12,10 +12,10 @@ Which runners report counters while a job runs (Beam 2.77, as pinned):
   service (``--job_endpoint=embed``) keeps no result until its FnApiRunner returns, and
   the Java job server (Flink, Spark) copies the metrics of the result its runner returns,
   which Flink's and Spark's runners return once the job has finished (Flink's in detached
-  mode reports no metrics at all). It is polled anyway, so a service that does report while the job runs
-  shows; Beam's show nothing until the end. Polled through the service, not
-  ``result.metrics()``: Beam's portable result keeps the first answer it got, so a poll
-  while the job runs would hide the final counters from the stage.
+  mode reports no metrics at all). It is polled anyway, so a service that does report
+  while the job runs shows; Beam's show nothing until the end. Polled through the
+  service, not ``result.metrics()``: Beam's portable result keeps the first answer it
+  got, so a poll while the job runs would hide the final counters from the stage.
 - DirectRunner (the FnApiRunner): no. ``pipeline.run()`` returns only when the job has
   ended; in ``in_memory`` mode each bundle runs synchronously in the runner's thread (a
   progress request could only be sent after the bundle is done) and in
