@@ -2,6 +2,12 @@
 """The data stages with the live progress display on and off, alternated in one sitting.
 
   python benchmarks/bench_progress.py --data CSV [--runs 3] [--tty] [-- more CLI flags]
+  python benchmarks/bench_progress.py --display_cpu 30
+
+The second form measures the display alone: a process that shows one running stage (a
+Beam job with a link and, with ``counters``, its counters to read every 5 s) for that many
+seconds, its CPU from ``getrusage`` while the main thread sleeps, in a pseudo-terminal and
+through a pipe.
 
 Runs, ``--runs`` times each and alternating (on, off, on, off, ...):
 
@@ -34,6 +40,48 @@ sys.path.insert(0, HERE)
 import _measure  # noqa: E402
 
 SETTINGS = ("on", "off")
+
+# The display alone, showing one running stage for argv[2] seconds; prints its CPU.
+_DISPLAY_ONLY = """
+import resource, sys, time
+from beam_pipeline.console import RunEvents
+from beam_pipeline.progress import ProgressDisplay
+from beam_pipeline.remote import JobInfo
+
+counts = {"example_gen.rows_read": 1000, "example_gen.rows_out.train": 667,
+          "example_gen.rows_out.eval": 333}
+events = RunEvents()
+with ProgressDisplay(events, sys.stdout):
+    events.run_started("/nonexistent")
+    events.stage_started("ExampleGen+Statistics")
+    read = (lambda: counts) if sys.argv[1] == "counters" else None
+    events.job_submitted(JobInfo("DataflowRunner", "job", "https://example.org/job"), read)
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    time.sleep(float(sys.argv[2]))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+print(f"DISPLAY_CPU_MS {cpu * 1000:.1f}", file=sys.stderr)
+"""
+
+
+def display_cpu(a) -> None:
+    """The display's own CPU over ``--display_cpu`` seconds, per output and counters."""
+    import re
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=REPO, COLUMNS="120", TERM="xterm-256color")
+    for tty in (True, False):
+        for what in ("no counters", "counters"):
+            cmd = [a.python, "-c", _DISPLAY_ONLY, what, str(a.display_cpu)]
+            if tty:
+                cmd = ["script", "-qefc", shlex.join(cmd), "/dev/null"]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
+            found = re.search(r"DISPLAY_CPU_MS ([\d.]+)", proc.stdout + proc.stderr)
+            if not found:
+                sys.exit(f"the display-only run failed:\n{proc.stderr[-2000:]}")
+            where = "pseudo-terminal" if tty else "pipe"
+            print(f"{where}, {what}: {found.group(1)} ms of CPU in {a.display_cpu} s")
+    print(f"load average: {os.getloadavg()}")
 
 
 def run_once(a, setting: str, stamp: str, i: int) -> dict:
@@ -81,7 +129,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--data", required=True, help="CSV file (benchmarks/make_dataset.py)")
+    ap.add_argument("--data", help="CSV file (benchmarks/make_dataset.py)")
+    ap.add_argument(
+        "--display_cpu", type=float, default=None, help="seconds: measure the display alone"
+    )
     ap.add_argument("--runs", type=int, default=3, help="runs per setting (default 3)")
     ap.add_argument("--tty", action="store_true", help="stdout on a pseudo-terminal")
     ap.add_argument("--python", default=os.path.join(REPO, ".venv", "bin", "python"))
@@ -89,6 +140,11 @@ def main() -> None:
     ap.add_argument("--results_dir", default=os.path.join(HERE, "results"))
     ap.add_argument("extra", nargs="*", help="after --: more CLI flags")
     a = ap.parse_args()
+    if a.display_cpu:
+        display_cpu(a)
+        return
+    if not a.data:
+        ap.error("--data is required (or --display_cpu)")
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     runs = []
     for i in range(a.runs):
