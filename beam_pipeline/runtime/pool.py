@@ -37,7 +37,7 @@ import apache_beam as beam
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.beam_options import is_direct
+from beam_pipeline.beam_options import is_direct, new_options
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
 
@@ -326,7 +326,7 @@ class LocalWorkerPool:
         runner = fn_runner.FnApiRunner(
             default_environment=environments.ExternalEnvironment(endpoint)
         )
-        return beam.Pipeline(runner=runner, options=PipelineOptions([], **settings))
+        return beam.Pipeline(runner=runner, options=new_options(**settings))
 
     def close(self) -> None:
         """Stops the processes; their logs are deleted unless one of them exited early."""

@@ -1,0 +1,73 @@
+"""beam_options' speed-ups keep Beam's answers: one view per class, DoFn specs per instance."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import apache_beam as beam
+from apache_beam.coders import VarIntCoder
+from apache_beam.options import pipeline_options as po
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import userstate
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from conftest import make_pipeline
+
+from beam_pipeline.beam_options import new_options, parse_beam_args
+
+
+def test_each_view_is_built_once_and_shares_the_options_of_every_other_view():
+    options = parse_beam_args(["--runner=DirectRunner", "--job_name=a"])
+    cloud = options.view_as(po.GoogleCloudOptions)
+    assert options.view_as(po.GoogleCloudOptions) is cloud
+    cloud.job_name = "b"  # a write through one view is what every view reads
+    assert options.view_as(po.GoogleCloudOptions).job_name == "b"
+    assert options.get_all_options()["job_name"] == "b"
+    assert options.view_as(po.StandardOptions).runner == "DirectRunner"
+
+
+def test_a_copy_or_a_pickle_has_its_own_views_and_its_own_values():
+    options = new_options(["--job_name=a"], direct_num_workers=2)
+    options.view_as(po.GoogleCloudOptions)
+    own = copy.deepcopy(options)  # as beam.Pipeline copies its options
+    own.view_as(po.GoogleCloudOptions).job_name = "trial-1"
+    assert options.view_as(po.GoogleCloudOptions).job_name == "a"
+    assert own.view_as(po.GoogleCloudOptions) is not options.view_as(po.GoogleCloudOptions)
+    back = pickle.loads(pickle.dumps(options))
+    assert back.view_as(po.GoogleCloudOptions).job_name == "a"
+    assert back.view_as(po.DirectOptions).direct_num_workers == 2
+
+
+class _Count(beam.DoFn):
+    """A stateful DoFn: Beam must still see its state spec through the cache."""
+
+    TOTAL = ReadModifyWriteStateSpec("total", VarIntCoder())
+
+    def process(self, kv, total=beam.DoFn.StateParam(TOTAL)):  # noqa: B008  Beam's state API
+        n = (total.read() or 0) + kv[1]
+        total.write(n)
+        yield kv[0], n
+
+
+class _Plain(beam.DoFn):
+    def process(self, x):
+        yield x
+
+
+def test_dofn_specs_are_beams_own_answer_and_a_stateful_dofn_still_runs():
+    p = make_pipeline("--runner=DirectRunner")  # installs the cache
+    assert getattr(userstate.get_dofn_specs, "beam_pipeline_cached", False)
+    stateful, plain = _Count(), _Plain()
+    states, timers = userstate.get_dofn_specs(stateful)
+    assert [s.name for s in states] == ["total"] and not timers
+    assert userstate.get_dofn_specs(stateful) == (states, timers)  # asked again: the same
+    assert userstate.is_stateful_dofn(stateful) and not userstate.is_stateful_dofn(plain)
+    # Element order within a key is not fixed: only each key's last (largest) sum is.
+    out = (
+        p
+        | beam.Create([("a", 1), ("a", 2), ("b", 5)])
+        | beam.ParDo(_Count())
+        | beam.CombinePerKey(max)
+    )
+    assert_that(out, equal_to([("a", 3), ("b", 5)]))
+    p.run().wait_until_finish()
