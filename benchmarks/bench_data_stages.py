@@ -13,6 +13,9 @@ Runs, in its own session, with this repo on PYTHONPATH:
   .venv/bin/python -m beam_pipeline --runner=DirectRunner --data CSV --module_file M
       --pipeline_root <fresh folder> --no_trainer --no_tuner [cli args] [beam args]
 
+(with --train: without --no_trainer, so the Trainer, Evaluator, InfraValidator and
+Pusher run too; the Evaluator's rows/s are the eval rows it evaluated over its seconds).
+
 and samples the RSS (and PSS) of every process of that session every 0.2 s (see
 _measure.py). When it ends, reads ``<pipeline_root>/runs/<run_id>/summary.json`` (written
 by the CLI) for each stage's status, row counts and seconds. Rows per second of a stage
@@ -90,6 +93,16 @@ MARKDOWN_HEAD = (
 )
 
 
+def _evaluator(stages: list, stages_s: dict) -> dict | None:
+    """The Evaluator's evaluated rows, seconds and rows/s (None when it did not run)."""
+    ev = next((s for s in stages if s["stage"] == "Evaluator" and s.get("status") == "ok"), None)
+    if ev is None:
+        return None
+    rows, seconds = _rows_of(ev.get("rows_in", {})), stages_s.get("Evaluator")
+    per_s = round(rows / seconds) if rows and seconds else None
+    return {"rows": rows, "seconds": seconds, "rows_per_s": per_s}
+
+
 def repo_version() -> dict:
     """This repo's commit and whether tracked files differ from it (read-only git calls)."""
     import subprocess
@@ -136,6 +149,12 @@ def main() -> None:
         help="pipeline roots and logs go here (not committed)",
     )
     ap.add_argument("--results_dir", default=os.path.join(HERE, "results"))
+    ap.add_argument(
+        "--train",
+        action="store_true",
+        help="run the Trainer and the model checks too (not --no_trainer; still --no_tuner): "
+        "the Evaluator's rows/s are its evaluated rows over its seconds",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the pipeline root")
     ap.add_argument("--timeout_s", type=float, default=None)
     ap.add_argument("--header", action="store_true", help="print the markdown table head too")
@@ -161,7 +180,7 @@ def main() -> None:
         os.path.abspath(a.module_file),
         "--pipeline_root",
         root,
-        "--no_trainer",
+        *([] if a.train else ["--no_trainer"]),
         "--no_tuner",
         *shlex.split(a.cli_args),
         *a.extra,
@@ -193,6 +212,8 @@ def main() -> None:
     direct_mode = flag.get("--direct_running_mode", "in_memory")
     if "--direct_num_workers" in flag:
         direct_mode += f"/workers={flag['--direct_num_workers']}"
+    if a.train:  # apart in compare.py's tables: its stage times include the model's stages
+        direct_mode += "+train"
     ok = (
         m["rc"] == 0
         and summary is not None
@@ -212,6 +233,8 @@ def main() -> None:
         "stages_s": stages_s,
         "stages_sum_s": round(sum(stages_s.values()), 2),
         "rows_per_s": {k: (round(rows / v) if v and rows else None) for k, v in stages_s.items()},
+        # The Evaluator reads the eval split only: its rows are the rows it evaluated.
+        "evaluator": _evaluator(stages, stages_s),
         "stage_rows": {
             s["stage"]: {
                 "in": s.get("rows_in", {}),
@@ -235,6 +258,9 @@ def main() -> None:
     if a.header:
         print(MARKDOWN_HEAD)
     print(markdown_row(result))
+    if result["evaluator"]:
+        e = result["evaluator"]
+        print(f"Evaluator: {e['rows']:,} rows in {e['seconds']} s ({e['rows_per_s']:,} rows/s)")
     print(f"machine: {json.dumps(result['machine'])}")
     print(f"result: {path}")
     if not ok:
