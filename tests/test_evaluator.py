@@ -302,6 +302,12 @@ def test_blessing_json_names_the_failed_threshold(tmp_path):
     ]
     assert failure.describe() == "accuracy on Overall = 0.25, needs >= 0.6, misses it by 0.35"
     assert evaluator.read_blessing(str(tmp_path)).failures == (failure,)
+    # The summary's table: counts whole (a 1M-row taxi run showed 3.334e+05), rates to 4
+    # significant digits.
+    from beam_pipeline.stages.evaluator import metrics_table
+
+    table = metrics_table({"Overall": {"example_count": 333447.0, "binary_accuracy": 0.768512}})
+    assert table.split("\n")[1].split() == ["Overall", "0.7685", "333447"]
 
 
 def _pusher_ctx(tmp_path, **pusher):

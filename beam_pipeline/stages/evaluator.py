@@ -86,12 +86,17 @@ def _record(ctx: StageContext, model_uri: str, blessed: bool) -> None:
             store.set_custom_property(lineage.artifact.id, "blessed", blessed)
 
 
+def _number(v: float) -> str:
+    """A metric as the summary shows it: a count whole (333447, not 3.334e+05)."""
+    return str(int(v)) if float(v).is_integer() else f"{v:.4g}"
+
+
 def metrics_table(metrics: Mapping[str, Mapping[str, float]]) -> str:
     """The sliced metrics as rows: slice, then each metric."""
     names = sorted({n for row in metrics.values() for n in row})
     lines = ["slice".ljust(24) + "  ".join(n.ljust(12) for n in names)]
     for slice_name, row in metrics.items():
-        cells = [f"{row[n]:.4g}".ljust(max(12, len(n))) if n in row else "-" for n in names]
+        cells = [_number(row[n]).ljust(max(12, len(n))) if n in row else "-" for n in names]
         lines.append(slice_name.ljust(24) + "  ".join(cells))
     return "\n".join(lines)
 
@@ -161,7 +166,7 @@ class EvaluatorStage(Stage):
             verdict = "NOT blessed: " + "; ".join(f.describe() for f in result.failures)
             verdict += f" ({how})"
         overall = result.metrics.get("Overall", {})
-        shown = ", ".join(f"{k}={v:.4g}" for k, v in sorted(overall.items()))
+        shown = ", ".join(f"{k}={_number(v)}" for k, v in sorted(overall.items()))
         report = StageReport(
             "Evaluator",
             StageStatus.OK,
