@@ -104,10 +104,15 @@ class TunerSchedule(str, enum.Enum):
     oracle (BayesianOptimization) sees results in the order they finish.
     ROUNDS: synchronous rounds of ``parallel_trials`` trials; the next round starts when
     the round's slowest trial ends; an adaptive oracle's trials are the same on a rerun.
+    SEARCH_JOB: one job for the whole search: a long-lived loop per slot, each on its own
+    worker, claims the next trial from the oracle's state in the run's storage (an atomic
+    compare-and-swap per ask and report), runs it and reports it; a lost worker's trial is
+    re-issued when its lease (``lease_seconds``) runs out. No job start-up per trial.
     """
 
     ROLLING = "rolling"
     ROUNDS = "rounds"
+    SEARCH_JOB = "search_job"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +258,8 @@ class TunerConfig:
       max_trials: caps the tuner's own ``max_trials`` when given.
       train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
       accelerator / min_ram: resource hints of the trial step.
+      lease_seconds: the search_job schedule's lease: a claimed trial whose worker has not
+        renewed it for this long is re-issued to another worker.
       search_space: a search space declared in the YAML config (``search_space:``), used
         with a TrainSpec module that has no ``tuner_fn``.
     """
@@ -265,10 +272,12 @@ class TunerConfig:
     eval_steps: int = 5
     accelerator: Optional[str] = None
     min_ram: Optional[str] = None
+    lease_seconds: int = 120
     search_space: Optional[SearchSpace] = None
 
     def __post_init__(self):
         _check_int("tuner_parallel_trials", self.parallel_trials, 1)
+        _check_int("tuner_lease_seconds", self.lease_seconds, 1)
         if self.max_trials is not None:
             _check_int("tuner_max_trials", self.max_trials, 1)
         _check_int("tuner_train_steps", self.train_steps, 1)

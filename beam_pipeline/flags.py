@@ -87,6 +87,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "tuner_eval_steps": ("tuner", "eval_steps"),
     "tuner_accelerator": ("tuner", "accelerator"),
     "tuner_min_ram": ("tuner", "min_ram"),
+    "tuner_lease_seconds": ("tuner", "lease_seconds"),
     "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
     "evaluator": ("evaluator", "enabled"),
     "eval_config": ("evaluator", "eval_config"),
@@ -195,13 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--tuner_schedule",
         choices=[s.value for s in TunerSchedule],
         help="rolling (default): a worker that finishes a trial starts the next at once; "
-        "rounds: synchronous rounds (reproducible adaptive searches).",
+        "rounds: synchronous rounds (reproducible adaptive searches); search_job: one job "
+        "per search, each worker claims trials from the oracle's state in the run's storage.",
     )
     g.add_argument("--tuner_max_trials", type=int)
     g.add_argument("--tuner_train_steps", type=int)
     g.add_argument("--tuner_eval_steps", type=int)
     g.add_argument("--tuner_accelerator")
     g.add_argument("--tuner_min_ram")
+    g.add_argument(
+        "--tuner_lease_seconds",
+        type=int,
+        help="search_job: a trial whose worker stopped renewing it this long is re-issued.",
+    )
     g.add_argument("--no_tuner", dest="tuner", action="store_false")
     g = p.add_argument_group("evaluator, infra validator, pusher")
     g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")

@@ -11,7 +11,11 @@ schedules (``--tuner_schedule``, :mod:`beam_pipeline.tuner`):
   waits for another's slower trial;
 - rounds: ask a trial per slot, run them as one job (Reshuffled to workers), wait for all,
   report, repeat; an adaptive oracle then sees the same results at the same points on a
-  rerun.
+  rerun;
+- search_job: ONE job for the whole search (:mod:`beam_pipeline.tuner.search_job`): a
+  long-lived loop per slot on its own worker claims the next trial by a compare-and-swap
+  on the oracle's state in the run's storage, runs and reports it; the workers, not the
+  launcher, drive the oracle, and a lost worker's trial is re-issued when its lease ends.
 
 There is no long-lived oracle server: a worker lost mid-trial is retried by the runner,
 and a trial's result file makes the retry idempotent.
@@ -80,6 +84,7 @@ from beam_pipeline.tuner.report import (
 from beam_pipeline.tuner.rolling import run_rolling
 from beam_pipeline.tuner.rounds import run_rounds
 from beam_pipeline.tuner.search import Search, TrialJobs
+from beam_pipeline.tuner.search_job import run_search_job
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
 
@@ -150,6 +155,9 @@ def _schedule(
     a time, so there is nothing to roll; a dry run builds the first round's graph only.
     """
     if options.view_as(po.TestOptions).dry_run:
+        # The search job's graph is the whole search; the others: the first round's.
+        if config.tuner.schedule is TunerSchedule.SEARCH_JOB:
+            return TunerSchedule.SEARCH_JOB
         return TunerSchedule.ROUNDS
     if pool is None and is_direct(options):
         return TunerSchedule.ROUNDS
@@ -167,14 +175,18 @@ def _search(
     schedule = _schedule(config, options, pool)
     runners = shared.Shared()  # workers keep their loaded tuner from job to job
     tuner = load_tuner(job, job.tuner_dir)
-    # A rolling slot is a pool process; a round asks for --tuner_parallel_trials trials.
-    rolling_on_pool = pool is not None and schedule is TunerSchedule.ROLLING
-    slots = pool.num_workers if rolling_on_pool else config.tuner.parallel_trials
+    # A rolling slot or a search job's loop is a pool process; a round asks for
+    # --tuner_parallel_trials trials.
+    one_per_process = schedule in (TunerSchedule.ROLLING, TunerSchedule.SEARCH_JOB)
+    on_pool = pool is not None and one_per_process
+    slots = pool.num_workers if on_pool else config.tuner.parallel_trials
     oracle = OracleDriver(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
     search = Search(oracle, {}, True, round(time.time() - started, 3), schedule)
     jobs = TrialJobs(job, config, options, pool, runners)
     if schedule is TunerSchedule.ROLLING:
         run_rolling(search, jobs)
+    elif schedule is TunerSchedule.SEARCH_JOB:
+        run_search_job(search, jobs)
     else:
         run_rounds(search, jobs)
     return search
@@ -286,7 +298,13 @@ def run_tuning_stage(
         raise
     if not search.ran:
         run_dir.discard(staging)
-        return StageReport(STAGE, StageStatus.SKIPPED, note="dry run: job graph built only"), None
+        note = "dry run: job graph built only"
+        if search.schedule is TunerSchedule.SEARCH_JOB:
+            note = (
+                f"dry run: the whole search is {search.jobs} job of {search.oracle.slots} "
+                "worker loops; built only"
+            )
+        return StageReport(STAGE, StageStatus.SKIPPED, note=note), None
 
     oracle = search.oracle
     records = oracle.records()

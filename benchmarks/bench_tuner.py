@@ -4,9 +4,10 @@
     process, as keras-tuner (and TFX's Tuner) run it: one trial after another.
 (b) stage: :func:`beam_pipeline.tuning_stage.run_tuning_stage` on the DirectRunner in
     multi_processing mode with 2 workers, 2 trials at a time, trials capped to 1 TF thread,
-    with the default rolling schedule (a freed worker starts the next trial at once, each
-    trial its own small job), and (c) the same with synchronous rounds
-    (``--tuner_schedule=rounds``: each round waits for its slowest trial).
+    per schedule (``--schedules``): rolling (a freed worker starts the next trial at once,
+    each trial its own small job), rounds (each round waits for its slowest trial) and
+    search_job (one job; each worker's loop claims trials from the shared oracle state).
+    ``--repeats N`` runs every phase N times, interleaved; the medians are reported.
 
 Same module, same seed (so the same 8 learning rates), same steps. Every trial builds the
 same architecture (2 x 16 units; only the learning rate varies), so trials cost the same.
@@ -21,7 +22,8 @@ Figures:
   overhead_per_trial_s: what the fan-out costs a worker per trial beyond the trial
     itself (asking and updating the oracle, the trial's Beam job, bundles, result files):
     rolling: the mean of (trial's job wall time, launch to report - the trial's own
-    seconds); rounds: (sum of the rounds' wall times - sum over rounds of the round's
+    seconds); search_job: the mean of (claim to report - the trial's own seconds);
+    rounds: (sum of the rounds' wall times - sum over rounds of the round's
     slowest trial) / trials;
   idle_per_trial_s: (workers x search wall time - the trials' own seconds) / trials: all
     the time a worker does not train, fan-out, barriers and fixed costs included;
@@ -276,7 +278,9 @@ def _phase_stage(args, run: str, module: str) -> dict:
         trials = json.load(f)["trials"]
     trial_s = sum(t["seconds"] for t in trials)
     details = report.details
-    if schedule is TunerSchedule.ROLLING:
+    if (
+        schedule is not TunerSchedule.ROUNDS
+    ):  # rolling: launch to report; search_job: claim to report
         jobs = details["trial_job_seconds"]
         overhead = sum(jobs[t["trial_id"]] - t["seconds"] for t in trials) / len(trials)
         first = min(t["started"] for t in trials)
@@ -402,8 +406,20 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--phase",
-        choices=["sequential", "stage-rolling", "stage-rounds"],
+        choices=["sequential", "stage-rolling", "stage-rounds", "stage-search_job"],
         help=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--schedules",
+        default="rolling,rounds,search_job",
+        help="the stage's schedules to run (comma-separated)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each phase, interleaved (sequential, then each schedule, repeated), so "
+        "a change in the machine's load hits every phase alike",
     )
     parser.add_argument("--tag", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -429,10 +445,23 @@ def main(argv=None) -> None:
         f"--wait_s={args.wait_s}",
         f"--threads={args.threads}",
     ]
-    sequential = _run_phase("sequential", passthrough)
-    # Waiting trials do not compete for cores: the ceiling is the worker count.
-    pair = None if args.wait_s else _run_pair(passthrough, args.trials)
-    stages = {name: _run_phase(f"stage-{name}", passthrough) for name in ("rolling", "rounds")}
+    names = [n.strip() for n in args.schedules.split(",") if n.strip()]
+    runs: dict[str, list[dict]] = {name: [] for name in ["sequential", *names]}
+    pairs = []
+    for _ in range(args.repeats):  # interleaved: sequential, pair, then each schedule
+        runs["sequential"].append(_run_phase("sequential", passthrough))
+        # Waiting trials do not compete for cores: the ceiling is the worker count.
+        if not args.wait_s:
+            pairs.append(_run_pair(passthrough, args.trials))
+        for name in names:
+            runs[name].append(_run_phase(f"stage-{name}", passthrough))
+
+    def median(group: list[dict], key: str) -> dict:
+        return sorted(group, key=lambda r: r[key])[len(group) // 2]
+
+    sequential = median(runs["sequential"], "sequential_s")
+    pair = median(pairs, "pair_s") if pairs else None
+    stages = {name: median(runs[name], "stage_s") for name in names}
     seq = sequential["sequential_s"]
     result = {
         "benchmark": "tuner",
@@ -442,6 +471,13 @@ def main(argv=None) -> None:
         "sequential": sequential,
         "side_by_side": pair,
         "stage": stages,
+        "all_runs": runs,
+        "all_pairs": pairs,
+        "ranges": {
+            name: [min(r[k] for r in group), max(r[k] for r in group)]
+            for name, group in runs.items()
+            for k in (["sequential_s"] if name == "sequential" else ["stage_s"])
+        },
         "same_trials": all(
             sequential["learning_rates"] == s["learning_rates"] for s in stages.values()
         ),
@@ -465,7 +501,8 @@ def main(argv=None) -> None:
         "|---|---|---|---|---|---|",
         f"| (a) keras_tuner search, sequential | {seq} | {rate['sequential']} | 1.0 | | |",
     ]
-    for label, name in (("(b) stage, rolling", "rolling"), ("(c) stage, rounds", "rounds")):
+    for name in names:
+        label = f"stage, {name}"
         stage = stages[name]
         lines.append(
             f"| {label}, {args.parallel} worker(s), warm pool | {stage['stage_s']} | "
@@ -474,7 +511,7 @@ def main(argv=None) -> None:
             f"{stage['idle_per_trial_s']} |"
         )
     lines.append(
-        f"\npool start {stages['rolling']['pool_start_s']} s (once per search); "
+        f"\npool start {stages[names[0]]['pool_start_s']} s (once per search); "
         + (
             "two plain searches side by side (no Beam) reach "
             f"{result['speedup_ceiling']}x on this machine; "

@@ -517,10 +517,10 @@ def dataflow_graphs(tmp_path_factory):
     from beam_pipeline.stages.transform import build_transform_pipeline
     from beam_pipeline.training_stage import build_training_job
     from beam_pipeline.tuning_stage import build_tuning_job
-    from trainer.tuning import TrialSpec
+    from trainer.tuning import TrialSpec, state_path
     from transforms import example_gen as eg
     from transforms.training import TrainModel
-    from transforms.tuning import RunTrials
+    from transforms.tuning import RunSearch, RunTrials
 
     config = PipelineConfig(
         data=DataConfig(data=PENGUINS, csv_null_values=("", "NA")),
@@ -588,6 +588,21 @@ def dataflow_graphs(tmp_path_factory):
             ),
             image,
         )
+    # The search_job schedule: the whole search is this one job, a worker loop per slot.
+    graphs["search job"] = _dry_run(
+        lambda p: (
+            p
+            | "RunSearch"
+            >> RunSearch(
+                tuning,
+                state_path(os.path.join(staging[Artifact.TUNER], "project")),
+                2,
+                accelerator=tuner.accelerator,
+                min_ram=tuner.min_ram,
+            )
+        ),
+        image,
+    )
     job = build_training_job(config, run_dir, staged=staged)
     trainer = config.trainer
     graphs["training"] = _dry_run(
@@ -633,6 +648,7 @@ def dataflow_graphs(tmp_path_factory):
         ),
         ("tuning round", ["RunTrials/CreateTrials", "RunTrials/Reshuffle", "RunTrials/RunTrial"]),
         ("rolling trial", ["RunTrials/CreateTrials", "RunTrials/RunTrial"]),
+        ("search job", ["RunSearch/CreateSlots", "RunSearch/Reshuffle", "RunSearch/SearchLoop"]),
         ("training", ["TrainModel/CreateJob", "TrainModel/Reshuffle", "TrainModel/Train"]),
     ],
 )
@@ -659,6 +675,12 @@ def test_dataflow_graph_steps_image_and_hints(dataflow_graphs, phase, steps):
             "rolling trial": {
                 "RunTrials/RunTrial": {ACCELERATOR_URN: T4.encode(), MIN_RAM_URN: b"8000000000"}
             },
+            "search job": {
+                "RunSearch/SearchLoop": {
+                    ACCELERATOR_URN: T4.encode(),
+                    MIN_RAM_URN: b"8000000000",
+                }
+            },
             "training": {
                 "TrainModel/Train": {
                     ACCELERATOR_URN: ACCELERATOR.encode(),
@@ -684,7 +706,7 @@ def test_dataflow_data_job_reads_csv_ranges_spread_over_workers(dataflow_graphs)
     assert any(source in producers and "ranges" in tag for tag, source in scan.outputs.items())
 
 
-@pytest.mark.parametrize("phase", ["tuning round", "rolling trial", "training"])
+@pytest.mark.parametrize("phase", ["tuning round", "rolling trial", "search job", "training"])
 def test_dataflow_model_jobs_carry_the_staged_module(dataflow_graphs, phase):
     graphs, staged = dataflow_graphs
     payloads = _decoded_fn_payloads(graphs[phase])

@@ -30,7 +30,20 @@ from beam_pipeline.training_stage import run_training_stage
 from beam_pipeline.tuner.report import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
 from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, build_tuning_job, run_tuning_stage
 from trainer import load_hyperparameters
-from trainer.tuning import OracleDriver, SearchSpace, load_tuner
+from trainer.tuning import (
+    Claim,
+    OracleDriver,
+    SearchLoop,
+    SearchSpace,
+    TrialRunner,
+    TrialSpec,
+    finished_driver,
+    load_tuner,
+    read_state,
+    start_search_state,
+    state_path,
+)
+from trainer.tuning.shared_state import open_shared_state
 from transforms.tuning import RunTrials
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
@@ -127,15 +140,15 @@ def test_trials_run_two_at_a_time_in_two_worker_processes(tuned):
 
 @pytest.mark.parametrize("schedule", list(TunerSchedule))
 def test_a_slow_trial_holds_up_only_its_own_worker_when_rolling(run_dir, pool, tmp_path, schedule):
-    """One trial is slow: rolling, the other worker runs the rest meanwhile; in rounds, the
-    next round waits for it.
+    """One trial is slow: rolling (and in a search job), the other worker runs the rest
+    meanwhile; in rounds, the next round waits for it.
 
     Rolling, the slow trial waits until the three others have started (120 s at most), so
     the test does not depend on how fast a loaded machine starts them: on a machine with
     load average 10, a fixed 6 s sleep ended before they started. In rounds they cannot
     start before it ends, so it sleeps a fixed 6 s.
     """
-    rolling = schedule is TunerSchedule.ROLLING
+    rolling = schedule is not TunerSchedule.ROUNDS
     slow = {"marker": str(tmp_path / "slow"), "seconds": 120 if rolling else 6}
     if rolling:
         slow["until_started"] = 3  # trials 1, 2 and 3, one after another
@@ -156,7 +169,9 @@ def test_a_slow_trial_holds_up_only_its_own_worker_when_rolling(run_dir, pool, t
         assert {t["worker"] for t in later} == {
             next(t for t in first if t is not slowest)["worker"]
         }
-        assert [t["round"] for t in trials] == [0, 0, 1, 2]
+        # Rolling asks the first two trials together; a search job's loops one each.
+        rounds = [0, 0, 1, 2] if schedule is TunerSchedule.ROLLING else [0, 1, 2, 3]
+        assert [t["round"] for t in trials] == rounds
     else:
         assert slowest["seconds"] >= 6
         assert all(t["started"] >= slow_end for t in later)
@@ -212,19 +227,26 @@ def test_a_rerun_is_cached(tuned):
 
 
 @pytest.mark.parametrize(
-    "custom, trials, failed",
+    "custom, trials, failed, schedule",
     [
         # max_epochs=2, factor=2: brackets of 3 and 2 trials; trials print 200 KB each (a
         # worker whose output nobody reads must not block)
-        ({"tuner": "hyperband", "print_kb": 200}, 5, 0),
-        ({"tuner": "bayesian", "max_trials": 3}, 3, 0),
-        ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1),
+        ({"tuner": "hyperband", "print_kb": 200}, 5, 0, TunerSchedule.ROLLING),
+        ({"tuner": "bayesian", "max_trials": 3}, 3, 0, TunerSchedule.ROLLING),
+        ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1, TunerSchedule.ROLLING),
+        # The search job's workers load the oracle's state (keras-tuner's get_state /
+        # set_state and each trial's) into their own oracle for every ask and report.
+        ({"tuner": "hyperband"}, 5, 0, TunerSchedule.SEARCH_JOB),
+        ({"tuner": "bayesian", "max_trials": 3}, 3, 0, TunerSchedule.SEARCH_JOB),
+        ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1, TunerSchedule.SEARCH_JOB),
     ],
 )
-def test_oracles_complete_their_searches(run_dir, pool, custom, trials, failed):
-    report, best = run_tuning_stage(_config(**custom), run_dir, TWO_WORKERS, worker_pool=pool)
+def test_oracles_complete_their_searches(run_dir, pool, custom, trials, failed, schedule):
+    config = _config(schedule=schedule, **custom)
+    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
     rows = _trials(run_dir)
     assert report.status is StageStatus.OK and best is not None
+    assert report.details["schedule"] == schedule.value
     assert len(rows) == trials
     assert [r["status"] for r in rows].count("FAILED") == failed
     assert len({r["worker"] for r in rows}) == 2
@@ -241,8 +263,9 @@ def test_oracles_complete_their_searches(run_dir, pool, custom, trials, failed):
         assert any("tuner/trial_id" in r["hyperparameters"] for r in rows)
 
 
-def test_a_search_whose_trials_all_fail_stops_with_a_clear_error(run_dir, pool):
-    config = _config(max_trials=4, fail_all=True)
+@pytest.mark.parametrize("schedule", [TunerSchedule.ROLLING, TunerSchedule.SEARCH_JOB])
+def test_a_search_whose_trials_all_fail_stops_with_a_clear_error(run_dir, pool, schedule):
+    config = _config(max_trials=4, schedule=schedule, fail_all=True)
     message = r"Tuning stopped: 3 trials in a row failed .* RuntimeError: training diverged"
     with pytest.raises(PipelineError, match=message):
         run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
@@ -303,18 +326,24 @@ def test_the_callers_options_are_read_from_the_calling_thread_only(run_dir, pool
 
 # The abandoned job's gRPC reader threads raise when its worker process dies.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_a_lost_worker_process_is_replaced_and_no_trial_counts_twice(run_dir, pool, tmp_path):
+@pytest.mark.parametrize("schedule", [TunerSchedule.ROLLING, TunerSchedule.SEARCH_JOB])
+def test_a_lost_worker_process_is_replaced_and_no_trial_counts_twice(
+    run_dir, pool, tmp_path, schedule
+):
+    """Rolling reruns the trial's job; a search job gives the lost process's slot a job on
+    the new process, whose loop takes the slot's trial back (same attempt)."""
     marker = str(tmp_path / "exited-once")
     restarts = pool.restarts
-    report, _ = run_tuning_stage(
-        _config(max_trials=2, exit_once=marker), run_dir, TWO_WORKERS, worker_pool=pool
-    )
+    config = _config(max_trials=2, schedule=schedule, exit_once=marker)
+    report, _ = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
     rows = _trials(run_dir)
     assert os.path.exists(marker) and pool.restarts == restarts + 1
     assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
     assert [r["attempts"] for r in rows] == [1, 1]
     assert report.details["worker_restarts"] == restarts + 1
     assert os.path.exists(run_dir.path(Artifact.TUNER, PUBLISHED_MARKER))
+    if schedule is TunerSchedule.SEARCH_JOB:  # the search's job, and the slot's own
+        assert report.details["jobs"] == 2 and report.details["reissued"] == 1
 
 
 def test_trials_import_the_helper_modules_staged_with_the_module(run_dir, pool, tmp_path):
@@ -370,6 +399,47 @@ def test_a_dataflow_dry_run_builds_the_first_round_only(run_dir):
     assert best is None and not os.path.exists(run_dir.path(Artifact.TUNER))
 
 
+def test_a_dataflow_dry_run_of_a_search_job_builds_the_whole_search_as_one_job(run_dir):
+    config = _config(max_trials=6, parallel=3, schedule=TunerSchedule.SEARCH_JOB)
+    report, best = run_tuning_stage(config, run_dir, parse_beam_args(DATAFLOW_DRY_RUN))
+    assert report.status is StageStatus.SKIPPED and best is None
+    assert report.note == "dry run: the whole search is 1 job of 3 worker loops; built only"
+    assert not os.path.exists(run_dir.path(Artifact.TUNER))
+
+
+def test_a_trial_whose_lease_ran_out_is_reissued_and_counts_once(run_dir, tmp_path):
+    """A loop that stops renewing its lease (lost, or hung) loses its trial to the next
+    loop that claims: same trial, same attempt; the old holder's late report is dropped
+    and the new holder's run reuses the attempt's result file, so it counts once."""
+    job = build_tuning_job(_config(max_trials=2), run_dir, MODULE, str(tmp_path / "tuner"))
+    driver = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2, 2, MODULE)
+    path = state_path(driver.project_dir)
+    start_search_state(driver, path)
+    runner = TrialRunner(job)
+    lost = SearchLoop(job, path, runner, lease_seconds=-1)  # its leases end as they start
+    taker = SearchLoop(job, path, runner)
+    spec = lost.claim(0, "lost-loop")
+    assert isinstance(spec, TrialSpec) and spec.trial_id == "0"
+    again = taker.claim(1, "taker-loop")
+    assert again == spec  # re-issued: the same trial and attempt
+    result = runner.run(spec)  # the lost loop's run finished after all
+    assert lost.report(spec, result, "lost-loop") is False  # dropped: no longer its trial
+    rerun = runner.run(again)
+    assert rerun.reused and rerun.seconds == result.seconds  # its result file, no training
+    assert taker.report(again, rerun, "taker-loop") is True
+    second = taker.claim(1, "taker-loop")
+    assert isinstance(second, TrialSpec) and second.trial_id == "1"
+    assert taker.report(second, runner.run(second), "taker-loop") is True
+    assert taker.claim(1, "taker-loop") is Claim.OVER
+    state = read_state(path)
+    assert state["done"] and state["reissued"] == 1 and state["dropped_reports"] == 1
+    records = finished_driver(driver, state).records()
+    assert [(r.trial_id, r.status.value, r.attempts) for r in records] == [
+        ("0", "COMPLETED", 1),
+        ("1", "COMPLETED", 1),
+    ]
+
+
 def test_a_config_search_space_tunes_a_trainspec_without_tuner_fn(run_dir, pool):
     module = os.path.join(os.path.dirname(__file__), "testdata", "spec_tuner_module.py")
     space = SearchSpace.from_mapping(
@@ -402,3 +472,45 @@ def test_a_config_search_space_tunes_a_trainspec_without_tuner_fn(run_dir, pool)
     assert run_training_stage(config, run_dir, options, best_path).status is StageStatus.OK
     with open(run_dir.path(Artifact.MODEL_RUN, "spec_hyperparameters.json")) as f:
         assert json.load(f) == best["values"]
+
+
+def test_a_search_job_runs_the_whole_search_as_one_job(run_dir, pool):
+    """search_job: one job, a loop per worker process; each claims, runs and reports trials
+    on the oracle's state in the run's storage until the oracle is done."""
+    config = _config(max_trials=4, schedule=TunerSchedule.SEARCH_JOB, seed=3)
+    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
+    trials = _trials(run_dir)
+    assert report.status is StageStatus.OK and best is not None
+    assert [t["status"] for t in trials] == ["COMPLETED"] * 4
+    assert report.details["schedule"] == "search_job" and report.details["jobs"] == 1
+    assert [t["round"] for t in trials] == [0, 1, 2, 3]  # each claim asks for one trial
+    assert _running_at_once(trials) == 2
+    assert len({t["worker"] for t in trials}) == 2
+    assert f"{os.uname().nodename}:{os.getpid()}" not in {t["worker"] for t in trials}
+    assert report.details["counters"]["tuner.trials_completed"] == 4
+    assert set(report.details["trial_job_seconds"]) == {"0", "1", "2", "3"}
+    assert report.note.startswith("4 trials (4 completed, 0 failed) 2 at a time (search_job: 1 job")
+    with open(run_dir.path(Artifact.TUNER, "test_tuning", "beam_search_state.json")) as f:
+        state = json.load(f)
+    assert state["done"] and not state["leases"] and state["stopped"] is None
+
+
+def test_a_search_job_state_has_a_compare_and_swap_store_locally_only_or_on_gcs(tmp_path):
+    """Local: a lock file makes read-change-write atomic across processes (here: threads of
+    one, each with its own store object, each increment a separate locked update)."""
+    path = str(tmp_path / "state.json")
+    open_shared_state(path).create({"n": 0})
+
+    def add(times: int) -> None:
+        store = open_shared_state(path)
+        for _ in range(times):
+            store.update(lambda doc: ({"n": doc["n"] + 1}, None))
+
+    threads = [threading.Thread(target=add, args=(50,)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert open_shared_state(path).read() == {"n": 200}
+    with pytest.raises(PipelineError, match=r"local path or gs://, not s3:// .* --tuner_schedule"):
+        open_shared_state("s3://bucket/run/tuner/project/beam_search_state.json")

@@ -166,6 +166,8 @@ def stage_report(
     best_values = dict(best.get("values", {}))
     if search.schedule is TunerSchedule.ROLLING:
         how = f"{oracle.slots} at a time (rolling)"
+    elif search.schedule is TunerSchedule.SEARCH_JOB:
+        how = f"{oracle.slots} at a time (search_job: {search.jobs} job(s))"
     else:
         how = f"in {oracle.rounds} rounds"
     note = (
@@ -197,5 +199,7 @@ def stage_report(
             "setup_seconds": search.setup_seconds,
             "round_seconds": list(search.round_seconds),
             "trial_job_seconds": dict(search.trial_job_seconds),
+            "jobs": search.jobs,
+            "reissued": search.reissued,
         },
     )

@@ -87,6 +87,7 @@ def run_rolling(search: Search, jobs: TrialJobs) -> None:
     def launch(slot: int, spec: TrialSpec, tries: int = 1) -> None:
         entry = _TrialJob(slot, spec, tries, time.time())
         running[slot] = entry
+        search.jobs += 1
         own = job_options(options, spec.trial_id)  # here: the job's thread must not read options
 
         def run() -> None:

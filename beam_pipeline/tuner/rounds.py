@@ -51,6 +51,7 @@ def run_rounds(search: Search, jobs: TrialJobs) -> None:
             search.counters = dict(counters)
             return
         counters.update(_run_round(jobs, specs))
+        search.jobs += 1
         if dry_run:
             search.ran = False
             return

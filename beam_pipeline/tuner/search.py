@@ -25,7 +25,7 @@ from apache_beam.utils import shared
 from beam_pipeline.config import PipelineConfig, TunerSchedule
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from trainer.tuning import OracleDriver, TrialResult, TrialSpec, TuningJob, read_trial_result
-from transforms.tuning import RunTrials
+from transforms.tuning import RunSearch, RunTrials
 
 __all__ = ["Search", "TrialJobs", "gather_results"]
 
@@ -59,6 +59,19 @@ class TrialJobs:
             runners=self.runners,
         )
 
+    def run_search(self, state_path: str, slots: int | Sequence[int]) -> RunSearch:
+        """The search job's step: a loop per slot on ``state_path`` (one per job)."""
+        hints = self.config.tuner
+        return RunSearch(
+            self.job,
+            state_path,
+            slots,
+            lease_seconds=hints.lease_seconds,
+            accelerator=hints.accelerator,
+            min_ram=hints.min_ram,
+            runners=self.runners,
+        )
+
 
 def gather_results(specs: Sequence[TrialSpec]) -> dict[str, TrialResult]:
     """The results the trials' workers wrote, keyed by trial id (one per trial attempt)."""
@@ -82,7 +95,10 @@ class Search:
       schedule: the schedule that ran.
       round_seconds: wall time of each synchronous round.
       trial_job_seconds: per trial of a rolling search, from its job's start to its
-        report to the oracle.
+        report to the oracle; of a search job, from its claim to its report.
+      jobs: the Beam jobs the search ran (a search job: 1, plus one per local pool
+        process that was lost and replaced).
+      reissued: trials a search job re-issued (a lost worker's, or an expired lease).
     """
 
     oracle: OracleDriver
@@ -92,3 +108,5 @@ class Search:
     schedule: TunerSchedule
     round_seconds: list[float] = dataclasses.field(default_factory=list)
     trial_job_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    jobs: int = 0
+    reissued: int = 0

@@ -11,7 +11,11 @@ in :mod:`beam_pipeline.tuner`):
 - :mod:`~trainer.tuning.loader`: the module's ``tuner_fn`` (or a search space over its
   TrainSpec, :mod:`~trainer.tuning.hypermodel`) to a tuner on the shared project folder;
 - :mod:`~trainer.tuning.runner`: the worker side, :class:`TrialRunner`;
-- :mod:`~trainer.tuning.oracle`: the launcher side, :class:`OracleDriver`.
+- :mod:`~trainer.tuning.oracle`: the launcher side, :class:`OracleDriver`;
+- :mod:`~trainer.tuning.shared_state`: a JSON document changed by compare-and-swap (a
+  lock file locally, GCS generations on gs://);
+- :mod:`~trainer.tuning.search_loop`: the search job's worker loop, :class:`SearchLoop`:
+  claim a trial (with a lease), run it, report it, on that shared state.
 
 Example (what the tuner stage does, minus Beam)::
 
@@ -29,6 +33,15 @@ from trainer.tuning.loader import load_tuner
 from trainer.tuning.messages import TrialRecord, TrialResult, TrialSpec, TrialStatus, TuningJob
 from trainer.tuning.oracle import OracleDriver
 from trainer.tuning.runner import TrialRunner
+from trainer.tuning.search_loop import (
+    DEFAULT_LEASE_SECONDS,
+    Claim,
+    SearchLoop,
+    finished_driver,
+    read_state,
+    start_search_state,
+    state_path,
+)
 from trainer.tuning.search_space import (
     Direction,
     ParameterType,
@@ -39,6 +52,13 @@ from trainer.tuning.search_space import (
 from trainer.tuning.store import read_trial_result, write_trial_result
 
 __all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "Claim",
+    "SearchLoop",
+    "finished_driver",
+    "read_state",
+    "start_search_state",
+    "state_path",
     "Direction",
     "OracleDriver",
     "ParameterType",

@@ -22,6 +22,7 @@ Example (a whole search in one process, with :class:`trainer.tuning.TrialRunner`
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -118,15 +119,18 @@ class OracleDriver:
             )
         return self.ask()
 
-    def ask(self, count: Optional[int] = None) -> list[TrialSpec]:
+    def ask(self, count: Optional[int] = None, slot: Optional[int] = None) -> list[TrialSpec]:
         """Asks the oracle for trials for up to ``count`` free slots (default: all free ones).
 
         The trials asked in one call form one round. An empty list means the oracle has
         nothing to run now: the search is over when no trial is running either; otherwise
         it may wait for running trials (Hyperband's next rung), so ask again after a report.
+        ``slot``: ask for that slot only (a search job's worker asks for its own).
         """
         busy = {tuner_id for tuner_id, _ in self._pending.values()}
         free = [t for t in self._tuner_ids if t not in busy]
+        if slot is not None:
+            free = [t for t in free if t == self._tuner_ids[slot]]
         specs = []
         for tuner_id in free[:count] if count is not None else free:
             trial = self._oracle.create_trial(tuner_id)
@@ -211,6 +215,75 @@ class OracleDriver:
                     f"{self._results[spec.trial_id].error}; fix the model or the search space "
                     f"in {self._module_file}."
                 ) from None
+        self._oracle.save()
+
+    def pending_slot(self, trial_id: str) -> int:
+        """The slot that runs pending trial ``trial_id``."""
+        return self._tuner_ids.index(self._pending[trial_id][0])
+
+    def move_trial(self, trial_id: str, slot: int) -> TrialSpec:
+        """Hands pending trial ``trial_id`` to ``slot`` (its worker was lost); same attempt.
+
+        The oracle's ongoing trial moves from the old slot's tuner id to the new one's, as
+        if that tuner had been running it all along; nothing else changes, so the trial
+        counts once whoever finishes it.
+        """
+        old, spec = self._pending[trial_id]
+        new = self._tuner_ids[slot]
+        if old != new:
+            trial = self._oracle.ongoing_trials.pop(old)
+            self._oracle.ongoing_trials[new] = trial
+            self._pending[trial_id] = (new, spec)
+        return spec
+
+    def state(self) -> dict[str, Any]:
+        """Everything this driver and its oracle know, as plain JSON values.
+
+        keras-tuner's own ``Oracle.get_state`` (every oracle saves itself so to
+        ``oracle.json``: RandomSearch, BayesianOptimization and Hyperband add their fields)
+        plus each ``Trial``'s state (what ``trial.json`` holds), and this driver's
+        bookkeeping; :meth:`load_state` on a driver of the same ``tuner_fn`` restores it.
+        """
+        return {
+            "oracle": self._oracle.get_state(),
+            "trials": {tid: t.get_state() for tid, t in self._oracle.trials.items()},
+            "max_trials": self._oracle.max_trials,
+            "results": {tid: json.loads(r.to_json()) for tid, r in self._results.items()},
+            "pending": {
+                tid: [tuner_id, dataclasses.asdict(spec)]
+                for tid, (tuner_id, spec) in self._pending.items()
+            },
+            "round_of": dict(self._round_of),
+            "rounds": self.rounds,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Makes this driver and its oracle what :meth:`state` recorded (see there)."""
+        import keras_tuner
+
+        oracle = self._oracle
+        oracle.trials = {
+            tid: keras_tuner.engine.trial.Trial.from_state(s) for tid, s in state["trials"].items()
+        }
+        oracle.set_state(state["oracle"])
+        oracle.max_trials = state["max_trials"]
+        self._results = {
+            tid: TrialResult.from_json(json.dumps(r)) for tid, r in state["results"].items()
+        }
+        self._pending = {
+            tid: (tuner_id, TrialSpec(**spec)) for tid, (tuner_id, spec) in state["pending"].items()
+        }
+        self._round_of = dict(state["round_of"])
+        self.rounds = int(state["rounds"])
+
+    def save(self) -> None:
+        """Writes the oracle's files (``oracle.json``, each ``trial.json``) from its state.
+
+        After a search job, whose workers wrote them as they went: a write of a worker
+        whose change then lost the race to another's is overwritten with the final state.
+        """
+        for trial in self._oracle.trials.values():
+            self._oracle._save_trial(trial)  # noqa: SLF001  keras-tuner's own file layout
         self._oracle.save()
 
     def records(self) -> list[TrialRecord]:

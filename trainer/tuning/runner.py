@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 import traceback
 from typing import Optional
@@ -57,6 +58,17 @@ class TrialRunner:
         limit_threads(job.threads_per_trial)
         self._loaded: Optional[TunerFnResult] = None
         self._module_path = job.module_file
+        # Held while a search loop loads the shared state into this runner's oracle
+        # (:mod:`trainer.tuning.search_loop`): loops sharing a runner take turns with it.
+        self.oracle_lock = threading.Lock()
+
+    def tuner(self) -> TunerFnResult:
+        """This process's tuner (``tuner_fn`` runs on the first call).
+
+        Raises:
+          PipelineError: the module or its ``tuner_fn`` failed (see :func:`load_tuner`).
+        """
+        return self._tuner()
 
     def _tuner(self) -> TunerFnResult:
         if self._loaded is None:
