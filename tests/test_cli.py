@@ -554,6 +554,8 @@ def test_blocking_anomalies_stop_the_run_with_exit_3(bundled_run, tmp_path, caps
 
 
 def test_yaml_config_and_flags(tmp_path):
+    from beam_pipeline.core.errors import PipelineError
+
     config = tmp_path / "run.yaml"
     config.write_text(
         f"data: {os.path.join(PENGUIN_DIR, 'penguins.csv')}\n"
@@ -586,6 +588,12 @@ def test_yaml_config_and_flags(tmp_path):
     assert cli.parse_config([f"--config={config}", "--tuner_schedule=rolling"]).tuner.schedule is (
         TunerSchedule.ROLLING
     )
+    search_job = cli.parse_config(
+        [f"--config={config}", "--tuner_schedule=search_job", "--tuner_lease_seconds=30"]
+    ).tuner
+    assert search_job.schedule is TunerSchedule.SEARCH_JOB and search_job.lease_seconds == 30
+    with pytest.raises(PipelineError, match=r"--tuner_lease_seconds=0 is out of range"):
+        cli.parse_config([f"--config={config}", "--tuner_lease_seconds=0"])
     space = cfg.tuner.search_space
     assert space.max_trials == 3
     assert [p.name for p in space.parameters] == ["learning_rate", "units"]
@@ -594,8 +602,6 @@ def test_yaml_config_and_flags(tmp_path):
     assert cfg.trainer.train_steps == 7
     assert cfg.beam_args == ("--direct_running_mode=in_memory", "--runner=DirectRunner")
     (tmp_path / "bad.yaml").write_text("dta: x.csv\n")
-    from beam_pipeline.core.errors import PipelineError
-
     with pytest.raises(PipelineError, match="unknown setting 'dta'"):
         cli.parse_config([f"--config={tmp_path / 'bad.yaml'}"])
     (tmp_path / "bad.yaml").write_text("tuner_schedule: async\n")

@@ -169,9 +169,8 @@ def test_a_slow_trial_holds_up_only_its_own_worker_when_rolling(run_dir, pool, t
         assert {t["worker"] for t in later} == {
             next(t for t in first if t is not slowest)["worker"]
         }
-        # Rolling asks the first two trials together; a search job's loops one each.
-        rounds = [0, 0, 1, 2] if schedule is TunerSchedule.ROLLING else [0, 1, 2, 3]
-        assert [t["round"] for t in trials] == rounds
+        # The first two trials are asked together (a search job's launcher asks them).
+        assert [t["round"] for t in trials] == [0, 0, 1, 2]
     else:
         assert slowest["seconds"] >= 6
         assert all(t["started"] >= slow_end for t in later)
@@ -234,14 +233,20 @@ def test_a_rerun_is_cached(tuned):
         ({"tuner": "hyperband", "print_kb": 200}, 5, 0, TunerSchedule.ROLLING),
         ({"tuner": "bayesian", "max_trials": 3}, 3, 0, TunerSchedule.ROLLING),
         ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1, TunerSchedule.ROLLING),
-        # The search job's workers load the oracle's state (keras-tuner's get_state /
-        # set_state and each trial's) into their own oracle for every ask and report.
+        # The search job's workers load the oracle's state (its attributes, GridSearch's
+        # ordered trial list among them) into their own oracle for every ask and report.
         ({"tuner": "hyperband"}, 5, 0, TunerSchedule.SEARCH_JOB),
         ({"tuner": "bayesian", "max_trials": 3}, 3, 0, TunerSchedule.SEARCH_JOB),
         ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1, TunerSchedule.SEARCH_JOB),
     ],
 )
-def test_oracles_complete_their_searches(run_dir, pool, custom, trials, failed, schedule):
+def test_oracles_complete_their_searches(
+    run_dir, pool, tmp_path, custom, trials, failed, schedule
+):
+    if schedule is TunerSchedule.SEARCH_JOB:
+        # Each loop claims once its worker is up: the first trial waits (120 s at most)
+        # until another has started, so both workers run trials however loaded the machine.
+        custom = {**custom, "slow_once": _wait_for_another_trial(tmp_path)}
     config = _config(schedule=schedule, **custom)
     report, best = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
     rows = _trials(run_dir)
@@ -418,8 +423,12 @@ def test_a_trial_whose_lease_ran_out_is_reissued_and_counts_once(run_dir, tmp_pa
     runner = TrialRunner(job)
     lost = SearchLoop(job, path, runner, lease_seconds=-1)  # its leases end as they start
     taker = SearchLoop(job, path, runner)
+    # The launcher asked each slot's first trial; each loop takes its own.
     spec = lost.claim(0, "lost-loop")
-    assert isinstance(spec, TrialSpec) and spec.trial_id == "0"
+    first = taker.claim(1, "taker-loop")
+    assert isinstance(spec, TrialSpec) and isinstance(first, TrialSpec)
+    assert (spec.trial_id, first.trial_id) == ("0", "1")
+    assert taker.report(first, runner.run(first), "taker-loop") is True
     again = taker.claim(1, "taker-loop")
     assert again == spec  # re-issued: the same trial and attempt
     result = runner.run(spec)  # the lost loop's run finished after all
@@ -427,9 +436,6 @@ def test_a_trial_whose_lease_ran_out_is_reissued_and_counts_once(run_dir, tmp_pa
     rerun = runner.run(again)
     assert rerun.reused and rerun.seconds == result.seconds  # its result file, no training
     assert taker.report(again, rerun, "taker-loop") is True
-    second = taker.claim(1, "taker-loop")
-    assert isinstance(second, TrialSpec) and second.trial_id == "1"
-    assert taker.report(second, runner.run(second), "taker-loop") is True
     assert taker.claim(1, "taker-loop") is Claim.OVER
     state = read_state(path)
     assert state["done"] and state["reissued"] == 1 and state["dropped_reports"] == 1
@@ -474,16 +480,26 @@ def test_a_config_search_space_tunes_a_trainspec_without_tuner_fn(run_dir, pool)
         assert json.load(f) == best["values"]
 
 
-def test_a_search_job_runs_the_whole_search_as_one_job(run_dir, pool):
+def _wait_for_another_trial(tmp_path) -> dict:
+    return {"marker": str(tmp_path / "wait"), "seconds": 120, "until_started": 1}
+
+
+def test_a_search_job_runs_the_whole_search_as_one_job(run_dir, pool, tmp_path):
     """search_job: one job, a loop per worker process; each claims, runs and reports trials
     on the oracle's state in the run's storage until the oracle is done."""
-    config = _config(max_trials=4, schedule=TunerSchedule.SEARCH_JOB, seed=3)
+    config = _config(
+        max_trials=4,
+        schedule=TunerSchedule.SEARCH_JOB,
+        seed=3,
+        slow_once=_wait_for_another_trial(tmp_path),  # both workers run trials, overlapping
+    )
     report, best = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
     trials = _trials(run_dir)
     assert report.status is StageStatus.OK and best is not None
     assert [t["status"] for t in trials] == ["COMPLETED"] * 4
     assert report.details["schedule"] == "search_job" and report.details["jobs"] == 1
-    assert [t["round"] for t in trials] == [0, 1, 2, 3]  # each claim asks for one trial
+    # The launcher asks each slot's first trial, then each claim asks for one.
+    assert [t["round"] for t in trials] == [0, 0, 1, 2]
     assert _running_at_once(trials) == 2
     assert len({t["worker"] for t in trials}) == 2
     assert f"{os.uname().nodename}:{os.getpid()}" not in {t["worker"] for t in trials}

@@ -61,7 +61,7 @@ def run_search_job(search: Search, jobs: TrialJobs) -> None:
     driver = search.oracle
     path = state_path(driver.project_dir)
     dry_run = jobs.options.view_as(po.TestOptions).dry_run
-    start_search_state(driver, path)
+    start_search_state(driver, path, jobs.config.tuner.lease_seconds)
     if jobs.pool is None:
         p = create_pipeline(jobs.options)
         _ = p | "RunSearch" >> jobs.run_search(path, driver.slots)

@@ -21,8 +21,10 @@ Example (a whole search in one process, with :class:`trainer.tuning.TrialRunner`
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import pickle
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -33,6 +35,11 @@ if TYPE_CHECKING:
     import keras_tuner
 
 __all__ = ["OracleDriver"]
+
+# What each process keeps of its own oracle when it loads a shared state (OracleDriver.state).
+_OWN_ATTRIBUTES = frozenset(
+    {"_display", "directory", "_directory", "project_name", "_project_name"}
+)
 
 
 class OracleDriver:
@@ -239,15 +246,20 @@ class OracleDriver:
     def state(self) -> dict[str, Any]:
         """Everything this driver and its oracle know, as plain JSON values.
 
-        keras-tuner's own ``Oracle.get_state`` (every oracle saves itself so to
-        ``oracle.json``: RandomSearch, BayesianOptimization and Hyperband add their fields)
-        plus each ``Trial``'s state (what ``trial.json`` holds), and this driver's
-        bookkeeping; :meth:`load_state` on a driver of the same ``tuner_fn`` restores it.
+        The oracle's own attributes (its trials, and whatever its class keeps), pickled:
+        keras-tuner's ``Oracle.get_state`` (what ``oracle.json`` holds) misses state some
+        oracles keep elsewhere (GridSearch's ordered trial list and queue, Bayesian
+        optimization's random generator), and a worker that loads only it asks a
+        GridSearch for a trial it cannot place. cloudpickle, because the oracle's
+        defaultdicts hold lambdas. Not its display nor its project folder (each process
+        keeps its own). :meth:`load_state` on a driver of the same ``tuner_fn`` restores
+        it; the state is trusted as the run's storage is (Beam's job graph is pickled too).
         """
+        import cloudpickle
+
+        attributes = {k: v for k, v in vars(self._oracle).items() if k not in _OWN_ATTRIBUTES}
         return {
-            "oracle": self._oracle.get_state(),
-            "trials": {tid: t.get_state() for tid, t in self._oracle.trials.items()},
-            "max_trials": self._oracle.max_trials,
+            "oracle": base64.b64encode(cloudpickle.dumps(attributes)).decode("ascii"),
             "results": {tid: json.loads(r.to_json()) for tid, r in self._results.items()},
             "pending": {
                 tid: [tuner_id, dataclasses.asdict(spec)]
@@ -259,14 +271,8 @@ class OracleDriver:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Makes this driver and its oracle what :meth:`state` recorded (see there)."""
-        import keras_tuner
-
-        oracle = self._oracle
-        oracle.trials = {
-            tid: keras_tuner.engine.trial.Trial.from_state(s) for tid, s in state["trials"].items()
-        }
-        oracle.set_state(state["oracle"])
-        oracle.max_trials = state["max_trials"]
+        attributes = pickle.loads(base64.b64decode(state["oracle"]))
+        vars(self._oracle).update(attributes)
         self._results = {
             tid: TrialResult.from_json(json.dumps(r)) for tid, r in state["results"].items()
         }

@@ -2,7 +2,7 @@
 
 One loop per parallel slot, each on its own worker, all in ONE Beam job per search
 (:class:`transforms.tuning.RunSearch`). The oracle is nowhere in particular: its state
-(keras-tuner's ``Oracle.get_state`` and the trials', plus the driver's bookkeeping, see
+(the oracle's own attributes, trials included, and the driver's bookkeeping, see
 :meth:`trainer.tuning.OracleDriver.state`) is one document in the run's shared storage
 (:mod:`trainer.tuning.shared_state`), and every ask and every report is one atomic
 compare-and-swap on it: the worker loads the state into its own tuner's oracle (from the
@@ -77,15 +77,28 @@ def state_path(project_dir: str) -> str:
     return fileio.join(project_dir, STATE_FILE)
 
 
-def start_search_state(driver: OracleDriver, path: str) -> SharedState:
-    """Writes a search's first state (the launcher's driver, freshly made); returns its store."""
+def start_search_state(
+    driver: OracleDriver, path: str, lease_seconds: float = DEFAULT_LEASE_SECONDS
+) -> SharedState:
+    """Writes a search's first state; returns its store.
+
+    The launcher's driver, freshly made, asks the first trial of every slot (round 0, as
+    the rolling schedule does), each held for its slot's loop: every worker starts with a
+    trial of its own however late it comes up (one that never does loses its trial when
+    the lease runs out).
+    """
+    now = time.time()
+    first = driver.ask()
     store = open_shared_state(path)
     store.create(
         {
             "slots": driver.slots,
             "driver": driver.state(),
-            "leases": {},
-            "times": {},
+            "leases": {
+                spec.trial_id: {"owner": None, "worker": "", "deadline": now + lease_seconds}
+                for spec in first
+            },
+            "times": {spec.trial_id: {"claimed": now} for spec in first},
             "stopped": None,
             "done": False,
             "loops": {},
@@ -205,10 +218,14 @@ class SearchLoop:
         # process's slots by this.
         moved = doc["loops"].get(str(slot)) != worker_name()
         doc["loops"][str(slot)] = worker_name()
-        for trial_id, lease in sorted(leases.items()):
-            # This slot's own trial: the runner reran the slot (its worker was lost). Or a
-            # trial whose holder stopped renewing it: re-issued, same attempt.
-            if driver.pending_slot(trial_id) == slot or lease["deadline"] < now:
+        # This slot's own trial first: its first one (asked by the launcher), or one its
+        # earlier loop held (the runner reran the slot after losing its worker). Then a
+        # trial whose holder stopped renewing it: re-issued, same attempt.
+        own = [t for t in sorted(leases) if driver.pending_slot(t) == slot]
+        expired = [t for t in sorted(leases) if leases[t]["deadline"] < now]
+        for trial_id in own[:1] or expired[:1]:
+            lease = leases[trial_id]
+            if lease["owner"] is not None:
                 _LOG.warning(
                     "Tuner trial %s: re-issued to slot %d (held by %s, lease %s).",
                     trial_id,
@@ -216,11 +233,11 @@ class SearchLoop:
                     lease["worker"],
                     "expired" if lease["deadline"] < now else "of this slot's lost worker",
                 )
-                spec = driver.move_trial(trial_id, slot)
-                leases[trial_id] = self._lease(owner, now)
                 doc["reissued"] += 1
-                doc["driver"] = driver.state()
-                return doc, spec
+            spec = driver.move_trial(trial_id, slot)
+            leases[trial_id] = self._lease(owner, now)
+            doc["driver"] = driver.state()
+            return doc, spec
         specs = driver.ask(1, slot=slot)
         if specs:
             spec = specs[0]
