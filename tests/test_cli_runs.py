@@ -33,20 +33,6 @@ REPORT_SECTIONS = [
 ]
 
 
-def test_multi_processing_workers_run_the_user_module(tmp_path):
-    # Worker processes cannot import the module file by its generated name: its functions
-    # must travel by value (a regression: Transform failed with ModuleNotFoundError).
-    root = str(tmp_path)
-    args = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-    code = cli.main(
-        args + ["--direct_num_workers=2", f"--pipeline_root={root}", "--no_trainer", "--no_tuner"]
-    )
-    assert code == 0
-    stages = _summary(_run_dir(root))
-    assert stages["Transform"]["status"] == "ok"
-    assert stages["Transform"]["rows_out"] == stages["ExampleGen"]["rows_out"]
-
-
 def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(tmp_path):
     # The module logs each import; it has a preprocessing_fn (the bundled one, from a helper
     # beside it) and no tuner_fn or run_fn, so the Tuner and Trainer stages load it, find
