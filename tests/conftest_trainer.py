@@ -132,12 +132,22 @@ def penguin_run_dir(tmp_path_factory) -> RunDirectory:
     Each test module binds this fixture under its own name, which pytest treats as separate
     fixtures; they share one build through a fixed folder of the session's temp dir.
     """
-    root = tmp_path_factory.getbasetemp() / "penguin_data"
+    import fcntl
+
+    # Under pytest-xdist each test process has its own temp dir, in one folder per session
+    # (pytest-xdist's documented way to share a session fixture): the first process to
+    # get there builds, the other waits on the lock and reads (one build, not one each).
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    root = shared / "penguin_data"
     built = root / "BUILT"
-    if not built.exists():
-        shutil.rmtree(root, ignore_errors=True)
-        build_penguin_run_dir(str(root))
-        built.write_text("")
+    with open(shared / "penguin_data.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            build_penguin_run_dir(str(root))
+            built.write_text("")
     return RunDirectory(str(root), RUN_ID)
 
 
