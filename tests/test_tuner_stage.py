@@ -240,9 +240,7 @@ def test_a_rerun_is_cached(tuned):
         ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1, TunerSchedule.SEARCH_JOB),
     ],
 )
-def test_oracles_complete_their_searches(
-    run_dir, pool, tmp_path, custom, trials, failed, schedule
-):
+def test_oracles_complete_their_searches(run_dir, pool, tmp_path, custom, trials, failed, schedule):
     if schedule is TunerSchedule.SEARCH_JOB:
         # Each loop claims once its worker is up: the first trial waits (120 s at most)
         # until another has started, so both workers run trials however loaded the machine.
@@ -444,6 +442,21 @@ def test_a_trial_whose_lease_ran_out_is_reissued_and_counts_once(run_dir, tmp_pa
         ("0", "COMPLETED", 1),
         ("1", "COMPLETED", 1),
     ]
+
+
+def test_a_search_job_on_one_worker_runs_every_slots_trials(run_dir, tmp_path):
+    """The runner may run the slots one after another (one worker): the first loop runs
+    the other slot's first trial too once it has nothing new to ask, without waiting for
+    that trial's lease to run out."""
+    job = build_tuning_job(_config(max_trials=3), run_dir, MODULE, str(tmp_path / "tuner"))
+    driver = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2, 3, MODULE)
+    path = state_path(driver.project_dir)
+    start_search_state(driver, path)  # trials 0 and 1 asked, one per slot
+    results = list(SearchLoop(job, path, TrialRunner(job)).run(0))
+    assert [r.trial_id for r in results] == ["0", "2", "1"]  # its own, a new one, slot 1's
+    state = read_state(path)
+    assert state["done"] and not state["leases"] and state["reissued"] == 0
+    assert [r.status.value for r in finished_driver(driver, state).records()] == ["COMPLETED"] * 3
 
 
 def test_a_config_search_space_tunes_a_trainspec_without_tuner_fn(run_dir, pool):

@@ -225,7 +225,9 @@ class SearchLoop:
         expired = [t for t in sorted(leases) if leases[t]["deadline"] < now]
         for trial_id in own[:1] or expired[:1]:
             lease = leases[trial_id]
-            if lease["owner"] is not None:
+            if lease["owner"] is None:  # its first claim: from now on, the trial's time
+                doc["times"][trial_id]["claimed"] = now
+            else:
                 _LOG.warning(
                     "Tuner trial %s: re-issued to slot %d (held by %s, lease %s).",
                     trial_id,
@@ -243,6 +245,15 @@ class SearchLoop:
             spec = specs[0]
             leases[spec.trial_id] = self._lease(owner, now)
             doc["times"][spec.trial_id] = {"claimed": now}
+            doc["driver"] = driver.state()
+            return doc, spec
+        # Nothing new to ask: another slot's first trial that no loop claimed yet (its
+        # worker is late, or the runner runs the slots one after another) runs here.
+        unclaimed = [t for t in sorted(leases) if leases[t]["owner"] is None]
+        if unclaimed:
+            spec = driver.move_trial(unclaimed[0], slot)
+            leases[unclaimed[0]] = self._lease(owner, now)
+            doc["times"][unclaimed[0]]["claimed"] = now
             doc["driver"] = driver.state()
             return doc, spec
         if not driver.running:  # nothing to run and nothing running: the search is over
