@@ -264,7 +264,13 @@ def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypat
     for f in failures:
         bound = -1e-10 if f["metric"].endswith("(change vs baseline)") else 0.6
         assert f["by"] == pytest.approx(bound - f["value"]) and f["by"] > 0, f
-    change = next(f for f in failures if f["metric"].endswith("(change vs baseline)"))
+    # The change threshold may fail on slices too (island:Torgersen in a CI run): the
+    # overall one is the one asserted above.
+    change = next(
+        f
+        for f in failures
+        if f["metric"].endswith("(change vs baseline)") and f["slice"] == "Overall"
+    )
     assert stages["Pusher"]["status"] == "skipped"
     assert stages["Pusher"]["note"].startswith("not pushed: the Evaluator did not bless it")
     assert sorted(os.listdir(serving)) == ["1"]
@@ -282,8 +288,8 @@ def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypat
     shown = capsys.readouterr().out
     assert "Failed thresholds" in shown and "misses by" in shown
     failed_rows = shown.split("Failed thresholds", 1)[1].splitlines()
-    row = next(line for line in failed_rows if "(change vs baseline)" in line)
-    assert "Overall" in row and f"{change['by']:.4g}" in row
+    row = next(line for line in failed_rows if "(change vs baseline)" in line and "Overall" in line)
+    assert f"{change['by']:.4g}" in row
     assert "NOT blessed:" in shown.split("Model checks", 1)[1]
 
 
