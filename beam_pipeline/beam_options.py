@@ -139,7 +139,12 @@ def _install_dofn_spec_cache() -> None:
 
 
 def new_options(flags: Sequence[str] = (), **overrides) -> PipelineOptions:
-    """``PipelineOptions(flags, **overrides)`` whose views are built once (see ``_Options``)."""
+    """``PipelineOptions(flags, **overrides)`` whose views are built once (see ``_Options``).
+
+    It also installs the DoFn spec cache, so that every pipeline built from options of
+    this project (``create_pipeline``'s, and the local pool's trial jobs) gets it.
+    """
+    _install_dofn_spec_cache()
     return _Options(list(flags), **overrides)
 
 

@@ -152,7 +152,7 @@ def _parse_config_file(path: str) -> config_pb2.EvalConfig:
     from tensorflow_model_analysis.proto import config_pb2
 
     try:
-        text = fileio.open(path).read()
+        text = fileio.read_file(path)
     except OSError as e:
         raise PipelineError(
             f"--eval_config {path} cannot be read ({first_line(e)}); pass an EvalConfig file."
@@ -447,7 +447,7 @@ def read_blessing(folder: str) -> Optional[EvaluationResult]:
     path = fileio.join(folder, BLESSING_FILE)
     if not fileio.exists(path):
         return None
-    d = json.loads(fileio.open(path).read())
+    d = json.loads(fileio.read_file(path))
     return EvaluationResult(
         blessed=d["blessed"],
         failures=tuple(ThresholdFailure(**f) for f in d["failures"]),

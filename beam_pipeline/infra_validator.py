@@ -94,7 +94,7 @@ def _signature_input(model_dir: str) -> tuple[Optional[str], Optional[str]]:
     if not fileio.exists(path):
         return None, f"the model does not load: there is no saved_model.pb in {model_dir}"
     try:
-        saved = saved_model_pb2.SavedModel.FromString(fileio.open(path, "rb").read())
+        saved = saved_model_pb2.SavedModel.FromString(fileio.read_file(path, binary=True))
     except DecodeError as e:
         return None, f"the model does not load: {path} does not parse (DecodeError: {e})"
     signatures = saved.meta_graphs[0].signature_def if saved.meta_graphs else {}
@@ -134,7 +134,7 @@ def _declared_outputs(model_dir: str) -> dict[str, list[Optional[int]]]:
     from tensorflow.core.protobuf import saved_model_pb2
 
     path = fileio.join(model_dir, "saved_model.pb")
-    saved = saved_model_pb2.SavedModel.FromString(fileio.open(path, "rb").read())
+    saved = saved_model_pb2.SavedModel.FromString(fileio.read_file(path, binary=True))
     outputs = saved.meta_graphs[0].signature_def[_SERVING_SIGNATURE].outputs
     return {
         name: [d.size if d.size >= 0 else None for d in info.tensor_shape.dim]
@@ -259,7 +259,7 @@ def read_infra_result(folder: str) -> Optional[InfraResult]:
     path = fileio.join(folder, INFRA_FILE)
     if not fileio.exists(path):
         return None
-    d = json.loads(fileio.open(path).read())
+    d = json.loads(fileio.read_file(path))
     return InfraResult(
         d["blessed"],
         tuple(d["problems"]),

@@ -133,7 +133,7 @@ def load_hyperparameters(path: str) -> dict[str, Any]:
             "(e.g. the tuner's best_hyperparameters.json)."
         )
     try:
-        data = json.loads(fileio.open(path).read())
+        data = json.loads(fileio.read_file(path))
     except ValueError as e:
         raise PipelineError(
             f"--hyperparameters file {path} is not valid JSON ({e}); fix the file."
@@ -164,7 +164,7 @@ def read_result(model_run_dir: str) -> Optional[TrainingResult]:
     path = fileio.join(model_run_dir, RESULT_FILE)
     if not fileio.exists(path):
         return None
-    return TrainingResult.from_json(fileio.open(path).read())
+    return TrainingResult.from_json(fileio.read_file(path))
 
 
 def _write_result(result: TrainingResult) -> None:

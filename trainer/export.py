@@ -57,7 +57,7 @@ def raw_feature_spec(
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tensorflow_transform.tf_metadata import schema_utils
 
-    schema = text_format.Parse(fileio.open(schema_path).read(), schema_pb2.Schema())
+    schema = text_format.Parse(fileio.read_file(schema_path), schema_pb2.Schema())
     return dict(schema_utils.schema_as_feature_spec(schema).feature_spec)
 
 
