@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -139,3 +140,36 @@ def worker_pool_process(argv, log_path, env=None, cwd=None):
                 break
             except subprocess.TimeoutExpired:
                 continue
+
+
+def readme_portable_commands() -> tuple[list[str], list[str]]:
+    """The README's two portable-runner commands (pool, run), as argument lists."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme.split("### Portable runner", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    pool_line, *run_lines = block.replace("\\\n", " ").strip().splitlines()
+    assert len(run_lines) == 1, block
+    return shlex.split(pool_line), shlex.split(run_lines[0])
+
+
+@pytest.fixture(scope="module")
+def readme_worker_pool(tmp_path_factory):
+    """The README's worker pool, started exactly as written, as a user would without the venv.
+
+    From the repository's root, with a PATH that does not lead to the venv and no
+    PYTHONPATH; only the port is replaced by a free one. Yields ``(address, log path,
+    the README's run command with that port)``; the pool and its workers are stopped
+    afterwards.
+    """
+    pool, run = readme_portable_commands()
+    assert pool[-1] == "&" and pool[0] == run[0] == ".venv/bin/python", (pool, run)
+    assert run[1:3] == ["-m", "beam_pipeline"], run
+    port = str(free_port())
+    pool = [a.replace("50000", port) for a in pool[:-1]]
+    run = [a.replace("50000", port) for a in run]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PATH="/usr/bin:/bin", TF_CPP_MIN_LOG_LEVEL="2")
+    log_path = tmp_path_factory.mktemp("worker_pool") / "pool.log"
+    with worker_pool_process(pool, log_path, env=env, cwd=REPO):
+        yield f"localhost:{port}", log_path, run

@@ -8,9 +8,9 @@
   pipeline proto Dataflow would receive: the steps, the container image, the resource hints
   (on the training step only), the staged module; and every pickled function and coder of
   those graphs is loaded in a fresh process, as a Dataflow worker would.
-- Portable runners (what Flink and Spark execute): the whole pipeline on
-  ``PortableRunner --job_endpoint=embed --environment_type=EXTERNAL`` against a pool of
-  separate SDK worker processes this module starts and stops.
+- Portable runners (what Flink and Spark execute): the whole pipeline runs on
+  ``PortableRunner --job_endpoint=embed --environment_type=EXTERNAL`` against the README's
+  worker pool in ``tests/test_tfx_modules.py`` (with TFX's own penguin module file).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import dataclasses
 import hashlib
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import zlib
 
 import conftest_trainer
 import pytest
-from conftest import PENGUIN_DIR, REPO, TESTDATA, free_port, worker_pool_process
+from conftest import PENGUIN_DIR, REPO, TESTDATA
 
 from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import DataConfig, PipelineConfig, TrainerConfig, TunerConfig
@@ -53,7 +52,6 @@ from beam_pipeline.remote import (
 
 MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
 PENGUINS = os.path.join(PENGUIN_DIR, "penguins.csv")
-TUNER_MODULE = os.path.join(TESTDATA, "tuner_module.py")
 IMAGE = "us-central1-docker.pkg.dev/placeholder-project/beam/beam-pipeline:0.1.0"
 ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
 T4 = "type:nvidia-tesla-t4;count:1;install-nvidia-driver"
@@ -860,124 +858,3 @@ def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(how,
     out = conftest_trainer.run_python(_WORKER_EXITS, how, timeout=120)
     assert out["error"].startswith("A worker process of the Test job " + said), out
     assert out["next"] == "DONE"
-
-
-def _readme_portable_commands() -> tuple[list[str], list[str]]:
-    """The README's two portable-runner commands (pool, run), as argument lists."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    section = readme.split("### Portable runner", 1)[1]
-    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
-    pool_line, *run_lines = block.replace("\\\n", " ").strip().splitlines()
-    assert len(run_lines) == 1, block
-    return shlex.split(pool_line), shlex.split(run_lines[0])
-
-
-@pytest.fixture(scope="module")
-def worker_pool(tmp_path_factory):
-    """The README's worker pool, started exactly as written, as a user would without the venv.
-
-    From the repository's root, with a PATH that does not lead to the venv and no
-    PYTHONPATH; only the port is replaced by a free one. Yields ``(address, log path,
-    the README's run command with that port)``; the pool and its workers are stopped
-    afterwards.
-    """
-    pool, run = _readme_portable_commands()
-    assert pool[-1] == "&" and pool[0] == run[0] == ".venv/bin/python", (pool, run)
-    assert run[1:3] == ["-m", "beam_pipeline"], run
-    port = str(free_port())
-    pool = [a.replace("50000", port) for a in pool[:-1]]
-    run = [a.replace("50000", port) for a in run]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PATH="/usr/bin:/bin", TF_CPP_MIN_LOG_LEVEL="2")
-    log_path = tmp_path_factory.mktemp("worker_pool") / "pool.log"
-    with worker_pool_process(pool, log_path, env=env, cwd=REPO):
-        yield f"localhost:{port}", log_path, run
-
-
-@pytest.mark.slow
-def test_whole_pipeline_on_a_portable_runner_with_external_workers(worker_pool, tmp_path):
-    from beam_pipeline import cli
-    from beam_pipeline.console import RunEvents
-    from beam_pipeline.core.types import Artifact
-    from beam_pipeline.pipeline import run
-    from beam_pipeline.run_dir import RunDirectory
-    from beam_pipeline.summary import StageStatus
-    from beam_pipeline.tuning_stage import run_tuning_stage
-
-    _, log_path, readme_run = worker_pool
-    root = str(tmp_path / "root")
-    portable = readme_run[3:]  # the README's flags, as `python -m beam_pipeline` parses them
-    # The bundled example as the README's `python -m beam_pipeline` runs it (data stages,
-    # Transform, training), with a short training; then a 2-trial search of the test tuner
-    # module on the same runner (rolling: two trial jobs side by side on the job service).
-    config = cli.parse_config(
-        [*portable, f"--pipeline_root={root}", "--run_id=portable", "--train_steps=20"]
-        + ["--no_tuner", "--tuner_parallel_trials=2", "--tuner_max_trials=2"]
-        + ["--tuner_train_steps=5", "--tuner_eval_steps=1"]
-        # The model checks after the Trainer are test_evaluator's and test_cli_runs'.
-        + ["--no_evaluator", "--no_infra_validator"]
-    )
-    run_dir = RunDirectory(root, "portable")
-    # The tuning module's code is in a helper module beside it, as TFX's penguin example
-    # splits it; the user's folder is gone once staged, so the pool's workers (and this
-    # process) can import the helper only from the staged archive.
-    folder = tmp_path / "tuning_module"
-    folder.mkdir()
-    shutil.copy(TUNER_MODULE, folder / "portable_tuning_helpers.py")
-    module = folder / "uses_helpers.py"
-    module.write_text("from portable_tuning_helpers import run_fn, tuner_fn  # noqa: F401\n")
-    # Each Beam job as its stage announces it (what the progress display hears): its
-    # counters read through the job service at once, and again after the run.
-    jobs = []
-    events = RunEvents()
-    events.subscribe(job_submitted=lambda info, read: jobs.append((info, read, read())))
-    try:
-        stages = {s.stage: s for s in run(config, events=events).stages}
-        tune = dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, enabled=True))
-        staged = stage_module_file(str(module), run_dir.root)
-        shutil.rmtree(folder)
-        tuner, best = run_tuning_stage(
-            tune, run_dir, parse_beam_args(portable), module_file=str(module), staged=staged
-        )
-    except BaseException:
-        print(log_path.read_text()[-6000:])  # the workers' side of the story
-        raise
-
-    example_gen, transform, trainer = stages["ExampleGen"], stages["Transform"], stages["Trainer"]
-    assert example_gen.status is StageStatus.OK and example_gen.rows_in == {"all": 344}
-    assert sum(example_gen.rows_out.values()) == 344 and example_gen.rows_rejected == 0
-    assert transform.status is StageStatus.OK and transform.rows_out == example_gen.rows_out
-    assert trainer.status is StageStatus.OK, trainer.note
-    assert run_dir.is_published(Artifact.MODEL)
-    assert tuner.status is StageStatus.OK, tuner.note
-    assert tuner.details["completed"] == 2 and best and os.path.exists(best)
-    # The trials and the training step ran in pool workers, not in this process.
-    workers = [*tuner.details["workers"], trainer.details["worker"]]
-    assert all(int(w.rsplit(":", 1)[1]) != os.getpid() for w in workers), workers
-    assert tuner.details["schedule"] == "rolling"
-    # One worker per job at least: data, Transform, training, and a job per trial, each
-    # started afresh or handed a ready spare (beam_pipeline.worker_pool --spare_workers).
-    log = log_path.read_text()
-    fresh, spares = log.count("Starting worker"), log.count(" is spare worker ")
-    assert fresh + spares >= 5 and spares >= 1, (fresh, spares)
-    # The job service's ids reach the summary (on Dataflow: the job id and console link).
-    assert example_gen.details["job"]["job_id"] and transform.details["job"]["job_id"]
-    # The jobs were announced with a way to read their counters from the job service;
-    # Beam's embedded service reports them only once a job has ended: at submission the
-    # read gave nothing (or, had the job ended already, the final counts), never a guess;
-    # after the run it gives the counts the summary holds.
-    assert [info.job_id for info, _, _ in jobs[:2]] == [
-        example_gen.details["job"]["job_id"],
-        transform.details["job"]["job_id"],
-    ]
-    final = [
-        {
-            "example_gen.rows_read": 344,
-            **{f"example_gen.rows_out.{s}": n for s, n in example_gen.rows_out.items()},
-        },
-        {f"transform.rows_out.{s}": n for s, n in transform.rows_out.items()},
-    ]
-    for (_, read, at_submission), counts in zip(jobs, final):
-        now = {k: v for k, v in read().items() if k in counts}
-        assert now == counts and at_submission in ({}, read())
