@@ -2,7 +2,7 @@
 """Times the data phase alone (ExampleGen + Statistics, one Beam job) on CSV input.
 
   python benchmarks/bench_example_gen.py DATA [--beam_args="--direct_running_mode=..."]
-      [--repeat N]
+      [--repeat N] [--json]
 
 Builds the job with the orchestrator's own builder (``build_data_pipeline``) into a fresh
 temporary folder and times ``run().wait_until_finish()`` only: the launcher's checks
@@ -10,13 +10,15 @@ temporary folder and times ``run().wait_until_finish()`` only: the launcher's ch
 the whole data phase). Prints one line per repeat with the 1-minute load average before
 and after (the machine may be shared: a figure means little without it), the CPU seconds
 of this process and its worker processes, the rows
-read/written/rejected and the example shards written per split.
+read/written/rejected and the example shards written per split; ``--json`` prints each
+repeat as one JSON object instead (what ``bench_scaling.py`` reads).
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import resource
 import shlex
@@ -34,7 +36,7 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _run_once(data: str, beam_args: list[str]) -> str:
+def _run_once(data: str, beam_args: list[str]) -> dict:
     from beam_pipeline.beam_options import create_pipeline, parse_beam_args
     from beam_pipeline.config import DataConfig, PipelineConfig
     from beam_pipeline.core.types import Artifact
@@ -67,10 +69,17 @@ def _run_once(data: str, beam_args: list[str]) -> str:
             for s in d.splits
         }
         ranges = counter(result, "example_gen.csv_ranges")
-        return (
-            f"{seconds:.1f} s (CPU {cpu:.1f} s)  load {load0:.1f}->{load1:.1f}  "
-            f"read {read} out {out} rejected {rejected}  shards {shards}  csv ranges {ranges}"
-        )
+        return {
+            "seconds": round(seconds, 2),
+            "cpu_s": round(cpu, 2),
+            "load_before": round(load0, 2),
+            "load_after": round(load1, 2),
+            "rows_read": read,
+            "rows_out": out,
+            "rows_rejected": rejected,
+            "shards": shards,
+            "csv_ranges": ranges,
+        }
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -82,9 +91,20 @@ def main() -> None:
     ap.add_argument("data")
     ap.add_argument("--beam_args", default="--runner=DirectRunner")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="one JSON object per repeat")
     a = ap.parse_args()
     for _ in range(a.repeat):
-        print(f"{a.beam_args}: {_run_once(a.data, shlex.split(a.beam_args))}", flush=True)
+        r = _run_once(a.data, shlex.split(a.beam_args))
+        if a.json:
+            print(json.dumps(r), flush=True)
+            continue
+        print(
+            f"{a.beam_args}: {r['seconds']:.1f} s (CPU {r['cpu_s']:.1f} s)  "
+            f"load {r['load_before']:.1f}->{r['load_after']:.1f}  read {r['rows_read']} "
+            f"out {r['rows_out']} rejected {r['rows_rejected']}  shards {r['shards']}  "
+            f"csv ranges {r['csv_ranges']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

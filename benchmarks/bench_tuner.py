@@ -318,11 +318,11 @@ def _phase_env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2")
 
 
-def _run_pair(argv: list[str], trials: int) -> dict:
-    """Control: two plain sequential searches of trials/2 each, side by side, no Beam.
+def _run_pair(argv: list[str], trials: int, n: int = 2) -> dict:
+    """Control: ``n`` plain sequential searches of trials/n each, side by side, no Beam.
 
     Each caps TensorFlow's threads as the stage caps its workers (cores / --parallel).
-    Their wall time is what any 2-way parallel scheme needs on this machine once trials
+    Their wall time is what any n-way parallel scheme needs on this machine once trials
     slow each other down (shared caches, memory bandwidth, TF's and tf.data's threads);
     sequential_s divided by it is the speedup ceiling the stage is measured against.
     """
@@ -336,7 +336,7 @@ def _run_pair(argv: list[str], trials: int) -> dict:
                 "sequential",
                 f"--tag=-pair{i}",
                 *argv,
-                f"--trials={trials // 2}",
+                f"--trials={trials // n}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -344,7 +344,7 @@ def _run_pair(argv: list[str], trials: int) -> dict:
             env=env,
             cwd=REPO,
         )
-        for i in range(2)
+        for i in range(n)
     ]
     walls = []
     for proc in procs:
@@ -452,7 +452,7 @@ def main(argv=None) -> None:
         runs["sequential"].append(_run_phase("sequential", passthrough))
         # Waiting trials do not compete for cores: the ceiling is the worker count.
         if not args.wait_s:
-            pairs.append(_run_pair(passthrough, args.trials))
+            pairs.append(_run_pair(passthrough, args.trials, args.parallel))
         for name in names:
             runs[name].append(_run_phase(f"stage-{name}", passthrough))
 
