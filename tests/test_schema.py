@@ -34,8 +34,12 @@ def _test_pipeline() -> test_pipeline.TestPipeline:
 def _stats(*batches: pa.RecordBatch, **options) -> statistics_pb2.DatasetFeatureStatisticsList:
     """Real statistics of ``batches`` (GenerateStatistics' CombineFn, in-process)."""
     fn = st._StatisticsCombineFn(
-        "train", options.get("num_top_values", 20), 10, 10,
-        options.get("num_rank_histogram_buckets", 1000))
+        "train",
+        options.get("num_top_values", 20),
+        10,
+        10,
+        options.get("num_rank_histogram_buckets", 1000),
+    )
     acc = fn.create_accumulator()
     for batch in batches:
         acc = fn.add_input(acc, batch)
@@ -54,7 +58,8 @@ def _penguin_batches() -> list[pa.RecordBatch]:
     """The bundled penguins CSV as ExampleGen types it: list<int64|float|binary>, NA = null."""
     table = pa_csv.read_csv(
         os.path.join(PENGUIN_DIR, "penguins.csv"),
-        convert_options=pa_csv.ConvertOptions(null_values=["NA"], strings_can_be_null=True))
+        convert_options=pa_csv.ConvertOptions(null_values=["NA"], strings_can_be_null=True),
+    )
     columns = []
     for column in table.columns:
         column = column.combine_chunks()
@@ -79,71 +84,97 @@ BIN = pa.list_(pa.binary())
     "column, kwargs, expected",
     [
         pytest.param(
-            pa.array([[1], [2], [3]], I64), {},
+            pa.array([[1], [2], [3]], I64),
+            {},
             'feature { name: "f" type: INT presence { min_fraction: 1.0 min_count: 1 } '
             "shape { dim { size: 1 } } }",
-            id="required_single_int_gets_shape"),
+            id="required_single_int_gets_shape",
+        ),
         pytest.param(
-            pa.array([[1], [2], [3]], I64), {"infer_feature_shape": False},
+            pa.array([[1], [2], [3]], I64),
+            {"infer_feature_shape": False},
             'feature { name: "f" type: INT presence { min_fraction: 1.0 min_count: 1 } '
             "value_count { min: 1 max: 1 } }",
-            id="no_shape_inference_keeps_value_count"),
+            id="no_shape_inference_keeps_value_count",
+        ),
         pytest.param(
-            pa.array([[1.0], None, [2.5]], F32), {},
+            pa.array([[1.0], None, [2.5]], F32),
+            {},
             'feature { name: "f" type: FLOAT presence { min_count: 1 } '
             "value_count { min: 1 max: 1 } }",
-            id="optional_single_float_stays_varlen"),
+            id="optional_single_float_stays_varlen",
+        ),
         pytest.param(
-            pa.array([[1, 2], [3, 4]], I64), {},
+            pa.array([[1, 2], [3, 4]], I64),
+            {},
             'feature { name: "f" type: INT presence { min_fraction: 1.0 min_count: 1 } '
             "value_count { min: 2 max: 2 } }",
-            id="fixed_two_values"),
+            id="fixed_two_values",
+        ),
         pytest.param(
-            pa.array([[1], [1, 2, 3]], I64), {},
+            pa.array([[1], [1, 2, 3]], I64),
+            {},
             'feature { name: "f" type: INT presence { min_fraction: 1.0 min_count: 1 } '
             "value_count { min: 1 } }",
-            id="variable_length"),
+            id="variable_length",
+        ),
         pytest.param(
-            pa.array([[1], []], I64), {},
+            pa.array([[1], []], I64),
+            {},
             'feature { name: "f" type: INT presence { min_fraction: 1.0 min_count: 1 } }',
-            id="empty_lists_no_value_count"),
+            id="empty_lists_no_value_count",
+        ),
         pytest.param(
-            pa.array([[b"b"], [b"a"], [b"b"], [b"a"]], BIN), {},
+            pa.array([[b"b"], [b"a"], [b"b"], [b"a"]], BIN),
+            {},
             'string_domain { name: "f" value: "a" value: "b" } '
             'feature { name: "f" type: BYTES domain: "f" '
             "presence { min_fraction: 1.0 min_count: 1 } shape { dim { size: 1 } } "
             "distribution_constraints { min_domain_mass: 0.99 } }",
-            id="small_string_domain"),
+            id="small_string_domain",
+        ),
         pytest.param(
-            pa.array([["é"], None, ["x"], ["x"], ["é"]], pa.large_list(pa.large_string())), {},
+            pa.array([["é"], None, ["x"], ["x"], ["é"]], pa.large_list(pa.large_string())),
+            {},
             'string_domain { name: "f" value: "x" value: "é" } '
             'feature { name: "f" type: BYTES domain: "f" presence { min_count: 1 } '
             "value_count { min: 1 max: 1 } distribution_constraints { min_domain_mass: 0.99 } }",
-            id="large_string_optional_with_domain"),
+            id="large_string_optional_with_domain",
+        ),
         pytest.param(
-            pa.array([[b"a"], [b"b"], [b"c"], [b"a"]], BIN), {},
+            pa.array([[b"a"], [b"b"], [b"c"], [b"a"]], BIN),
+            {},
             'feature { name: "f" type: BYTES presence { min_fraction: 1.0 min_count: 1 } '
             "shape { dim { size: 1 } } }",
-            id="mostly_unique_values_no_domain"),
+            id="mostly_unique_values_no_domain",
+        ),
         pytest.param(
-            pa.array([[b"a"], [b"b"], [b"c"]], BIN), {"max_string_domain_size": 2},
+            pa.array([[b"a"], [b"b"], [b"c"]], BIN),
+            {"max_string_domain_size": 2},
             'feature { name: "f" type: BYTES presence { min_fraction: 1.0 min_count: 1 } '
             "shape { dim { size: 1 } } }",
-            id="too_many_values_for_a_domain"),
+            id="too_many_values_for_a_domain",
+        ),
         pytest.param(
-            pa.array([[b"\xff"], [b"a"]], BIN), {},
+            pa.array([[b"\xff"], [b"a"]], BIN),
+            {},
             'feature { name: "f" type: BYTES presence { min_fraction: 1.0 min_count: 1 } '
             "shape { dim { size: 1 } } }",
-            id="invalid_utf8_no_domain"),
+            id="invalid_utf8_no_domain",
+        ),
         pytest.param(
-            pa.array([[b"a" * 2000], [b"a"]], BIN), {},
+            pa.array([[b"a" * 2000], [b"a"]], BIN),
+            {},
             'feature { name: "f" type: BYTES presence { min_fraction: 1.0 min_count: 1 } '
             "shape { dim { size: 1 } } }",
-            id="large_values_no_domain"),
+            id="large_values_no_domain",
+        ),
         pytest.param(
-            pa.array([None, None], I64), {},
+            pa.array([None, None], I64),
+            {},
             'feature { name: "f" type: INT presence { min_count: 0 } }',
-            id="always_missing_is_kept_optional"),
+            id="always_missing_is_kept_optional",
+        ),
         pytest.param(
             pa.array([[1], None, [2], None, [3]], I64),
             {},
@@ -205,7 +236,8 @@ def test_infer_schema_of_statistics_computed_in_a_pipeline():
             p
             | beam.Create(batches)
             | "Stats" >> st.GenerateStatistics("train")
-            | "Schema" >> beam.Map(infer_schema))
+            | "Schema" >> beam.Map(infer_schema)
+        )
         assert_that(schemas, equal_to([golden]))
 
 
@@ -221,8 +253,9 @@ def test_penguin_presence_matches_the_csv():
         assert feature.HasField("shape") == (not has_na), feature.name
         if feature.type == schema_pb2.BYTES:
             (domain,) = [d for d in schema.string_domain if d.name == feature.domain]
-            assert list(domain.value) == sorted(
-                {row[feature.name] for row in rows} - {"NA"}), feature.name
+            assert list(domain.value) == sorted({row[feature.name] for row in rows} - {"NA"}), (
+                feature.name
+            )
 
 
 def test_write_and_read_schema_round_trip(tmp_path):
@@ -247,15 +280,28 @@ def test_read_schema_errors_name_the_file(tmp_path):
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda: infer_schema(schema_pb2.Schema()), TypeError,
-         "infer_schema takes a DatasetFeatureStatisticsList"),
-        (lambda: infer_schema(statistics_pb2.DatasetFeatureStatisticsList()), ValueError,
-         "exactly one dataset .* got 0"),
-        (lambda: infer_schema(_stats(_batch(f=pa.array([[1]], I64))), max_string_domain_size=-1),
-         ValueError, "max_string_domain_size must be an integer >= 0"),
-        (lambda: infer_schema(_stats(_batch(f=pa.array([[1]], I64))),
-                              max_string_domain_size="10"),
-         ValueError, "max_string_domain_size must be an integer >= 0"),
+        (
+            lambda: infer_schema(schema_pb2.Schema()),
+            TypeError,
+            "infer_schema takes a DatasetFeatureStatisticsList",
+        ),
+        (
+            lambda: infer_schema(statistics_pb2.DatasetFeatureStatisticsList()),
+            ValueError,
+            "exactly one dataset .* got 0",
+        ),
+        (
+            lambda: infer_schema(_stats(_batch(f=pa.array([[1]], I64))), max_string_domain_size=-1),
+            ValueError,
+            "max_string_domain_size must be an integer >= 0",
+        ),
+        (
+            lambda: infer_schema(
+                _stats(_batch(f=pa.array([[1]], I64))), max_string_domain_size="10"
+            ),
+            ValueError,
+            "max_string_domain_size must be an integer >= 0",
+        ),
         (lambda: write_schema("schema", "x.pbtxt"), TypeError, "write_schema takes a Schema"),
     ],
     ids=["wrong_proto", "no_dataset", "negative_domain_size", "string_domain_size", "write_type"],

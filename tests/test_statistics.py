@@ -41,9 +41,11 @@ def _test_pipeline(*flags: str) -> test_pipeline.TestPipeline:
     options = PipelineOptions(list(flags))
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
     provision = fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+    )
     return test_pipeline.TestPipeline(
-        runner=fn_runner.FnApiRunner(provision_info=provision), options=options)
+        runner=fn_runner.FnApiRunner(provision_info=provision), options=options
+    )
 
 
 def _combine(batches, combine_fn=None) -> statistics_pb2.DatasetFeatureStatisticsList:
@@ -104,24 +106,37 @@ def _mixed_dataset(seed: int, large: bool):
     text2[3] = [b"\xff\xfe", b"apple"]  # not UTF-8
     special = [0.0, np.nan, np.inf, -np.inf]
     floats2 = maybe(
-        lambda k: [float(special[i]) if rng.random() < 0.1 else float(rng.normal(2.0, 3.0))
-                   for i in rng.integers(0, 4, k)], n2, max_len=2)
+        lambda k: [
+            float(special[i]) if rng.random() < 0.1 else float(rng.normal(2.0, 3.0))
+            for i in rng.integers(0, 4, k)
+        ],
+        n2,
+        max_len=2,
+    )
     only1 = [[int(v)] for v in rng.integers(0, 3, n1)]  # single-valued, never null
     batch1 = pa.RecordBatch.from_arrays(
-        [pa.array(ints1, list_type(pa.int64())), pa.array(text1, list_type(bytes_type)),
-         pa.array(only1, list_type(pa.int64()))],
-        names=["ints", "text", "only_first"])
+        [
+            pa.array(ints1, list_type(pa.int64())),
+            pa.array(text1, list_type(bytes_type)),
+            pa.array(only1, list_type(pa.int64())),
+        ],
+        names=["ints", "text", "only_first"],
+    )
     batch2 = pa.RecordBatch.from_arrays(
-        [pa.array(floats2, list_type(pa.float32())), pa.array(text2, list_type(bytes_type)),
-         pa.array(ints2, list_type(pa.int64()))],
-        names=["floats", "text", "ints"])
+        [
+            pa.array(floats2, list_type(pa.float32())),
+            pa.array(text2, list_type(bytes_type)),
+            pa.array(ints2, list_type(pa.int64())),
+        ],
+        names=["floats", "text", "ints"],
+    )
     columns = {
         "ints": ints1 + ints2,
         "text": text1 + text2,
         "only_first": only1 + [None] * n2,
         # float32 values as Arrow stores them.
-        "floats": [None] * n1 + [None if r is None else np.float32(r).astype(np.float64).tolist()
-                                 for r in floats2],
+        "floats": [None] * n1
+        + [None if r is None else np.float32(r).astype(np.float64).tolist() for r in floats2],
     }
     return [batch1, batch2], columns
 
@@ -142,8 +157,13 @@ def _expected_common(rows):
 def _check_common(feature, rows):
     common = _common(feature)
     want = _expected_common(rows)
-    for field in ("num_non_missing", "num_missing", "min_num_values", "max_num_values",
-                  "tot_num_values"):
+    for field in (
+        "num_non_missing",
+        "num_missing",
+        "min_num_values",
+        "max_num_values",
+        "tot_num_values",
+    ):
         assert getattr(common, field) == want[field], field
     assert common.avg_num_values == pytest.approx(want["avg_num_values"], rel=1e-6)
     if want["num_non_missing"]:
@@ -196,10 +216,10 @@ def _check_numeric(feature, rows, num_quantiles=10, num_buckets=10, hist_toleran
     tolerance = hist_tolerance if hist_tolerance is not None else 2 * EPS * len(values) + 1
     np.testing.assert_allclose(got, want, atol=tolerance)
     np.testing.assert_allclose([b.low_value for b in standard.buckets[1:]], edges[1:-1])
-    assert standard.buckets[0].low_value == (-np.inf if np.isneginf(values).any()
-                                             else finite.min())
-    assert standard.buckets[-1].high_value == (np.inf if np.isposinf(values).any()
-                                               else finite.max())
+    assert standard.buckets[0].low_value == (-np.inf if np.isneginf(values).any() else finite.min())
+    assert standard.buckets[-1].high_value == (
+        np.inf if np.isposinf(values).any() else finite.max()
+    )
 
 
 def _check_strings(feature, rows, num_top_values=20):
@@ -207,7 +227,8 @@ def _check_strings(feature, rows, num_top_values=20):
     string_stats = feature.string_stats
     assert string_stats.unique == len(set(values))
     assert string_stats.avg_length == pytest.approx(
-        sum(len(v) for v in values) / len(values), rel=1e-6)
+        sum(len(v) for v in values) / len(values), rel=1e-6
+    )
 
     def label(v):
         try:
@@ -219,8 +240,7 @@ def _check_strings(feature, rows, num_top_values=20):
     counts = collections.Counter(label(v) for v in values)
     # Most frequent first, ties in byte order.
     ranked = sorted(counts.items(), key=lambda vc: (-vc[1], vc[0].encode()))
-    assert [(t.value, t.frequency) for t in string_stats.top_values] == \
-        ranked[:num_top_values]
+    assert [(t.value, t.frequency) for t in string_stats.top_values] == ranked[:num_top_values]
     assert [(b.label, b.sample_count) for b in string_stats.rank_histogram.buckets] == ranked
     assert [b.low_rank for b in string_stats.rank_histogram.buckets] == list(range(len(ranked)))
 
@@ -263,10 +283,17 @@ def test_feature_types_follow_tfdv():
     batches, _ = _mixed_dataset(seed=2, large=False)
     features = _features(_combine(batches))
     assert {name: STATS.Type.Name(f.type) for name, f in features.items()} == {
-        "ints": "INT", "floats": "FLOAT", "text": "STRING", "only_first": "INT"}
+        "ints": "INT",
+        "floats": "FLOAT",
+        "text": "STRING",
+        "only_first": "INT",
+    }
     assert {name: f.WhichOneof("stats") for name, f in features.items()} == {
-        "ints": "num_stats", "floats": "num_stats", "text": "string_stats",
-        "only_first": "num_stats"}
+        "ints": "num_stats",
+        "floats": "num_stats",
+        "text": "string_stats",
+        "only_first": "num_stats",
+    }
 
 
 @pytest.mark.parametrize(
@@ -287,8 +314,9 @@ def test_feature_types_follow_tfdv():
 def test_each_arrow_type(arrow_type, rows):
     batch = pa.RecordBatch.from_arrays([pa.array(rows, arrow_type)], names=["f"])
     (feature,) = _combine([batch]).datasets[0].features
-    as_bytes = [None if r is None else [v.encode() if isinstance(v, str) else v for v in r]
-                for r in rows]
+    as_bytes = [
+        None if r is None else [v.encode() if isinstance(v, str) else v for v in r] for r in rows
+    ]
     _check_common(feature, as_bytes)
     value_type = arrow_type.value_type
     if pa.types.is_integer(value_type):
@@ -296,8 +324,15 @@ def test_each_arrow_type(arrow_type, rows):
         _check_numeric(feature, rows)
     elif pa.types.is_floating(value_type):
         assert feature.type == STATS.FLOAT
-        _check_numeric(feature, [None if r is None else np.array(r, value_type.to_pandas_dtype())
-                                 .astype(np.float64).tolist() for r in rows])
+        _check_numeric(
+            feature,
+            [
+                None
+                if r is None
+                else np.array(r, value_type.to_pandas_dtype()).astype(np.float64).tolist()
+                for r in rows
+            ],
+        )
     else:
         assert feature.type == STATS.STRING
         _check_strings(feature, as_bytes)
@@ -307,10 +342,13 @@ def _numeric_batches(values: np.ndarray, batch_size: int):
     """Single-valued rows, vectorised (no per-row Python)."""
     out = []
     for start in range(0, len(values), batch_size):
-        chunk = values[start:start + batch_size]
+        chunk = values[start : start + batch_size]
         offsets = pa.array(np.arange(len(chunk) + 1, dtype=np.int32))
-        out.append(pa.RecordBatch.from_arrays(
-            [pa.ListArray.from_arrays(offsets, pa.array(chunk, pa.float64()))], names=["x"]))
+        out.append(
+            pa.RecordBatch.from_arrays(
+                [pa.ListArray.from_arrays(offsets, pa.array(chunk, pa.float64()))], names=["x"]
+            )
+        )
     return out
 
 
@@ -344,12 +382,16 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
     for batch in batches + more:
         acc = fn.add_input(fn.create_accumulator(), batch)
         accumulators.append(pickle.loads(pickle.dumps(fn.compact(acc))))
-    merged = fn.extract_output(fn.merge_accumulators(
-        [fn.merge_accumulators(accumulators[:5]), fn.merge_accumulators(accumulators[5:])]))
+    merged = fn.extract_output(
+        fn.merge_accumulators(
+            [fn.merge_accumulators(accumulators[:5]), fn.merge_accumulators(accumulators[5:])]
+        )
+    )
 
     # The same rows as one RecordBatch (absent columns become null lists).
     table = pa.concat_tables(
-        [pa.Table.from_batches([b]) for b in batches + more], promote_options="default")
+        [pa.Table.from_batches([b]) for b in batches + more], promote_options="default"
+    )
     (one_batch,) = table.combine_chunks().to_batches()
     assert one_batch.num_rows == 500 + 50_000
     whole = _combine([one_batch])
@@ -361,8 +403,14 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
         a, b = merged_features[name], whole_features[name]
         assert a.type == b.type
         assert _common(a).num_values_histogram == _common(b).num_values_histogram
-        for field in ("num_non_missing", "num_missing", "min_num_values", "max_num_values",
-                      "tot_num_values", "avg_num_values"):
+        for field in (
+            "num_non_missing",
+            "num_missing",
+            "min_num_values",
+            "max_num_values",
+            "tot_num_values",
+            "avg_num_values",
+        ):
             assert getattr(_common(a), field) == getattr(_common(b), field), (name, field)
         if a.type == STATS.STRING:
             assert a.string_stats == b.string_stats
@@ -401,7 +449,8 @@ def test_empty_input_gives_one_dataset_with_no_examples():
         stats = (
             p
             | beam.Create([], reshuffle=False).with_output_types(pa.RecordBatch)
-            | st.GenerateStatistics("eval"))
+            | st.GenerateStatistics("eval")
+        )
         assert_that(stats, equal_to([expected]))
 
 
@@ -409,8 +458,12 @@ def test_batches_with_no_rows_and_all_null_columns():
     batches = [
         pa.RecordBatch.from_arrays([pa.array([], pa.list_(pa.int64()))], names=["a"]),
         pa.RecordBatch.from_arrays(
-            [pa.array([None, None], pa.list_(pa.int64())),
-             pa.array([None, None], pa.list_(pa.null()))], names=["a", "nothing"]),
+            [
+                pa.array([None, None], pa.list_(pa.int64())),
+                pa.array([None, None], pa.list_(pa.null())),
+            ],
+            names=["a", "nothing"],
+        ),
     ]
     features = _features(_combine(batches))
     assert features["a"].type == STATS.INT
@@ -424,13 +477,12 @@ def test_multi_processing_direct_runner(monkeypatch):
     # Workers are separate processes: they import this module (for the matcher) and
     # transforms/ from PYTHONPATH.
     monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([TESTS_DIR, REPO, os.environ.get("PYTHONPATH", "")]))
+        "PYTHONPATH", os.pathsep.join([TESTS_DIR, REPO, os.environ.get("PYTHONPATH", "")])
+    )
     batches, columns = _mixed_dataset(seed=5, large=False)
     # Several small batches so that both workers get some.
     pieces = [b.slice(i, 50) for b in batches for i in range(0, b.num_rows, 50)]
-    with _test_pipeline(
-        "--direct_running_mode=multi_processing", "--direct_num_workers=2"
-    ) as p:
+    with _test_pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2") as p:
         stats = p | beam.Create(pieces) | "Stats" >> st.GenerateStatistics("train")
         assert_that(stats, _DatasetMatcher(columns))
 
@@ -477,9 +529,12 @@ def test_kmv_distinct_count_beyond_exact_range():
     "batches, message",
     [
         (
-            [pa.RecordBatch.from_arrays([pa.array([[1]], pa.list_(pa.int64()))], names=["a"]),
-             pa.RecordBatch.from_arrays([pa.array([[1.0]], pa.list_(pa.float32()))],
-                                        names=["a"])],
+            [
+                pa.RecordBatch.from_arrays([pa.array([[1]], pa.list_(pa.int64()))], names=["a"]),
+                pa.RecordBatch.from_arrays(
+                    [pa.array([[1.0]], pa.list_(pa.float32()))], names=["a"]
+                ),
+            ],
             "Feature 'a' has INT values in some record batches and FLOAT values in others",
         ),
         (
@@ -487,9 +542,12 @@ def test_kmv_distinct_count_beyond_exact_range():
             "Feature 'flat' has Arrow type int64; statistics need list",
         ),
         (
-            [pa.RecordBatch.from_arrays(
-                [pa.array([[{"x": 1}]], pa.list_(pa.struct([("x", pa.int64())])))],
-                names=["nested"])],
+            [
+                pa.RecordBatch.from_arrays(
+                    [pa.array([[{"x": 1}]], pa.list_(pa.struct([("x", pa.int64())])))],
+                    names=["nested"],
+                )
+            ],
             "Feature 'nested' has values of Arrow type struct",
         ),
     ],
@@ -502,10 +560,14 @@ def test_bad_input_is_a_clear_error(batches, message):
 
 def test_type_conflict_between_accumulators_is_a_clear_error():
     fn = st._StatisticsCombineFn("train", 20, 10, 10, 1000)
-    a = fn.add_input(fn.create_accumulator(), pa.RecordBatch.from_arrays(
-        [pa.array([[1]], pa.list_(pa.int64()))], names=["a"]))
-    b = fn.add_input(fn.create_accumulator(), pa.RecordBatch.from_arrays(
-        [pa.array([[b"x"]], pa.list_(pa.binary()))], names=["a"]))
+    a = fn.add_input(
+        fn.create_accumulator(),
+        pa.RecordBatch.from_arrays([pa.array([[1]], pa.list_(pa.int64()))], names=["a"]),
+    )
+    b = fn.add_input(
+        fn.create_accumulator(),
+        pa.RecordBatch.from_arrays([pa.array([[b"x"]], pa.list_(pa.binary()))], names=["a"]),
+    )
     with pytest.raises(PipelineError, match="Feature 'a' has INT values .* STRING values"):
         fn.merge_accumulators([a, b])
 
@@ -516,10 +578,14 @@ def test_type_conflict_between_accumulators_is_a_clear_error():
         ({"dataset_name": ""}, "dataset_name must be a non-empty string"),
         ({"dataset_name": "t", "num_top_values": 0}, "num_top_values must be an integer >= 1"),
         ({"dataset_name": "t", "num_quantiles": 1}, "num_quantiles must be an integer >= 2"),
-        ({"dataset_name": "t", "num_histogram_buckets": 2.5},
-         "num_histogram_buckets must be an integer >= 1"),
-        ({"dataset_name": "t", "num_rank_histogram_buckets": True},
-         "num_rank_histogram_buckets must be an integer >= 1"),
+        (
+            {"dataset_name": "t", "num_histogram_buckets": 2.5},
+            "num_histogram_buckets must be an integer >= 1",
+        ),
+        (
+            {"dataset_name": "t", "num_rank_histogram_buckets": True},
+            "num_rank_histogram_buckets must be an integer >= 1",
+        ),
     ],
 )
 def test_init_checks_arguments(kwargs, message):
@@ -543,8 +609,9 @@ def test_read_statistics_errors_name_the_file(tmp_path):
         st.read_statistics(missing)
     bad = tmp_path / "bad.pb"
     bad.write_bytes(b"\xff\xff\xff not a proto")
-    with pytest.raises(PipelineError,
-                       match=f"Statistics file {bad} is not a binary DatasetFeatureStatistics"):
+    with pytest.raises(
+        PipelineError, match=f"Statistics file {bad} is not a binary DatasetFeatureStatistics"
+    ):
         st.read_statistics(str(bad))
     with pytest.raises(TypeError, match="write_statistics takes a DatasetFeatureStatisticsList"):
         st.write_statistics("not stats", str(tmp_path / "x.pb"))
@@ -555,8 +622,10 @@ def test_counters_count_rows_and_batches():
     p = _test_pipeline()
     _ = p | beam.Create(batches) | st.GenerateStatistics("train")
     result = p.run()
-    counters = {c.key.metric.name: c.committed
-                for c in result.metrics().query()["counters"]
-                if c.key.metric.namespace == "beam_pipeline"}
+    counters = {
+        c.key.metric.name: c.committed
+        for c in result.metrics().query()["counters"]
+        if c.key.metric.namespace == "beam_pipeline"
+    }
     assert counters["statistics.rows"] == 500
     assert counters["statistics.batches"] == 2

@@ -50,8 +50,8 @@ def _stats(rows: dict[str, list], name: str = "eval", types=None):
     """Real statistics of ``rows`` (GenerateStatistics' CombineFn, in-process)."""
     types = {**TYPES, **(types or {})}
     batch = pa.RecordBatch.from_arrays(
-        [pa.array(v, types.get(k, pa.list_(pa.int64()))) for k, v in rows.items()],
-        names=list(rows))
+        [pa.array(v, types.get(k, pa.list_(pa.int64()))) for k, v in rows.items()], names=list(rows)
+    )
     fn = st._StatisticsCombineFn(name, 20, 10, 10, 1000)
     return fn.extract_output(fn.add_input(fn.create_accumulator(), batch))
 
@@ -73,8 +73,7 @@ def _edit(**changes):
 
 def _summary(anomalies) -> dict[str, tuple[str, list[str]]]:
     return {
-        name: (INFO.Severity.Name(info.severity),
-               [INFO.Type.Name(r.type) for r in info.reason])
+        name: (INFO.Severity.Name(info.severity), [INFO.Type.Name(r.type) for r in info.reason])
         for name, info in anomalies.anomaly_info.items()
     }
 
@@ -82,46 +81,91 @@ def _summary(anomalies) -> dict[str, tuple[str, list[str]]]:
 CASES = [
     pytest.param(_edit(), {}, None, {}, id="clean"),
     pytest.param(
-        _edit(score=None), {}, None,
-        {"score": ("ERROR", ["SCHEMA_MISSING_COLUMN"])}, id="column_dropped"),
+        _edit(score=None),
+        {},
+        None,
+        {"score": ("ERROR", ["SCHEMA_MISSING_COLUMN"])},
+        id="column_dropped",
+    ),
     pytest.param(
-        _edit(score=lambda r: [None] * N), {}, None,
-        {"score": ("ERROR", ["FEATURE_TYPE_NOT_PRESENT"])}, id="column_all_missing"),
+        _edit(score=lambda r: [None] * N),
+        {},
+        None,
+        {"score": ("ERROR", ["FEATURE_TYPE_NOT_PRESENT"])},
+        id="column_all_missing",
+    ),
     pytest.param(
-        _edit(age=lambda r: [None if i < 3 else v for i, v in enumerate(r)]), {}, None,
+        _edit(age=lambda r: [None if i < 3 else v for i, v in enumerate(r)]),
+        {},
+        None,
         {"age": ("ERROR", ["FEATURE_TYPE_LOW_FRACTION_PRESENT", "INVALID_FEATURE_SHAPE"])},
-        id="required_feature_with_missing_values"),
+        id="required_feature_with_missing_values",
+    ),
     pytest.param(
-        _edit(age=lambda r: [[float(v[0]) + 0.5] for v in r]), {"age": pa.list_(pa.float32())},
-        None, {"age": ("ERROR", ["UNEXPECTED_DATA_TYPE"])}, id="int_became_float"),
+        _edit(age=lambda r: [[float(v[0]) + 0.5] for v in r]),
+        {"age": pa.list_(pa.float32())},
+        None,
+        {"age": ("ERROR", ["UNEXPECTED_DATA_TYPE"])},
+        id="int_became_float",
+    ),
     pytest.param(
-        _edit(color=lambda r: [[7] for _ in r]), {"color": pa.list_(pa.int64())}, None,
-        {"color": ("ERROR", ["UNEXPECTED_DATA_TYPE"])}, id="bytes_became_int"),
+        _edit(color=lambda r: [[7] for _ in r]),
+        {"color": pa.list_(pa.int64())},
+        None,
+        {"color": ("ERROR", ["UNEXPECTED_DATA_TYPE"])},
+        id="bytes_became_int",
+    ),
     pytest.param(
-        _edit(color=lambda r: r[:-12] + [[b"purple"]] * 10 + [[b"teal"]] * 2), {}, None,
-        {"color": ("ERROR", ["ENUM_TYPE_UNEXPECTED_STRING_VALUES"])}, id="unseen_strings"),
+        _edit(color=lambda r: r[:-12] + [[b"purple"]] * 10 + [[b"teal"]] * 2),
+        {},
+        None,
+        {"color": ("ERROR", ["ENUM_TYPE_UNEXPECTED_STRING_VALUES"])},
+        id="unseen_strings",
+    ),
     pytest.param(
-        _edit(extra=lambda r: [[1]] * N), {}, None,
-        {"extra": ("ERROR", ["SCHEMA_NEW_COLUMN"])}, id="new_column"),
+        _edit(extra=lambda r: [[1]] * N),
+        {},
+        None,
+        {"extra": ("ERROR", ["SCHEMA_NEW_COLUMN"])},
+        id="new_column",
+    ),
+    pytest.param(_edit(extra=lambda r: [None] * N), {}, None, {}, id="new_column_without_values"),
     pytest.param(
-        _edit(extra=lambda r: [None] * N), {}, None, {}, id="new_column_without_values"),
+        _edit(age=lambda r: [[1, 2]] + r[1:]),
+        {},
+        None,
+        {"age": ("ERROR", ["INVALID_FEATURE_SHAPE"])},
+        id="shape_feature_two_values",
+    ),
     pytest.param(
-        _edit(age=lambda r: [[1, 2]] + r[1:]), {}, None,
-        {"age": ("ERROR", ["INVALID_FEATURE_SHAPE"])}, id="shape_feature_two_values"),
+        _edit(score=lambda r: [[1.0, 2.0]] + r[1:]),
+        {},
+        None,
+        {"score": ("ERROR", ["FEATURE_TYPE_HIGH_NUMBER_VALUES"])},
+        id="too_many_values",
+    ),
     pytest.param(
-        _edit(score=lambda r: [[1.0, 2.0]] + r[1:]), {}, None,
-        {"score": ("ERROR", ["FEATURE_TYPE_HIGH_NUMBER_VALUES"])}, id="too_many_values"),
+        _edit(tags=lambda r: [[]] + r[1:]),
+        {},
+        None,
+        {"tags": ("ERROR", ["FEATURE_TYPE_LOW_NUMBER_VALUES"])},
+        id="too_few_values",
+    ),
     pytest.param(
-        _edit(tags=lambda r: [[]] + r[1:]), {}, None,
-        {"tags": ("ERROR", ["FEATURE_TYPE_LOW_NUMBER_VALUES"])}, id="too_few_values"),
-    pytest.param(
-        _edit(score=lambda r: [None if i % 2 else v for i, v in enumerate(r)]), {},
-        _base_rows(), {"score": ("WARNING", ["COMPARATOR_L_INFTY_HIGH"])},
-        id="missing_fraction_jump_vs_baseline"),
+        _edit(score=lambda r: [None if i % 2 else v for i, v in enumerate(r)]),
+        {},
+        _base_rows(),
+        {"score": ("WARNING", ["COMPARATOR_L_INFTY_HIGH"])},
+        id="missing_fraction_jump_vs_baseline",
+    ),
     pytest.param(
         # 20% missing as in the baseline, in other rows.
-        _edit(score=lambda r: [None if i % 5 == 1 else [0.5] for i in range(N)]), {},
-        _base_rows(), {}, id="missing_fraction_same_as_baseline"),
+        _edit(score=lambda r: [None if i % 5 == 1 else [0.5] for i in range(N)]),
+        {},
+        _base_rows(),
+        {},
+        id="missing_fraction_same_as_baseline",
+    ),
 ]
 
 
@@ -142,7 +186,8 @@ def test_unseen_string_description_names_values_and_shares():
     info = validate_statistics(_stats(rows), _schema()).anomaly_info["color"]
     assert info.short_description == "Unexpected string values"
     assert info.description == (
-        "Examples contain values missing from the schema: purple (~5%), teal (~1%).")
+        "Examples contain values missing from the schema: purple (~5%), teal (~1%)."
+    )
 
 
 def test_missing_fraction_jump_description_and_threshold():
@@ -156,7 +201,8 @@ def test_missing_fraction_jump_description_and_threshold():
     assert "but in 20.0% of the baseline 'train'" in info.description
     # A threshold above the jump silences it.
     assert not validate_statistics(
-        stats, _schema(), baseline, max_missing_fraction_jump=current - 0.2 + 0.01).anomaly_info
+        stats, _schema(), baseline, max_missing_fraction_jump=current - 0.2 + 0.01
+    ).anomaly_info
 
 
 @pytest.mark.parametrize(
@@ -179,7 +225,8 @@ def test_schema_edits_change_what_is_checked():
     features["color"].domain = "no_such_domain"
     rows = _edit(score=None, tags=None)
     assert _summary(validate_statistics(_stats(rows), schema)) == {
-        "color": ("ERROR", ["INVALID_DOMAIN_SPECIFICATION"])}
+        "color": ("ERROR", ["INVALID_DOMAIN_SPECIFICATION"])
+    }
 
 
 def test_empty_split_is_blocking_data_missing():
@@ -193,10 +240,12 @@ def test_empty_split_is_blocking_data_missing():
 
 
 def test_golden_anomalies():
-    rows = _edit(color=lambda r: r[:-12] + [[b"purple"]] * 10 + [[b"teal"]] * 2, score=None,
-                 extra=lambda r: [[b"x"]] * N)
-    anomalies = validate_statistics(_stats(rows, types={"extra": pa.list_(pa.binary())}),
-                                    _schema())
+    rows = _edit(
+        color=lambda r: r[:-12] + [[b"purple"]] * 10 + [[b"teal"]] * 2,
+        score=None,
+        extra=lambda r: [[b"x"]] * N,
+    )
+    anomalies = validate_statistics(_stats(rows, types={"extra": pa.list_(pa.binary())}), _schema())
     with open(GOLDEN_ANOMALIES, encoding="utf-8") as f:
         golden = text_format.Parse(f.read(), anomalies_pb2.Anomalies())
     assert text_format.MessageToString(anomalies) == text_format.MessageToString(golden)
@@ -204,8 +253,9 @@ def test_golden_anomalies():
 
 def test_format_anomalies_one_line_per_feature():
     rows = _edit(color=lambda r: r[:-12] + [[b"purple"]] * 10 + [[b"teal"]] * 2, score=None)
-    text = format_anomalies("eval", validate_statistics(_stats(rows), _schema(),
-                                                        _stats(_base_rows(), "train")))
+    text = format_anomalies(
+        "eval", validate_statistics(_stats(rows), _schema(), _stats(_base_rows(), "train"))
+    )
     lines = text.splitlines()
     assert lines[0] == "Split 'eval': 2 anomalous feature(s), 2 blocking."
     assert lines[1].startswith("  ERROR   color: Unexpected string values: ")
@@ -253,24 +303,33 @@ def _test_pipeline() -> test_pipeline.TestPipeline:
 
 def _batch(rows):
     return pa.RecordBatch.from_arrays(
-        [pa.array(v, TYPES.get(k, pa.list_(pa.int64()))) for k, v in rows.items()],
-        names=list(rows))
+        [pa.array(v, TYPES.get(k, pa.list_(pa.int64()))) for k, v in rows.items()], names=list(rows)
+    )
 
 
 @pytest.mark.parametrize("with_baseline", [False, True], ids=["no_baseline", "baseline"])
 def test_validate_statistics_computed_in_a_pipeline(with_baseline):
     schema = _schema()
     train_rows = _base_rows()
-    eval_rows = _edit(score=lambda r: [None if i % 2 else v for i, v in enumerate(r)],
-                      color=lambda r: r[:-5] + [[b"purple"]] * 5)
+    eval_rows = _edit(
+        score=lambda r: [None if i % 2 else v for i, v in enumerate(r)],
+        color=lambda r: r[:-5] + [[b"purple"]] * 5,
+    )
     expected = validate_statistics(
-        _stats(eval_rows), schema, _stats(train_rows, "train") if with_baseline else None)
+        _stats(eval_rows), schema, _stats(train_rows, "train") if with_baseline else None
+    )
     assert ("score" in expected.anomaly_info) == with_baseline
     with _test_pipeline() as p:
-        train = (p | "Train" >> beam.Create([_batch(train_rows)])
-                 | "TrainStats" >> st.GenerateStatistics("train"))
-        evaluation = (p | "Eval" >> beam.Create([_batch(eval_rows)])
-                      | "EvalStats" >> st.GenerateStatistics("eval"))
+        train = (
+            p
+            | "Train" >> beam.Create([_batch(train_rows)])
+            | "TrainStats" >> st.GenerateStatistics("train")
+        )
+        evaluation = (
+            p
+            | "Eval" >> beam.Create([_batch(eval_rows)])
+            | "EvalStats" >> st.GenerateStatistics("eval")
+        )
         baseline = beam.pvalue.AsSingleton(train) if with_baseline else None
         anomalies = evaluation | "Validate" >> beam.Map(validate_statistics, schema, baseline)
         assert_that(anomalies, equal_to([expected]))
@@ -279,15 +338,28 @@ def test_validate_statistics_computed_in_a_pipeline(with_baseline):
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda: validate_statistics(_stats(_base_rows()), "schema"), TypeError,
-         "validate_statistics takes a Schema"),
-        (lambda: validate_statistics(schema_pb2.Schema(), schema_pb2.Schema()), TypeError,
-         "takes a DatasetFeatureStatisticsList as stats"),
-        (lambda: validate_statistics(_two_datasets(), schema_pb2.Schema()), ValueError,
-         "exactly one dataset .* got 2"),
-        (lambda: validate_statistics(_stats(_base_rows()), schema_pb2.Schema(),
-                                     max_missing_fraction_jump=1.5), ValueError,
-         r"max_missing_fraction_jump must be in \[0, 1\]"),
+        (
+            lambda: validate_statistics(_stats(_base_rows()), "schema"),
+            TypeError,
+            "validate_statistics takes a Schema",
+        ),
+        (
+            lambda: validate_statistics(schema_pb2.Schema(), schema_pb2.Schema()),
+            TypeError,
+            "takes a DatasetFeatureStatisticsList as stats",
+        ),
+        (
+            lambda: validate_statistics(_two_datasets(), schema_pb2.Schema()),
+            ValueError,
+            "exactly one dataset .* got 2",
+        ),
+        (
+            lambda: validate_statistics(
+                _stats(_base_rows()), schema_pb2.Schema(), max_missing_fraction_jump=1.5
+            ),
+            ValueError,
+            r"max_missing_fraction_jump must be in \[0, 1\]",
+        ),
     ],
     ids=["schema_type", "stats_type", "two_datasets", "jump_range"],
 )
