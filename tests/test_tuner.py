@@ -64,15 +64,11 @@ def _search(job: TuningJob, parallel: int, max_trials=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "parallel, max_trials, sizes",
-    [
-        (3, None, [3, 1]),  # the tuner's own max_trials=4
-        (2, 3, [2, 1]),  # --tuner_max_trials caps it
-    ],
-)
-def test_rounds_ask_up_to_parallel_trials_until_max_trials(tmp_path, parallel, max_trials, sizes):
-    oracle, got = _search(_job(tmp_path), parallel, max_trials)
+def test_rounds_ask_up_to_parallel_trials_until_max_trials(tmp_path):
+    """The tuner's own max_trials=4 ends the search; --tuner_max_trials capping it is
+    test_a_failing_hyperparameter_value_fails_its_trial_only."""
+    sizes = [3, 1]
+    oracle, got = _search(_job(tmp_path), 3)
     assert got == sizes
     records = oracle.records()
     assert [r.trial_id for r in records] == [str(i) for i in range(sum(sizes))]
@@ -121,7 +117,9 @@ def test_a_retried_worker_reuses_the_finished_trial(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_hyperparameter_value_fails_its_trial_only(tmp_path):
-    oracle, _ = _search(_job(tmp_path, fail_on_units=4, max_trials=6, seed=2), 2)
+    """Also: --tuner_max_trials=6 caps the tuner's own max_trials=8 (the last round short)."""
+    oracle, sizes = _search(_job(tmp_path, fail_on_units=4, max_trials=8, seed=2), 4, 6)
+    assert sizes == [4, 2]
     records = oracle.records()
     failed = [r for r in records if r.hyperparameters["units"] == 4]
     assert len(records) == 6 and len(failed) == 1  # seed 2 tries units=4 once, last
@@ -161,14 +159,18 @@ def test_hyperband_resumes_trials_from_their_parents_checkpoints(tmp_path):
     )
 
 
-@pytest.mark.slow
 def test_the_same_seed_gives_the_same_trials(tmp_path):
-    first, _ = _search(_job(tmp_path / "a", seed=11), 2, max_trials=2)
-    second, _ = _search(_job(tmp_path / "b", seed=11), 2, max_trials=2)
-    other, _ = _search(_job(tmp_path / "c", seed=12), 2, max_trials=2)
-    values = [[r.hyperparameters for r in s.records()] for s in (first, second, other)]
-    assert values[0] == values[1]
-    assert values[0] != values[2]
+    """The oracle's draws: asked, not run (a rerun of a whole search on the worker pool,
+    under another schedule, is test_tuner_stage.py's rounds test)."""
+
+    def asked(folder: str, seed: int) -> list[dict]:
+        job = _job(tmp_path / folder, seed=seed)
+        oracle = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 3, 3, "tiny")
+        return [spec.hyperparameters["values"] for spec in oracle.ask()]
+
+    first, second, other = asked("a", 11), asked("b", 11), asked("c", 12)
+    assert first == second and len(first) == 3
+    assert first != other
 
 
 @pytest.mark.parametrize(
