@@ -40,7 +40,8 @@ def step(x):
 
 MODES = {
     "in_memory": ["--direct_running_mode=in_memory"],
-    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    # One worker process: a second adds a process start and nothing to what is checked.
+    "multi_processing": ["--direct_running_mode=multi_processing", "--direct_num_workers=1"],
     "portable": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
 }
 
@@ -92,12 +93,14 @@ def _cli(args: list[str], monkeypatch) -> int:
 @pytest.mark.slow
 def test_a_trial_that_raises_on_the_pool_shows_its_error_in_the_cli(tmp_path, monkeypatch, capfd):
     # Every trial's model-building function raises: each trial is recorded with its error,
-    # and the search ends without a completed trial.
+    # and the search ends without a completed trial. One trial at a time: a pool of one
+    # worker process (each process start costs seconds of imports).
     args = [
         f"--data={TFX_CSV}",
         f"--module_file={RAISING_TUNER}",
         f"--pipeline_root={tmp_path}",
         "--run_id=raising",
+        "--tuner_parallel_trials=1",
     ]
     assert _cli(args, monkeypatch) == EXIT_USER_ERROR
     err = capfd.readouterr().err
@@ -165,7 +168,7 @@ if os.getpid() != {pid}:
 @pytest.mark.slow
 def test_a_module_that_fails_to_load_on_a_pool_worker_says_why(penguin_run_dir, tmp_path):
     """The trial's fatal result is written like any other: the launcher used to say only
-    that no result came back from the worker."""
+    that no result came back from the worker. (One worker process: that is all it needs.)"""
     with open(os.path.join(TESTDATA, "tiny_tuner_module.py")) as f:
         tiny = f.read().replace("from __future__ import annotations\n", "")
     module_file = tmp_path / "launcher_only.py"
@@ -173,11 +176,11 @@ def test_a_module_that_fails_to_load_on_a_pool_worker_says_why(penguin_run_dir, 
     run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / "root"))
     config = PipelineConfig(
         module_file=str(module_file),
-        tuner=TunerConfig(parallel_trials=2, max_trials=2, train_steps=1, eval_steps=1),
+        tuner=TunerConfig(parallel_trials=1, max_trials=2, train_steps=1, eval_steps=1),
     )
     options = parse_beam_args(["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     said = (
-        r"^Trial \d hit an error that stops the whole search \(Module file .*launcher_only\.py:4 "
+        r"^Trial 0 hit an error that stops the whole search \(Module file .*launcher_only\.py:4 "
         r"raised ImportError: this module imports on the launcher only while being imported"
     )
     with pytest.raises(PipelineError, match=said):
