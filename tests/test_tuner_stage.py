@@ -93,19 +93,31 @@ def _best(run_dir) -> dict:
 
 
 @pytest.fixture(scope="module")
-def tuned(penguin_run_dir, tmp_path_factory):
-    """A random search of 4 trials, 2 per round; the stage makes its own worker pool."""
-    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path_factory.mktemp("tuned")))
-    config = _config(max_trials=4, seed=3)
-    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS)
-    return config, run_dir, report, best
+def pool():
+    """Two warm worker processes shared by the searches of this file.
+
+    (The stage making and stopping its own pool is tested in test_worker_errors.py.)
+    """
+    with LocalWorkerPool(2, threads_per_worker=1) as warm:
+        yield warm
 
 
 @pytest.fixture(scope="module")
-def pool():
-    """Two warm worker processes shared by the other searches of this file."""
-    with LocalWorkerPool(2, threads_per_worker=1) as warm:
-        yield warm
+def tuned(penguin_run_dir, pool, tmp_path_factory):
+    """A rolling random search of 4 trials, 2 at a time, read by several tests.
+
+    Trial 0 or 1 is slow: it waits until the three others have started (120 s at most), so
+    what runs meanwhile does not depend on how fast a loaded machine starts them. Each
+    trial prints 200 KB (a worker whose output nobody reads must not block). The options
+    record the threads that read them.
+    """
+    folder = tmp_path_factory.mktemp("tuned")
+    run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(folder / "root"))
+    slow = {"marker": str(folder / "slow"), "seconds": 120, "until_started": 3}
+    config = _config(max_trials=4, seed=3, slow_once=slow, print_kb=200)
+    options = _ThreadRecordingOptions([*OPTIONS, "--direct_num_workers=2"])
+    report, best = run_tuning_stage(config, run_dir, options, worker_pool=pool)
+    return config, run_dir, report, best, options
 
 
 @pytest.fixture
@@ -121,14 +133,26 @@ def _running_at_once(trials: list[dict]) -> int:
     )
 
 
+def _slow_trial_held_up_only_its_own_worker(trials: list[dict]) -> None:
+    """Trials 2 and 3 ran on the other worker while the slow one (0 or 1) waited for them:
+    it did not wait out its 120 s (which it would, had they waited for it)."""
+    first, later = trials[:2], trials[2:]
+    slowest = max(first, key=lambda t: t["seconds"])
+    assert slowest["seconds"] < 120
+    assert all(t["started"] < slowest["started"] + slowest["seconds"] for t in later)
+    assert {t["worker"] for t in later} == {next(t for t in first if t is not slowest)["worker"]}
+
+
 def test_trials_run_two_at_a_time_in_two_worker_processes(tuned):
-    _, run_dir, report, _ = tuned
+    """Rolling: a slow trial holds up only its own worker; the freed one gets the next."""
+    _, run_dir, report, _, options = tuned
     trials = _trials(run_dir)
     assert report.status is StageStatus.OK
     assert [t["status"] for t in trials] == ["COMPLETED"] * 4
     # Rolling: the first two trials are asked together, then one per freed worker.
     assert [t["round"] for t in trials] == [0, 0, 1, 2]
     assert _running_at_once(trials) == 2
+    _slow_trial_held_up_only_its_own_worker(trials)
     workers = {t["worker"] for t in trials}
     assert len(workers) == 2 and f"{os.uname().nodename}:{os.getpid()}" not in workers
     assert trials[0]["worker"] != trials[1]["worker"]
@@ -136,50 +160,39 @@ def test_trials_run_two_at_a_time_in_two_worker_processes(tuned):
     assert set(report.details["trial_job_seconds"]) == {"0", "1", "2", "3"}
     assert report.details["counters"]["tuner.trials_run"] == 4
     assert report.details["counters"]["tuner.trials_completed"] == 4
+    # Trial jobs are built in threads of their own, from copies made in the caller's thread.
+    assert options.readers == {threading.current_thread().name}
 
 
-@pytest.mark.parametrize("schedule", list(TunerSchedule))
-def test_a_slow_trial_holds_up_only_its_own_worker_when_rolling(run_dir, pool, tmp_path, schedule):
-    """One trial is slow: rolling (and in a search job), the other worker runs the rest
-    meanwhile; in rounds, the next round waits for it.
-
-    Rolling, the slow trial waits until the three others have started (120 s at most), so
-    the test does not depend on how fast a loaded machine starts them: on a machine with
-    load average 10, a fixed 6 s sleep ended before they started. In rounds they cannot
-    start before it ends, so it sleeps a fixed 6 s.
-    """
-    rolling = schedule is not TunerSchedule.ROUNDS
-    slow = {"marker": str(tmp_path / "slow"), "seconds": 120 if rolling else 6}
-    if rolling:
-        slow["until_started"] = 3  # trials 1, 2 and 3, one after another
-    config = _config(max_trials=4, schedule=schedule, slow_once=slow)
-    report, _ = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
+def test_in_rounds_a_slow_trial_holds_up_the_next_round_and_the_seed_gives_the_same_trials(
+    run_dir, pool, tmp_path, tuned
+):
+    """Rounds: the next round waits for the slow trial (it cannot start before it ends, so
+    the trial sleeps a fixed 3 s). The same seed as ``tuned`` gives the same trials on
+    this rerun, whatever the schedule."""
+    config = _config(
+        max_trials=4,
+        schedule=TunerSchedule.ROUNDS,
+        seed=3,
+        slow_once={"marker": str(tmp_path / "slow"), "seconds": 3},
+    )
+    options = _ThreadRecordingOptions([*OPTIONS, "--direct_num_workers=2"])
+    report, _ = run_tuning_stage(config, run_dir, options, worker_pool=pool)
     trials = _trials(run_dir)
     assert [t["status"] for t in trials] == ["COMPLETED"] * 4
-    first = trials[:2]
-    slowest = max(first, key=lambda t: t["seconds"])
-    slow_end = slowest["started"] + slowest["seconds"]
-    later = trials[2:]
-    assert report.details["schedule"] == schedule.value
-    if rolling:
-        # Trials 2 and 3 ran on the other worker while the slow trial waited: it did not
-        # wait out its 120 s (which it would, had they waited for it).
-        assert slowest["seconds"] < 120
-        assert all(t["started"] < slow_end for t in later)
-        assert {t["worker"] for t in later} == {
-            next(t for t in first if t is not slowest)["worker"]
-        }
-        # The first two trials are asked together (a search job's launcher asks them).
-        assert [t["round"] for t in trials] == [0, 0, 1, 2]
-    else:
-        assert slowest["seconds"] >= 6
-        assert all(t["started"] >= slow_end for t in later)
-        assert [t["round"] for t in trials] == [0, 0, 1, 1]
-        assert report.details["round_seconds"][0] >= 6
+    assert report.details["schedule"] == "rounds"
+    slowest = max(trials[:2], key=lambda t: t["seconds"])
+    assert slowest["seconds"] >= 3
+    assert all(t["started"] >= slowest["started"] + slowest["seconds"] for t in trials[2:])
+    assert [t["round"] for t in trials] == [0, 0, 1, 1]
+    assert report.details["round_seconds"][0] >= 3
+    assert options.readers == {threading.current_thread().name}
+    seeded = [t["hyperparameters"] for t in _trials(tuned[1])]
+    assert [t["hyperparameters"] for t in trials] == seeded
 
 
 def test_best_hyperparameters_are_the_best_completed_trials(tuned):
-    _, run_dir, report, best_path = tuned
+    _, run_dir, report, best_path, _ = tuned
     assert best_path == run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)
     best_trial = max(_trials(run_dir), key=lambda t: t["objective"])
     best = _best(run_dir)
@@ -191,7 +204,7 @@ def test_best_hyperparameters_are_the_best_completed_trials(tuned):
 
 
 def test_artifacts_and_report(tuned):
-    _, run_dir, report, _ = tuned
+    _, run_dir, report, _, _ = tuned
     tuner_dir = run_dir.path(Artifact.TUNER)
     assert run_dir.is_published(Artifact.TUNER) and report.artifact == tuner_dir
     with open(os.path.join(tuner_dir, TRIALS_CSV)) as f:
@@ -210,7 +223,7 @@ def test_artifacts_and_report(tuned):
 
 
 def test_the_trainer_receives_the_best_hyperparameters(tuned):
-    config, run_dir, _, best_path = tuned
+    config, run_dir, _, best_path, _ = tuned
     report = run_training_stage(
         config, run_dir, parse_beam_args(["--runner=DirectRunner"]), best_path
     )
@@ -220,31 +233,29 @@ def test_the_trainer_receives_the_best_hyperparameters(tuned):
 
 
 def test_a_rerun_is_cached(tuned):
-    config, run_dir, _, best_path = tuned
+    config, run_dir, _, best_path, _ = tuned
     report, best = run_tuning_stage(config, run_dir, TWO_WORKERS)
     assert report.status is StageStatus.CACHED and best == best_path
 
 
 @pytest.mark.parametrize(
-    "custom, trials, failed, schedule",
+    "custom, trials, failed",
     [
-        # max_epochs=2, factor=2: brackets of 3 and 2 trials; trials print 200 KB each (a
-        # worker whose output nobody reads must not block)
-        ({"tuner": "hyperband", "print_kb": 200}, 5, 0, TunerSchedule.ROLLING),
-        ({"tuner": "bayesian", "max_trials": 3}, 3, 0, TunerSchedule.ROLLING),
-        ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1, TunerSchedule.ROLLING),
-        # The search job's workers load the oracle's state (its attributes, GridSearch's
-        # ordered trial list among them) into their own oracle for every ask and report.
-        ({"tuner": "hyperband"}, 5, 0, TunerSchedule.SEARCH_JOB),
-        ({"tuner": "bayesian", "max_trials": 3}, 3, 0, TunerSchedule.SEARCH_JOB),
-        ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1, TunerSchedule.SEARCH_JOB),
+        # max_epochs=2, factor=2: brackets of 3 and 2 trials
+        ({"tuner": "hyperband"}, 5, 0),
+        ({"tuner": "bayesian", "max_trials": 3}, 3, 0),
+        ({"tuner": "grid", "fail_on": {"num_layers": 3}}, 3, 1),
     ],
 )
-def test_oracles_complete_their_searches(run_dir, pool, tmp_path, custom, trials, failed, schedule):
-    if schedule is TunerSchedule.SEARCH_JOB:
-        # Each loop claims once its worker is up: the first trial waits (120 s at most)
-        # until another has started, so both workers run trials however loaded the machine.
-        custom = {**custom, "slow_once": _wait_for_another_trial(tmp_path)}
+def test_oracles_complete_their_searches(run_dir, pool, tmp_path, custom, trials, failed):
+    """In a search job, the workers load the oracle's state (its attributes, GridSearch's
+    ordered trial list among them) into their own oracle for every ask and report: each
+    oracle's state must come through. (Rolling and rounds keep the oracle in the launcher,
+    as test_tuner.py's in-process searches do, Hyperband's asked rolling among them.)"""
+    schedule = TunerSchedule.SEARCH_JOB
+    # Each loop claims once its worker is up: the first trial waits (120 s at most)
+    # until another has started, so both workers run trials however loaded the machine.
+    custom = {**custom, "slow_once": _wait_for_another_trial(tmp_path)}
     config = _config(schedule=schedule, **custom)
     report, best = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
     rows = _trials(run_dir)
@@ -276,15 +287,6 @@ def test_a_search_whose_trials_all_fail_stops_with_a_clear_error(run_dir, pool, 
     assert os.listdir(os.path.join(run_dir.root, ".staging")) == []
 
 
-def test_the_same_seed_gives_the_same_trials_on_a_rerun(penguin_run_dir, tmp_path, pool):
-    values = []
-    for name in ("first", "second"):
-        run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, str(tmp_path / name))
-        run_tuning_stage(_config(max_trials=2, seed=5), run_dir, TWO_WORKERS, worker_pool=pool)
-        values.append([t["hyperparameters"] for t in _trials(run_dir)])
-    assert values[0] == values[1] and len(values[0]) == 2
-
-
 class _ThreadRecordingOptions(PipelineOptions):
     """Pipeline options that record which threads read or copy them (this object only).
 
@@ -313,18 +315,6 @@ class _ThreadRecordingOptions(PipelineOptions):
         copy = PipelineOptions(self._flags)
         memo[id(self)] = copy
         return copy
-
-
-@pytest.mark.parametrize("schedule", list(TunerSchedule))
-def test_the_callers_options_are_read_from_the_calling_thread_only(run_dir, pool, schedule):
-    """Trial jobs run in threads of their own; building them there from the caller's options
-    raced (a portable-runner trial once ran on the DirectRunner in the launcher)."""
-    options = _ThreadRecordingOptions([*OPTIONS, "--direct_num_workers=2"])
-    config = _config(max_trials=3, schedule=schedule)
-    report, _ = run_tuning_stage(config, run_dir, options, worker_pool=pool)
-    assert [t["status"] for t in _trials(run_dir)] == ["COMPLETED"] * 3
-    assert report.details["schedule"] == schedule.value
-    assert options.readers == {threading.current_thread().name}
 
 
 # The abandoned job's gRPC reader threads raise when its worker process dies.
@@ -500,14 +490,15 @@ def _wait_for_another_trial(tmp_path) -> dict:
 def test_a_search_job_runs_the_whole_search_as_one_job(run_dir, pool, tmp_path):
     """search_job: one job, a loop per worker process; each claims, runs and reports trials
     on the oracle's state in the run's storage until the oracle is done."""
-    config = _config(
-        max_trials=4,
-        schedule=TunerSchedule.SEARCH_JOB,
-        seed=3,
-        slow_once=_wait_for_another_trial(tmp_path),  # both workers run trials, overlapping
-    )
-    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
+    slow = {"marker": str(tmp_path / "slow"), "seconds": 120, "until_started": 3}
+    # Trial 0 or 1 waits until the three others have started: a slow trial holds up only
+    # its own loop, the other loop claims and runs the rest meanwhile.
+    config = _config(max_trials=4, schedule=TunerSchedule.SEARCH_JOB, seed=3, slow_once=slow)
+    options = _ThreadRecordingOptions([*OPTIONS, "--direct_num_workers=2"])
+    report, best = run_tuning_stage(config, run_dir, options, worker_pool=pool)
     trials = _trials(run_dir)
+    _slow_trial_held_up_only_its_own_worker(trials)
+    assert options.readers == {threading.current_thread().name}
     assert report.status is StageStatus.OK and best is not None
     assert [t["status"] for t in trials] == ["COMPLETED"] * 4
     assert report.details["schedule"] == "search_job" and report.details["jobs"] == 1
