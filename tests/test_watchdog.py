@@ -169,27 +169,6 @@ def test_a_worker_killed_mid_job_fails_the_run_in_bounded_time(own_pool):
     ), message
 
 
-def test_a_chatty_worker_of_the_own_pool_does_not_block(own_pool):
-    """Beam's stock pool pipes a worker's stdout and never reads it: this job would block.
-
-    (This pool passing the pre-flight check is shown by test_runners' whole portable run.)
-    """
-    address, log = own_pool
-    line = "chatty worker line " + "x" * 100
-
-    def _chatty(x: int) -> int:  # nested: pickled by value (the pool cannot import us)
-        for _ in range(1000):  # ~120 KB per element, above a 64 KiB pipe
-            print(line)
-        sys.stdout.flush()
-        return x
-
-    p = create_pipeline(_portable(address))
-    assert_that(p | beam.Create([1, 2]) | beam.Map(_chatty), equal_to([1, 2]))
-    out = _outcome(lambda: run_pipeline(p, "Chatty", worker_start_timeout=60).wait_until_finish())
-    assert out.get("result") == "DONE", out
-    assert log.read_text().count(line) == 2000  # the output went to the pool's log
-
-
 def _spares(pool_pid: int) -> list[int]:
     from beam_pipeline.runtime.inspection import SPARE_NAME
 
@@ -218,7 +197,13 @@ def _wait_for_spare(pool_pid: int, timeout: float = 120.0) -> int:
     raise AssertionError(f"no spare worker of pool {pool_pid} within {timeout} s")
 
 
-def test_the_own_pool_hands_a_job_its_ready_spare_and_readies_the_next(own_pool):
+def test_the_own_pool_hands_a_job_its_ready_spare_and_a_chatty_worker_does_not_block(own_pool):
+    """The pool hands the job its ready spare and readies the next. The job's worker prints
+    ~120 KB per element: Beam's stock pool pipes a worker's stdout and never reads it, so
+    this job would block there; ours sends it to the pool's log.
+
+    (This pool passing the pre-flight check is shown by test_runners' whole portable run.)
+    """
     from beam_pipeline.runtime.inspection import inspect_pool, pool_pid
 
     address, log = own_pool
@@ -227,9 +212,19 @@ def test_the_own_pool_hands_a_job_its_ready_spare_and_readies_the_next(own_pool)
     spare = _wait_for_spare(pool)
     # Idle, it is no worker: a job with none alive is still seen as having none.
     assert spare not in inspect_pool(address).alive
+    line = "chatty worker line " + "x" * 100
+
+    def _chatty(x: int) -> int:  # nested: pickled by value (the pool cannot import us)
+        for _ in range(1000):  # ~120 KB per element, above a 64 KiB pipe
+            print(line)
+        sys.stdout.flush()
+        return x * 2
+
     p = create_pipeline(_portable(address))
-    assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 2), equal_to([2, 4]))
+    assert_that(p | beam.Create([1, 2]) | beam.Map(_chatty), equal_to([2, 4]))
     out = _outcome(lambda: run_pipeline(p, "Spare", worker_start_timeout=60).wait_until_finish())
     assert out.get("result") == "DONE", out
-    assert f"is spare worker {spare}\n" in log.read_text()
+    text = log.read_text()
+    assert f"is spare worker {spare}\n" in text
+    assert text.count(line) == 2000  # the output went to the pool's log
     assert _wait_for_spare(pool) != spare  # the next one is made ready
