@@ -112,7 +112,8 @@ def test_split_points_are_line_starts_with_their_numbers(split_csv):
     [
         ("in_memory", 1, False),
         ("in_memory", 1, True),
-        ("multi_processing", 1, False),
+        # One worker process reads as in_memory does (one reader, every range in turn);
+        # two are where a range's rows and rejections come from another process.
         ("multi_processing", 2, False),
     ],
 )
