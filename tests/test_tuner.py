@@ -65,10 +65,10 @@ def _search(job: TuningJob, parallel: int, max_trials=None):
 
 @pytest.mark.slow
 def test_rounds_ask_up_to_parallel_trials_until_max_trials(tmp_path):
-    """The tuner's own max_trials=4 ends the search; --tuner_max_trials capping it is
+    """The tuner's own max_trials=3 ends the search; --tuner_max_trials capping it is
     test_a_failing_hyperparameter_value_fails_its_trial_only."""
-    sizes = [3, 1]
-    oracle, got = _search(_job(tmp_path), 3)
+    sizes = [2, 1]
+    oracle, got = _search(_job(tmp_path, max_trials=3), 2)
     assert got == sizes
     records = oracle.records()
     assert [r.trial_id for r in records] == [str(i) for i in range(sum(sizes))]
@@ -117,12 +117,13 @@ def test_a_retried_worker_reuses_the_finished_trial(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_hyperparameter_value_fails_its_trial_only(tmp_path):
-    """Also: --tuner_max_trials=6 caps the tuner's own max_trials=8 (the last round short)."""
-    oracle, sizes = _search(_job(tmp_path, fail_on_units=4, max_trials=8, seed=2), 4, 6)
-    assert sizes == [4, 2]
+    """Also: --tuner_max_trials=3 caps the tuner's own max_trials=8 (the last round short)."""
+    oracle, sizes = _search(_job(tmp_path, fail_on_units=4, max_trials=8, seed=14), 2, 3)
+    assert sizes == [2, 1]
     records = oracle.records()
     failed = [r for r in records if r.hyperparameters["units"] == 4]
-    assert len(records) == 6 and len(failed) == 1  # seed 2 tries units=4 once, last
+    # seed 14 tries units 2, 4, 2: the failed trial is the second, and the search goes on
+    assert len(records) == 3 and [r.trial_id for r in failed] == ["1"]
     for r in failed:
         assert r.status is TrialStatus.FAILED and r.objective is None
         assert r.error.startswith("ValueError: no model with units=4 (")
