@@ -19,6 +19,7 @@ from beam_pipeline.summary import (
     StageStatus,
     write_summary,
 )
+from trainer import RESULT_FILE
 
 
 def _summary(run_dir: str, *stages: str) -> RunSummary:
@@ -200,6 +201,7 @@ def killed_run(tmp_path_factory):
     checkpoint = os.path.join(run, "model_run", "checkpoints", "checkpoint")
     attempt(lambda: os.path.exists(checkpoint), "training")
     seen["killed_at_step"] = _checkpoint_step(run)
+    seen["result_after_kill"] = os.path.exists(os.path.join(run, "model_run", RESULT_FILE))
     # Killed while the SavedModel is being written, after the last training step.
     export = os.path.join(run, "model_run", "export")
     attempt(lambda: os.path.exists(export), "export")
@@ -232,8 +234,16 @@ def _train_uninterrupted(run: str, root: str, module: str) -> dict:
     source = RunDirectory(os.path.dirname(os.path.dirname(run)), os.path.basename(run))
     copy = conftest_trainer.copy_run_dir(source, root, "uninterrupted")
     config = conftest_trainer.penguin_config(module, train_steps=TRAIN_STEPS)
-    result = run_trainer(build_training_job(config, copy, entry_point="ResumableSpec"))
-    assert (result.start_step, result.final_step) == (0, TRAIN_STEPS)
+    job = build_training_job(config, copy, entry_point="ResumableSpec")
+    result = run_trainer(job)
+    assert (result.start_step, result.final_step) == (0, TRAIN_STEPS) and not result.reused
+    # Run again once finished: nothing is redone (the SavedModel is not even rewritten).
+    saved_model = os.path.join(result.serving_model_dir, "saved_model.pb")
+    mtime = os.stat(saved_model).st_mtime_ns
+    again = run_trainer(job)
+    assert again.reused and (again.start_step, again.final_step) == (0, TRAIN_STEPS)
+    assert again.metrics == result.metrics
+    assert os.stat(saved_model).st_mtime_ns == mtime
     return dict(result.metrics)
 
 
@@ -299,7 +309,11 @@ def test_training_resumed_from_its_checkpoint_to_an_uninterrupted_runs_quality(k
     import tensorflow as tf
 
     trainer = killed_run["summary"]["Trainer"]["details"]
+    # Killed (SIGKILL, as a preempted worker) once a checkpoint was on disk: at a
+    # checkpoint's step, with no training result written.
     assert 0 < killed_run["killed_at_step"] < TRAIN_STEPS
+    assert killed_run["killed_at_step"] % CHECKPOINT_EVERY == 0
+    assert killed_run["result_after_kill"] is False
     assert killed_run["step_at_export"] == TRAIN_STEPS
     # The last attempt restored the checkpoint the export-time kill left: no step redone.
     assert trainer["start_step"] == TRAIN_STEPS > 0 and trainer["final_step"] == TRAIN_STEPS
