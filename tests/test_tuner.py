@@ -2,8 +2,9 @@
 
 A real keras-tuner search in this process on a tiny in-memory classifier
 (``tests/testdata/tiny_tuner_module.py``): rounds, max_trials, the best trial, failed and
-fatal trials, Hyperband's resumed trials, seeds, and a retried worker reusing a finished
-trial. The Beam stage itself is tested in ``test_tuner_stage.py``.
+fatal trials, Hyperband's resumed trials, seeds, a retried worker reusing a finished
+trial, and a search job's worker loops (SearchLoop) claiming and reporting trials. The
+Beam stage itself is tested in ``test_tuner_stage.py``.
 """
 
 from __future__ import annotations
@@ -21,17 +22,24 @@ from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.tuning_stage import run_tuning_stage
 from trainer.tuning import (
+    Claim,
     Direction,
     OracleDriver,
     ParameterType,
     SearchAlgorithm,
+    SearchLoop,
     SearchParameter,
     SearchSpace,
     TrialRunner,
+    TrialSpec,
     TrialStatus,
     TuningJob,
+    finished_driver,
     load_tuner,
+    read_state,
     read_trial_result,
+    start_search_state,
+    state_path,
 )
 from transforms.tuning import RunTrials
 
@@ -333,3 +341,56 @@ def test_trial_jobs_running_side_by_side_get_their_own_job_names():
     own = job_options(unnamed, "07")  # a copy: each trial's job is built in its own thread
     assert own is not unnamed and own.view_as(GoogleCloudOptions).job_name is None
     assert own.get_all_options() == unnamed.get_all_options()  # Beam names each job itself
+
+
+# A search job's worker loops (SearchLoop) on the oracle's shared state, in this process;
+# the whole search job on the worker pool is tested in test_tuner_stage.py.
+
+
+def test_a_trial_whose_lease_ran_out_is_reissued_and_counts_once(tmp_path):
+    """A loop that stops renewing its lease (lost, or hung) loses its trial to the next
+    loop that claims: same trial, same attempt; the old holder's late report is dropped
+    and the new holder's run reuses the attempt's result file, so it counts once."""
+    job = _job(tmp_path)
+    driver = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2, 2, "tiny")
+    path = state_path(driver.project_dir)
+    start_search_state(driver, path)
+    runner = TrialRunner(job)
+    lost = SearchLoop(job, path, runner, lease_seconds=-1)  # its leases end as they start
+    taker = SearchLoop(job, path, runner)
+    # The launcher asked each slot's first trial; each loop takes its own.
+    spec = lost.claim(0, "lost-loop")
+    first = taker.claim(1, "taker-loop")
+    assert isinstance(spec, TrialSpec) and isinstance(first, TrialSpec)
+    assert (spec.trial_id, first.trial_id) == ("0", "1")
+    assert taker.report(first, runner.run(first), "taker-loop") is True
+    again = taker.claim(1, "taker-loop")
+    assert again == spec  # re-issued: the same trial and attempt
+    result = runner.run(spec)  # the lost loop's run finished after all
+    assert lost.report(spec, result, "lost-loop") is False  # dropped: no longer its trial
+    rerun = runner.run(again)
+    assert rerun.reused and rerun.seconds == result.seconds  # its result file, no training
+    assert taker.report(again, rerun, "taker-loop") is True
+    assert taker.claim(1, "taker-loop") is Claim.OVER
+    state = read_state(path)
+    assert state["done"] and state["reissued"] == 1 and state["dropped_reports"] == 1
+    records = finished_driver(driver, state).records()
+    assert [(r.trial_id, r.status.value, r.attempts) for r in records] == [
+        ("0", "COMPLETED", 1),
+        ("1", "COMPLETED", 1),
+    ]
+
+
+def test_a_search_job_on_one_worker_runs_every_slots_trials(tmp_path):
+    """The runner may run the slots one after another (one worker): the first loop runs
+    the other slot's first trial too once it has nothing new to ask, without waiting for
+    that trial's lease to run out."""
+    job = _job(tmp_path)
+    driver = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2, 3, "tiny")
+    path = state_path(driver.project_dir)
+    start_search_state(driver, path)  # trials 0 and 1 asked, one per slot
+    results = list(SearchLoop(job, path, TrialRunner(job)).run(0))
+    assert [r.trial_id for r in results] == ["0", "2", "1"]  # its own, a new one, slot 1's
+    state = read_state(path)
+    assert state["done"] and not state["leases"] and state["reissued"] == 0
+    assert [r.status.value for r in finished_driver(driver, state).records()] == ["COMPLETED"] * 3

@@ -31,17 +31,9 @@ from beam_pipeline.tuner.report import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
 from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, build_tuning_job, run_tuning_stage
 from trainer import load_hyperparameters
 from trainer.tuning import (
-    Claim,
     OracleDriver,
-    SearchLoop,
     SearchSpace,
-    TrialRunner,
-    TrialSpec,
-    finished_driver,
     load_tuner,
-    read_state,
-    start_search_state,
-    state_path,
 )
 from trainer.tuning.shared_state import open_shared_state
 from transforms.tuning import RunTrials
@@ -398,55 +390,6 @@ def test_a_dataflow_dry_run_of_a_search_job_builds_the_whole_search_as_one_job(r
     assert report.status is StageStatus.SKIPPED and best is None
     assert report.note == "dry run: the whole search is 1 job of 3 worker loops; built only"
     assert not os.path.exists(run_dir.path(Artifact.TUNER))
-
-
-def test_a_trial_whose_lease_ran_out_is_reissued_and_counts_once(run_dir, tmp_path):
-    """A loop that stops renewing its lease (lost, or hung) loses its trial to the next
-    loop that claims: same trial, same attempt; the old holder's late report is dropped
-    and the new holder's run reuses the attempt's result file, so it counts once."""
-    job = build_tuning_job(_config(max_trials=2), run_dir, MODULE, str(tmp_path / "tuner"))
-    driver = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2, 2, MODULE)
-    path = state_path(driver.project_dir)
-    start_search_state(driver, path)
-    runner = TrialRunner(job)
-    lost = SearchLoop(job, path, runner, lease_seconds=-1)  # its leases end as they start
-    taker = SearchLoop(job, path, runner)
-    # The launcher asked each slot's first trial; each loop takes its own.
-    spec = lost.claim(0, "lost-loop")
-    first = taker.claim(1, "taker-loop")
-    assert isinstance(spec, TrialSpec) and isinstance(first, TrialSpec)
-    assert (spec.trial_id, first.trial_id) == ("0", "1")
-    assert taker.report(first, runner.run(first), "taker-loop") is True
-    again = taker.claim(1, "taker-loop")
-    assert again == spec  # re-issued: the same trial and attempt
-    result = runner.run(spec)  # the lost loop's run finished after all
-    assert lost.report(spec, result, "lost-loop") is False  # dropped: no longer its trial
-    rerun = runner.run(again)
-    assert rerun.reused and rerun.seconds == result.seconds  # its result file, no training
-    assert taker.report(again, rerun, "taker-loop") is True
-    assert taker.claim(1, "taker-loop") is Claim.OVER
-    state = read_state(path)
-    assert state["done"] and state["reissued"] == 1 and state["dropped_reports"] == 1
-    records = finished_driver(driver, state).records()
-    assert [(r.trial_id, r.status.value, r.attempts) for r in records] == [
-        ("0", "COMPLETED", 1),
-        ("1", "COMPLETED", 1),
-    ]
-
-
-def test_a_search_job_on_one_worker_runs_every_slots_trials(run_dir, tmp_path):
-    """The runner may run the slots one after another (one worker): the first loop runs
-    the other slot's first trial too once it has nothing new to ask, without waiting for
-    that trial's lease to run out."""
-    job = build_tuning_job(_config(max_trials=3), run_dir, MODULE, str(tmp_path / "tuner"))
-    driver = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 2, 3, MODULE)
-    path = state_path(driver.project_dir)
-    start_search_state(driver, path)  # trials 0 and 1 asked, one per slot
-    results = list(SearchLoop(job, path, TrialRunner(job)).run(0))
-    assert [r.trial_id for r in results] == ["0", "2", "1"]  # its own, a new one, slot 1's
-    state = read_state(path)
-    assert state["done"] and not state["leases"] and state["reissued"] == 0
-    assert [r.status.value for r in finished_driver(driver, state).records()] == ["COMPLETED"] * 3
 
 
 def test_a_config_search_space_tunes_a_trainspec_without_tuner_fn(run_dir, pool):
