@@ -5,7 +5,7 @@ and peak memory as JSON under benchmarks/results/.
   python benchmarks/run_tfx.py --data benchmarks/out/data/taxi_200000 [--module taxi]
       [--label taxi_200000] [--workers 0] [--keep]
 
-Runs ``<anchor venv>/bin/python /work/shared/anchors/tfx_anchor.py --data DIR --module
+Runs ``<anchor venv>/bin/python benchmarks/anchors/tfx_anchor.py --data DIR --module
 taxi --out OUT --no-train`` (CsvExampleGen, StatisticsGen, SchemaGen, ExampleValidator,
 Transform on LocalDagRunner, Beam DirectRunner in multi_processing mode with one worker
 per core) in its own session and samples the RSS of every process of that session every
@@ -29,7 +29,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import _measure  # noqa: E402
 
-ANCHORS = os.environ.get("TFX_ANCHORS_DIR", "/work/shared/anchors")
+# The anchor scripts, copied from the project's shared anchors folder (anchors/README.md).
+ANCHORS = os.environ.get("TFX_ANCHORS_DIR", os.path.join(HERE, "anchors"))
+# The TFX 1.16 venv: sh benchmarks/anchors/setup_tfx_anchor.sh benchmarks/out/tfx-anchor
+ANCHOR_VENV = os.path.join(HERE, "out", "tfx-anchor")
 # The anchor's component names and the stage of this repo each one corresponds to.
 STAGE_OF = {
     "CsvExampleGen": "ExampleGen",
@@ -80,9 +83,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="--direct_num_workers (0: one per core)")
     ap.add_argument(
         "--anchor_python",
-        default=os.path.join(
-            os.environ.get("TFX_ANCHOR_VENV", "/work/tfx-anchor"), "bin", "python"
-        ),
+        default=os.path.join(os.environ.get("TFX_ANCHOR_VENV", ANCHOR_VENV), "bin", "python"),
     )
     ap.add_argument(
         "--work_dir",

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The TFX comparison workload: the Chicago taxi data and TFX's own taxi module file.
 
-Both come from the TFX 1.16 anchor venv (see /work/shared/anchors/README.md); nothing of
+Both come from the TFX 1.16 anchor venv (see benchmarks/anchors/README.md); nothing of
 TFX is committed here.
 
   python benchmarks/taxi.py data N [--out_dir benchmarks/out/data]
       -> benchmarks/out/data/taxi_<N>/data.csv
       N = "sample" (or 15002) copies the 15k-row sample that ships in the tfx package as
-      it is; any other N scales it with /work/shared/anchors/make_taxi_big.py (fixed
+      it is; any other N scales it with benchmarks/anchors/make_taxi_big.py (fixed
       seed 7, so the same N always gives the same file). The file sits alone in its
       folder because TFX's CsvExampleGen reads a folder.
 
@@ -17,7 +17,8 @@ TFX is committed here.
       product's promise: module files written for TFX run after changing only their
       imports). Prints every changed line; fails on a tfx import no rule covers.
 
-The anchor venv is found from --anchor_venv, else $TFX_ANCHOR_VENV, else /work/tfx-anchor.
+The anchor venv is found from --anchor_venv, else $TFX_ANCHOR_VENV, else benchmarks/out/tfx-anchor
+(made by ``sh benchmarks/anchors/setup_tfx_anchor.sh benchmarks/out/tfx-anchor``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out")
-ANCHORS = os.environ.get("TFX_ANCHORS_DIR", "/work/shared/anchors")
+# The anchor scripts, copied from the project's shared anchors folder (anchors/README.md).
+ANCHORS = os.environ.get("TFX_ANCHORS_DIR", os.path.join(HERE, "anchors"))
+# The TFX 1.16 venv: sh benchmarks/anchors/setup_tfx_anchor.sh benchmarks/out/tfx-anchor
+ANCHOR_VENV = os.path.join(HERE, "out", "tfx-anchor")
 SAMPLE_ROWS = 15002
 
 TAXI_DATA = "tfx/examples/chicago_taxi_pipeline/data/simple/data.csv"
@@ -53,7 +57,7 @@ _TFX_FROM_MODULES = {
 
 
 def anchor_site_packages(anchor_venv: str | None = None) -> str:
-    venv = anchor_venv or os.environ.get("TFX_ANCHOR_VENV", "/work/tfx-anchor")
+    venv = anchor_venv or os.environ.get("TFX_ANCHOR_VENV", ANCHOR_VENV)
     hits = sorted(
         glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "tfx", "__init__.py"))
     )
