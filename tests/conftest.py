@@ -72,16 +72,17 @@ def feature_value(example, name: str):
 _FILE_SECONDS = {
     "test_tfx_portable.py": 190,
     "test_tfx_modules.py": 110,
-    "test_cli_runs.py": 160,
+    "test_cli_runs.py": 145,
     "test_tuner_stage.py": 95,
-    "test_trainer_resume.py": 85,
+    "test_trainer_resume.py": 45,
     "test_runners.py": 65,
-    "test_resume.py": 55,
+    "test_resume.py": 80,
     "test_worker_errors.py": 45,
     "test_trainer_stage.py": 40,
-    "test_cli.py": 38,
+    "test_cli.py": 60,
     "test_tuner.py": 35,
     "test_trainer_distributed.py": 30,
+    "test_evaluator.py": 30,
     "test_watchdog.py": 25,
 }
 
