@@ -140,6 +140,8 @@ print(json.dumps({"accuracy": accuracy, "n": len(examples)}))
 
 def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process(default_run):
     import conftest_trainer
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
 
     _, run_dir = default_run
     root, run_id = os.path.dirname(os.path.dirname(run_dir)), os.path.basename(run_dir)
@@ -167,10 +169,19 @@ def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process
         "island:Dream",
         "island:Torgersen",
     }
-    assert stages["InfraValidator"]["details"]["blessed"] is True
-    assert os.path.exists(
-        os.path.join(run_dir, "model", "assets.extra", "tf_serving_warmup_requests")
-    )
+    infra = stages["InfraValidator"]["details"]
+    assert infra["blessed"] is True and infra["endpoint"] is None  # the sandbox served it
+    assert infra["load_seconds"] > 0
+    assert sorted(int(batch) for batch in infra["latency_ms"]) == [1, 8, 32]
+    assert all(0 < v["p50"] <= v["p99"] for v in infra["latency_ms"].values())
+    # The warm-up file TF Serving replays: PredictionLogs of PredictRequests of each size.
+    warmup = os.path.join(run_dir, "model", "assets.extra", "tf_serving_warmup_requests")
+    sizes = []
+    for record in tf.data.TFRecordDataset(warmup):
+        log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+        assert log.predict_log.request.model_spec.signature_name == "serving_default"
+        sizes.append(tf.make_ndarray(log.predict_log.request.inputs["examples"]).shape[0])
+    assert sizes == [1, 8, 32]
     assert stages["Pusher"]["note"] == "blessed; not pushed: no --push_destination"
 
 
