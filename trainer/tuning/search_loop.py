@@ -223,11 +223,19 @@ class SearchLoop:
         # trial whose holder stopped renewing it: re-issued, same attempt.
         own = [t for t in sorted(leases) if driver.pending_slot(t) == slot]
         expired = [t for t in sorted(leases) if leases[t]["deadline"] < now]
+
+        def take(trial_id: str):
+            """This loop holds ``trial_id`` (asked earlier, not new) from now on."""
+            if leases[trial_id]["owner"] is None:  # its first claim: from now on, its time
+                doc["times"][trial_id]["claimed"] = now
+            spec = driver.move_trial(trial_id, slot)
+            leases[trial_id] = self._lease(owner, now)
+            doc["driver"] = driver.state()
+            return doc, spec
+
         for trial_id in own[:1] or expired[:1]:
             lease = leases[trial_id]
-            if lease["owner"] is None:  # its first claim: from now on, the trial's time
-                doc["times"][trial_id]["claimed"] = now
-            else:
+            if lease["owner"] is not None:
                 _LOG.warning(
                     "Tuner trial %s: re-issued to slot %d (held by %s, lease %s).",
                     trial_id,
@@ -236,10 +244,7 @@ class SearchLoop:
                     "expired" if lease["deadline"] < now else "of this slot's lost worker",
                 )
                 doc["reissued"] += 1
-            spec = driver.move_trial(trial_id, slot)
-            leases[trial_id] = self._lease(owner, now)
-            doc["driver"] = driver.state()
-            return doc, spec
+            return take(trial_id)
         specs = driver.ask(1, slot=slot)
         if specs:
             spec = specs[0]
@@ -251,11 +256,7 @@ class SearchLoop:
         # worker is late, or the runner runs the slots one after another) runs here.
         unclaimed = [t for t in sorted(leases) if leases[t]["owner"] is None]
         if unclaimed:
-            spec = driver.move_trial(unclaimed[0], slot)
-            leases[unclaimed[0]] = self._lease(owner, now)
-            doc["times"][unclaimed[0]]["claimed"] = now
-            doc["driver"] = driver.state()
-            return doc, spec
+            return take(unclaimed[0])
         if not driver.running:  # nothing to run and nothing running: the search is over
             doc["done"] = True
             return doc, Claim.OVER
