@@ -28,11 +28,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import _measure  # noqa: E402
+from taxi import ANCHOR_VENV, ANCHORS  # noqa: E402  where the anchor set-up lives
 
-# The anchor scripts, copied from the project's shared anchors folder (anchors/README.md).
-ANCHORS = os.environ.get("TFX_ANCHORS_DIR", os.path.join(HERE, "anchors"))
-# The TFX 1.16 venv: sh benchmarks/anchors/setup_tfx_anchor.sh benchmarks/out/tfx-anchor
-ANCHOR_VENV = os.path.join(HERE, "out", "tfx-anchor")
 # The anchor's component names and the stage of this repo each one corresponds to.
 STAGE_OF = {
     "CsvExampleGen": "ExampleGen",
@@ -83,7 +80,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="--direct_num_workers (0: one per core)")
     ap.add_argument(
         "--anchor_python",
-        default=os.path.join(os.environ.get("TFX_ANCHOR_VENV", ANCHOR_VENV), "bin", "python"),
+        default=os.path.join(ANCHOR_VENV, "bin", "python"),
     )
     ap.add_argument(
         "--work_dir",

@@ -38,7 +38,7 @@ OUT = os.path.join(HERE, "out")
 # The anchor scripts, copied from the project's shared anchors folder (anchors/README.md).
 ANCHORS = os.environ.get("TFX_ANCHORS_DIR", os.path.join(HERE, "anchors"))
 # The TFX 1.16 venv: sh benchmarks/anchors/setup_tfx_anchor.sh benchmarks/out/tfx-anchor
-ANCHOR_VENV = os.path.join(HERE, "out", "tfx-anchor")
+ANCHOR_VENV = os.environ.get("TFX_ANCHOR_VENV", os.path.join(HERE, "out", "tfx-anchor"))
 SAMPLE_ROWS = 15002
 
 TAXI_DATA = "tfx/examples/chicago_taxi_pipeline/data/simple/data.csv"
@@ -57,7 +57,7 @@ _TFX_FROM_MODULES = {
 
 
 def anchor_site_packages(anchor_venv: str | None = None) -> str:
-    venv = anchor_venv or os.environ.get("TFX_ANCHOR_VENV", ANCHOR_VENV)
+    venv = anchor_venv or ANCHOR_VENV
     hits = sorted(
         glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "tfx", "__init__.py"))
     )

@@ -154,16 +154,14 @@ def _expected_common(rows):
     }
 
 
+# The CommonStatistics fields that are exact counts (avg_num_values is a float).
+_COUNTS = ("num_non_missing", "num_missing", "min_num_values", "max_num_values", "tot_num_values")
+
+
 def _check_common(feature, rows):
     common = _common(feature)
     want = _expected_common(rows)
-    for field in (
-        "num_non_missing",
-        "num_missing",
-        "min_num_values",
-        "max_num_values",
-        "tot_num_values",
-    ):
+    for field in _COUNTS:
         assert getattr(common, field) == want[field], field
     assert common.avg_num_values == pytest.approx(want["avg_num_values"], rel=1e-6)
     if want["num_non_missing"]:
@@ -403,14 +401,7 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
         a, b = merged_features[name], whole_features[name]
         assert a.type == b.type
         assert _common(a).num_values_histogram == _common(b).num_values_histogram
-        for field in (
-            "num_non_missing",
-            "num_missing",
-            "min_num_values",
-            "max_num_values",
-            "tot_num_values",
-            "avg_num_values",
-        ):
+        for field in (*_COUNTS, "avg_num_values"):
             assert getattr(_common(a), field) == getattr(_common(b), field), (name, field)
         if a.type == STATS.STRING:
             assert a.string_stats == b.string_stats

@@ -23,17 +23,6 @@ from beam_pipeline import cli
 from beam_pipeline.console import RunEvents
 
 
-class _RecordedEvents(RunEvents):
-    """The CLI's run events, with each Beam job recorded as its stage announces it (what
-    the progress display hears): its counters read through the job service at once."""
-
-    jobs: list = []
-
-    def __init__(self):
-        super().__init__()
-        self.subscribe(job_submitted=lambda info, read: self.jobs.append((info, read, read())))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("keras_way", ["tf.keras"])
 def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
@@ -55,8 +44,16 @@ def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
     run_id = keras_way.replace(" ", "_")
     # The model checks are the DirectRunner test's (they cost a minute here).
     off = ["--no_evaluator", "--no_infra_validator"]
-    monkeypatch.setattr(_RecordedEvents, "jobs", [])
-    monkeypatch.setattr(cli, "RunEvents", _RecordedEvents)
+    # The CLI's run events, with each Beam job recorded as its stage announces it (what
+    # the progress display hears): its counters read through the job service at once.
+    jobs = []
+
+    class RecordedEvents(RunEvents):
+        def __init__(self):
+            super().__init__()
+            self.subscribe(job_submitted=lambda info, read: jobs.append((info, read, read())))
+
+    monkeypatch.setattr(cli, "RunEvents", RecordedEvents)
     try:
         stages = _tune_and_train(
             root,
@@ -96,7 +93,6 @@ def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
     # Beam's embedded service reports them only once a job has ended: at submission the
     # read gave nothing (or, had the job ended already, the final counts), never a guess;
     # after the run it gives the counts the summary holds.
-    jobs = _RecordedEvents.jobs
     assert [info.job_id for info, _, _ in jobs[:2]] == [
         example_gen["details"]["job"]["job_id"],
         transform["details"]["job"]["job_id"],
