@@ -111,7 +111,10 @@ def serve_pool_worker(threads: int) -> None:
 
     limit_threads(threads)
     prewarm()
-    import transforms  # noqa: F401  the project's Beam steps, which the jobs' DoFns unpickle
+    # The project's Beam steps, which the jobs' DoFns unpickle (``transforms`` imports them lazily).
+    import transforms.training  # noqa: F401
+    import transforms.transform  # noqa: F401
+    import transforms.tuning  # noqa: F401
 
     address, server = BeamFnExternalWorkerPoolServicer.start(use_process=False, port=0)
     sys.stdout.write(address + "\n")
