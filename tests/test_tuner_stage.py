@@ -12,6 +12,8 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 
 import conftest_trainer
@@ -92,6 +94,42 @@ def pool():
     """
     with LocalWorkerPool(2, threads_per_worker=1) as warm:
         yield warm
+
+
+_UNGUARDED_SCRIPT = """
+import json, os, sys
+from beam_pipeline.runtime.pool import LocalWorkerPool
+
+with open(sys.argv[1], "a") as f:  # once per run of this file's top level
+    f.write(f"{os.getpid()}\\n")
+pool = LocalWorkerPool(2, threads_per_worker=1).start()
+pool.wait_ready()
+ppids = [int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in pool.pids]
+print(json.dumps({"launcher": os.getpid(), "ppids": ppids, "tf": "tensorflow" in sys.modules}))
+# No pool.close(): the pool's processes must still stop when the script ends.
+"""
+
+
+def test_pool_processes_fork_from_one_server_and_a_script_without_a_main_guard_runs_once(
+    tmp_path,
+):
+    """The pool's processes are forks of one server that imported the ML stack (not of the
+    launcher, which never imports TensorFlow for them); the launcher's script is not run
+    again in them (multiprocessing would); and a script that never closes its pool exits."""
+    script, marker = tmp_path / "user_script.py", tmp_path / "ran"
+    script.write_text(_UNGUARDED_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert marker.read_text().split() == [str(facts["launcher"])]
+    assert len(set(facts["ppids"])) == 1 and facts["ppids"][0] != facts["launcher"]
+    assert facts["tf"] is False
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,12 @@
 
 Beam's own ``multi_processing`` mode starts fresh worker processes for every job, which
 costs each job seconds of imports (TensorFlow, keras-tuner, tf.Transform). A
-:class:`LocalWorkerPool` starts its processes once, with the ML stack imported and their
-TensorFlow thread pools sized to share the cores, and serves every job created with
+:class:`LocalWorkerPool` starts its processes once, as forks of one server process that
+imported the ML stack (multiprocessing's ``forkserver``, preloading
+:mod:`beam_pipeline.runtime.pool_zygote`): a process is ready in about a second and shares
+the imported pages with its siblings, where a fresh interpreter each paid about 6 s of
+CPU and 0.4 GB. Their TensorFlow thread pools are sized to share the cores; the pool
+serves every job created with
 :meth:`LocalWorkerPool.pipeline` as Beam EXTERNAL workers, through a gRPC dispatcher of its
 own that hands the k-th worker of each job to process k (or a whole job to one process).
 It reports processes that died (:meth:`LocalWorkerPool.lost_workers`) and replaces them:
@@ -22,15 +26,19 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
+import io
 import logging
+import multiprocessing
+import multiprocessing.util  # before the atexit handler below: see _release_children
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
+from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from typing import Optional
 
 import apache_beam as beam
@@ -99,58 +107,134 @@ def _quiet_abandoned_jobs():
         data_plane.removeFilter(noise)
 
 
-def serve_pool_worker(threads: int) -> None:
-    """One warm worker process: caps TF's threads, imports the ML stack, serves SDK harnesses.
+def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
+    """One warm worker process: caps TF's threads, serves SDK harnesses until told to stop.
 
-    Runs until its standard input closes (the launcher exited or closed the pool).
+    Runs in a fork of the pool's fork server (:mod:`beam_pipeline.runtime.pool_zygote`
+    imported the ML stack there). Sends its worker-pool address through ``conn``, then
+    serves until the launcher closes its end (the pool closed, or the launcher exited).
+
+    Args:
+      threads: TensorFlow intra-op threads.
+      conn: this process's end of a multiprocessing pipe to the launcher.
+      log_path: the file this process's standard output and error go to.
+      env: the launcher's environment when it asked for this process (the fork server's
+        own is the one it had when the server started).
     """
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.environ.update(env)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
 
     from trainer.process import limit_threads, prewarm
 
     limit_threads(threads)
-    prewarm()
-    # The project's Beam steps, which the jobs' DoFns unpickle (``transforms`` imports them lazily).
-    import transforms.training  # noqa: F401
-    import transforms.transform  # noqa: F401
-    import transforms.tuning  # noqa: F401
-
+    prewarm()  # a no-op after the fork server's; imports what a failed preload left out
     address, server = BeamFnExternalWorkerPoolServicer.start(use_process=False, port=0)
-    sys.stdout.write(address + "\n")
-    sys.stdout.flush()
-    # From now on the launcher no longer reads our standard output: what jobs print
-    # (Keras progress bars...) goes to the log with stderr, or a full pipe would block us.
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sys.stdin.read()
+    conn.send(address)
+    try:
+        conn.recv()
+    except EOFError:  # the launcher closed its end: stop
+        pass
     server.stop(0)
 
 
+_FORK_LOCK = threading.Lock()
+_OPEN_CONNS: set = set()
+
+
+@atexit.register
+def _release_children() -> None:
+    """At exit, closes every pool process's pipe so it stops: multiprocessing's own exit
+    handler joins them, and a process still waiting on an open pipe would hang the
+    launcher's exit. Atexit handlers run last-registered first, and importing
+    ``multiprocessing.util`` at the top of this module registered that one earlier."""
+    for conn in list(_OPEN_CONNS):
+        conn.close()
+
+
+class _PoolPopen(popen_forkserver.Popen):
+    """multiprocessing's forkserver launch, minus re-running the launcher's main script.
+
+    multiprocessing makes every child import the parent's ``__main__`` file again (as
+    ``__mp_main__``), so that functions defined there unpickle. A pool process runs
+    :func:`serve_pool_worker` of this package and needs nothing of it, and a user's script
+    that calls the pipeline without an ``if __name__ == "__main__":`` guard would start a
+    pool in each of its pool processes. multiprocessing has no switch for this, so this is
+    ``popen_forkserver.Popen._launch`` (Python 3.10-3.13, identical) with the main
+    module's entries left out of the preparation data.
+    """
+
+    def _launch(self, process_obj):
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        prep_data.pop("init_main_from_path", None)
+        prep_data.pop("init_main_from_name", None)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        _parent_w = os.dup(w)  # the child's sentinel of its parent, as multiprocessing keeps
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _PoolProcess(ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj):  # noqa: N802  multiprocessing's name
+        return _PoolPopen(process_obj)
+
+
+def _fork_context():
+    """multiprocessing's ``forkserver`` context, its server preloading the ML stack.
+
+    One server per launcher process, started on first use and kept until it exits (every
+    pool of the run, and of a test session, forks from it). Why multiprocessing and not
+    ``subprocess``: a fresh interpreter per pool process paid TensorFlow's imports (about
+    6 s of CPU) each time; why ``forkserver`` and not ``fork``: the launcher runs gRPC
+    servers and Beam threads, which a fork of it would copy half-held, while the server
+    only imported modules and started nothing.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    with _FORK_LOCK:
+        ctx.set_forkserver_preload(["beam_pipeline.runtime.pool_zygote"])
+    return ctx
+
+
 class _Child:
-    """One pool process: its Popen, log file and (once ready) its worker-pool address."""
+    """One pool process: a fork of the pool's fork server, its log file and its address."""
 
     def __init__(self, index: int, threads: int, log_dir: str, label: str) -> None:
         self.index = index
         self.label = label
         self.log_path = os.path.join(log_dir, f"worker-{index}.log")
-        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
-        quiet_environment(env)
-        code = (
-            "from beam_pipeline.runtime.pool import serve_pool_worker; "
-            f"serve_pool_worker({threads})"
+        env = quiet_environment(dict(os.environ))
+        ctx = _fork_context()
+        self._conn, child_conn = ctx.Pipe()
+        _OPEN_CONNS.add(self._conn)
+        self.process = _PoolProcess(
+            target=serve_pool_worker,
+            args=(threads, child_conn, self.log_path, env),
+            name=f"{label.lower()}-worker-{index}",
+            daemon=False,
         )
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", code],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
+        with _FORK_LOCK:
+            self.process.start()
+        child_conn.close()
         self.address: Optional[str] = None
         self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     def wait_ready(self) -> str:
         with self._lock:
@@ -158,27 +242,26 @@ class _Child:
 
     def _read_address(self) -> str:
         if self.address is None:
-            line = self.process.stdout.readline().strip() if self.process.stdout else ""
-            if not line:
+            try:
+                self.address = self._conn.recv()
+            except (EOFError, OSError):
                 raise PipelineError(
                     f"{self.label} worker process {self.index} exited before it was ready; see "
                     f"{self.log_path} for why (out of memory, or an import error)."
-                )
-            self.address = line
+                ) from None
         return self.address
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.process.is_alive()
 
     def close(self) -> None:
-        if self.process.stdin and not self.process.stdin.closed:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        _OPEN_CONNS.discard(self._conn)
+        self._conn.close()
+        self.process.join(timeout=30)
+        if self.process.exitcode is None:
             self.process.kill()
-            self.process.wait()
+            self.process.join()
 
 
 class _Dispatcher:
@@ -225,11 +308,11 @@ class _Dispatcher:
 class LocalWorkerPool:
     """Warm worker processes on this machine that serve many Beam jobs (DirectRunner).
 
-    Each process imports TensorFlow and keras-tuner once, with TensorFlow's thread pools
-    capped to ``threads_per_worker``; every job created with :meth:`pipeline` runs its
-    bundles there (one Beam worker per process) through Beam's EXTERNAL environment, so
-    a search's rounds pay no process start-up. Start it early to hide its start-up
-    behind other work.
+    Each process is a fork of a server that imported TensorFlow and keras-tuner once, with
+    TensorFlow's thread pools capped to ``threads_per_worker`` after the fork; every job
+    created with :meth:`pipeline` runs its bundles there (one Beam worker per process)
+    through Beam's EXTERNAL environment, so a search's rounds pay no process start-up.
+    Start it early to hide its start-up behind other work.
 
     Example::
 
@@ -283,7 +366,7 @@ class LocalWorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        return [c.process.pid for c in self._children]
+        return [c.pid for c in self._children]
 
     @property
     def log_dir(self) -> str:

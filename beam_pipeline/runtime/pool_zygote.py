@@ -1,0 +1,37 @@
+"""Imported once by the local worker pool's fork server: the ML stack every pool process needs.
+
+:class:`~beam_pipeline.runtime.pool.LocalWorkerPool` starts its processes with
+multiprocessing's ``forkserver`` and this module as its preload: one process pays the
+imports (TensorFlow, keras-tuner, tf.Transform, Beam's SDK harness; about 6 s of CPU on
+2 cores) and every pool process is a fork of it, ready in about a second and sharing
+those pages copy-on-write, where a fresh interpreter per process paid them each time.
+
+Importing must not start TensorFlow's runtime (its thread pools would not survive the
+fork, and each process sizes its own with :func:`trainer.process.limit_threads` after it):
+only imports here, no op. The fork server writes to nothing the user sees (TensorFlow's
+import-time lines would reach the launcher's terminal); each forked process sends its own
+output to its log.
+"""
+
+import os
+
+from beam_pipeline.console import quiet_environment
+
+quiet_environment(os.environ)
+_null = os.open(os.devnull, os.O_WRONLY)
+os.dup2(_null, 1)
+os.dup2(_null, 2)
+os.close(_null)
+
+from apache_beam.runners.worker import sdk_worker  # noqa: E402, F401
+from apache_beam.runners.worker.worker_pool_main import (  # noqa: E402, F401
+    BeamFnExternalWorkerPoolServicer,
+)
+
+from trainer.process import prewarm  # noqa: E402
+
+prewarm()
+# The project's Beam steps, which the jobs' DoFns unpickle.
+import transforms.training  # noqa: E402, F401
+import transforms.transform  # noqa: E402, F401
+import transforms.tuning  # noqa: E402, F401
