@@ -23,15 +23,20 @@ os.dup2(_null, 1)
 os.dup2(_null, 2)
 os.close(_null)
 
-from apache_beam.runners.worker import sdk_worker  # noqa: E402, F401
-from apache_beam.runners.worker.worker_pool_main import (  # noqa: E402, F401
-    BeamFnExternalWorkerPoolServicer,
-)
+try:
+    from apache_beam.runners.worker import sdk_worker  # noqa: F401
+    from apache_beam.runners.worker.worker_pool_main import (  # noqa: F401
+        BeamFnExternalWorkerPoolServicer,
+    )
 
-from trainer.process import prewarm  # noqa: E402
+    from trainer.process import prewarm
 
-prewarm()
-# The project's Beam steps, which the jobs' DoFns unpickle.
-import transforms.training  # noqa: E402, F401
-import transforms.transform  # noqa: E402, F401
-import transforms.tuning  # noqa: E402, F401
+    prewarm()  # first, in the order a pool process always imported them (Keras before TFT)
+    import transforms.training  # noqa: F401  the project's Beam steps, which DoFns unpickle
+    import transforms.transform  # noqa: F401
+    import transforms.tuning  # noqa: F401
+except Exception:  # noqa: BLE001, S110
+    # A broken import must not take the fork server down (every pool start would then fail
+    # inside multiprocessing): each forked process imports again and fails in its own log,
+    # which the pool's error names.
+    pass
