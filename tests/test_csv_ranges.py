@@ -71,6 +71,12 @@ def _read(path, fmt, *beam_args, types=None):
         | beam.Map(eg.RejectedRow.to_json)
         | "WriteRejected" >> beam.io.WriteToText(os.path.join(out, "rejected"))
     )
+    # Which workers imported TensorFlow by the time they read (reading needs none of it).
+    _ = (
+        result.batches
+        | beam.Map(lambda _: json.dumps("tensorflow" in __import__("sys").modules))
+        | "WriteTF" >> beam.io.WriteToText(os.path.join(out, "tf"))
+    )
     run = p.run()
     run.wait_until_finish()
 
@@ -83,6 +89,7 @@ def _read(path, fmt, *beam_args, types=None):
 
     rows = sorted((s, ids[0]) for s, ids in lines("rows"))
     rejected = sorted((r["line"], r["reason"], r["text"]) for r in lines("rejected"))
+    run.imported_tensorflow = set(lines("tf"))
     return rows, rejected, run
 
 
@@ -144,6 +151,8 @@ def test_split_reads_keep_exact_lines_and_count_every_row(split_csv, mode, worke
     assert (read, out, counter(run, "example_gen.rows_rejected")) == (ROWS, ROWS - 2, 2)
     assert counter(run, eg.RANGES_COUNTER) == len(_ranges(path, fmt)) >= 5
     assert reading_note(run) == f"CSV read apart in {counter(run, eg.RANGES_COUNTER)} byte ranges"
+    if mode == "multi_processing":  # worker processes that read CSV never import TensorFlow
+        assert run.imported_tensorflow == {False}
 
 
 def test_the_split_is_the_same_whether_a_file_is_read_whole_or_in_ranges(split_csv):
