@@ -8,7 +8,7 @@ import apache_beam as beam
 import pytest
 from conftest import make_pipeline
 
-from transforms.tfrecords import WriteTFRecordBatches
+from transforms.tfrecords import WriteTFRecordBatches, _GzipRecordWriter
 
 
 def _read(pattern):
@@ -35,6 +35,19 @@ def test_every_record_is_written_once(tmp_path, n_lists, per_list):
     ]
     # No temporary folder (bundle files before finalization) is left behind.
     assert sorted(os.listdir(out)) == sorted(os.path.basename(f) for f in files)
+
+
+@pytest.mark.parametrize("n", [0, 3, 20_000])
+def test_the_writer_without_tensorflow_writes_what_tensorflow_reads(tmp_path, n):
+    """What a data worker that never imported TensorFlow writes (past several 1 MiB
+    flushes at 20,000 records of ~100 bytes; nothing at all at 0)."""
+    records = [f"{i:06d}".encode() * (1 + i % 30) for i in range(n)]
+    path = str(tmp_path / "data.tfrecord.gz")
+    writer = _GzipRecordWriter(path)
+    for record in records:
+        writer.write(record)
+    writer.close()
+    assert _read(path)[1] == records
 
 
 def test_read_example_batches_matches_tfxio_beam_source(tmp_path):

@@ -3,7 +3,9 @@
 Why not Beam's ``WriteToTFRecord``: it takes one element per record and frames each one
 in Python (about 14 µs a record here, most of ExampleGen's time at 1M rows). This sink
 takes *lists* of records (one per RecordBatch) and writes them with TensorFlow's C++
-``TFRecordWriter``, a new file every ``SHARD_BYTES`` (shards scale with the data). It
+``TFRecordWriter`` where TensorFlow is imported already (else with Beam's record framing
+and zlib: a data-stage worker never imports TensorFlow for it), a new file every
+``SHARD_BYTES`` (shards scale with the data). It
 keeps Beam's safety: each bundle writes its own temporary file,
 and only the files of committed bundles (gathered after a combine, so outputs of failed
 or retried attempts are never seen) are renamed to ``data-SSSSS-of-NNNNN.tfrecord.gz``;
@@ -23,15 +25,18 @@ Example::
 
 from __future__ import annotations
 
+import struct
+import sys
 import uuid
+import zlib
 from collections.abc import Iterable
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
-
-from beam_pipeline.core import fileio
 
 __all__ = ["WriteTFRecordBatches", "ReadExampleBatches", "SHARD_BYTES", "SHARD_SUFFIX"]
 
@@ -51,6 +56,69 @@ def _options():
     return tf.io.TFRecordOptions(compression_type="GZIP", compression_level=_GZIP_LEVEL)
 
 
+class _GzipRecordWriter:
+    """A gzip TFRecord file written without TensorFlow, read as TensorFlow's own are.
+
+    Records are framed by Beam's ``_TFRecordUtil`` (the framing ``WriteToTFRecord`` uses,
+    with google-crc32c's C checksum) and compressed with zlib in 1 MiB pieces. It costs
+    about 1.4 µs a record more than TensorFlow's C++ writer (measured: 300k records of
+    180 bytes, 1.12 s against 0.70 s of CPU), which is why a process that already imported
+    TensorFlow uses that one; a data-stage worker that did not saves the import (about
+    4.5 s of CPU and 0.4 GB) instead.
+    """
+
+    _FLUSH_BYTES = 1 << 20
+
+    def __init__(self, path: str):
+        self._file = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        self._zip = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        self._parts: list[bytes] = []
+        self._pending = 0
+
+    def write(self, record: bytes) -> None:
+        length = struct.pack("<Q", len(record))
+        crc = _TFRecordUtil._masked_crc32c
+        self._parts += (
+            length,
+            struct.pack("<I", crc(length)),
+            record,
+            struct.pack("<I", crc(record)),
+        )
+        self._pending += len(record)
+        if self._pending >= self._FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._parts:
+            self._file.write(self._zip.compress(b"".join(self._parts)))
+            self._parts, self._pending = [], 0
+
+    def close(self) -> None:
+        self._flush()
+        self._file.write(self._zip.flush())
+        self._file.close()
+
+
+def _open_writer(path: str):
+    """TensorFlow's C++ writer where TensorFlow is imported already, else ours (no import)."""
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        return tf.io.TFRecordWriter(path, options=_options())
+    return _GzipRecordWriter(path)
+
+
+def _makedirs(path: str) -> None:
+    # Beam's FileSystems in the job's steps, as its IOs do (fileio's gfile would import
+    # TensorFlow into every data worker); mkdirs fails on a folder that exists.
+    if not FileSystems.exists(path):
+        try:
+            FileSystems.mkdirs(path)
+        except OSError:
+            if not FileSystems.exists(path):  # not another bundle's mkdirs: a real error
+                raise
+
+
 class _WriteBundleFiles(beam.DoFn):
     """Writes the record lists of a bundle into temporary gzip TFRecord files, a new file
     after every ``shard_bytes`` bytes of records: shards scale with the data, so the
@@ -67,11 +135,9 @@ class _WriteBundleFiles(beam.DoFn):
 
     def process(self, records: Iterable[bytes]):
         if self._writer is None:
-            import tensorflow as tf
-
-            fileio.makedirs(self._tmp_dir)
+            _makedirs(self._tmp_dir)
             self._path = FileSystems.join(self._tmp_dir, f"{uuid.uuid4().hex}{SHARD_SUFFIX}")
-            self._writer = tf.io.TFRecordWriter(self._path, options=_options())
+            self._writer = _open_writer(self._path)
             self._bytes = 0
         write = self._writer.write
         for record in records:
@@ -90,24 +156,26 @@ class _WriteBundleFiles(beam.DoFn):
 
 def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
     """Renames committed temporary files to their shard names; removes the rest."""
-    import tensorflow as tf
-
     paths = sorted(paths)
-    fileio.makedirs(out_dir)
+    _makedirs(out_dir)
     if not paths:
         # An empty split still gets one (empty) file so readers' globs match.
         empty = FileSystems.join(out_dir, f"data-00000-of-00001{SHARD_SUFFIX}")
-        tf.io.TFRecordWriter(empty, options=_options()).close()
+        _open_writer(empty).close()
         paths, final = [], [empty]
     else:
         final = [
             FileSystems.join(out_dir, f"data-{i:05d}-of-{len(paths):05d}{SHARD_SUFFIX}")
             for i in range(len(paths))
         ]
-    for src, dst in zip(paths, final):
-        fileio.rename(src, dst, overwrite=True)
-    if fileio.exists(tmp_dir):
-        fileio.rmtree(tmp_dir)  # files of failed or retried bundles
+    if paths:
+        FileSystems.rename(paths, final)
+    # Files of failed or retried bundles, then the folder itself where folders exist.
+    leftovers = FileSystems.match([FileSystems.join(tmp_dir, "*")])[0].metadata_list
+    if leftovers:
+        FileSystems.delete([m.path for m in leftovers])
+    if FileSystems.exists(tmp_dir):
+        FileSystems.delete([tmp_dir])
     return final
 
 

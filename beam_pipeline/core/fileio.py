@@ -1,8 +1,9 @@
 """The one way this project touches files: local paths and ``gs://`` alike.
 
 Every read, write, listing and rename of an artifact, a staged module or a run record goes
-through these functions, which delegate to ``tf.io.gfile`` (local byte reads and sizes go
-to the OS directly, so that the data stages' workers never import TensorFlow). Why
+through these functions, which delegate to ``tf.io.gfile`` (local byte reads and writes,
+folder creation and sizes go to the OS directly, so that the data stages' workers never
+import TensorFlow). Why
 ``tf.io.gfile`` and not Beam's ``FileSystems``: :mod:`trainer` runs inside a worker and in
 plain processes where it must not need Beam (see DESIGN.md), while TensorFlow is present
 in every process that touches an artifact; gfile also has folders (``makedirs``,
@@ -83,6 +84,9 @@ def isdir(path: str) -> bool:
 
 def makedirs(path: str) -> None:
     """Creates ``path`` and its missing parents (no error if it exists)."""
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)  # no TensorFlow import in a data worker (see open)
+        return
     _gfile().makedirs(path)
 
 
@@ -110,11 +114,11 @@ def size(path: str) -> int:
 
 def open(path: str, mode: str = "r") -> IO[Any]:  # noqa: A001 - the module's file API
     """Opens file ``path`` (``"r"``, ``"rb"``, ``"w"``, ``"wb"``, ``"a"``)."""
-    if mode == "rb" and not is_remote(path):
-        # Local bytes need no gfile: the data stages' workers read their input this way,
-        # and importing TensorFlow for it would cost each of them about 5 s of CPU and
-        # 0.4 GB that nothing else in ExampleGen or Statistics uses.
-        return builtins.open(path, "rb")
+    if mode in ("rb", "wb") and not is_remote(path):
+        # Local bytes need no gfile: the data stages' workers read their input and write
+        # statistics this way, and importing TensorFlow for it would cost each of them
+        # about 5 s of CPU and 0.4 GB that nothing else in ExampleGen or Statistics uses.
+        return builtins.open(path, mode)
     return _gfile().GFile(path, mode)
 
 
