@@ -37,6 +37,36 @@ def test_every_record_is_written_once(tmp_path, n_lists, per_list):
     assert sorted(os.listdir(out)) == sorted(os.path.basename(f) for f in files)
 
 
+def _encode_int(i: int) -> list[bytes]:
+    return [f"{i}-{j}".encode() * 20 for j in range(50)]
+
+
+def _encode_failing_at_7(i: int) -> list[bytes]:
+    if i == 7:
+        raise ValueError("element 7 cannot be encoded")
+    return _encode_int(i)
+
+
+def test_encode_runs_on_the_writing_thread_and_every_record_lands_in_some_shard(tmp_path):
+    """With ``encode``, the sink takes any element, encodes and writes it on its own thread;
+    a small shard size makes that thread close files mid-bundle, which must all be kept."""
+    out = str(tmp_path / "split")
+    with make_pipeline() as p:
+        _ = p | beam.Create(range(60)) | WriteTFRecordBatches(out, 20_000, encode=_encode_int)
+    files, records = _read(os.path.join(out, "*.tfrecord.gz"))
+    assert sorted(records) == sorted(r for i in range(60) for r in _encode_int(i))
+    # 60 elements of ~4.5 kB of records with a 20 kB shard size: at least 12 files.
+    assert len(files) >= 12, files
+
+
+def test_an_error_on_the_writing_thread_fails_the_job_and_publishes_no_file(tmp_path):
+    out = str(tmp_path / "split")
+    with pytest.raises(Exception, match="element 7 cannot be encoded"):
+        with make_pipeline() as p:
+            _ = p | beam.Create(range(20)) | WriteTFRecordBatches(out, encode=_encode_failing_at_7)
+    assert not os.path.exists(out) or not [f for f in os.listdir(out) if f.startswith("data-")]
+
+
 @pytest.mark.parametrize("n", [0, 3, 20_000])
 def test_the_writer_without_tensorflow_writes_what_tensorflow_reads(tmp_path, n):
     """What a data worker that never imported TensorFlow writes (past several 1 MiB

@@ -29,7 +29,9 @@ import struct
 import sys
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -122,36 +124,77 @@ def _makedirs(path: str) -> None:
 class _WriteBundleFiles(beam.DoFn):
     """Writes the record lists of a bundle into temporary gzip TFRecord files, a new file
     after every ``shard_bytes`` bytes of records: shards scale with the data, so the
-    stages that read them (one reader per file) read in parallel."""
+    stages that read them (one reader per file) read in parallel.
 
-    def __init__(self, tmp_dir: str, shard_bytes: int):
+    The writing (and ``encode``, when given: element -> records) runs on a thread of its
+    own, one element behind the steps before this one: framing, compressing and encoding
+    are C++ that releases the GIL, so on the DirectRunner, where a worker runs a bundle's
+    fused steps one element at a time on one Python thread, they use another core while
+    that thread makes the next element (tf.Transform's graphs, ExampleGen's parsing). At
+    most one element waits, so memory stays flat; an error of the writing thread is raised
+    by the next ``process`` or by ``finish_bundle``, so the bundle fails as usual.
+    """
+
+    def __init__(
+        self,
+        tmp_dir: str,
+        shard_bytes: int,
+        encode: Callable[[Any], Iterable[bytes]] | None = None,
+    ):
         self._tmp_dir = tmp_dir
         self._shard_bytes = shard_bytes
+        self._encode = encode
+
+    def setup(self):
+        self._behind = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write")
 
     def start_bundle(self):
         self._writer = None
         self._path = None
         self._bytes = 0
+        self._writing = None
+        self._closed: list[str] = []  # files the writing thread finished, not yet emitted
 
-    def process(self, records: Iterable[bytes]):
+    def process(self, element):
+        if self._writing is not None:
+            self._writing.result()
+        self._writing = self._behind.submit(self._write, element)
+        # Files closed by the writing thread so far (list.pop is atomic under the GIL).
+        while self._closed:
+            yield self._closed.pop()
+
+    def _write(self, element) -> None:
+        records = self._encode(element) if self._encode is not None else element
         if self._writer is None:
             _makedirs(self._tmp_dir)
             self._path = FileSystems.join(self._tmp_dir, f"{uuid.uuid4().hex}{SHARD_SUFFIX}")
             self._writer = _open_writer(self._path)
             self._bytes = 0
         write = self._writer.write
+        written = 0
         for record in records:
             write(record)
-            self._bytes += len(record)
+            written += len(record)
+        self._bytes += written
         if self._bytes >= self._shard_bytes:
             self._writer.close()
             self._writer = None
-            yield self._path
+            self._closed.append(self._path)
 
     def finish_bundle(self):
+        if self._writing is not None:
+            self._writing.result()
+            self._writing = None
         if self._writer is not None:
             self._writer.close()
-            yield WindowedValue(self._path, GlobalWindow().max_timestamp(), [GlobalWindow()])
+            self._writer = None
+            self._closed.append(self._path)
+        for path in self._closed:
+            yield WindowedValue(path, GlobalWindow().max_timestamp(), [GlobalWindow()])
+        self._closed = []
+
+    def teardown(self):
+        self._behind.shutdown(wait=True)
 
 
 def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
@@ -184,10 +227,18 @@ class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
 
     Returns a PCollection with one element: the list of files written. A file holds about
     ``shard_bytes`` bytes of records (uncompressed), or what one bundle wrote if less.
+    With ``encode`` (a picklable callable: element -> serialized records), the elements are
+    anything it takes, e.g. RecordBatches, encoded on the writing thread.
     """
 
-    def __init__(self, out_dir: str, shard_bytes: int = SHARD_BYTES):
+    def __init__(
+        self,
+        out_dir: str,
+        shard_bytes: int = SHARD_BYTES,
+        encode: Callable[[Any], Iterable[bytes]] | None = None,
+    ):
         super().__init__()
+        self._encode = encode
         self._out_dir = out_dir
         self._tmp_dir = FileSystems.join(out_dir, f".tmp-{uuid.uuid4().hex[:8]}")
         self._shard_bytes = shard_bytes
@@ -195,14 +246,22 @@ class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
     def expand(self, record_lists):
         return (
             record_lists
-            | "WriteBundles" >> beam.ParDo(_WriteBundleFiles(self._tmp_dir, self._shard_bytes))
+            | "WriteBundles"
+            >> beam.ParDo(_WriteBundleFiles(self._tmp_dir, self._shard_bytes, self._encode))
             | "Gather" >> beam.combiners.ToList()
             | "Finalize" >> beam.Map(_finalize, self._out_dir, self._tmp_dir)
         )
 
 
 class _DecodeFile(beam.DoFn):
-    """One gzip TFRecord file of tf.Examples -> RecordBatches of up to ``batch_size`` rows."""
+    """One gzip TFRecord file of tf.Examples -> RecordBatches of up to ``batch_size`` rows.
+
+    Reading and decoding run one batch ahead on a thread of its own: TensorFlow's reader
+    and tfx-bsl's ``DecodeBatch`` release the GIL, so on the DirectRunner (one Python
+    thread per worker) the next batch is read and decoded on another core while the steps
+    after this one (tf.Transform's TensorFlow graphs) work on the current one. A decoder
+    is not thread-safe, so only that thread uses it.
+    """
 
     def __init__(self, schema_bytes: bytes, batch_size: int):
         self._schema_bytes = schema_bytes
@@ -212,13 +271,25 @@ class _DecodeFile(beam.DoFn):
         from tfx_bsl.coders import example_coder
 
         self._decoder = example_coder.ExamplesToRecordBatchDecoder(self._schema_bytes)
+        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
 
     def process(self, path: str):
         import tensorflow as tf
 
         dataset = tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=8 << 20)
-        for records in dataset.batch(self._batch_size).as_numpy_iterator():
-            yield self._decoder.DecodeBatch(list(records))
+        batches = dataset.batch(self._batch_size).prefetch(1).as_numpy_iterator()
+        ahead = self._ahead.submit(self._next, batches)
+        while (batch := ahead.result()) is not None:
+            ahead = self._ahead.submit(self._next, batches)
+            yield batch
+
+    def _next(self, batches):
+        """The next RecordBatch of the file, or None at its end (on the decoding thread)."""
+        records = next(batches, None)
+        return None if records is None else self._decoder.DecodeBatch(list(records))
+
+    def teardown(self):
+        self._ahead.shutdown(wait=True)
 
 
 class ReadExampleBatches(beam.PTransform[beam.pvalue.PBegin, beam.PCollection]):

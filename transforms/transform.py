@@ -157,15 +157,31 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         return TransformResult(transform_fn, transformed, output_cache)
 
 
-class _EncodeTransformed(beam.DoFn):
+class _CountRows(beam.DoFn):
     def __init__(self, split: Split):
         self._rows = beam.metrics.Metrics.counter(NAMESPACE, f"transform.rows_out.{split.value}")
 
     def process(self, batch: pa.RecordBatch):
-        from tfx_bsl.coders import example_coder
-
         self._rows.inc(batch.num_rows)
-        yield example_coder.RecordBatchToExamplesEncoder().encode(batch)
+        yield batch
+
+
+class _ExamplesEncoder:
+    """RecordBatch -> serialized tf.Examples (tfx-bsl's encoder), made on first use: the
+    sink calls it on its writing thread, the only thread that uses it."""
+
+    def __init__(self):
+        self._encoder = None
+
+    def __getstate__(self):
+        return {"_encoder": None}
+
+    def __call__(self, batch: pa.RecordBatch) -> list[bytes]:
+        if self._encoder is None:
+            from tfx_bsl.coders import example_coder
+
+            self._encoder = example_coder.RecordBatchToExamplesEncoder()
+        return self._encoder.encode(batch)
 
 
 class WriteTransformedExamples(
@@ -181,7 +197,10 @@ class WriteTransformedExamples(
     def expand(self, batches):
         _ = (
             batches
-            | "Encode" >> beam.ParDo(_EncodeTransformed(self._split))
-            | "Write" >> WriteTFRecordBatches(FileSystems.join(self._out_dir, self._split.value))
+            | "Count" >> beam.ParDo(_CountRows(self._split))
+            | "EncodeAndWrite"
+            >> WriteTFRecordBatches(
+                FileSystems.join(self._out_dir, self._split.value), encode=_ExamplesEncoder()
+            )
         )
         return beam.pvalue.PDone(batches.pipeline)
