@@ -119,21 +119,15 @@ def _cli_args(root: str, module: str) -> list[str]:
     ]
 
 
-def _launch(args: list[str]):
-    import subprocess
-    import sys
-
+def _launch(args: list[str], log_dir: str):
+    """``python -m beam_pipeline ARGS`` in a process of its own (its own process group: the
+    kill takes Beam's workers too), forked with the ML stack imported (tests/forked_launch.py):
+    what is tested is a killed run and its rerun, not a fresh interpreter's start."""
+    import forked_launch
     from conftest import REPO
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen(
-        [sys.executable, "-m", "beam_pipeline", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group: the kill takes Beam's workers too
-    )
+    return forked_launch.launch_cli(args, REPO, env, log_dir)
 
 
 def _kill_group_when(proc, ready, what: str) -> None:
@@ -144,12 +138,11 @@ def _kill_group_when(proc, ready, what: str) -> None:
     deadline = time.time() + 600
     while not ready():
         if proc.poll() is not None:
-            raise AssertionError(f"ended before {what}: {proc.stderr.read().decode()[-3000:]}")
+            raise AssertionError(f"ended before {what}: {proc.stderr[-3000:]}")
         assert time.time() < deadline, f"no {what} within 600 s"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stderr.close()
+    proc.wait(60)
 
 
 def _staging(run: str, artifact: str):
@@ -190,7 +183,7 @@ def killed_run(tmp_path_factory):
 
     def attempt(ready, what):
         started = time.time()
-        _kill_group_when(_launch(args), ready, what)
+        _kill_group_when(_launch(args, str(tmp / "launches")), ready, what)
         seen["launch_seconds"].append(round(time.time() - started, 1))
         seen[what] = _published(run)
 

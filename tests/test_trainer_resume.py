@@ -9,8 +9,6 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import conftest_trainer
@@ -41,30 +39,31 @@ print(json.dumps(dataclasses.asdict(run_trainer(job))))
 """
 
 
-def _start(root: str, steps: int) -> subprocess.Popen:
-    """The bundled run_fn's training of ``steps`` steps in a fresh process."""
+def _start(root: str, steps: int):
+    """The bundled run_fn's training of ``steps`` steps in a process of its own (forked with
+    the ML stack imported, tests/forked_launch.py: a kill of a process, not a fresh start,
+    is what is tested)."""
+    import forked_launch
+
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([conftest_trainer.REPO, os.path.dirname(__file__)]),
         TF_CPP_MIN_LOG_LEVEL="2",
     )
-    return subprocess.Popen(
-        [sys.executable, "-c", _SCRIPT, root, str(steps)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    return forked_launch.launch_code(
+        _SCRIPT, [root, str(steps)], conftest_trainer.REPO, env, root + "-launch"
     )
 
 
-def _kill_once_exists(proc: subprocess.Popen, path: str) -> None:
+def _kill_once_exists(proc, path: str) -> None:
     """SIGKILLs ``proc`` (as a preempted worker) as soon as ``path`` exists."""
     deadline = time.time() + 120
     while not os.path.exists(path):
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert proc.poll() is None, proc.stderr[-3000:]
         assert time.time() < deadline, f"{path} did not appear within 120 s"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(60)
 
 
 def _first_epochs_logged(train_logs: str) -> list[int]:

@@ -166,15 +166,20 @@ print(json.dumps({"error": error, "published": run_dir.is_published(Artifact.MOD
 def test_a_training_worker_killed_for_memory_fails_the_stage(penguin_run_dir, tmp_path):
     """Beam's FnApiRunner would wait for the dead worker forever; the stage says why instead.
 
-    In a subprocess with a time limit, so that a hang fails this test, not the whole suite.
+    In a process of its own with a time limit, so that a hang fails this test, not the
+    whole suite (forked with the ML stack imported: tests/forked_launch.py).
     """
+    import forked_launch
+
     module = tmp_path / "oom_module.py"
     module.write_text(
         "import os, signal\n\ndef run_fn(fn_args):\n    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     root = str(tmp_path / "root")
     conftest_trainer.copy_run_dir(penguin_run_dir, root)
-    out = conftest_trainer.run_python(_TRAIN_MULTI_PROCESSING, root, str(module), timeout=180)
+    out = forked_launch.run_code(
+        _TRAIN_MULTI_PROCESSING, root, str(module), log_dir=str(tmp_path / "launch"), timeout=180
+    )
     assert out["error"] == (
         "A worker process of the Trainer job was killed while the job ran (out of memory, "
         "most likely); rerun with a smaller --direct_num_workers, with "
