@@ -36,6 +36,8 @@ import atexit
 import json
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -53,68 +55,210 @@ from apache_beam.runners.worker.worker_pool_main import (
 from apache_beam.utils import thread_pool_executor
 
 from beam_pipeline.console import quiet_environment
-from beam_pipeline.runtime.inspection import SPARE_NAME
+from beam_pipeline.runtime.inspection import SPARE_NAME, ZYGOTE_NAME
 
 __all__ = ["WorkerPoolServicer", "main", "serve"]
 
 _LOG = logging.getLogger(__name__)
 
-# The spare's program. It imports what every job's worker imports, then names itself
-# SPARE_NAME only while it waits for one line of JSON on standard input (the job's
-# endpoints): the watchdog leaves out a process of that name, and one that is still
-# importing counts as a worker, which is what it is when a job was handed to it meanwhile
-# (and an import that fails is then seen as that worker's failure, as without a spare). On
-# the line it takes back its own name and runs Beam's SdkHarness exactly as Beam's pool's
-# command line does; on end of input (the pool went away) it exits. prctl(PR_SET_NAME) is
-# Linux's; elsewhere the pool keeps no spare.
-_SPARE_PROGRAM = f"""
-import ctypes, json, sys
-from apache_beam.runners.worker.sdk_worker import SdkHarness
-try:
-    import tensorflow  # noqa: F401  the jobs' steps import it; a failure is theirs
-except Exception:
-    pass
+# The zygote needs Linux (prctl's process names and child subreaper, socket.send_fds).
+_ZYGOTE_PLATFORM = sys.platform.startswith("linux")
+
+# The zygote's program (a fresh interpreter, started by the pool before its gRPC server
+# runs: it inherits no thread). It imports what every worker needs once
+# (beam_pipeline.runtime.pool_zygote, the preload of the DirectRunner's pool), then forks a
+# worker for each request that arrives on its socket: a message carrying the read end of a
+# pipe, on which the worker will get the job's endpoints. Each worker is forked twice (the
+# middle process exits at once) so that it is orphaned and adopted by the pool, which set
+# PR_SET_CHILD_SUBREAPER: the worker is then the pool's own child, as with Beam's pool, so
+# the pool waits for it and the watchdog reads how it ended (inspection.pool_children).
+# A worker names itself SPARE_NAME while it waits for its line (the watchdog leaves it
+# out), takes back the name "python" on it, and runs Beam's SdkHarness exactly as Beam's
+# pool's command line does; on end of input (the pool went away) it exits.
+_ZYGOTE_PROGRAM = f"""
+import ctypes, json, os, socket, sys, traceback
+_log = os.dup(2)  # the pool's log: pool_zygote points this process's 1 and 2 at /dev/null
+import beam_pipeline.runtime.pool_zygote  # noqa: F401
 _prctl = ctypes.CDLL(None).prctl
-with open("/proc/self/comm", "rb") as f:
-    _own = f.read().strip()
-_prctl(15, {SPARE_NAME.encode()!r}, 0, 0, 0)  # PR_SET_NAME
-_line = sys.stdin.readline()
-_prctl(15, _own, 0, 0, 0)
-if _line:
-    _args = json.loads(_line)
-    SdkHarness(_args.pop("url"), **_args).run()
+_prctl(15, {ZYGOTE_NAME.encode()!r}, 0, 0, 0)  # PR_SET_NAME
+_sock = socket.socket(fileno=int(sys.argv[1]))
+
+def _worker(fd):
+    os.dup2(_log, 1)
+    os.dup2(_log, 2)
+    os.close(_log)
+    _sock.close()
+    code = 0
+    try:
+        _prctl(15, {SPARE_NAME.encode()!r}, 0, 0, 0)
+        with os.fdopen(fd) as f:
+            line = f.readline()
+        _prctl(15, b"python", 0, 0, 0)
+        if line:
+            from apache_beam.runners.worker.sdk_worker import SdkHarness
+            args = json.loads(line)
+            SdkHarness(args.pop("url"), **args).run()
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+while True:
+    try:
+        msg, fds, _, _ = socket.recv_fds(_sock, 16, 1)
+    except OSError:
+        break
+    if not msg or not fds:  # the pool closed its end: stop
+        break
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.close(r)
+        pid = os.fork()
+        if pid == 0:
+            os.close(w)
+            _worker(fds[0])
+        os.write(w, str(pid).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        pid = f.read()
+    os.waitpid(middle, 0)
+    os.close(fds[0])
+    _sock.sendall((pid or "0").encode() + b"\\n")
 """
 
 
+class _ForkedWorker:
+    """A worker forked by the pool's zygote and adopted by the pool: the part of
+    ``subprocess.Popen`` that the pool and Beam's ``kill_process_gracefully`` use (``pid``,
+    ``poll``, ``wait``, ``terminate``, ``kill``). Hand-written: ``Popen`` can only start a
+    process, not take one over."""
+
+    def __init__(self, pid: int, stdin) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.returncode: Optional[int] = None
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: gone all the same
+                self.returncode = -1
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class _Zygote:
+    """The pool's zygote (see ``_ZYGOTE_PROGRAM``): :meth:`fork` returns a ready worker.
+
+    Why not multiprocessing's forkserver, as the DirectRunner's pool has it: its processes
+    are the fork server's children, which reaps them, so the pool could neither wait for
+    its workers as Beam's pool does nor let the watchdog read how one ended.
+    """
+
+    def __init__(self) -> None:
+        import ctypes
+
+        if ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+            raise OSError("PR_SET_CHILD_SUBREAPER is not available")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = ours
+        self._replies = ours.makefile("rb")
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE_PROGRAM, str(theirs.fileno())],
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr,
+            pass_fds=(theirs.fileno(),),
+        )
+        theirs.close()
+
+    def fork(self) -> Optional[_ForkedWorker]:
+        """A new worker waiting for its job's line, or None when the zygote is gone."""
+        r, w = os.pipe()
+        try:
+            with self._lock:
+                socket.send_fds(self._sock, [b"f"], [r])
+                pid = int(self._replies.readline() or b"0")
+        except (OSError, ValueError):
+            pid = 0
+        finally:
+            os.close(r)
+        if pid <= 0:
+            os.close(w)
+            return None
+        return _ForkedWorker(pid, os.fdopen(w, "wb"))
+
+    def close(self) -> None:
+        self._sock.close()
+        self._replies.close()
+        kill_process_gracefully(self.process)
+
+
 class WorkerPoolServicer(BeamFnExternalWorkerPoolServicer):
-    """Beam's worker-pool service; its process workers use this interpreter and no pipe.
+    """Beam's worker-pool service; its process workers are forks of a zygote that imported
+    the ML stack once (or, where none runs, Beam's command line with this interpreter) and
+    write to the pool's log, not to a pipe.
 
     Args:
-      spare_workers: how many ready workers to keep waiting (0: start each from scratch).
+      spare_workers: how many ready workers to keep waiting (0: fork each on request).
       Everything else as Beam's ``BeamFnExternalWorkerPoolServicer``.
     """
 
     def __init__(self, *args, spare_workers: int = 0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._spare_count = spare_workers if sys.platform.startswith("linux") else 0
-        self._spares: list[subprocess.Popen] = []
+        self._zygote: Optional[_Zygote] = None
+        if self._use_process and not self._container_executable and _ZYGOTE_PLATFORM:
+            try:
+                self._zygote = _Zygote()
+            except OSError as e:
+                _LOG.warning("No zygote (%s): each worker starts a fresh interpreter", e)
+        self._spare_count = spare_workers if self._zygote else 0
+        self._spares: list[_ForkedWorker] = []
         self._spares_lock = threading.Lock()
         self._top_up_spares()
+
+    def _fork(self) -> Optional[_ForkedWorker]:
+        return self._zygote.fork() if self._zygote else None
 
     def _top_up_spares(self) -> None:
         with self._spares_lock:
             self._spares = [s for s in self._spares if s.poll() is None]
-            while self._use_process and len(self._spares) < self._spare_count:
-                self._spares.append(
-                    subprocess.Popen(
-                        [sys.executable, "-c", _SPARE_PROGRAM],
-                        stdin=subprocess.PIPE,
-                        stdout=sys.stderr,
-                        close_fds=True,
-                    )
-                )
+            while len(self._spares) < self._spare_count:
+                spare = self._fork()
+                if spare is None:
+                    break
+                self._spares.append(spare)
 
-    def _take_spare(self) -> Optional[subprocess.Popen]:
+    def _take_spare(self) -> Optional[_ForkedWorker]:
         with self._spares_lock:
             while self._spares:
                 spare = self._spares.pop(0)
@@ -123,16 +267,20 @@ class WorkerPoolServicer(BeamFnExternalWorkerPoolServicer):
         return None
 
     def stop(self) -> None:
-        """Ends the idle spares and the workers still running."""
+        """Ends the idle spares, the workers still running and the zygote."""
         with self._spares_lock:
             spares, self._spares, self._spare_count = self._spares, [], 0
         for process in [*spares, *self._worker_processes.values()]:
             kill_process_gracefully(process)
+        if self._zygote:
+            self._zygote.close()
 
     def StartWorker(self, request, context):  # noqa: N802  gRPC method name
         if not self._use_process or self._container_executable:
             return super().StartWorker(request, context)
-        spare = self._take_spare()
+        spare, how = self._take_spare(), "spare worker"
+        if spare is None:
+            spare, how = self._fork(), "forked worker"
         if spare is not None:
             try:
                 harness = {
@@ -143,7 +291,7 @@ class WorkerPoolServicer(BeamFnExternalWorkerPoolServicer):
                 }
                 spare.stdin.write((json.dumps(harness) + "\n").encode())
                 spare.stdin.close()
-                _LOG.info("Worker %s is spare worker %d", request.worker_id, spare.pid)
+                _LOG.info("Worker %s is %s %d", request.worker_id, how, spare.pid)
                 self._worker_processes[request.worker_id] = spare
                 return beam_fn_api_pb2.StartWorkerResponse()
             except OSError:  # it died as it was handed the job: start one as Beam does

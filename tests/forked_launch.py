@@ -108,13 +108,7 @@ def _launch(argv, cwd, env, log_dir, code) -> ForkedProcess:
     stamp = f"{os.getpid()}-{time.monotonic_ns()}"
     out_path = os.path.join(log_dir, f"forked-{stamp}.out")
     err_path = os.path.join(log_dir, f"forked-{stamp}.err")
-    ctx = pool._fork_context()
-    process = pool._PoolProcess(
-        target=_child, args=(list(argv), cwd, dict(env), out_path, err_path, code), daemon=False
-    )
-    del ctx  # (sets the fork server's preload, as the pool's own processes have it)
-    with pool._FORK_LOCK:
-        process.start()
+    process = pool.start_forked(_child, (list(argv), cwd, dict(env), out_path, err_path, code))
     return ForkedProcess(process, out_path, err_path)
 
 

@@ -82,11 +82,13 @@ def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
     print(f"served {keras_way}: {served}, best {tuner['details']['best_hyperparameters']}")
     assert served["n"] == 334
     assert served["accuracy"] >= ACCURACY_FLOOR, served
-    # One worker per job at least: data, Transform, training, and a job per trial, each
-    # started afresh or handed a ready spare (beam_pipeline.worker_pool --spare_workers).
+    # One worker per job at least: data, Transform, training, and a job per trial, each a
+    # fork of the pool's zygote (beam_pipeline.worker_pool): a ready spare, or forked on
+    # request when none was ready; none a fresh interpreter ("Starting worker").
     log = log_path.read_text()
     fresh, spares = log.count("Starting worker"), log.count(" is spare worker ")
-    assert fresh + spares >= 9 and spares >= 1, (fresh, spares)
+    forked = log.count(" is forked worker ")
+    assert fresh == 0 and spares + forked >= 9 and spares >= 1, (fresh, spares, forked)
     # The job service's ids reach the summary (on Dataflow: the job id and console link).
     assert example_gen["details"]["job"]["job_id"] and transform["details"]["job"]["job_id"]
     # The jobs were announced with a way to read their counters from the job service;

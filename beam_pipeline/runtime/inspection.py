@@ -26,6 +26,7 @@ from typing import Optional
 
 __all__ = [
     "SPARE_NAME",
+    "ZYGOTE_NAME",
     "PoolReport",
     "describe_environment",
     "environment_of",
@@ -42,6 +43,9 @@ __all__ = [
 # 15 bytes, the kernel's TASK_COMM_LEN): a pool child of that name is no worker yet, so it
 # neither keeps a job alive nor counts as a worker that ended.
 SPARE_NAME = "bp-spare"
+# /proc/<pid>/comm of beam_pipeline.worker_pool's zygote: the pool's child that has imported
+# the ML stack once and forks the workers; it serves no job, so it is no worker either.
+ZYGOTE_NAME = "bp-zygote"
 
 _STOCK_POOL = "apache_beam.runners.worker.worker_pool_main"
 _OWN_POOL = "beam_pipeline.worker_pool"
@@ -125,7 +129,9 @@ def _listening_pid(port: int) -> Optional[int]:
 def pool_children(pid: int) -> tuple[list[int], list[int]]:
     """``(alive, dead)`` worker processes of pool ``pid`` (dead: exited, not yet reaped).
 
-    Spare workers waiting for a job (named :data:`SPARE_NAME`) are left out: they serve none.
+    Spare workers waiting for a job (named :data:`SPARE_NAME`) and the pool's zygote
+    (:data:`ZYGOTE_NAME`) are left out: they serve none. The pool's workers are its children
+    even when its zygote forked them: the pool adopts them (``PR_SET_CHILD_SUBREAPER``).
     """
     kids: list[int] = []
     try:
@@ -135,7 +141,7 @@ def pool_children(pid: int) -> tuple[list[int], list[int]]:
         return [], []
     alive, dead = [], []
     for kid in kids:
-        if _read(f"/proc/{kid}/comm").strip() == SPARE_NAME:
+        if _read(f"/proc/{kid}/comm").strip() in (SPARE_NAME, ZYGOTE_NAME):
             continue
         stat = _read(f"/proc/{kid}/stat")
         state = stat.rsplit(")", 1)[-1].split()[:1]

@@ -209,6 +209,19 @@ def _fork_context():
     return ctx
 
 
+def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerProcess:
+    """Starts ``target(*args)`` in a fork of the pool's fork server (the ML stack already
+    imported) and returns the started process; not a daemon, so it may start processes of
+    its own. The pool's workers start this way, and so do the tests' killed-run launches,
+    which need a whole CLI run in a process of its own without paying a fresh
+    interpreter's imports."""
+    _fork_context()
+    process = _PoolProcess(target=target, args=args, name=name, daemon=False)
+    with _FORK_LOCK:
+        process.start()
+    return process
+
+
 class _Child:
     """One pool process: a fork of the pool's fork server, its log file and its address."""
 
@@ -217,17 +230,13 @@ class _Child:
         self.label = label
         self.log_path = os.path.join(log_dir, f"worker-{index}.log")
         env = quiet_environment(dict(os.environ))
-        ctx = _fork_context()
-        self._conn, child_conn = ctx.Pipe()
+        self._conn, child_conn = _fork_context().Pipe()
         _OPEN_CONNS.add(self._conn)
-        self.process = _PoolProcess(
-            target=serve_pool_worker,
-            args=(threads, child_conn, self.log_path, env),
+        self.process = start_forked(
+            serve_pool_worker,
+            (threads, child_conn, self.log_path, env),
             name=f"{label.lower()}-worker-{index}",
-            daemon=False,
         )
-        with _FORK_LOCK:
-            self.process.start()
         child_conn.close()
         self.address: Optional[str] = None
         self._lock = threading.Lock()
