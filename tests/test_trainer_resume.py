@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -15,7 +16,7 @@ import conftest_trainer
 import pytest
 
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.training_stage import build_training_job
+from beam_pipeline.training_stage import EXPORT_SUBDIR, build_training_job
 from trainer import run_trainer
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
@@ -105,3 +106,24 @@ def test_bundled_run_fn_resumes_with_backup_and_restore(penguin_run_dir, tmp_pat
     logged = _first_epochs_logged(os.path.join(model_run, "train"))
     assert logged[-1] == killed_at_epoch  # the second attempt started at the saved epoch
     assert result["metrics"]["sparse_categorical_accuracy"] >= ACCURACY_FLOOR
+
+    # A kill in the middle of writing the backup, made exact: the state a worker killed while
+    # it wrote the last epoch's weights leaves (Keras writes them in place, so the file is
+    # truncated; the metadata still names the epoch before, as its .bkp copy does; no result,
+    # no export). The module's double_checkpoint resumes from the previous copy.
+    from trainer.executor import RESULT_FILE
+
+    weights = os.path.join(model_run, "backup", "latest.weights.h5")
+    with open(weights, "r+b") as f:
+        f.truncate(96)  # what h5py reported of such a file: "truncated file: eof = 96"
+    with open(metadata + ".bkp") as f:
+        previous_epoch = json.load(f)["epoch"]
+    assert previous_epoch == 9
+    shutil.copyfile(metadata + ".bkp", metadata)
+    os.remove(os.path.join(model_run, RESULT_FILE))
+    shutil.rmtree(run_dir.path(Artifact.MODEL_RUN, EXPORT_SUBDIR))
+    result = dataclasses.asdict(run_trainer(build_training_job(config, run_dir)))
+    assert not result["reused"]
+    assert _first_epochs_logged(os.path.join(model_run, "train"))[-1] == previous_epoch
+    with open(metadata) as f:
+        assert json.load(f)["epoch"] == 10

@@ -166,9 +166,14 @@ def run_fn(fn_args: FnArgs) -> None:
             validation_steps=fn_args.eval_steps,
             validation_freq=epochs,
             callbacks=[
-                # Kept after training (delete_checkpoint=False): model_run holds it.
+                # Kept after training (delete_checkpoint=False): model_run holds it. Keras
+                # writes the weights file in place: a worker killed mid-write leaves it
+                # truncated, and only double_checkpoint's previous copy lets the next
+                # attempt resume (without it, h5py's "truncated file" error ends the run).
                 keras.callbacks.BackupAndRestore(
-                    os.path.join(fn_args.model_run_dir, "backup"), delete_checkpoint=False
+                    os.path.join(fn_args.model_run_dir, "backup"),
+                    delete_checkpoint=False,
+                    double_checkpoint=True,
                 ),
                 keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
             ],
