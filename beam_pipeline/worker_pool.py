@@ -11,16 +11,19 @@ two fixes, both of which make a run hang with the stock pool, and one speed-up:
 - a worker's standard output goes to the pool's standard error (its log), not to a pipe:
   Beam's pool opens ``stdout=PIPE`` and never reads it, so a worker that prints more than
   the pipe holds (64 KiB on Linux: Keras progress bars, a chatty DoFn) blocks for good;
-- a **spare worker** waits ready (``--spare_workers``, default 1): a process that has already
-  imported Beam's SDK harness and TensorFlow (about 2 s and 5 s of CPU) and waits on its
-  standard input for a job's endpoints. Every job of a run asks the pool for new workers
-  (Beam's stock pool starts each from scratch), so a run of several jobs on the portable
-  runner paid that start-up once per job, mostly while a core sat idle; the spare is made
-  ready while the previous job runs and is handed to the next ``StartWorker`` at once. A
-  spare that waits, imports done, is named ``bp-spare`` in ``/proc/<pid>/comm`` (Linux
-  ``prctl``), which the watchdog (:mod:`beam_pipeline.runtime.watchdog`) reads to tell it from a
-  worker; handed a job it takes back its own name and is a worker like any other. It costs one idle
-  process's memory (about 0.5 GB with TensorFlow); ``--spare_workers=0`` turns it off.
+- every worker is a fork of the pool's **zygote**, a process that imported Beam's SDK
+  harness, TensorFlow and this project's steps once (``beam_pipeline.runtime.pool_zygote``,
+  the DirectRunner pool's preload; about 6 s of CPU), and a **spare worker** waits ready
+  (``--spare_workers``, default 1). Every job of a run asks the pool for new workers, and
+  Beam's stock pool starts each as a fresh interpreter; here a worker is forked in
+  milliseconds and the spare is handed to the next ``StartWorker`` at once. The pool adopts
+  the workers (``PR_SET_CHILD_SUBREAPER``), so they are its children as with Beam's pool: it
+  waits for them, and the watchdog (:mod:`beam_pipeline.runtime.watchdog`) reads how one
+  ended. A spare that waits is named ``bp-spare`` and the zygote ``bp-zygote`` in
+  ``/proc/<pid>/comm`` (Linux ``prctl``), which the watchdog reads to tell them from
+  workers; handed a job, a spare names itself ``python`` and is a worker like any other.
+  ``--spare_workers=0`` forks each worker on request. Not on Linux, workers start as Beam's
+  pool starts them (with this interpreter).
 
 Example::
 
