@@ -83,10 +83,24 @@ def test_the_first_command_prints_only_progress_the_summary_and_the_report(defau
     ]
     assert all(f": {s.status.value}" in line for s, line in zip(summary.stages, ends))
     assert os.path.isfile(os.path.join(run_dir, "report.html"))
-    # What the terminal was spared is in the full log: TensorFlow's C++ lines among them.
+    # What the terminal was spared is in the full log: TensorFlow's C++ lines among them,
+    # those it writes at import before its logger is set up whatever TF_CPP_MIN_LOG_LEVEL
+    # says. Which they are depends on the machine ("oneDNN custom operations are on" only
+    # on CPUs where oneDNN is on by default; "Could not find cuda drivers" without a GPU),
+    # so a fresh import here under the run's level says which to look for.
     with open(os.path.join(run_dir, "run.log")) as f:
         text = f.read()
-    assert "oneDNN custom operations are on" in text
+    probe = subprocess.run(
+        [sys.executable, "-c", "import tensorflow"],
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    cxx = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ (\S+\.cc:\d+\] .*)$", re.M)
+    said_at_import = cxx.findall(probe.stderr)
+    assert said_at_import, f"TensorFlow's import wrote no C++ line here:\n{probe.stderr}"
+    assert all(line in text for line in said_at_import), said_at_import
     assert "cache key varies on repeated tracing" not in text  # the bundled module's own
     # sys.argv as `python -m beam_pipeline` has it: Beam reads it for options built without
     # flags, and would warn about our flags ("Discarding unparseable args").
