@@ -247,19 +247,36 @@ class WorkerPoolServicer(BeamFnExternalWorkerPoolServicer):
         self._spare_count = spare_workers if self._zygote else 0
         self._spares: list[_ForkedWorker] = []
         self._spares_lock = threading.Lock()
+        self._filling = threading.Lock()
         self._top_up_spares()
 
     def _fork(self) -> Optional[_ForkedWorker]:
         return self._zygote.fork() if self._zygote else None
 
     def _top_up_spares(self) -> None:
-        with self._spares_lock:
-            self._spares = [s for s in self._spares if s.poll() is None]
-            while len(self._spares) < self._spare_count:
+        """Readies spares on a thread of its own: a fork waits for the zygote, which takes
+        seconds to import the ML stack after the pool starts, and neither the pool's gRPC
+        service (which serves once the constructor returns) nor a job's ``StartWorker``
+        must wait for that."""
+        if self._spare_count:
+            threading.Thread(target=self._fill_spares, name="spares", daemon=True).start()
+
+    def _fill_spares(self) -> None:
+        with self._filling:  # one filler at a time
+            while True:
+                with self._spares_lock:
+                    self._spares = [s for s in self._spares if s.poll() is None]
+                    if len(self._spares) >= self._spare_count:
+                        return
                 spare = self._fork()
                 if spare is None:
-                    break
-                self._spares.append(spare)
+                    return
+                with self._spares_lock:
+                    if self._spare_count:
+                        self._spares.append(spare)
+                        continue
+                kill_process_gracefully(spare)  # the pool stopped meanwhile
+                return
 
     def _take_spare(self) -> Optional[_ForkedWorker]:
         with self._spares_lock:
