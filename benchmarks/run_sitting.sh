@@ -40,7 +40,9 @@ for n in $SIZES; do
   taxi_csv=$($PY benchmarks/taxi.py data "$n")
   taxi_dir=$(dirname "$taxi_csv")
   synth_csv=benchmarks/out/data/synth_$n.csv
-  [ -f "$synth_csv" ] || $PY benchmarks/make_dataset.py "$n" "$synth_csv" --seed 0
+  if [ -z "${SKIP_SYNTH:-}" ] && [ ! -f "$synth_csv" ]; then
+    $PY benchmarks/make_dataset.py "$n" "$synth_csv" --seed 0
+  fi
   if [ -z "${SKIP_TFX:-}" ]; then
     echo "== TFX anchor, taxi $n rows; load: $(cut -d' ' -f1-3 /proc/loadavg)"
     run $PY benchmarks/run_tfx.py --data "$taxi_dir"

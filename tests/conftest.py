@@ -64,29 +64,30 @@ def feature_value(example, name: str):
 
 
 # Test files by the test-seconds they took in a whole suite run (2 cores, pytest-xdist's
-# two processes), longest first. pytest-xdist hands each process one file at a time in
+# three processes), longest first. pytest-xdist hands each process one file at a time in
 # collection order (pytest.ini: --dist loadfile --no-loadscope-reorder), so the longest
 # files start first and the short ones fill in at the end (longest-processing-time-first
 # scheduling); a file not listed runs after these. Only the order depends on these figures:
 # stale ones cost balance, never a result.
-_FILE_SECONDS = {  # a whole fresh-clone suite at commit a6050df, -n 2
-    "test_tuner_stage.py": 197,
-    "test_tfx_portable.py": 145,
-    "test_cli_runs.py": 144,
-    "test_resume.py": 86,
-    "test_tfx_modules.py": 72,
-    "test_cli.py": 63,
-    "test_tuner.py": 58,
-    "test_runners.py": 49,
-    "test_worker_errors.py": 45,
-    "test_trainer_stage.py": 42,
-    "test_trainer_distributed.py": 37,
-    "test_watchdog.py": 34,
-    "test_example_gen.py": 32,
-    "test_evaluator.py": 28,
-    "test_statistics.py": 21,
+_FILE_SECONDS = {  # a whole suite at commit 41fb00c, -n 3 (test_tfx_portable: a fresh-clone run)
+    "test_tuner_stage.py": 233,
+    "test_cli_runs.py": 203,
+    "test_tuner.py": 95,
+    "test_cli.py": 87,
+    "test_tfx_modules.py": 77,
+    "test_tfx_portable.py": 75,
+    "test_runners.py": 70,
+    "test_resume.py": 64,
+    "test_trainer_distributed.py": 55,
+    "test_trainer_stage.py": 45,
+    "test_evaluator.py": 43,
+    "test_example_gen.py": 31,
+    "test_worker_errors.py": 28,
+    "test_watchdog.py": 28,
     "test_csv_ranges.py": 19,
-    "test_trainer_resume.py": 14,
+    "test_trainer_resume.py": 16,
+    "test_statistics.py": 14,
+    "test_tfrecords.py": 9,
 }
 
 

@@ -201,5 +201,11 @@ def run_python(code: str, *args: str, timeout: float = 240) -> dict:
         env=env,
         cwd=REPO,
     )
-    assert proc.returncode == 0, f"subprocess failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return last_json(proc.returncode, proc.stdout, proc.stderr)
+
+
+def last_json(returncode: int, stdout: str, stderr: str) -> dict:
+    """The JSON object a finished test process printed last; fails the test unless it
+    exited with 0 (its standard error's end in the message)."""
+    assert returncode == 0, f"subprocess failed ({returncode}):\n{stderr[-4000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])

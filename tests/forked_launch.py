@@ -126,9 +126,9 @@ def run_code(code: str, *args: str, log_dir: str, timeout: float = 240) -> dict:
     """``conftest_trainer.run_python`` in a forked process: ``code`` run to its end (killed
     with its process group past ``timeout``, which fails the test); returns the JSON object
     it printed on the last line of its standard output."""
-    import json
     import signal
 
+    import conftest_trainer
     from conftest import REPO
 
     env = dict(os.environ)
@@ -140,5 +140,4 @@ def run_code(code: str, *args: str, log_dir: str, timeout: float = 240) -> dict:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(60)
         raise AssertionError(f"still running after {timeout} s:\n{proc.stderr[-4000:]}") from None
-    assert proc.returncode == 0, f"failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return conftest_trainer.last_json(proc.returncode, proc.stdout, proc.stderr)
