@@ -228,3 +228,41 @@ def test_the_own_pool_hands_a_job_its_ready_spare_and_a_chatty_worker_does_not_b
     assert f"is spare worker {spare}\n" in text
     assert text.count(line) == 2000  # the output went to the pool's log
     assert _wait_for_spare(pool) != spare  # the next one is made ready
+
+
+# A sitecustomize that holds only the pool's zygote (``python -c PROGRAM FD``; sys.argv is
+# ["-c", FD] when site runs) for a minute, as if its imports took that long.
+_SLOW_ZYGOTE = """
+import sys, time
+if sys.argv[:1] == ["-c"] and len(sys.argv) == 2 and sys.argv[1].isdigit():
+    time.sleep(60)
+"""
+
+
+def test_the_own_pool_answers_while_its_zygote_still_imports(tmp_path):
+    """The pool's service answers at once while its zygote is still busy. It once answered
+    only after the zygote's first fork (the spare was readied in the service's constructor),
+    and a pre-flight check on a loaded machine found the pool silent."""
+    import grpc
+
+    (tmp_path / "sitecustomize.py").write_text(_SLOW_ZYGOTE)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2")
+    port = free_port()
+    argv = [sys.executable, "-m", "beam_pipeline.worker_pool", f"--service_port={port}"]
+    with worker_pool_process(argv, tmp_path / "pool.log", env=env, cwd=REPO) as pool:
+        channel = grpc.insecure_channel(f"localhost:{port}")
+        try:
+            # The pre-flight check's own bound (runtime/preflight.py: at most 10 s).
+            grpc.channel_ready_future(channel).result(timeout=10)
+        finally:
+            channel.close()
+        # ... while the zygote is still held: the pool has a child, none named bp-zygote yet.
+        kids = []
+        for task in os.listdir(f"/proc/{pool.pid}/task"):
+            with open(f"/proc/{pool.pid}/task/{task}/children") as f:
+                kids += f.read().split()
+        names = []
+        for kid in kids:
+            with open(f"/proc/{kid}/comm") as f:
+                names.append(f.read().strip())
+        assert kids and "bp-zygote" not in names, names
