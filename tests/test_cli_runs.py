@@ -249,6 +249,36 @@ def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(default
     assert log.read_text().split() == [str(os.getpid())]
 
 
+def test_runs_list_and_show_print_nothing_on_stderr_and_import_no_tensorflow(default_run):
+    # `runs list` / `runs show` read the metadata store only: in a fresh process, as a user
+    # types them in the first command's folder, they print the run and nothing on stderr
+    # (they once imported TensorFlow to check that a local file exists: about 6 s, and its
+    # C++ lines on stderr).
+    _, run_dir = default_run
+    folder = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))))
+    run_id = os.path.basename(run_dir)
+    code = (
+        "import runpy, sys; sys.argv = ['beam_pipeline', *sys.argv[1:]]\n"
+        "try:\n"
+        "    runpy.run_module('beam_pipeline', run_name='__main__')\n"
+        "finally:\n"
+        "    print('tensorflow' in sys.modules, file=sys.stdout)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    for argv in (["runs", "list"], ["runs", "show", run_id]):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr[-3000:])
+        assert run_id in proc.stdout, proc.stdout
+        assert proc.stdout.splitlines()[-1] == "False", argv  # no TensorFlow imported
+
+
 def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypatch, capsys):
     # Later runs of the default run's pipeline root (the same relative root, from its
     # folder): every stage up to the Pusher is reused from the metadata store.

@@ -74,11 +74,17 @@ def join(*parts: str) -> str:
 
 def exists(path: str) -> bool:
     """Whether a file or folder exists at ``path``."""
+    if not is_remote(path):
+        # The OS for local paths: `runs list` and the CLI's checks of the pipeline root need
+        # no TensorFlow (about 6 s, and its C++ lines on stderr, for nothing).
+        return os.path.exists(path)
     return _gfile().exists(path)
 
 
 def isdir(path: str) -> bool:
     """Whether ``path`` is a folder."""
+    if not is_remote(path):
+        return os.path.isdir(path)  # as exists()
     return _gfile().isdir(path)
 
 
