@@ -169,22 +169,26 @@ def test_a_worker_killed_mid_job_fails_the_run_in_bounded_time(own_pool):
     ), message
 
 
-def _spares(pool_pid: int) -> list[int]:
-    from beam_pipeline.runtime.inspection import SPARE_NAME
-
+def _children(pool_pid: int) -> dict[int, str]:
+    """The pool's child processes and their names (``/proc/<pid>/comm``)."""
     kids = []
     for task in os.listdir(f"/proc/{pool_pid}/task"):
         with open(f"/proc/{pool_pid}/task/{task}/children") as f:
             kids += [int(k) for k in f.read().split()]
-    spares = []
+    names = {}
     for kid in kids:
         try:
             with open(f"/proc/{kid}/comm") as f:
-                if f.read().strip() == SPARE_NAME:
-                    spares.append(kid)
+                names[kid] = f.read().strip()
         except OSError:
             pass  # ended meanwhile
-    return spares
+    return names
+
+
+def _spares(pool_pid: int) -> list[int]:
+    from beam_pipeline.runtime.inspection import SPARE_NAME
+
+    return [kid for kid, name in _children(pool_pid).items() if name == SPARE_NAME]
 
 
 def _wait_for_spare(pool_pid: int, timeout: float = 120.0) -> int:
@@ -257,12 +261,5 @@ def test_the_own_pool_answers_while_its_zygote_still_imports(tmp_path):
         finally:
             channel.close()
         # ... while the zygote is still held: the pool has a child, none named bp-zygote yet.
-        kids = []
-        for task in os.listdir(f"/proc/{pool.pid}/task"):
-            with open(f"/proc/{pool.pid}/task/{task}/children") as f:
-                kids += f.read().split()
-        names = []
-        for kid in kids:
-            with open(f"/proc/{kid}/comm") as f:
-                names.append(f.read().strip())
-        assert kids and "bp-zygote" not in names, names
+        names = list(_children(pool.pid).values())
+        assert names and "bp-zygote" not in names, names
