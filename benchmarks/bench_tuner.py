@@ -239,6 +239,7 @@ def _phase_stage(args, run: str, module: str) -> dict:
     from beam_pipeline.run_dir import RunDirectory
     from beam_pipeline.runtime.pool import LocalWorkerPool
     from beam_pipeline.tuning_stage import run_tuning_stage
+    from trainer.module_loader import load_trainer_module
 
     schedule = TunerSchedule(args.phase.split("-", 1)[1])
     root = os.path.join(OUT, f"stage-{schedule.value}")
@@ -264,6 +265,10 @@ def _phase_stage(args, run: str, module: str) -> dict:
         ]
     )
     threads = _threads(args)
+    # What a pipeline's launcher has done before its Tuner stage (pipeline.run loads the
+    # module first; Transform ran): the module and its imports (TensorFlow, Keras 3,
+    # tf.Transform) loaded. The sequential phase, too, times nothing of its imports.
+    load_trainer_module(module)
     start = time.time()
     with LocalWorkerPool(args.parallel, threads_per_worker=threads) as pool:
         pool.wait_ready()
