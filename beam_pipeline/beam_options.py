@@ -187,6 +187,10 @@ def create_pipeline(options: PipelineOptions) -> beam.Pipeline:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
+    from beam_pipeline.runtime import forked_sdk_worker
+
+    forked_sdk_worker.install()  # multi_processing's workers: forks, not fresh interpreters
+
     # The same construction as Beam's SwitchingDirectRunner, minus its Prism attempt: the
     # workers of multi_processing mode receive the pipeline options through provision info.
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())

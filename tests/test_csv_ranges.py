@@ -71,10 +71,18 @@ def _read(path, fmt, *beam_args, types=None):
         | beam.Map(eg.RejectedRow.to_json)
         | "WriteRejected" >> beam.io.WriteToText(os.path.join(out, "rejected"))
     )
-    # Which workers imported TensorFlow by the time they read (reading needs none of it).
+    # Which workers imported TensorFlow of their own by the time they read (reading needs
+    # none of it). A fork of the pool's fork server, a worker where a pool ran before in
+    # this process (beam_pipeline.runtime.forked_sdk_worker), has the server's, imported
+    # once there (its preload, pool_zygote, says which worker is such a fork).
     _ = (
         result.batches
-        | beam.Map(lambda _: json.dumps("tensorflow" in __import__("sys").modules))
+        | beam.Map(
+            lambda _: json.dumps(
+                "tensorflow" in __import__("sys").modules
+                and "beam_pipeline.runtime.pool_zygote" not in __import__("sys").modules
+            )
+        )
         | "WriteTF" >> beam.io.WriteToText(os.path.join(out, "tf"))
     )
     run = p.run()

@@ -810,11 +810,15 @@ def _copy_package(src: str, dst: str) -> None:
 
 _WORKER_EXITS = textwrap.dedent(
     """
-    import json, os, signal
+    import json, os, signal, sys
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
     from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
     from beam_pipeline.core.errors import PipelineError
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+
+    if sys.argv[1] == "warm":  # a pool started the fork server: the workers are its forks
+        LocalWorkerPool(1, threads_per_worker=1).start().wait_ready()
 
     def dies(how):
         def step(x):
@@ -838,23 +842,38 @@ _WORKER_EXITS = textwrap.dedent(
             errors[how] = None
         except PipelineError as e:
             errors[how] = str(e)
-    # The next job of the same process runs as usual.
+    # The next job of the same process runs as usual; its workers say whether they are
+    # forks of the pool's fork server (which preloaded pool_zygote) or fresh interpreters.
     p = create_pipeline(options)
-    assert_that(p | beam.Create([1, 2, 3]) | beam.Map(lambda x: 2 * x), equal_to([2, 4, 6]))
+    out = os.path.join(sys.argv[2], "forked")
+    doubled = p | beam.Create([1, 2, 3]) | beam.Reshuffle() | beam.Map(lambda x: 2 * x)
+    assert_that(doubled, equal_to([2, 4, 6]))
+    _ = (
+        doubled
+        | beam.Map(lambda _: str("beam_pipeline.runtime.pool_zygote" in sys.modules))
+        | beam.io.WriteToText(out)
+    )
     state = run_pipeline(p, "Next").wait_until_finish()
-    print(json.dumps({"errors": errors, "next": str(state)}))
+    forked = sorted({line.strip() for f in os.listdir(sys.argv[2]) for line in open(
+        os.path.join(sys.argv[2], f))})
+    print(json.dumps({"errors": errors, "next": str(state), "forked": forked}))
     """
 )
 
 
 @pytest.mark.slow
-def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it():
+@pytest.mark.parametrize("server", ["cold", "warm"])
+def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(server, tmp_path):
     """In a subprocess with a time limit: a hang (Beam's own behaviour) fails this test.
 
     A worker killed (out of memory, most likely) and one that exits, a job each, in one
-    process; then that process's next job runs as usual.
+    process; then that process's next job runs as usual. Cold: no pool ran, the workers
+    are Beam's fresh interpreters. Warm: a pool started the fork server, and the workers
+    are its forks (beam_pipeline.runtime.forked_sdk_worker); the process still exits,
+    though the killed job's other worker never ended on its own.
     """
-    out = conftest_trainer.run_python(_WORKER_EXITS, timeout=180)
+    out = conftest_trainer.run_python(_WORKER_EXITS, server, str(tmp_path), timeout=180)
+    assert out["forked"] == [str(server == "warm")]
     said = {
         "kill": "was killed while the job ran (out of memory, most likely); rerun with a smaller",
         "exit": "exited with code 3 while the job ran (its output is above); rerun with",

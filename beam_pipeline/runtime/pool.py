@@ -49,7 +49,13 @@ from beam_pipeline.beam_options import is_direct, new_options
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
 
-__all__ = ["LocalWorkerPool", "local_pool_size", "serve_pool_worker"]
+__all__ = [
+    "LocalWorkerPool",
+    "fork_server_warm",
+    "local_pool_size",
+    "serve_pool_worker",
+    "start_forked",
+]
 
 
 class _DropWorkerCountWarning(logging.Filter):
@@ -209,6 +215,17 @@ def _fork_context():
     return ctx
 
 
+# Set once a pool process of this launcher answered: the fork server has imported the ML
+# stack (multiprocessing's server handles a request only after its preload), so a fork
+# from it is ready at once.
+_server_warm = threading.Event()
+
+
+def fork_server_warm() -> bool:
+    """Whether the fork server of :func:`start_forked` is up with its imports done."""
+    return _server_warm.is_set()
+
+
 def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerProcess:
     """Starts ``target(*args)`` in a fork of the pool's fork server (the ML stack already
     imported) and returns the started process; not a daemon, so it may start processes of
@@ -253,6 +270,7 @@ class _Child:
         if self.address is None:
             try:
                 self.address = self._conn.recv()
+                _server_warm.set()
             except (EOFError, OSError):
                 raise PipelineError(
                     f"{self.label} worker process {self.index} exited before it was ready; see "

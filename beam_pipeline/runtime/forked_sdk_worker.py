@@ -1,0 +1,213 @@
+"""The DirectRunner's ``multi_processing`` workers as forks of the pool's fork server.
+
+Beam's FnApiRunner starts each worker of a ``multi_processing`` job as a fresh
+``python -m apache_beam.runners.worker.sdk_worker_main`` (its ``SubprocessSdkWorker``), and
+every job gets new ones: each paid Beam's SDK harness import (2.6 s of CPU on this
+machine) and its steps' imports (tf.Transform's and TensorFlow's for a Transform job)
+before it read a row; in a py-spy profile of the test suite those imports were the
+largest single share of all import time. Here, once the fork server of
+:mod:`beam_pipeline.runtime.pool` is warm (a pool of this launcher started it, its imports
+done once: Beam's SDK harness, TensorFlow, tf.Transform, the project's steps), a worker is
+a fork of it that runs ``sdk_worker_main.main`` as the command line would, with the
+environment, working directory and standard output and error that Beam's ``Popen`` gives
+it. Before that (a data-only run, or the jobs before the Tuner's pool), the workers are
+Beam's fresh interpreters, as :func:`_start` says why.
+
+What Beam sees is unchanged: ``run`` below is ``SubprocessSdkWorker.run`` (Beam 2.77,
+pinned in the lock file) with the ``Popen`` replaced, so a worker that exits unasked still
+raises "Worker subprocess exited with return code N" in Beam's ``run_worker`` thread,
+which :func:`beam_pipeline.beam_options.run_pipeline` turns into one sentence (a killed
+worker's code is -9, as a ``Popen``'s). Beam offers no hook for how that worker starts
+(the command line is fixed in ``FnApiRunner.run_pipeline``, and the class is looked up on
+its module when a job starts its workers), hence the subclass installed on that module.
+Any other command line, or a platform without ``fork`` (the fork server needs one), runs
+Beam's own code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing.util  # noqa: F401  before the atexit handler below: see _stop_live
+import os
+import sys
+import threading
+
+__all__ = ["install", "serve_sdk_worker"]
+
+_BEAM_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+_installed = threading.Lock()
+_live: set = set()  # the workers not yet seen to end
+
+
+@atexit.register
+def _stop_live() -> None:
+    """At exit, kills the workers still running: a job abandoned after one of its workers
+    died (``run_pipeline`` fails it, Beam would wait forever) keeps its other workers
+    alive, and multiprocessing's own exit handler, which runs after this one (registered
+    earlier, by the import above), would wait for them forever. A fresh interpreter, as
+    Beam started, never held up the launcher's exit."""
+    for worker in list(_live):
+        worker.kill()
+
+
+class _InheritedFd:
+    """A file descriptor of the launcher that the fork gets as its own: pickled while
+    multiprocessing starts the process (``DupFd`` sends it along with the fork request),
+    unpickled in the fork as the descriptor's number there."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing.reduction import DupFd
+
+        return _detach, (DupFd(self.fd),)
+
+
+def _detach(dup_fd) -> int:
+    return dup_fd.detach()
+
+
+def serve_sdk_worker(env: dict, cwd: str, stdout: int, stderr: int) -> None:
+    """Runs in the fork: Beam's SDK worker, as ``python -m ...sdk_worker_main`` would.
+
+    Args:
+      env: the environment Beam gives the worker (its control, logging and options
+        variables among it).
+      cwd: the launcher's working directory when the worker was asked for.
+      stdout, stderr: the launcher's standard output and error, as this process has them.
+    """
+    os.dup2(stdout, 1)
+    os.dup2(stderr, 2)
+    os.close(stdout)
+    os.close(stderr)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    from apache_beam.runners.worker import sdk_worker_main
+
+    sys.argv = [sdk_worker_main.__file__]
+    sdk_worker_main.main(sys.argv)
+
+
+class _Forked:
+    """The part of ``subprocess.Popen`` that ``SubprocessSdkWorker.run`` uses, for a
+    multiprocessing process."""
+
+    def __init__(self, process) -> None:
+        self._process = process
+        _live.add(self)
+
+    @property
+    def returncode(self):
+        return self._process.exitcode
+
+    def wait(self):
+        self._process.join()
+        _live.discard(self)
+        return self._process.exitcode
+
+    def poll(self):
+        return self._process.exitcode
+
+    def kill(self) -> None:
+        if self._process.exitcode is None:
+            self._process.kill()
+
+
+def _start(env: dict):
+    """A forked worker where the fork server is warm, else Beam's ``Popen``.
+
+    Only a warm server: one started for this job would make it wait for the server's
+    imports (TensorFlow's among them, 7 s of CPU), where two fresh workers of a data job
+    import only Beam's harness (2.6 s each, in parallel): 14.5 s instead of 11.1 s for a
+    200k-row data job on 2 workers in a fresh process (bench_scaling.py, one sitting).
+    """
+    import subprocess
+
+    from beam_pipeline.runtime.pool import fork_server_warm, start_forked
+
+    if not fork_server_warm():
+        return subprocess.Popen(_BEAM_COMMAND, shell=True, env=env)  # noqa: S602  Beam's own
+    try:
+        process = start_forked(
+            serve_sdk_worker,
+            (env, os.getcwd(), _InheritedFd(1), _InheritedFd(2)),
+            name="sdk-worker",
+        )
+    except OSError:
+        return subprocess.Popen(_BEAM_COMMAND, shell=True, env=env)  # noqa: S602  Beam's own
+    return _Forked(process)
+
+
+def install() -> None:
+    """Makes the DirectRunner's ``multi_processing`` workers forks (idempotent)."""
+    if not hasattr(os, "fork"):
+        return
+    from apache_beam.runners.portability import local_job_service
+
+    with _installed:
+        if getattr(local_job_service.SubprocessSdkWorker, "beam_pipeline_forked", False):
+            return
+        local_job_service.SubprocessSdkWorker = _forked_worker_class(
+            local_job_service.SubprocessSdkWorker
+        )
+
+
+def _forked_worker_class(beam_class):
+    import grpc
+    from apache_beam.portability.api import beam_fn_api_pb2_grpc, endpoints_pb2
+    from apache_beam.runners.portability.local_job_service import BeamFnLoggingServicer
+    from apache_beam.utils import thread_pool_executor
+    from google.protobuf import json_format, text_format
+
+    class ForkedSdkWorker(beam_class):
+        """Beam's ``SubprocessSdkWorker``; its worker forked when the command is Beam's."""
+
+        beam_pipeline_forked = True
+
+        def run(self) -> None:
+            if self._worker_command_line != _BEAM_COMMAND:
+                return super().run()
+            # From here: Beam's run(), with _start(env_dict) for its Popen.
+            options = [
+                ("grpc.http2.max_pings_without_data", 0),
+                ("grpc.http2.max_ping_strikes", 0),
+            ]
+            logging_server = grpc.server(
+                thread_pool_executor.shared_unbounded_instance(), options=options
+            )
+            logging_port = logging_server.add_insecure_port("[::]:0")
+            logging_server.start()
+            logging_servicer = BeamFnLoggingServicer()
+            beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(
+                logging_servicer, logging_server
+            )
+            logging_descriptor = text_format.MessageToString(
+                endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{logging_port}")
+            )
+            control_descriptor = text_format.MessageToString(
+                endpoints_pb2.ApiServiceDescriptor(url=self._control_address)
+            )
+            pipeline_options = json_format.MessageToJson(
+                self._provision_info.provision_info.pipeline_options
+            )
+            env_dict = dict(
+                os.environ,
+                CONTROL_API_SERVICE_DESCRIPTOR=control_descriptor,
+                LOGGING_API_SERVICE_DESCRIPTOR=logging_descriptor,
+                PIPELINE_OPTIONS=pipeline_options,
+            )
+            if self._worker_id:
+                env_dict["WORKER_ID"] = self._worker_id
+            p = _start(env_dict)
+            try:
+                p.wait()
+                if p.returncode:
+                    raise RuntimeError(f"Worker subprocess exited with return code {p.returncode}")
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                logging_server.stop(0)
+
+    return ForkedSdkWorker
