@@ -817,9 +817,6 @@ _WORKER_EXITS = textwrap.dedent(
     from beam_pipeline.core.errors import PipelineError
     from beam_pipeline.runtime.pool import LocalWorkerPool
 
-    if sys.argv[1] == "warm":  # a pool started the fork server: the workers are its forks
-        LocalWorkerPool(1, threads_per_worker=1).start().wait_ready()
-
     def dies(how):
         def step(x):
             if x == 3:
@@ -833,52 +830,57 @@ _WORKER_EXITS = textwrap.dedent(
         ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
          "--direct_num_workers=2"]
     )
-    errors = {}
-    for how in ("kill", "exit"):
+    out = {}
+    for server in ("cold", "warm"):
+        if server == "warm":  # a pool started the fork server: the workers are its forks
+            LocalWorkerPool(1, threads_per_worker=1).start().wait_ready()
+        errors = {}
+        for how in ("kill", "exit"):
+            p = create_pipeline(options)
+            _ = p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(dies(how))
+            try:
+                run_pipeline(p, "Test")
+                errors[how] = None
+            except PipelineError as e:
+                errors[how] = str(e)
+        # The next job of the same process runs as usual; its workers say whether they
+        # are forks of the pool's fork server (which preloaded pool_zygote) or fresh.
         p = create_pipeline(options)
-        _ = p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(dies(how))
-        try:
-            run_pipeline(p, "Test")
-            errors[how] = None
-        except PipelineError as e:
-            errors[how] = str(e)
-    # The next job of the same process runs as usual; its workers say whether they are
-    # forks of the pool's fork server (which preloaded pool_zygote) or fresh interpreters.
-    p = create_pipeline(options)
-    out = os.path.join(sys.argv[2], "forked")
-    doubled = p | beam.Create([1, 2, 3]) | beam.Reshuffle() | beam.Map(lambda x: 2 * x)
-    assert_that(doubled, equal_to([2, 4, 6]))
-    _ = (
-        doubled
-        | beam.Map(lambda _: str("beam_pipeline.runtime.pool_zygote" in sys.modules))
-        | beam.io.WriteToText(out)
-    )
-    state = run_pipeline(p, "Next").wait_until_finish()
-    forked = sorted({line.strip() for f in os.listdir(sys.argv[2]) for line in open(
-        os.path.join(sys.argv[2], f))})
-    print(json.dumps({"errors": errors, "next": str(state), "forked": forked}))
+        folder = os.path.join(sys.argv[1], server)
+        doubled = p | beam.Create([1, 2, 3]) | beam.Reshuffle() | beam.Map(lambda x: 2 * x)
+        assert_that(doubled, equal_to([2, 4, 6]))
+        _ = (
+            doubled
+            | beam.Map(lambda _: str("beam_pipeline.runtime.pool_zygote" in sys.modules))
+            | beam.io.WriteToText(os.path.join(folder, "forked"))
+        )
+        state = run_pipeline(p, "Next").wait_until_finish()
+        forked = sorted({line.strip() for f in os.listdir(folder) for line in open(
+            os.path.join(folder, f))})
+        out[server] = {"errors": errors, "next": str(state), "forked": forked}
+    print(json.dumps(out))
     """
 )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("server", ["cold", "warm"])
-def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(server, tmp_path):
+def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(tmp_path):
     """In a subprocess with a time limit: a hang (Beam's own behaviour) fails this test.
 
-    A worker killed (out of memory, most likely) and one that exits, a job each, in one
-    process; then that process's next job runs as usual. Cold: no pool ran, the workers
-    are Beam's fresh interpreters. Warm: a pool started the fork server, and the workers
-    are its forks (beam_pipeline.runtime.forked_sdk_worker); the process still exits,
-    though the killed job's other worker never ended on its own.
+    A worker killed (out of memory, most likely) and one that exits, a job each; then the
+    process's next job runs as usual. Cold first: no pool ran, the workers are Beam's fresh
+    interpreters. Then warm: a pool started the fork server, and the workers are its forks
+    (beam_pipeline.runtime.forked_sdk_worker); the process still exits, though the killed
+    jobs' other workers never ended on their own.
     """
-    out = conftest_trainer.run_python(_WORKER_EXITS, server, str(tmp_path), timeout=180)
-    assert out["forked"] == [str(server == "warm")]
+    runs = conftest_trainer.run_python(_WORKER_EXITS, str(tmp_path), timeout=240)
     said = {
         "kill": "was killed while the job ran (out of memory, most likely); rerun with a smaller",
         "exit": "exited with code 3 while the job ran (its output is above); rerun with",
     }
-    for how, text in said.items():
-        error = out["errors"][how]
-        assert error and error.startswith("A worker process of the Test job " + text), out
-    assert out["next"] == "DONE"
+    for server, out in runs.items():
+        assert out["forked"] == [str(server == "warm")]
+        for how, text in said.items():
+            error = out["errors"][how]
+            assert error and error.startswith("A worker process of the Test job " + text), out
+        assert out["next"] == "DONE"
