@@ -328,7 +328,11 @@ def test_a_search_space_needs_a_trainspec_module_and_no_tuner_fn(tmp_path):
 
 
 def test_trial_jobs_running_side_by_side_get_their_own_job_names():
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+    from apache_beam.options.pipeline_options import (
+        DebugOptions,
+        GoogleCloudOptions,
+        StandardOptions,
+    )
 
     from beam_pipeline.beam_options import parse_beam_args
     from beam_pipeline.tuner.rolling import job_options
@@ -341,6 +345,11 @@ def test_trial_jobs_running_side_by_side_get_their_own_job_names():
     own = job_options(unnamed, "07")  # a copy: each trial's job is built in its own thread
     assert own is not unnamed and own.view_as(GoogleCloudOptions).job_name is None
     assert own.get_all_options() == unnamed.get_all_options()  # Beam names each job itself
+    # A later job of the search: without the stager's `pip freeze` list of the launcher's
+    # packages (the first job has it), through Beam's own experiment.
+    later = job_options(unnamed, "08", first=False).view_as(DebugOptions).experiments
+    assert later == ["a", "b", "disable_logging_submission_environment"]
+    assert unnamed.view_as(DebugOptions).experiments == ["a", "b"]
 
 
 # A search job's worker loops (SearchLoop) on the oracle's shared state, in this process;

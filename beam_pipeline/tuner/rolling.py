@@ -54,7 +54,13 @@ class _TrialJob:
     result: Optional[beam.runners.runner.PipelineResult] = None  # once submitted
 
 
-def job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
+# Beam's stager writes the launcher's installed packages (``pip freeze``, a subprocess
+# that costs the launcher 1-2 s of CPU) into every portable or Dataflow job it submits,
+# for the workers to compare with theirs; this experiment of Beam's turns that off.
+_NO_ENVIRONMENT_LIST = "disable_logging_submission_environment"
+
+
+def job_options(options: PipelineOptions, trial_id: str, first: bool = True) -> PipelineOptions:
     """A copy of ``options`` for one trial's job; a given --job_name gets the trial as a suffix.
 
     Trial jobs run side by side, and Dataflow refuses two running jobs of the same name. A
@@ -63,11 +69,20 @@ def job_options(options: PipelineOptions, trial_id: str) -> PipelineOptions:
     deep-copies it, and two trial jobs built at once from one options object have come
     out with the DirectRunner, running a portable-runner trial in the launcher. Call it
     from the thread that owns ``options``.
+
+    Args:
+      options: the search's options.
+      trial_id: the trial's id.
+      first: whether this is the search's first job. The later ones leave out the list of
+        the launcher's packages that Beam stages with each job: it is the same launcher's
+        list as the first job's, and making it was a ``pip freeze`` per trial.
     """
     own = copy.deepcopy(options)  # as beam.Pipeline copies its options
     cloud = own.view_as(po.GoogleCloudOptions)
     if cloud.job_name:
         cloud.job_name = f"{cloud.job_name}-trial-{trial_id}".lower().replace("_", "-")
+    if not first:
+        own.view_as(po.DebugOptions).add_experiment(_NO_ENVIRONMENT_LIST)
     return own
 
 
@@ -88,7 +103,8 @@ def run_rolling(search: Search, jobs: TrialJobs) -> None:
         entry = _TrialJob(slot, spec, tries, time.time())
         running[slot] = entry
         search.jobs += 1
-        own = job_options(options, spec.trial_id)  # here: the job's thread must not read options
+        # Here: the job's thread must not read options.
+        own = job_options(options, spec.trial_id, first=search.jobs == 1)
 
         def run() -> None:
             try:
