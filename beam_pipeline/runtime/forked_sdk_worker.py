@@ -127,17 +127,15 @@ def _start(env: dict):
 
     from beam_pipeline.runtime.pool import fork_server_warm, start_forked
 
-    if not fork_server_warm():
-        return subprocess.Popen(_BEAM_COMMAND, shell=True, env=env)  # noqa: S602  Beam's own
-    try:
-        process = start_forked(
-            serve_sdk_worker,
-            (env, os.getcwd(), _InheritedFd(1), _InheritedFd(2)),
-            name="sdk-worker",
-        )
-    except OSError:
-        return subprocess.Popen(_BEAM_COMMAND, shell=True, env=env)  # noqa: S602  Beam's own
-    return _Forked(process)
+    if fork_server_warm():
+        try:
+            streams = (_InheritedFd(1), _InheritedFd(2))
+            return _Forked(
+                start_forked(serve_sdk_worker, (env, os.getcwd(), *streams), name="sdk-worker")
+            )
+        except OSError:  # the server is gone: Beam's way, as below
+            pass
+    return subprocess.Popen(_BEAM_COMMAND, shell=True, env=env)  # noqa: S602  Beam's own
 
 
 def install() -> None:
