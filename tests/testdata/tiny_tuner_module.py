@@ -40,6 +40,7 @@ def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
             optimizer=keras.optimizers.Adam(rate),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
+            run_eagerly=True,  # a few steps: tracing would cost more than it saves
         )
         return model
 
