@@ -41,6 +41,7 @@ __all__ = [
     "create_pipeline",
     "run_pipeline",
     "is_direct",
+    "is_multi_processing",
     "unknown_beam_flags",
 ]
 
@@ -211,7 +212,8 @@ _GRACE_S = 2.0  # a job whose worker died as it shut down may still end on its o
 _hook_lock = threading.Lock()
 
 
-def _watches_workers(options: PipelineOptions) -> bool:
+def is_multi_processing(options: PipelineOptions) -> bool:
+    """Whether ``options`` run on the DirectRunner's worker processes (multi_processing)."""
     direct = options.view_as(po.DirectOptions)
     return is_direct(options) and direct.direct_running_mode == "multi_processing"
 
@@ -251,7 +253,7 @@ def run_pipeline(
         # A copy taken before p.run(), which clears the runner while it works.
         options = copy.deepcopy(p.options)
         return watch(_submit(p, what, worker_start_timeout), options, what, worker_start_timeout)
-    if not _watches_workers(p.options):
+    if not is_multi_processing(p.options):
         return p.run()
     exits: queue.Queue = queue.Queue()
 

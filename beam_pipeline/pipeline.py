@@ -31,7 +31,7 @@ import contextlib
 import logging
 from typing import Optional
 
-from beam_pipeline.beam_options import parse_beam_args
+from beam_pipeline.beam_options import is_multi_processing, parse_beam_args
 from beam_pipeline.code_digest import transform_code
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
@@ -99,6 +99,10 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     from beam_pipeline.schema_gen import read_schema
 
     options = parse_beam_args(config.beam_args)
+    if is_multi_processing(options):  # the DirectRunner's worker processes: see there
+        from beam_pipeline.runtime.pool import warm_fork_server
+
+        warm_fork_server()
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
     if config.evaluator.serving_endpoint and config.evaluator.infra_validator:

@@ -810,12 +810,14 @@ def _copy_package(src: str, dst: str) -> None:
 
 _WORKER_EXITS = textwrap.dedent(
     """
-    import json, os, signal, sys
+    import json, os, signal, sys, time
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
     from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
     from beam_pipeline.core.errors import PipelineError
-    from beam_pipeline.runtime.pool import LocalWorkerPool
+    from beam_pipeline.config import DataConfig, PipelineConfig
+    from beam_pipeline.pipeline import run
+    from beam_pipeline.runtime import pool
 
     def dies(how):
         def step(x):
@@ -832,10 +834,24 @@ _WORKER_EXITS = textwrap.dedent(
     )
     out = {}
     for server in ("cold", "warm"):
-        if server == "warm":  # a pool started the fork server: the workers are its forks
-            LocalWorkerPool(1, threads_per_worker=1).start().wait_ready()
+        if server == "warm":
+            # A multi_processing run starts the fork server first thing (here one that
+            # stops at its missing input); once it answers, the workers are its forks.
+            config = PipelineConfig(
+                data=DataConfig(data=os.path.join(sys.argv[1], "none.csv")),
+                beam_args=("--runner=DirectRunner", "--direct_running_mode=multi_processing"),
+            )
+            try:
+                run(config)
+            except PipelineError as e:
+                assert "none.csv" in str(e), e
+            for _ in range(1200):
+                if pool.fork_server_warm():
+                    break
+                time.sleep(0.1)
         errors = {}
-        for how in ("kill", "exit"):
+        # Cold, only a killed worker (Beam's own start, the message is the same code path).
+        for how in ("kill", "exit") if server == "warm" else ("kill",):
             p = create_pipeline(options)
             _ = p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(dies(how))
             try:
@@ -869,7 +885,8 @@ def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(tmp_
 
     A worker killed (out of memory, most likely) and one that exits, a job each; then the
     process's next job runs as usual. Cold first: no pool ran, the workers are Beam's fresh
-    interpreters. Then warm: a pool started the fork server, and the workers are its forks
+    interpreters (a killed one only). Then warm: a multi_processing run started the fork
+    server (warm_fork_server), and the workers are its forks
     (beam_pipeline.runtime.forked_sdk_worker); the process still exits, though the killed
     jobs' other workers never ended on their own.
     """
@@ -880,7 +897,8 @@ def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(tmp_
     }
     for server, out in runs.items():
         assert out["forked"] == [str(server == "warm")]
-        for how, text in said.items():
-            error = out["errors"][how]
+        assert list(out["errors"]) == (["kill", "exit"] if server == "warm" else ["kill"])
+        for how, error in out["errors"].items():
+            text = said[how]
             assert error and error.startswith("A worker process of the Test job " + text), out
         assert out["next"] == "DONE"

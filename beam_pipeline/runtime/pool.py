@@ -55,6 +55,7 @@ __all__ = [
     "local_pool_size",
     "serve_pool_worker",
     "start_forked",
+    "warm_fork_server",
 ]
 
 
@@ -237,6 +238,42 @@ def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerP
     with _FORK_LOCK:
         process.start()
     return process
+
+
+_warm_up_started = threading.Event()
+
+
+def warm_fork_server() -> None:
+    """Starts the fork server's imports in the background (idempotent, returns at once).
+
+    A ``multi_processing`` run calls it first thing, so the server imports the ML stack on
+    a core the launcher's own imports leave free, and the workers of its Transform and
+    Evaluator jobs (which import TensorFlow, 7-10 s of CPU each as fresh interpreters)
+    start as forks of it (:mod:`beam_pipeline.runtime.forked_sdk_worker`). Until the
+    server answers, workers start as Beam starts them: a job never waits for it.
+    """
+    if _server_warm.is_set() or _warm_up_started.is_set():
+        return
+    _warm_up_started.set()
+    threading.Thread(target=_warm_up, name="fork-server-warm-up", daemon=True).start()
+
+
+def _warm_up() -> None:
+    try:
+        ready, answer = _fork_context().Pipe(duplex=False)
+        # Answered only once the server has forked it: after its preload.
+        process = start_forked(_answer, (answer,), name="fork-server-warm-up")
+        answer.close()
+        ready.recv()
+        _server_warm.set()
+        process.join()
+    except (EOFError, OSError):  # the server did not start: workers stay Beam's own
+        pass
+
+
+def _answer(conn) -> None:
+    conn.send(True)
+    conn.close()
 
 
 class _Child:
