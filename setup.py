@@ -20,7 +20,6 @@ REQUIRED = [
     "tensorboard==2.21.0",
     "pyarrow",
     "pyyaml",
-    "matplotlib",
     # The metadata store (beam_pipeline/metadata): SQL through SQLAlchemy, its schema's
     # migrations through Alembic.
     "SQLAlchemy==2.0.58",

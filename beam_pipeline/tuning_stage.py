@@ -37,7 +37,7 @@ Artifact ``<run_dir>/tuner/`` (published atomically):
 
 - ``best_hyperparameters.json``: the best completed trial's ``HyperParameters`` config
   (``keras_tuner.HyperParameters.from_config`` reads it; the trainer gets its path);
-- ``trials.json``, ``trials.csv``, ``objective.png``: the trials (see
+- ``trials.json``, ``trials.csv``, ``objective.svg``: the trials (see
   :mod:`beam_pipeline.tuner.report`);
 - ``<project_name>/``: keras-tuner's project: ``oracle.json`` (oracle state), per trial
   ``trial.json``, its checkpoint and ``beam_result-<attempt>.json``;

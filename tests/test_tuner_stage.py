@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -241,8 +242,11 @@ def test_artifacts_and_report(tuned):
         rows = list(csv.DictReader(f))
     assert [r["trial_id"] for r in rows] == ["0", "1", "2", "3"]
     assert {"objective", "learning_rate", "num_layers", "seconds", "worker"} <= set(rows[0])
-    with open(os.path.join(tuner_dir, OBJECTIVE_PLOT), "rb") as f:
-        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with open(os.path.join(tuner_dir, OBJECTIVE_PLOT), encoding="utf-8") as f:
+        plot = f.read()
+    # The 4 trials and the best so far: two polylines of 4 points each.
+    assert plot.startswith('<svg class="bp-curve"') and plot.count("<polyline ") == 2
+    assert all(len(p.split()) == 4 for p in re.findall(r'points="([^"]*)"', plot)), plot
     assert os.path.exists(os.path.join(tuner_dir, "test_tuning", "oracle.json"))
     assert report.note.startswith(
         "4 trials (4 completed, 0 failed) 2 at a time (rolling) on 2 worker"

@@ -7,7 +7,7 @@ plain-Python halves (oracle driver, trial runner) are in :mod:`trainer.tuning`.
   its trials' workers wrote;
 - :mod:`~beam_pipeline.tuner.rounds`: the rounds schedule (a job per round);
 - :mod:`~beam_pipeline.tuner.rolling`: the rolling schedule (a job per trial, slots refill);
-- :mod:`~beam_pipeline.tuner.report`: ``trials.csv`` / ``trials.json``, ``objective.png``,
+- :mod:`~beam_pipeline.tuner.report`: ``trials.csv`` / ``trials.json``, ``objective.svg``,
   the text table and the stage's report.
 """
 

@@ -2,8 +2,7 @@
 
 - ``trials.json`` / ``trials.csv``: per trial its hyperparameters, objective, status,
   start time, seconds, attempts, round, worker (host:pid) and error;
-- ``objective.png``: the objective per trial and the best so far (matplotlib's Agg
-  canvas, no display needed);
+- ``objective.svg``: the objective per trial and the best so far;
 - the stage report: a one-line note and, in its details, the best trial, counts, times
   and the head of the trials table ranked by the objective.
 
@@ -45,7 +44,7 @@ __all__ = [
 STAGE = "Tuner"
 TRIALS_JSON = "trials.json"
 TRIALS_CSV = "trials.csv"
-OBJECTIVE_PLOT = "objective.png"
+OBJECTIVE_PLOT = "objective.svg"
 _HEAD_ROWS = 5
 
 
@@ -116,36 +115,33 @@ def write_trials(folder: str, records: Sequence[TrialRecord], objective: str, di
 
 
 def plot_objective(path: str, records: Sequence[TrialRecord], objective: str, direction: str):
-    """Objective per trial (start order), failed trials marked, and the best so far."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    """Objective per trial (start order) and the best so far, as a small SVG file.
 
-    figure = Figure(figsize=(7, 4), dpi=100)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    xs = [i for i, r in enumerate(records) if r.objective is not None]
-    ys = [records[i].objective for i in xs]
+    Drawn with the run report's own SVG plots (:mod:`beam_pipeline.report.svg`), not
+    matplotlib: Keras imports matplotlib's pyplot at import time wherever it is installed,
+    which cost every process that imports TensorFlow about 1 s of CPU (launcher, pool and
+    Beam workers), for this one plot.
+    """
+    from beam_pipeline.report.svg import lines
+
+    done = [(i, r.objective) for i, r in enumerate(records) if r.objective is not None]
     best, best_line = None, []
-    for y in ys:
+    for i, y in done:
         better = best is None or (y > best if direction == "max" else y < best)
         best = y if better else best
-        best_line.append(best)
-    axes.plot(xs, ys, "o", label="completed trial")
-    if xs:
-        axes.step(xs, best_line, where="post", label="best so far")
-    failed = [i for i, r in enumerate(records) if r.status is not TrialStatus.COMPLETED]
-    if failed:
-        low = min(ys) if ys else 0.0
-        axes.plot(failed, [low] * len(failed), "x", color="red", label="failed trial")
-    axes.set_xticks(range(len(records)), [r.trial_id for r in records])
-    axes.set_xlabel("trial")
-    axes.set_ylabel(f"{objective} ({direction})")
-    axes.legend()
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+        best_line.append((i, best))
+    failed = [r.trial_id for r in records if r.status is not TrialStatus.COMPLETED]
+    xlabel = "trial (start order)" + (f"; failed: {', '.join(failed)}" if failed else "")
+    series = {"trial": done, "best so far": best_line} if done else {}
+    svg = lines(series, xlabel=xlabel, ylabel=f"{objective} ({direction})", width=480)
     with fileio.open(path, "wb") as f:
-        f.write(buffer.getvalue())
+        f.write((svg or _NO_TRIAL_SVG).encode())
+
+
+_NO_TRIAL_SVG = (
+    '<svg class="bp-curve" width="480" height="40" xmlns="http://www.w3.org/2000/svg">'
+    '<text x="10" y="24" font-size="12">no trial completed</text></svg>'
+)
 
 
 def stage_report(
