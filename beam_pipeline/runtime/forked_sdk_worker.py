@@ -6,12 +6,13 @@ every job gets new ones: each paid Beam's SDK harness import (2.6 s of CPU on th
 machine) and its steps' imports (tf.Transform's and TensorFlow's for a Transform job)
 before it read a row; in a py-spy profile of the test suite those imports were the
 largest single share of all import time. Here, once the fork server of
-:mod:`beam_pipeline.runtime.pool` is warm (a pool of this launcher started it, its imports
-done once: Beam's SDK harness, TensorFlow, tf.Transform, the project's steps), a worker is
-a fork of it that runs ``sdk_worker_main.main`` as the command line would, with the
-environment, working directory and standard output and error that Beam's ``Popen`` gives
-it. Before that (a data-only run, or the jobs before the Tuner's pool), the workers are
-Beam's fresh interpreters, as :func:`_start` says why.
+:mod:`beam_pipeline.runtime.pool` is warm (a pool of this launcher started it, or a
+multi_processing run did, first thing: ``warm_fork_server``; its imports done once: Beam's
+SDK harness, TensorFlow, tf.Transform, the project's steps), a worker is a fork of it that
+runs ``sdk_worker_main.main`` as the command line would, with the environment, working
+directory and standard output and error that Beam's ``Popen`` gives it. Before that (the
+jobs that start before the server answers), the workers are Beam's fresh interpreters, as
+:func:`_start` says why.
 
 What Beam sees is unchanged: ``run`` below is ``SubprocessSdkWorker.run`` (Beam 2.77,
 pinned in the lock file) with the ``Popen`` replaced, so a worker that exits unasked still
