@@ -252,8 +252,8 @@ def warm_fork_server() -> None:
     start as forks of it (:mod:`beam_pipeline.runtime.forked_sdk_worker`). Until the
     server answers, workers start as Beam starts them: a job never waits for it.
     """
-    if _server_warm.is_set() or _warm_up_started.is_set():
-        return
+    if _server_warm.is_set() or _warm_up_started.is_set() or not hasattr(os, "fork"):
+        return  # warm or warming; or no fork server on this platform (Beam's workers then)
     _warm_up_started.set()
     threading.Thread(target=_warm_up, name="fork-server-warm-up", daemon=True).start()
 
