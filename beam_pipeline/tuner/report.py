@@ -134,8 +134,7 @@ def plot_objective(path: str, records: Sequence[TrialRecord], objective: str, di
     xlabel = "trial (start order)" + (f"; failed: {', '.join(failed)}" if failed else "")
     series = {"trial": done, "best so far": best_line} if done else {}
     svg = lines(series, xlabel=xlabel, ylabel=f"{objective} ({direction})", width=480)
-    with fileio.open(path, "wb") as f:
-        f.write((svg or _NO_TRIAL_SVG).encode())
+    write_text(path, svg or _NO_TRIAL_SVG)
 
 
 _NO_TRIAL_SVG = (
