@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import queue
 import re
 import threading
@@ -139,13 +140,69 @@ def _install_dofn_spec_cache() -> None:
         userstate.get_dofn_specs = _dofn_specs_cached(userstate.get_dofn_specs)
 
 
+def _environment_list_made_once(create):
+    """Beam stager's list of the launcher's packages, made once per process.
+
+    Every portable or Dataflow job that Beam submits stages a list of the launcher's
+    installed packages, for its workers to compare with theirs: the stager makes it with a
+    ``pip freeze`` subprocess, 0.5-1 s of CPU, at every submission (the data stages, the
+    Transform, each trial round, the Trainer, the Evaluator: every job of a run). The
+    packages do not change while the launcher runs, so the first list's text is kept and
+    each later job stages the same file again, named as Beam names it. Beam offers no
+    switch for this (its ``disable_logging_submission_environment`` experiment drops the
+    list instead); the wrapper calls Beam's own function for the first list, and again
+    whenever that one made none (pip missing: Beam then logs and stages nothing).
+    """
+    import functools
+
+    from apache_beam.runners.portability import stager
+
+    made: dict[str, str] = {}
+    lock = threading.Lock()
+
+    @functools.wraps(create)
+    def once(temp_dir):
+        path = os.path.join(temp_dir, stager.SUBMISSION_ENV_DEPENDENCIES_FILE)
+        with lock:
+            text = made.get("text")
+            if text is None:
+                artifacts = create(temp_dir)
+                if artifacts and os.path.isfile(path):
+                    with open(path, encoding="utf-8") as f:
+                        made["text"] = f.read()
+                return artifacts
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return [
+            stager.Stager._create_file_stage_to_artifact(  # noqa: SLF001  as Beam's own
+                path, stager.SUBMISSION_ENV_DEPENDENCIES_FILE
+            )
+        ]
+
+    once.beam_pipeline_cached = True
+    return once
+
+
+def _install_beam_caches() -> None:
+    """The DoFn spec cache, and the package list made once (see their functions)."""
+    from apache_beam.runners.portability.stager import Stager
+
+    _install_dofn_spec_cache()
+    create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
+    if not getattr(create, "beam_pipeline_cached", False):
+        Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
+            _environment_list_made_once(create)
+        )
+
+
 def new_options(flags: Sequence[str] = (), **overrides) -> PipelineOptions:
     """``PipelineOptions(flags, **overrides)`` whose views are built once (see ``_Options``).
 
-    It also installs the DoFn spec cache, so that every pipeline built from options of
-    this project (``create_pipeline``'s, and the local pool's trial jobs) gets it.
+    It also installs the DoFn spec cache and the stager's package list made once, so that
+    every pipeline built from options of this project (``create_pipeline``'s, and the local
+    pool's trial jobs) gets them.
     """
-    _install_dofn_spec_cache()
+    _install_beam_caches()
     return _Options(list(flags), **overrides)
 
 
@@ -181,7 +238,7 @@ def is_direct(options: PipelineOptions) -> bool:
 
 def create_pipeline(options: PipelineOptions) -> beam.Pipeline:
     """A ``beam.Pipeline`` for ``options``; the DirectRunner skips the Prism attempt."""
-    _install_dofn_spec_cache()
+    _install_beam_caches()
     if not is_direct(options):
         return beam.Pipeline(options=options)
     from apache_beam.portability.api import beam_provision_api_pb2

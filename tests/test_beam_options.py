@@ -71,3 +71,24 @@ def test_dofn_specs_are_beams_own_answer_and_a_stateful_dofn_still_runs():
     )
     assert_that(out, equal_to([("a", 3), ("b", 5)]))
     p.run().wait_until_finish()
+
+
+def test_every_job_stages_the_launchers_package_list_made_by_one_pip_freeze(tmp_path, monkeypatch):
+    import sys
+
+    from apache_beam.runners.portability.stager import SUBMISSION_ENV_DEPENDENCIES_FILE, Stager
+
+    new_options()  # installs the list made once
+    first, later = tmp_path / "first", tmp_path / "later"
+    first.mkdir()
+    later.mkdir()
+    made = Stager._create_stage_submission_env_dependencies(str(first))
+    # Whatever job ran first in this process made the list (pip freeze); from here on no
+    # `pip` can run: a second pip freeze would fail, and Beam would stage no list at all.
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    again = Stager._create_stage_submission_env_dependencies(str(later))
+    assert len(made) == len(again) == 1
+    assert again[0].role_payload == made[0].role_payload  # the same staged name
+    text = (first / SUBMISSION_ENV_DEPENDENCIES_FILE).read_text()
+    assert "apache-beam==" in text
+    assert (later / SUBMISSION_ENV_DEPENDENCIES_FILE).read_text() == text
