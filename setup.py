@@ -18,6 +18,8 @@ REQUIRED = [
     "keras-tuner[bayesian]==1.4.8",
     # keras-tuner imports tensorboard at run time without declaring it.
     "tensorboard==2.21.0",
+    # The run report reads TensorBoard event files (TFRecords) without TensorFlow.
+    "google-crc32c==1.9.0",
     "pyarrow",
     "pyyaml",
     # The metadata store (beam_pipeline/metadata): SQL through SQLAlchemy, its schema's

@@ -241,11 +241,12 @@ def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(default
     assert log.read_text().split() == [str(os.getpid())]
 
 
-def test_runs_list_and_show_print_nothing_on_stderr_and_import_no_tensorflow(default_run):
-    # `runs list` / `runs show` read the metadata store only: in a fresh process, as a user
-    # types them in the first command's folder, they print the run and nothing on stderr
-    # (they once imported TensorFlow to check that a local file exists: about 6 s, and its
-    # C++ lines on stderr).
+def test_runs_commands_print_nothing_on_stderr_and_import_no_tensorflow(default_run):
+    # `runs list` / `runs show` read the metadata store only, `runs diff` and `runs report`
+    # the run's records too: in a fresh process, as a user types them in the first
+    # command's folder, they print the run and nothing on stderr (they once imported
+    # TensorFlow to check that a local file exists, to read a file, to list a folder or to
+    # read the TensorBoard event files: about 6 s each time, and its C++ lines on stderr).
     _, run_dir = default_run
     folder = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))))
     run_id = os.path.basename(run_dir)
@@ -257,7 +258,15 @@ def test_runs_list_and_show_print_nothing_on_stderr_and_import_no_tensorflow(def
         "    print('tensorflow' in sys.modules, file=sys.stdout)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    for argv in (["runs", "list"], ["runs", "show", run_id]):
+    report = os.path.join(run_dir, "report.html")
+    with open(report, encoding="utf-8") as f:
+        written_by_the_run = f.read()
+    for argv in (
+        ["runs", "list"],
+        ["runs", "show", run_id],
+        ["runs", "diff", run_id, run_id],
+        ["runs", "report", run_id],
+    ):
         proc = subprocess.run(
             [sys.executable, "-c", code, *argv],
             cwd=folder,
@@ -269,6 +278,10 @@ def test_runs_list_and_show_print_nothing_on_stderr_and_import_no_tensorflow(def
         assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr[-3000:])
         assert run_id in proc.stdout, proc.stdout
         assert proc.stdout.splitlines()[-1] == "False", argv  # no TensorFlow imported
+    # `runs report` wrote the report the run wrote (its training curves read without
+    # TensorFlow's reader, the same points).
+    with open(report, encoding="utf-8") as f:
+        assert f.read() == written_by_the_run
 
 
 def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypatch, capsys):

@@ -63,3 +63,31 @@ def test_the_model_checks_blessings_are_shown_when_present(tmp_path):
         "<h3>blessing/NOT_BLESSED</h3>" in html and "<h3>infra_blessing/INFRA_BLESSED</h3>" in html
     )
     assert "No evaluation in this run." not in html
+
+
+def test_event_files_are_read_record_by_record_as_tensorflow_reads_them(tmp_path, caplog):
+    """The report reads TensorBoard's event files without TensorFlow: the same records as
+    TensorFlow's reader; a truncated or damaged one ends the file there."""
+    import tensorflow as tf
+
+    from beam_pipeline.report.data import _tfrecords
+
+    path = str(tmp_path / "events.out.tfevents.1")
+    records = [b"", b"x", bytes(range(256)) * 40, b"last"]
+    with tf.io.TFRecordWriter(path) as writer:
+        for r in records:
+            writer.write(r)
+    assert list(_tfrecords(path)) == records
+    assert [r.numpy() for r in tf.data.TFRecordDataset(path)] == records
+    data = open(path, "rb").read()
+    cut = str(tmp_path / "cut")
+    with open(cut, "wb") as f:
+        f.write(data[:-3])  # the writer stopped inside the last record's checksum
+    assert list(_tfrecords(cut)) == records[:-1]
+    damaged = bytearray(data)
+    damaged[12 + 0 + 4 + 12 + 1 + 4 + 12 + 100] ^= 1  # a byte of the third record
+    bad = str(tmp_path / "bad")
+    with open(bad, "wb") as f:
+        f.write(bytes(damaged))
+    assert list(_tfrecords(bad)) == records[:2]
+    assert "a damaged record" in caplog.text
