@@ -127,3 +127,36 @@ def test_full_disk_on_a_worker_is_one_sentence_without_beams_traceback(tmp_path,
 def test_filesystem_errors_reported_as_text_by_runners(text, expected):
     error = filesystem_error(RuntimeError(text), "/r")
     assert (str(error) if error else None) == expected
+
+
+def test_local_files_go_through_python_as_gfile_would_treat_them(tmp_path):
+    """fileio on local paths: Python's own functions, with gfile's meaning (no TensorFlow)."""
+    import subprocess
+    import sys
+
+    code = f"""
+import os, sys
+from beam_pipeline.core import fileio
+root = {str(tmp_path)!r}
+fileio.write_file(os.path.join(root, "a", "text.txt"), "one\\r\\ntwo\\n€")
+assert fileio.read_file(os.path.join(root, "a", "text.txt")) == "one\\r\\ntwo\\n€"  # as written
+fileio.write_file(os.path.join(root, "a", ".hidden"), b"x")
+assert fileio.glob(os.path.join(root, "a", "*")) == [
+    os.path.join(root, "a", ".hidden"), os.path.join(root, "a", "text.txt")]
+assert sorted(fileio.listdir(os.path.join(root, "a"))) == [".hidden", "text.txt"]
+assert sorted(f for _, _, files in fileio.walk(root) for f in files) == [".hidden", "text.txt"]
+fileio.write_atomic(os.path.join(root, "a", "text.txt"), "new")
+assert fileio.read_file(os.path.join(root, "a", "text.txt")) == "new"
+assert sorted(fileio.listdir(os.path.join(root, "a"))) == [".hidden", "text.txt"]  # no tmp
+fileio.remove(os.path.join(root, "a", ".hidden"))
+try:
+    fileio.read_file(os.path.join(root, "nope.txt"))
+except OSError:
+    pass
+else:
+    raise AssertionError("a missing local file must raise OSError")
+print("tensorflow" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False"]
