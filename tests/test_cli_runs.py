@@ -161,7 +161,11 @@ def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process
     examples = conftest_trainer.read_raw_examples(RunDirectory(root, run_id), "eval")
     assert len(examples) == stages["ExampleGen"]["rows_out"]["eval"]
     served = conftest_trainer.classify_accuracy(os.path.join(run_dir, "model"), examples)
-    assert served >= 0.9  # 100 steps reach about 0.97 on the eval split
+    # The bundled module is seeded (penguin_module.SEED): with each learning rate 0.01 the
+    # search can pick, 100 steps served 1.0, 0.990 and 0.990 on the 105 eval rows (1, 2, 3
+    # hidden layers, measured once each; the tuned run picked 1 layer, 1.0). Unseeded, it
+    # served 0.79 in one fresh-clone CI run of three.
+    assert served >= 0.9
 
     # The model checks: sliced metrics (overall and per island, from the bundled config),
     # blessed on value thresholds alone (no earlier blessed model), served from a sandbox

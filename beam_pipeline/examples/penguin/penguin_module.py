@@ -80,6 +80,11 @@ FEATURE_KEYS = [transformed_name(k) for k in NUMERIC_FEATURES]
 CATEGORICAL_KEYS = [transformed_name(k) for k in CATEGORICAL_FEATURES]
 TRAIN_BATCH_SIZE = 20
 EVAL_BATCH_SIZE = 10
+# Initial weights and data order are seeded, so that the example trains the same model on
+# every run (TFX's module sets no seed). Unseeded, one first command in about twenty served
+# 0.79 instead of 0.97 after its 100 steps: learning rate 0.01, one hidden layer, and
+# initial weights from which 100 steps did not separate two species on one island.
+SEED = 0
 
 
 def _get_hyperparameters() -> keras_tuner.HyperParameters:
@@ -134,6 +139,7 @@ def _epochs(train_steps: int) -> tuple[int, int]:
 
 def run_fn(fn_args: FnArgs) -> None:
     """Trains the model on the transformed examples and exports it for serving (TFX style)."""
+    keras.utils.set_random_seed(SEED)  # before the datasets: their shuffles take it too
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
     train_dataset = _input_fn(
         fn_args.train_files, fn_args.data_accessor, tf_transform_output, TRAIN_BATCH_SIZE
@@ -191,9 +197,13 @@ def run_fn(fn_args: FnArgs) -> None:
 
 def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
     """A random search over the learning rate and the depth, as TFX's penguin tuner_fn."""
+    keras.utils.set_random_seed(SEED)
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
 
     def build(hparams: keras_tuner.HyperParameters) -> keras.Model:
+        # Each trial's initial weights as the Trainer's for the same hyperparameters,
+        # whichever trials ran before it in the same process.
+        keras.utils.set_random_seed(SEED)
         model = _build_model(hparams, tf_transform_output)
         model.compile(
             optimizer=keras.optimizers.Adam(hparams.get("learning_rate")),
