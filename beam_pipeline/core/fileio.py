@@ -1,9 +1,11 @@
 """The one way this project touches files: local paths and ``gs://`` alike.
 
 Every read, write, listing and rename of an artifact, a staged module or a run record goes
-through these functions, which delegate to ``tf.io.gfile`` (local byte reads and writes,
-folder creation and sizes go to the OS directly, so that the data stages' workers never
-import TensorFlow). Why
+through these functions, which delegate to ``tf.io.gfile`` for ``gs://`` paths. Local
+paths go to Python's own functions (reads and writes, listings, globs, walks, folder
+creation, sizes, overwriting renames and removals), with gfile's meaning, so that the data
+stages' workers and the ``runs`` commands never import TensorFlow; only a local ``copy``,
+``rmtree`` or non-overwriting ``rename`` still uses gfile. Why
 ``tf.io.gfile`` and not Beam's ``FileSystems``: :mod:`trainer` runs inside a worker and in
 plain processes where it must not need Beam (see DESIGN.md), while TensorFlow is present
 in every process that touches an artifact; gfile also has folders (``makedirs``,
