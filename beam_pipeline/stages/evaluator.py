@@ -138,7 +138,8 @@ class EvaluatorStage(Stage):
                 f"--eval_split={e.eval_split.value} names a split this run does not have (it "
                 f"has {', '.join(s.value for s in examples.split_names)}); pass one of those."
             )
-        if not e.eval_config and evaluator.model_facts(model.uri).label_key is None:
+        facts = evaluator.model_facts(model.uri)  # loaded once for both uses below
+        if not e.eval_config and facts.label_key is None:
             # A model exported by the module's own code (TFX's modules) records no label.
             note = (
                 f"not evaluated: the model in {model.uri} records no label; pass --eval_config "
@@ -148,7 +149,9 @@ class EvaluatorStage(Stage):
         schema_artifact = inputs.get(Schema)
         schema = read_schema(schema_artifact.file) if schema_artifact is not None else None
         # Checked before the Beam job starts: a bad config stops here with its fix.
-        config = evaluator.build_eval_config(e.eval_config, model.uri, schema, e.slice_features)
+        config = evaluator.build_eval_config(
+            e.eval_config, model.uri, schema, e.slice_features, facts=facts
+        )
         baseline, how = _baseline(ctx, model.uri)
         result = evaluator.run_evaluation(
             config,
