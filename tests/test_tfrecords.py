@@ -47,9 +47,9 @@ def _encode_failing_at_7(i: int) -> list[bytes]:
     return _encode_int(i)
 
 
-def test_encode_runs_on_the_writing_thread_and_every_record_lands_in_some_shard(tmp_path):
-    """With ``encode``, the sink takes any element, encodes and writes it on its own thread;
-    a small shard size makes that thread close files mid-bundle, which must all be kept."""
+def test_encode_runs_on_the_sinks_threads_and_every_record_lands_in_some_shard(tmp_path):
+    """With ``encode``, the sink takes any element, encodes and writes it on threads of its own;
+    a small shard size makes the writing thread close files mid-bundle, which must all be kept."""
     out = str(tmp_path / "split")
     with make_pipeline() as p:
         _ = p | beam.Create(range(60)) | WriteTFRecordBatches(out, 20_000, encode=_encode_int)
@@ -145,3 +145,69 @@ def test_read_example_batches_matches_tfxio_beam_source(tmp_path):
             | beam.CombineGlobally(all)
         )
         assert_that(balanced, equal_to([True]), label="same rows")
+
+
+def _example(i: int) -> bytes:
+    import tensorflow as tf
+
+    feature = {"i": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def test_batches_are_decoded_on_several_threads_and_come_out_in_the_files_order(tmp_path):
+    """The reader decodes two batches at a time, each with its own decoder, and yields them
+    in the file's order; the last, short batch included."""
+    import threading
+
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from transforms import tfrecords
+
+    path = str(tmp_path / "data.tfrecord.gz")
+    writer = _GzipRecordWriter(path)
+    for i in range(1003):
+        writer.write(_example(i))
+    writer.close()
+    schema = schema_pb2.Schema()
+    schema.feature.add(name="i", type=schema_pb2.INT)
+    decode = tfrecords._DecodeFile(schema.SerializeToString(), batch_size=10)
+    decode.setup()
+    threads, decoders = set(), set()
+    real = decode._decode
+
+    def recording(records):  # notes which thread and decoder made each batch
+        batch = real(records)
+        threads.add(threading.get_ident())
+        decoders.add(id(decode._local.decoder))
+        return batch
+
+    decode._decode = recording
+    try:
+        batches = list(decode.process(path))
+    finally:
+        decode.teardown()
+    assert [b.num_rows for b in batches] == [10] * 100 + [3]
+    assert [v for b in batches for v in b.column("i").to_pylist()] == [[i] for i in range(1003)]
+    assert tfrecords._DECODERS == 2 and len(threads) == len(decoders) == 2
+
+
+def _encode_tagged(i: int) -> list[bytes]:
+    return [f"{i:03d}-{j}".encode() for j in range(30)]
+
+
+def test_elements_encoded_on_several_threads_are_written_in_the_order_they_came(tmp_path):
+    """Encoding runs two elements at a time ahead of the one writing thread; each file holds
+    its elements' records in the order the bundle gave them (no reordering by whichever
+    encoding finished first)."""
+    out = str(tmp_path / "split")
+    with make_pipeline() as p:
+        _ = p | beam.Create(range(200)) | WriteTFRecordBatches(out, 50_000, encode=_encode_tagged)
+    files, records = _read(os.path.join(out, "*.tfrecord.gz"))
+    assert sorted(records) == sorted(r for i in range(200) for r in _encode_tagged(i))
+    import tensorflow as tf
+
+    for f in files:
+        in_file = [r.numpy().decode() for r in tf.data.TFRecordDataset(f, "GZIP")]
+        elements = [int(r.split("-")[0]) for r in in_file[::30]]
+        assert elements == sorted(elements), f
+        assert in_file == [r.decode() for i in elements for r in _encode_tagged(i)], f

@@ -25,8 +25,10 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import struct
 import sys
+import threading
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
@@ -50,6 +52,10 @@ _GZIP_LEVEL = 1
 # enough that opening a file costs nothing next to reading it, small enough that a 1M-row
 # split is several files for several readers.
 SHARD_BYTES = 64 << 20
+# Batches decoded at once by ReadExampleBatches (one thread and decoder each), and elements
+# encoded at once ahead of WriteTFRecordBatches's writing thread (one thread each).
+_DECODERS = 2
+_IN_FLIGHT = 2
 
 
 def _options():
@@ -126,13 +132,15 @@ class _WriteBundleFiles(beam.DoFn):
     after every ``shard_bytes`` bytes of records: shards scale with the data, so the
     stages that read them (one reader per file) read in parallel.
 
-    The writing (and ``encode``, when given: element -> records) runs on a thread of its
-    own, one element behind the steps before this one: framing, compressing and encoding
-    are C++ that releases the GIL, so on the DirectRunner, where a worker runs a bundle's
-    fused steps one element at a time on one Python thread, they use another core while
-    that thread makes the next element (tf.Transform's graphs, ExampleGen's parsing). At
-    most one element waits, so memory stays flat; an error of the writing thread is raised
-    by the next ``process`` or by ``finish_bundle``, so the bundle fails as usual.
+    The writing runs on a thread of its own, behind the steps before this one, and
+    ``encode`` (element -> records, when given) on ``_IN_FLIGHT`` threads ahead of it:
+    framing, compressing and encoding are C++ that releases the GIL, so on the
+    DirectRunner, where a worker runs a bundle's fused steps one element at a time on one
+    Python thread, they use the other cores while that thread makes the next element
+    (tf.Transform's graphs, ExampleGen's parsing). The elements are written in the order
+    they came; at most ``_IN_FLIGHT`` of them wait, so memory stays flat. An error of an
+    encoding or the writing thread is raised by a later ``process`` or by
+    ``finish_bundle``, so the bundle fails as usual.
     """
 
     def __init__(
@@ -147,24 +155,32 @@ class _WriteBundleFiles(beam.DoFn):
 
     def setup(self):
         self._behind = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write")
+        self._encoders = (
+            ThreadPoolExecutor(max_workers=_IN_FLIGHT, thread_name_prefix="encode")
+            if self._encode is not None
+            else None
+        )
 
     def start_bundle(self):
         self._writer = None
         self._path = None
         self._bytes = 0
-        self._writing = None
+        self._in_flight: collections.deque = collections.deque()  # write futures, in order
         self._closed: list[str] = []  # files the writing thread finished, not yet emitted
 
     def process(self, element):
-        if self._writing is not None:
-            self._writing.result()
-        self._writing = self._behind.submit(self._write, element)
+        while len(self._in_flight) >= _IN_FLIGHT:
+            self._in_flight.popleft().result()
+        if self._encoders is not None:
+            element = self._encoders.submit(self._encode, element)
+        # One writing thread: the writes run in the order they are submitted.
+        self._in_flight.append(self._behind.submit(self._write, element))
         # Files closed by the writing thread so far (list.pop is atomic under the GIL).
         while self._closed:
             yield self._closed.pop()
 
     def _write(self, element) -> None:
-        records = self._encode(element) if self._encode is not None else element
+        records = element.result() if self._encoders is not None else element
         if self._writer is None:
             _makedirs(self._tmp_dir)
             self._path = FileSystems.join(self._tmp_dir, f"{uuid.uuid4().hex}{SHARD_SUFFIX}")
@@ -182,9 +198,15 @@ class _WriteBundleFiles(beam.DoFn):
             self._closed.append(self._path)
 
     def finish_bundle(self):
-        if self._writing is not None:
-            self._writing.result()
-            self._writing = None
+        try:
+            while self._in_flight:
+                self._in_flight.popleft().result()
+        finally:
+            # After an error the later writes still ran (or failed alike); none is left
+            # running into the next bundle's state.
+            for later in self._in_flight:
+                later.exception()
+            self._in_flight.clear()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -195,6 +217,8 @@ class _WriteBundleFiles(beam.DoFn):
 
     def teardown(self):
         self._behind.shutdown(wait=True)
+        if self._encoders is not None:
+            self._encoders.shutdown(wait=True)
 
 
 def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
@@ -256,11 +280,12 @@ class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
 class _DecodeFile(beam.DoFn):
     """One gzip TFRecord file of tf.Examples -> RecordBatches of up to ``batch_size`` rows.
 
-    Reading and decoding run one batch ahead on a thread of its own: TensorFlow's reader
-    and tfx-bsl's ``DecodeBatch`` release the GIL, so on the DirectRunner (one Python
-    thread per worker) the next batch is read and decoded on another core while the steps
-    after this one (tf.Transform's TensorFlow graphs) work on the current one. A decoder
-    is not thread-safe, so only that thread uses it.
+    Decoding runs ahead, ``_DECODERS`` batches at a time, each on a thread of its own with
+    its own decoder (a decoder is not thread-safe): tfx-bsl's ``DecodeBatch`` releases the
+    GIL, so on the DirectRunner (one Python thread per worker) the next batches are decoded
+    on the other cores while the steps after this one (tf.Transform's TensorFlow graphs)
+    work on the current one. TensorFlow's reader reads and gunzips one batch ahead of that
+    on its own threads. The batches come out in the file's order.
     """
 
     def __init__(self, schema_bytes: bytes, batch_size: int):
@@ -268,25 +293,38 @@ class _DecodeFile(beam.DoFn):
         self._batch_size = batch_size
 
     def setup(self):
-        from tfx_bsl.coders import example_coder
-
-        self._decoder = example_coder.ExamplesToRecordBatchDecoder(self._schema_bytes)
-        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+        self._local = threading.local()
+        self._ahead = ThreadPoolExecutor(max_workers=_DECODERS, thread_name_prefix="decode")
 
     def process(self, path: str):
         import tensorflow as tf
 
         dataset = tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=8 << 20)
         batches = dataset.batch(self._batch_size).prefetch(1).as_numpy_iterator()
-        ahead = self._ahead.submit(self._next, batches)
-        while (batch := ahead.result()) is not None:
-            ahead = self._ahead.submit(self._next, batches)
+        pending: collections.deque = collections.deque()
+
+        def submit() -> None:
+            records = next(batches, None)
+            if records is not None:
+                pending.append(self._ahead.submit(self._decode, records))
+
+        for _ in range(_DECODERS):
+            submit()
+        while pending:
+            batch = pending.popleft().result()
+            submit()
             yield batch
 
-    def _next(self, batches):
-        """The next RecordBatch of the file, or None at its end (on the decoding thread)."""
-        records = next(batches, None)
-        return None if records is None else self._decoder.DecodeBatch(list(records))
+    def _decode(self, records):
+        """One RecordBatch of serialized tf.Examples (on a decoding thread, its decoder)."""
+        decoder = getattr(self._local, "decoder", None)
+        if decoder is None:
+            from tfx_bsl.coders import example_coder
+
+            decoder = self._local.decoder = example_coder.ExamplesToRecordBatchDecoder(
+                self._schema_bytes
+            )
+        return decoder.DecodeBatch(list(records))
 
     def teardown(self):
         self._ahead.shutdown(wait=True)

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Optional
 
@@ -167,21 +168,25 @@ class _CountRows(beam.DoFn):
 
 
 class _ExamplesEncoder:
-    """RecordBatch -> serialized tf.Examples (tfx-bsl's encoder), made on first use: the
-    sink calls it on its writing thread, the only thread that uses it."""
+    """RecordBatch -> serialized tf.Examples (tfx-bsl's encoder), one per thread, made on
+    first use: the sink calls it on its encoding threads."""
 
     def __init__(self):
-        self._encoder = None
+        self._local = threading.local()
 
     def __getstate__(self):
-        return {"_encoder": None}
+        return {}
+
+    def __setstate__(self, state):
+        self._local = threading.local()
 
     def __call__(self, batch: pa.RecordBatch) -> list[bytes]:
-        if self._encoder is None:
+        encoder = getattr(self._local, "encoder", None)
+        if encoder is None:
             from tfx_bsl.coders import example_coder
 
-            self._encoder = example_coder.RecordBatchToExamplesEncoder()
-        return self._encoder.encode(batch)
+            encoder = self._local.encoder = example_coder.RecordBatchToExamplesEncoder()
+        return encoder.encode(batch)
 
 
 class WriteTransformedExamples(
