@@ -7,8 +7,8 @@
 - ``fail_on``: ``{"num_layers": 3}`` makes building a model with that value raise (the
   tuner's own first build, with the default values, must not hit it);
 - ``fail_all``: every trial's training raises;
-- ``exit_once``: a file path; the first trial whose process finds it missing creates it and
-  kills its own process as training starts (a lost worker);
+- ``exit_once``: a file path; the one trial that creates it (exclusively) kills its own
+  process as training starts (a lost worker);
 - ``slow_once``: ``{"marker": path, "seconds": s}``; the first trial whose process finds
   the marker missing creates it and sleeps ``s`` seconds as training starts (a slow trial);
   with ``"until_started": n`` it instead waits until ``n`` other trials have started
@@ -71,9 +71,14 @@ class _ExitOnce(keras.callbacks.Callback):
         self.marker = marker
 
     def on_train_begin(self, logs=None):
-        if not os.path.exists(self.marker):
-            open(self.marker, "w").close()
-            os._exit(3)  # the worker process dies mid-trial
+        # Exclusive create: one trial of the search wins, however many start at once (a
+        # check for the file, then its creation, once let both of a search job's first two
+        # trials exit: two lost workers where the test expects one; a fresh-clone CI run).
+        try:
+            open(self.marker, "x").close()
+        except FileExistsError:
+            return
+        os._exit(3)  # the worker process dies mid-trial
 
 
 class _SlowOnce(keras.callbacks.Callback):
