@@ -129,9 +129,17 @@ class RunDirectory:
             logging.getLogger(__name__).warning("Could not delete %s (%s).", staging, e)
 
     def discard(self, staging: str) -> None:
-        """Deletes a staging folder (a failed or abandoned artifact)."""
-        if fileio.exists(staging):
-            fileio.rmtree(staging)
+        """Deletes a staging folder (a failed or abandoned artifact).
+
+        Stages call it while their own error propagates, so a folder that cannot be
+        deleted is logged, never raised over that error (:meth:`remove_staging` tries
+        again when the run ends).
+        """
+        try:
+            if fileio.exists(staging):
+                fileio.rmtree(staging)
+        except Exception as e:  # noqa: BLE001  OSError or TensorFlow's OpError
+            logging.getLogger(__name__).warning("Could not delete %s (%s).", staging, e)
 
 
 def _walk_files(top: str) -> list[str]:

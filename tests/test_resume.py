@@ -394,3 +394,27 @@ def test_a_finished_run_rerun_with_the_same_content_elsewhere_keeps_every_stage(
     with open(os.path.join(killed_run["run"], SUMMARY_FILE)) as f:
         statuses = {s["stage"]: s["status"] for s in json.load(f)["stages"]}
     assert set(statuses.values()) == {"cached", "skipped"} and statuses["Trainer"] == "cached"
+
+
+def test_a_staging_folder_that_cannot_be_deleted_is_logged_not_raised(
+    tmp_path, monkeypatch, caplog
+):
+    """A failed stage discards its staging folder while its own error propagates: a
+    delete that fails (a process still writing there) must not replace that error."""
+    from beam_pipeline.core import fileio
+    from beam_pipeline.core.types import Artifact
+    from beam_pipeline.run_dir import RunDirectory
+
+    run_dir = RunDirectory(str(tmp_path), "r1")
+    staging = run_dir.new_staging(Artifact.TUNER)
+
+    def refuse(path):  # what rmtree raised while a trial still wrote there
+        raise OSError(39, "Directory not empty", path)
+
+    monkeypatch.setattr(fileio, "rmtree", refuse)
+    run_dir.discard(staging)
+    assert os.path.isdir(staging)
+    assert f"Could not delete {staging} ([Errno 39] Directory not empty" in caplog.text
+    monkeypatch.undo()
+    run_dir.remove_staging()  # the run's end tries again
+    assert not os.path.exists(os.path.dirname(staging))

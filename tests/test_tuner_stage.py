@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import conftest_trainer
 import keras_tuner
@@ -317,6 +318,28 @@ def test_a_search_whose_trials_all_fail_stops_with_a_clear_error(run_dir, pool, 
     message = r"Tuning stopped: 3 trials in a row failed .* RuntimeError: training diverged"
     with pytest.raises(PipelineError, match=message):
         run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
+    assert not os.path.exists(run_dir.path(Artifact.TUNER))
+    assert os.listdir(os.path.join(run_dir.root, ".staging")) == []
+
+
+def test_a_rolling_search_that_stops_kills_the_trial_still_running_before_it_cleans_up(
+    run_dir, pool, tmp_path
+):
+    """Three trials fail while the other slot's first trial waits (60 s): the search stops
+    on the third failure; that trial's process is killed (and replaced) instead of
+    training on and writing into the staging folder the stage deletes. (It was left to
+    run: the delete then raced with its writes, and once failed with "directory not
+    empty" over the error the user must read.)"""
+    marker = str(tmp_path / "slow")
+    config = _config(max_trials=6, fail_all=True, slow_once={"marker": marker, "seconds": 60})
+    pids = pool.pids
+    message = r"Tuning stopped: 3 trials in a row failed .* RuntimeError: training diverged"
+    with pytest.raises(PipelineError, match=message):
+        run_tuning_stage(config, run_dir, TWO_WORKERS, worker_pool=pool)
+    assert os.path.exists(marker)  # the slow trial was running when the search stopped
+    assert sum(a != b for a, b in zip(pids, pool.pids)) == 1  # its process, killed
+    pool.wait_ready()  # and replaced: the pool serves the next search
+    time.sleep(1.0)  # nothing writes into the deleted staging folder afterwards
     assert not os.path.exists(run_dir.path(Artifact.TUNER))
     assert os.listdir(os.path.join(run_dir.root, ".staging")) == []
 

@@ -37,6 +37,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from typing import Optional
@@ -319,9 +320,12 @@ class _Child:
     def alive(self) -> bool:
         return self.process.is_alive()
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """Stops the process: asked to stop (30 s, then killed), or ``kill`` at once."""
         _OPEN_CONNS.discard(self._conn)
         self._conn.close()
+        if kill:
+            self.process.kill()
         self.process.join(timeout=30)
         if self.process.exitcode is None:
             self.process.kill()
@@ -452,6 +456,27 @@ class LocalWorkerPool:
         self._children[index].close()
         self._children[index] = _Child(index, self.threads_per_worker, self._log_dir, self.label)
         self.restarts += 1
+
+    def stop_jobs(self, indexes: Sequence[int]) -> None:
+        """Kills processes ``indexes`` mid-job and puts fresh ones in their place.
+
+        For jobs a stopped search abandons: a trial left running there would go on writing
+        into the tuner's staging folder while the stage deletes it (a rolling search that
+        stops on its third failure while the other slot still trains; the delete then
+        failed with "directory not empty" on top of the error the user must read). The
+        abandoned jobs' channel threads end quietly (:func:`_quiet_abandoned_jobs`). Not
+        counted in :attr:`restarts` (no process was lost).
+        """
+        with _quiet_abandoned_jobs():
+            for index in indexes:
+                self._children[index].close(kill=True)
+                self._children[index] = _Child(
+                    index, self.threads_per_worker, self._log_dir, self.label
+                )
+            deadline = time.time() + _CHANNEL_GRACE_S
+            for thread in threading.enumerate():
+                if thread.name in _CHANNEL_THREADS:
+                    thread.join(timeout=max(0.0, deadline - time.time()))
 
     def pipeline(self, options: PipelineOptions, worker: Optional[int] = None) -> beam.Pipeline:
         """A pipeline whose workers are this pool's processes (one Beam worker each).

@@ -128,9 +128,12 @@ def run_rolling(search: Search, jobs: TrialJobs) -> None:
         _roll_until_done(search, pool, done, running, counters, launch)
     except BaseException:
         # The search stops here: the other trials' jobs must not run on (on Dataflow, a
-        # submitted job would go on costing). Local pool jobs end with the pool.
+        # submitted job would go on costing; on a pool, a trial would go on writing into
+        # the staging folder the stage deletes next).
         for entry in running.values():
             _cancel(entry)
+        if pool is not None and running:
+            pool.stop_jobs(sorted(running))
         raise
 
 

@@ -161,12 +161,12 @@ def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
     else:
         tuner = keras_tuner.RandomSearch(max_trials=custom.get("max_trials", 4), **common)
     callbacks = []
+    if custom.get("slow_once"):  # first: with fail_all, the slow trial fails after its wait
+        callbacks.append(_SlowOnce(**custom["slow_once"]))
     if custom.get("fail_all"):
         callbacks.append(_RaiseInTraining())
     if custom.get("exit_once"):
         callbacks.append(_ExitOnce(custom["exit_once"]))
-    if custom.get("slow_once"):
-        callbacks.append(_SlowOnce(**custom["slow_once"]))
     if custom.get("print_kb"):
         callbacks.append(_Print(custom["print_kb"]))
     return TunerFnResult(
