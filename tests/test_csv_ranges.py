@@ -16,6 +16,12 @@ from conftest import make_pipeline
 from beam_pipeline.stages.example_gen import reading_note
 from beam_pipeline.stages.jobs import counter
 from transforms import example_gen as eg
+from transforms.example_gen.csv_chunks import (
+    RESCANNED_COUNTER,
+    PlanChunkedFile,
+    ScanChunk,
+    chunk_file,
+)
 from transforms.example_gen.csv_ranges import LineScanner, ScanCsvRanges, plan_ranges
 from transforms.example_gen.csv_typing import ColumnType, CountFileTypes
 from transforms.tfrecords import WriteTFRecordBatches
@@ -28,9 +34,24 @@ def _good_lines() -> list[str]:
     return ["id,x,s"] + [f"{i},{i * 3 + 10},n{i:03d}" for i in range(ROWS)]
 
 
+def _in_order(path, fmt, header=("id", "x", "s")):
+    """The in-order typing pass over a whole file: (type counts, ranges)."""
+    outs = list(CountFileTypes(header, fmt).process(path))
+    return outs[0], [o.value for o in outs[1:]]
+
+
+def _chunked(path, fmt, header=("id", "x", "s")):
+    """The chunked typing pass (csv_chunks) run by hand: (type counts, ranges, rescanned)."""
+    chunks = chunk_file(path, os.path.getsize(path), fmt.range_bytes)
+    scans = [scan for c in chunks for _, scan in ScanChunk(header, fmt, True).process(c)]
+    outs = list(PlanChunkedFile(header, fmt, True).process((path, scans[::-1])))
+    rescanned = not all(s.unsafe is None and s.counts is not None for s in scans)
+    return outs[0], [o.value for o in outs[1:]], rescanned
+
+
 def _ranges(path, fmt) -> list[eg.CsvRange]:
-    outs = list(CountFileTypes(("id", "x", "s"), fmt).process(path))
-    return [o.value for o in outs[1:]]
+    """The ranges the pipeline reads a file in (chunked: the file is 2+ ranges long)."""
+    return _chunked(path, fmt)[1]
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +122,11 @@ def _read(path, fmt, *beam_args, types=None):
     return rows, rejected, run
 
 
-def test_split_points_are_line_starts_with_their_numbers(split_csv):
+@pytest.mark.parametrize("typing_pass", [_in_order, _chunked])
+def test_split_points_are_line_starts_with_their_numbers(split_csv, typing_pass):
     path, _ = split_csv
     data = open(path, "rb").read()
-    ranges = _ranges(path, eg.CsvFormat(range_bytes=RANGE_BYTES))
+    ranges = typing_pass(path, eg.CsvFormat(range_bytes=RANGE_BYTES))[1]
     assert len(ranges) >= 5
     assert ranges[0].start == data.index(b"\n") + 1 and ranges[0].first_line == 2
     assert ranges[-1].end == len(data)
@@ -184,9 +206,80 @@ def test_a_file_with_a_quoted_newline_stays_one_reader_and_the_summary_says_why(
     assert len(rows) == ROWS - 1
     assert counter(run, eg.ONE_READER_COUNTER + "quoted_newline") == 1
     assert counter(run, eg.RANGES_COUNTER) == 0
+    assert counter(run, RESCANNED_COUNTER) == 1  # its chunks were typed, then it was whole
     assert reading_note(run) == (
         "1 CSV file read by one reader: a quoted field spans lines (a newline inside quotes)"
     )
+
+
+def _quoted_lines() -> list[str]:
+    """Rows whose string column is quoted, with delimiters and doubled quotes inside (no
+    newline): chunk cuts fall inside quoted fields; a float column with one bad value."""
+    lines = ["id,x,s"]
+    for i in range(ROWS):
+        x = "oops" if i == 17 else f"{i * 0.5:.1f}"
+        lines.append(f'{i},{x},"a, ""quoted"" {i:03d}, b"')
+    return lines
+
+
+def test_chunks_type_a_file_as_the_in_order_pass_does_and_cut_at_line_starts(tmp_path):
+    path = str(tmp_path / "quoted.csv")
+    with open(path, "w") as f:
+        f.write("\n".join(_quoted_lines()) + "\n")
+    data = open(path, "rb").read()
+    fmt = eg.CsvFormat(range_bytes=RANGE_BYTES)
+    counts, ranges, rescanned = _chunked(path, fmt)
+    assert not rescanned and len(ranges) == len(data) // RANGE_BYTES >= 10
+    # Some nominal cuts fall inside a quoted field: the cut moved to the next line start.
+    cuts = [c.lo for c in chunk_file(path, len(data), RANGE_BYTES)[1:]]
+    assert any(data[:c].count(b'"') % 2 for c in cuts)
+    assert counts == _in_order(path, fmt)[0]  # the same votes: x is FLOAT, 1 bad value
+    assert ranges[0].start == data.index(b"\n") + 1 and ranges[0].first_line == 2
+    assert ranges[-1].end == len(data)
+    for a, b in zip(ranges, ranges[1:]):
+        assert a.end == b.start and data[b.start - 1 : b.start] == b"\n"
+        assert data[: b.start].count(b"\n") + 1 == b.first_line
+    rows, rejected, run = _read(path, fmt)
+    # The rejected row's text is its fields joined by the delimiter.
+    assert rejected == [(19, "column 'x': 'oops' is not float", '17,oops,a, "quoted" 017, b')]
+    assert len(rows) == ROWS - 1 and counter(run, RESCANNED_COUNTER) == 0
+    assert counter(run, eg.RANGES_COUNTER) == len(ranges)
+
+
+def test_a_cut_inside_a_field_that_spans_lines_sends_the_file_to_the_in_order_pass(tmp_path):
+    lines = _good_lines()
+    # A quoted field of 40 short lines (~240 bytes) covers at least one nominal cut.
+    lines[20] = '19,67,"' + "\n".join(f"l{k:02d}" for k in range(40)) + '"'
+    lines[50] = "49;bad,n049"  # after the long field: line 51 + 39 = 90
+    path = str(tmp_path / "spans.csv")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    data = open(path, "rb").read()
+    fmt = eg.CsvFormat(range_bytes=RANGE_BYTES)
+    field = (data.index(b'"'), data.rindex(b'"'))
+    cuts = [c.lo for c in chunk_file(path, len(data), RANGE_BYTES)[1:]]
+    assert any(field[0] < c < field[1] for c in cuts)
+    counts, ranges, rescanned = _chunked(path, fmt)
+    assert rescanned and (counts, ranges) == _in_order(path, fmt) == (counts, [eg.CsvRange(path)])
+    rows, rejected, run = _read(path, fmt)
+    assert rejected == [(90, "has 2 fields but the header has 3", "49;bad,n049")]
+    assert len(rows) == ROWS - 1
+    assert counter(run, RESCANNED_COUNTER) == 1
+    assert counter(run, eg.ONE_READER_COUNTER + "quoted_newline") == 1
+
+
+def test_small_and_compressed_files_are_typed_whole_large_ones_in_chunks(tmp_path):
+    from transforms.example_gen.csv_chunks import PlanChunks
+
+    big, small, packed = (str(tmp_path / n) for n in ("big.csv", "small.csv", "big.csv.gz"))
+    for path, size in ((big, 1000), (small, 200), (packed, 1000)):
+        with open(path, "wb") as f:
+            f.write(b"a\n" + b"1\n" * (size // 2 - 1))
+    plan = PlanChunks(RANGE_BYTES)
+    chunks = list(plan.process(big))
+    assert [(c.lo, c.hi) for c in chunks] == [(125 * i, 125 * (i + 1)) for i in range(8)]
+    assert [o.value for o in plan.process(small)] == [small]  # under two ranges
+    assert [o.value for o in plan.process(packed)] == [packed]
 
 
 @pytest.mark.parametrize(

@@ -702,6 +702,13 @@ def test_dataflow_data_job_reads_csv_ranges_spread_over_workers(dataflow_graphs)
     assert "ExampleGen/SpreadRanges" in producers[source], producers[source]
     (scan,) = [t for t in transforms if t.unique_name == "ExampleGen/CountTypes"]
     assert any(source in producers and "ranges" in tag for tag, source in scan.outputs.items())
+    # A large file's typing pass is split too: its chunks go through a Reshuffle to the
+    # chunk scanner, whose results meet per file (GroupByKey) to become its ranges.
+    (chunks,) = [t for t in transforms if t.unique_name == "ExampleGen/ScanChunks"]
+    (source,) = chunks.inputs.values()
+    assert "ExampleGen/SpreadChunks" in producers[source], producers[source]
+    (plan,) = [t for t in transforms if t.unique_name == "ExampleGen/PlanRanges"]
+    assert any("ExampleGen/ChunksByFile" in producers[pcoll] for pcoll in plan.inputs.values())
 
 
 @pytest.mark.parametrize("phase", ["tuning round", "rolling trial", "search job", "training"])

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_pipeline.core.errors import PipelineError
+from transforms.example_gen.csv_chunks import PlanChunkedFile, PlanChunks, ScanChunk
 from transforms.example_gen.csv_header import read_csv_header
 from transforms.example_gen.csv_ranges import ScanCsvRanges
 from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile
@@ -153,21 +154,40 @@ class ReadCsvExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]):
 
     def expand(self, pbegin):
         files = pbegin | "ListFiles" >> beam.Create(self._files)
-        if self._column_types is not None:
+        count_types = self._column_types is None
+        # Large files: typed and scanned in chunks on many workers (csv_chunks); the
+        # others (small or compressed) in one pass each, in order.
+        planned = files | "PlanChunks" >> beam.ParDo(
+            PlanChunks(self._fmt.range_bytes)
+        ).with_outputs("whole", main="chunks")
+        chunked = (
+            planned.chunks
+            | "SpreadChunks" >> beam.Reshuffle()
+            | "ScanChunks" >> beam.ParDo(ScanChunk(self._header, self._fmt, count_types))
+            | "ChunksByFile" >> beam.GroupByKey()
+            | "PlanRanges"
+            >> beam.ParDo(PlanChunkedFile(self._header, self._fmt, count_types)).with_outputs(
+                "ranges", main="counts"
+            )
+        )
+        if not count_types:
             types = pbegin | "SchemaTypes" >> beam.Create([self._column_types])
-            ranges = files | "ScanLines" >> beam.ParDo(
+            whole = planned.whole | "ScanLines" >> beam.ParDo(
                 ScanCsvRanges(self._fmt.range_bytes, self._fmt.delimiter)
             ).with_outputs("ranges")
         else:
-            ranges = files | "CountTypes" >> beam.ParDo(
+            whole = planned.whole | "CountTypes" >> beam.ParDo(
                 CountFileTypes(self._header, self._fmt)
             ).with_outputs("ranges", main="counts")
-            types = ranges.counts | "InferTypes" >> beam.CombineGlobally(
-                InferCsvColumnTypes(self._header)
+            types = (
+                (whole.counts, chunked.counts)
+                | "AllCounts" >> beam.Flatten()
+                | "InferTypes" >> beam.CombineGlobally(InferCsvColumnTypes(self._header))
             )
+        ranges = (whole.ranges, chunked.ranges) | "AllRanges" >> beam.Flatten()
         reader = ReadCsvFile(self._header, self._fmt, self._splitter.partition_feature)
         read = (
-            ranges.ranges
+            ranges
             # Each range is one element: spread them over the workers (see csv_ranges).
             | "SpreadRanges" >> beam.Reshuffle()
             | "ReadRanges" >> beam.ParDo(reader).with_outputs("rejected", main="rows")

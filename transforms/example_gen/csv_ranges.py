@@ -109,16 +109,23 @@ class LineScanner:
     reader. The scan is a few numpy passes per block.
     """
 
-    def __init__(self, range_bytes: int, delimiter: str):
+    def __init__(self, range_bytes: int, delimiter: str, start: int = 0):
         self._range_bytes = range_bytes
         self._field_starts = np.array([ord(delimiter), _NL, _CR, _QUOTE], dtype=np.uint8)
-        self.offset = 0  # bytes seen
+        # The file offset of the next byte: bytes seen, plus ``start`` for a scan that
+        # begins at a line start in the middle of the file (:mod:`.csv_chunks`).
+        self.offset = start
         self.newlines = 0  # "\n" seen
         self._odd = False  # an odd number of quotes seen so far
         self._last = _NL  # the byte before the block (file start: a line start)
         self.header_end: Optional[int] = None  # offset of line 2
         self.points: list[tuple[int, int]] = []  # (offset, line) after header_end
         self.unsafe: Optional[OneReader] = None
+
+    @property
+    def odd_quotes(self) -> bool:
+        """An odd number of quotes in the bytes fed so far (the end is inside quotes)."""
+        return self._odd
 
     def feed(self, block: bytes) -> None:
         if self.unsafe is None and block:

@@ -48,7 +48,10 @@ __all__ = [
     "ColumnType",
     "CountFileTypes",
     "InferCsvColumnTypes",
+    "TypeCounts",
+    "add_counts",
     "column_types_of_schema",
+    "count_stream_types",
     "string_array",
 ]
 
@@ -97,23 +100,23 @@ def string_array(
     return raw, trimmed, missing
 
 
-class _TypeCounts(NamedTuple):
+class TypeCounts(NamedTuple):
     present: int
     ints: int
     floats: int
 
 
-def _count_types(columns, null_values: tuple[str, ...]) -> list[_TypeCounts]:
+def _count_types(columns, null_values: tuple[str, ...]) -> list[TypeCounts]:
     """Per column: present values, and how many of them parse as int and as float."""
     out = []
     for values in columns:
         _, trimmed, missing = string_array(values, null_values)
         present = trimmed.filter(pc.invert(missing))
         if not len(present):
-            out.append(_TypeCounts(0, 0, 0))
+            out.append(TypeCounts(0, 0, 0))
             continue
         out.append(
-            _TypeCounts(
+            TypeCounts(
                 len(present),
                 pc.sum(pc.match_substring_regex(present, INT_RE)).as_py(),
                 pc.sum(pc.match_substring_regex(present, FLOAT_RE)).as_py(),
@@ -122,8 +125,52 @@ def _count_types(columns, null_values: tuple[str, ...]) -> list[_TypeCounts]:
     return out
 
 
-def _add_counts(a: list[_TypeCounts], b: list[_TypeCounts]) -> list[_TypeCounts]:
-    return [_TypeCounts(*(x + y for x, y in zip(ca, cb))) for ca, cb in zip(a, b)]
+def add_counts(a: list[TypeCounts], b: list[TypeCounts]) -> list[TypeCounts]:
+    return [TypeCounts(*(x + y for x, y in zip(ca, cb))) for ca, cb in zip(a, b)]
+
+
+def count_stream_types(
+    f, header: tuple[str, ...], fmt: CsvFormat, skip_header: bool
+) -> list[TypeCounts]:
+    """Per-column type counts of the CSV rows in binary stream ``f`` (pyarrow's reader).
+
+    ``skip_header``: the stream starts with the header line. Rows of the wrong width are
+    skipped, and rows with an oversized field do not vote (the parsing pass rejects both
+    with their line).
+
+    Raises:
+      pyarrow.ArrowInvalid, UnicodeDecodeError: what only Python's lenient reader reads,
+        or bytes that are not UTF-8 (the caller falls back to Python's reader).
+    """
+    import pyarrow.csv as pa_csv
+
+    counts = [TypeCounts(0, 0, 0) for _ in header]
+    reader = pa_csv.open_csv(
+        f,
+        read_options=pa_csv.ReadOptions(
+            skip_rows=1 if skip_header else 0, column_names=list(header), block_size=8 << 20
+        ),
+        parse_options=pa_csv.ParseOptions(
+            delimiter=fmt.delimiter,
+            newlines_in_values=True,
+            invalid_row_handler=lambda row: "skip",
+        ),
+        convert_options=pa_csv.ConvertOptions(
+            column_types={h: pa.string() for h in header},
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    for batch in reader:
+        columns = batch.columns
+        # Rows the parsing pass rejects for an oversized field do not vote.
+        oversized = oversized_fields(columns, fmt.max_field_bytes)
+        if oversized:
+            keep = np.ones(batch.num_rows, dtype=bool)
+            keep[list(oversized)] = False
+            columns = [c.filter(pa.array(keep)) for c in columns]
+        counts = add_counts(counts, _count_types(columns, fmt.null_values))
+    return counts
 
 
 class CountFileTypes(beam.DoFn):
@@ -144,9 +191,7 @@ class CountFileTypes(beam.DoFn):
         self._plans = RangeCounters()
 
     def process(self, path: str) -> Iterator:
-        import pyarrow.csv as pa_csv
-
-        counts = [_TypeCounts(0, 0, 0) for _ in self._header]
+        counts = [TypeCounts(0, 0, 0) for _ in self._header]
         scanner = (
             LineScanner(self._fmt.range_bytes, self._fmt.delimiter)
             if is_splittable_name(path)
@@ -159,31 +204,7 @@ class CountFileTypes(beam.DoFn):
                     if scanner
                     else binary
                 )
-                reader = pa_csv.open_csv(
-                    f,
-                    read_options=pa_csv.ReadOptions(
-                        skip_rows=1, column_names=list(self._header), block_size=8 << 20
-                    ),
-                    parse_options=pa_csv.ParseOptions(
-                        delimiter=self._fmt.delimiter,
-                        newlines_in_values=True,
-                        invalid_row_handler=lambda row: "skip",
-                    ),
-                    convert_options=pa_csv.ConvertOptions(
-                        column_types={h: pa.string() for h in self._header},
-                        strings_can_be_null=False,
-                        quoted_strings_can_be_null=False,
-                    ),
-                )
-                for batch in reader:
-                    columns = batch.columns
-                    # Rows the parsing pass rejects for an oversized field do not vote.
-                    oversized = oversized_fields(columns, self._fmt.max_field_bytes)
-                    if oversized:
-                        keep = np.ones(batch.num_rows, dtype=bool)
-                        keep[list(oversized)] = False
-                        columns = [c.filter(pa.array(keep)) for c in columns]
-                    counts = _add_counts(counts, _count_types(columns, self._fmt.null_values))
+                counts = count_stream_types(f, self._header, self._fmt, skip_header=True)
                 if scanner:
                     f.raw.drain()
         except Exception as e:  # noqa: BLE001  filtered just below
@@ -192,11 +213,11 @@ class CountFileTypes(beam.DoFn):
                     raise
             # Python's reader parses what pyarrow could not, or names the line where the
             # file is not UTF-8 or stops decompressing.
-            counts = [_TypeCounts(0, 0, 0) for _ in self._header]
+            counts = [TypeCounts(0, 0, 0) for _ in self._header]
             python_reader = ReadCsvFile(self._header, self._fmt, None, typing_pass=True)
             for chunk in python_reader.process(path):
                 if isinstance(chunk, RawChunk):
-                    counts = _add_counts(counts, _count_types(chunk.columns, self._fmt.null_values))
+                    counts = add_counts(counts, _count_types(chunk.columns, self._fmt.null_values))
             if scanner:  # pyarrow refused it: only Python's lenient reader reads it
                 scanner.unsafe = scanner.unsafe or OneReader.LENIENT_QUOTING
         yield counts
@@ -216,22 +237,22 @@ class InferCsvColumnTypes(beam.CombineFn):
         self._header = header
 
     def create_accumulator(self):
-        return [_TypeCounts(0, 0, 0) for _ in self._header]
+        return [TypeCounts(0, 0, 0) for _ in self._header]
 
-    def add_input(self, acc, counts: list[_TypeCounts]):
-        return _add_counts(acc, counts)
+    def add_input(self, acc, counts: list[TypeCounts]):
+        return add_counts(acc, counts)
 
     def merge_accumulators(self, accs):
         out = self.create_accumulator()
         for acc in accs:
-            out = _add_counts(out, acc)
+            out = add_counts(out, acc)
         return out
 
     def extract_output(self, acc) -> dict[str, ColumnType]:
         return {name: _decide_type(c) for name, c in zip(self._header, acc)}
 
 
-def _decide_type(c: _TypeCounts) -> ColumnType:
+def _decide_type(c: TypeCounts) -> ColumnType:
     if c.present == 0:
         return ColumnType.STRING
     if c.ints == c.present or (c.ints >= _NUMERIC_MAJORITY * c.present and c.floats == c.ints):

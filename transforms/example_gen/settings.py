@@ -34,7 +34,7 @@ class CsvFormat:
     delimiter: str = ","
     null_values: tuple[str, ...] = ("",)
     max_field_bytes: int = DEFAULT_CSV_MAX_FIELD_BYTES
-    range_bytes: int = 16 << 20
+    range_bytes: int = 4 << 20
 
     def __post_init__(self):
         if len(self.delimiter) != 1:
