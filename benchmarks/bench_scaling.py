@@ -8,8 +8,9 @@ Same data, same sitting, one worker count after another:
 
 - data: the data phase's Beam job (ExampleGen + Statistics, ``bench_example_gen.py``) on
   ONE CSV file (``make_dataset.py``, ``--rows`` rows, seed 0, unless ``--data`` names
-  one), on the DirectRunner in_memory and in multi_processing with each worker count;
-  each run in a fresh process.
+  one), on the DirectRunner in_memory and in multi_processing with each worker count
+  (workers forked from the warm fork server, as in a CLI run); each run in a fresh
+  process. Its CPU column counts the launcher only when workers are forks.
 - tuner: ``bench_tuner.py --parallel N`` for each worker count: keras-tuner's sequential
   search, the control (N plain searches of trials/N side by side, no Beam) and the Tuner
   stage per schedule on N warm worker processes.
