@@ -5,7 +5,10 @@ file anyway, :class:`LineScanner` watches its bytes and records split points, ea
 byte offset of a real line start with that line's number, about every ``range_bytes``
 bytes; :func:`plan_ranges` turns them into :class:`CsvRange` s that
 :class:`~transforms.example_gen.csv_rows.ReadCsvFile` reads apart, numbering rows from
-the range's first line, so the rejected-rows artifact keeps exact ``file:line``.
+the range's first line, so the rejected-rows artifact keeps exact ``file:line``. (A file
+of two ranges or more is typed and scanned in chunks on many workers instead, and cut the
+same way: :mod:`.csv_chunks`; this in-order pass reads the others, and a file whose chunks
+cannot be its ranges.)
 
 A file stays one reader (a single whole-file range, as before) when splitting it is not
 safe or not possible, for a :class:`OneReader` reason: a quoted newline (a field spanning
@@ -24,7 +27,7 @@ element, so any runner (Dataflow included) balances them like any other elements
 
 Example::
 
-    scanner = LineScanner(range_bytes=16 << 20, delimiter=",")
+    scanner = LineScanner(range_bytes=4 << 20, delimiter=",")
     for block in blocks_of(path):
         scanner.feed(block)
     ranges = plan_ranges(path, scanner)   # [CsvRange(path, start, end, first_line), ...]
