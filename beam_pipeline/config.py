@@ -108,6 +108,10 @@ class TunerSchedule(str, enum.Enum):
     worker, claims the next trial from the oracle's state in the run's storage (an atomic
     compare-and-swap per ask and report), runs it and reports it; a lost worker's trial is
     re-issued when its lease (``lease_seconds``) runs out. No job start-up per trial.
+
+    Left unset, the runner decides (:func:`beam_pipeline.tuning_stage.default_schedule`):
+    SEARCH_JOB where every job starts workers of its own (Dataflow, Flink, Spark, a portable
+    job server), ROLLING on the DirectRunner and Beam's embedded job service.
     """
 
     ROLLING = "rolling"
@@ -253,8 +257,9 @@ class TunerConfig:
     Attributes:
       enabled: False (``--no_tuner``) skips tuning.
       parallel_trials: trials that run at once.
-      schedule: rolling (a freed worker gets the next trial at once) or synchronous
-        rounds; see :class:`TunerSchedule`.
+      schedule: rolling (a freed worker gets the next trial at once), synchronous rounds
+        or one search job; see :class:`TunerSchedule`. None: the runner decides
+        (:func:`beam_pipeline.tuning_stage.default_schedule`).
       max_trials: caps the tuner's own ``max_trials`` when given.
       train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
       accelerator / min_ram: resource hints of the trial step.
@@ -266,7 +271,7 @@ class TunerConfig:
 
     enabled: bool = True
     parallel_trials: int = 2
-    schedule: TunerSchedule = TunerSchedule.ROLLING
+    schedule: Optional[TunerSchedule] = None
     max_trials: Optional[int] = None
     train_steps: int = 20
     eval_steps: int = 5

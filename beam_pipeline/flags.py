@@ -195,9 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--tuner_schedule",
         choices=[s.value for s in TunerSchedule],
-        help="rolling (default): a worker that finishes a trial starts the next at once; "
-        "rounds: synchronous rounds (reproducible adaptive searches); search_job: one job "
-        "per search, each worker claims trials from the oracle's state in the run's storage.",
+        help="rolling: a worker that finishes a trial starts the next at once (a job per "
+        "trial); rounds: synchronous rounds (reproducible adaptive searches); search_job: "
+        "one job per search, each worker claims trials from the oracle's state in the run's "
+        "storage. Default: search_job on Dataflow, Flink, Spark and portable job servers, "
+        "rolling on the DirectRunner and the embedded job service.",
     )
     g.add_argument("--tuner_max_trials", type=int)
     g.add_argument("--tuner_train_steps", type=int)

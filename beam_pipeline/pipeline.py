@@ -48,6 +48,7 @@ from beam_pipeline.stages.graph import STAGE_GRAPH
 from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
 from beam_pipeline.stages.tuner import default_tuner_pool
 from beam_pipeline.summary import RunSummary, write_summary
+from beam_pipeline.tuning_stage import with_schedule
 from trainer import load_trainer_module
 from transforms import example_gen as eg
 
@@ -99,6 +100,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     from beam_pipeline.schema_gen import read_schema
 
     options = parse_beam_args(config.beam_args)
+    # The runner's tuner schedule when none was given: recorded in the run's identity.
+    config = with_schedule(config, options)
     if is_multi_processing(options):  # the DirectRunner's worker processes: see there
         from beam_pipeline.runtime.pool import warm_fork_server
 

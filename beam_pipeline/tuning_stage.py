@@ -3,16 +3,17 @@
 The oracle lives on the launcher (:class:`trainer.tuning.OracleDriver`): it is asked for
 trials, they run as Beam jobs (:class:`transforms.tuning.RunTrials`: a trial per element,
 with the ``--tuner_accelerator`` / ``--tuner_min_ram`` resource hints), their results are
-reported and its state saved, until it stops or ``--tuner_max_trials`` is reached. Two
+reported and its state saved, until it stops or ``--tuner_max_trials`` is reached. Three
 schedules (``--tuner_schedule``, :mod:`beam_pipeline.tuner`):
 
-- rolling (default): ``--tuner_parallel_trials`` slots, each running one trial's job at a
-  time; a slot that frees reports its trial and gets the next one at once, so no worker
-  waits for another's slower trial;
+- rolling (the DirectRunner's default): ``--tuner_parallel_trials`` slots, each running
+  one trial's job at a time; a slot that frees reports its trial and gets the next one at
+  once, so no worker waits for another's slower trial;
 - rounds: ask a trial per slot, run them as one job (Reshuffled to workers), wait for all,
   report, repeat; an adaptive oracle then sees the same results at the same points on a
   rerun;
-- search_job: ONE job for the whole search (:mod:`beam_pipeline.tuner.search_job`): a
+- search_job (the default of runners whose jobs start workers, :func:`default_schedule`):
+  ONE job for the whole search (:mod:`beam_pipeline.tuner.search_job`): a
   long-lived loop per slot on its own worker claims the next trial by a compare-and-swap
   on the oracle's state in the run's storage, runs and reports it; the workers, not the
   launcher, drive the oracle, and a lost worker's trial is re-issued when its lease ends.
@@ -28,7 +29,8 @@ process). Beam's own multi-processing mode starts fresh worker processes for eve
 which would cost each trial seconds of imports; the schedules also replace a pool process
 that died and rerun its trial (the FnApiRunner would wait for it forever). In
 ``in_memory`` mode the trials run one after another in the launching process. On other
-runners (Dataflow, Flink, Spark) each trial (rolling) or round is one job of that runner.
+runners (Dataflow, Flink, Spark) the whole search is one job of that runner by default
+(search_job), or each trial (rolling) or round is one when asked for.
 
 Without a ``tuner_fn``, a :class:`trainer.tuning.SearchSpace` from the pipeline config
 tunes the module's :class:`trainer.TrainSpec` the same way.
@@ -53,6 +55,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -88,7 +91,14 @@ from beam_pipeline.tuner.search_job import run_search_job
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
 
-__all__ = ["STAGE", "BEST_HYPERPARAMETERS_FILE", "build_tuning_job", "run_tuning_stage"]
+__all__ = [
+    "STAGE",
+    "BEST_HYPERPARAMETERS_FILE",
+    "build_tuning_job",
+    "default_schedule",
+    "run_tuning_stage",
+    "with_schedule",
+]
 
 BEST_HYPERPARAMETERS_FILE = "best_hyperparameters.json"
 
@@ -146,6 +156,36 @@ def build_tuning_job(
     )
 
 
+def default_schedule(options: PipelineOptions, pipeline_root: str) -> TunerSchedule:
+    """The schedule of a search whose ``--tuner_schedule`` was left unset.
+
+    SEARCH_JOB where each job starts workers of its own (Dataflow, Flink, Spark, a portable
+    job server): a job per trial would pay that start-up per trial, minutes on Dataflow
+    (README, "A cost model for Dataflow"). ROLLING on the DirectRunner, whose warm pool
+    makes a trial's job cost 0.2-0.5 s and where both ran as fast (README, "On 16 cores"),
+    and on Beam's embedded job service (``--job_endpoint=embed``), which gives a job one
+    worker process, so a search job's loops would run one after another there while
+    rolling's trial jobs run side by side. Also ROLLING where the search job's state has
+    no compare-and-swap store (a pipeline root that is neither local nor ``gs://``).
+    """
+    if is_direct(options):
+        return TunerSchedule.ROLLING
+    if options.view_as(po.PortableOptions).job_endpoint == "embed":
+        return TunerSchedule.ROLLING
+    if fileio.is_remote(pipeline_root) and not pipeline_root.startswith("gs://"):
+        return TunerSchedule.ROLLING
+    return TunerSchedule.SEARCH_JOB
+
+
+def with_schedule(config: PipelineConfig, options: PipelineOptions) -> PipelineConfig:
+    """``config`` with its tuner schedule decided (the runner's default when unset), so that
+    the run's identity and its records name the schedule that runs."""
+    if config.tuner.schedule is not None:
+        return config
+    schedule = default_schedule(options, config.pipeline_root)
+    return dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, schedule=schedule))
+
+
 def _schedule(
     config: PipelineConfig, options: PipelineOptions, pool: Optional[LocalWorkerPool]
 ) -> TunerSchedule:
@@ -154,14 +194,15 @@ def _schedule(
     In the DirectRunner's in_memory mode every trial runs in the launching process, one at
     a time, so there is nothing to roll; a dry run builds the first round's graph only.
     """
+    schedule = with_schedule(config, options).tuner.schedule
     if options.view_as(po.TestOptions).dry_run:
         # The search job's graph is the whole search; the others: the first round's.
-        if config.tuner.schedule is TunerSchedule.SEARCH_JOB:
+        if schedule is TunerSchedule.SEARCH_JOB:
             return TunerSchedule.SEARCH_JOB
         return TunerSchedule.ROUNDS
     if pool is None and is_direct(options):
         return TunerSchedule.ROUNDS
-    return config.tuner.schedule
+    return schedule
 
 
 def _search(
@@ -298,7 +339,12 @@ def run_tuning_stage(
         raise
     if not search.ran:
         run_dir.discard(staging)
-        note = "dry run: job graph built only"
+        configured = with_schedule(config, options).tuner.schedule
+        per = "trial" if configured is TunerSchedule.ROLLING else "round"
+        note = (
+            f"dry run: the first round's job graph ({search.oracle.slots} trials) built only; "
+            f"{configured.value} runs a job per {per}"
+        )
         if search.schedule is TunerSchedule.SEARCH_JOB:
             note = (
                 f"dry run: the whole search is {search.jobs} job of {search.oracle.slots} "

@@ -909,3 +909,44 @@ def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(tmp_
             text = said[how]
             assert error and error.startswith("A worker process of the Test job " + text), out
         assert out["next"] == "DONE"
+
+
+@pytest.mark.parametrize("elements", [1, 3])
+def test_a_dataflow_tuner_job_gets_a_worker_per_trial_or_search_loop(elements):
+    """Left to itself, Dataflow would start one worker for a job of a few elements and run
+    them side by side on its vCPUs; a trial job, a round or a search job gets a worker VM
+    per element instead, each running one element at a time."""
+    import apache_beam as beam
+    from apache_beam.options import pipeline_options as po
+
+    from beam_pipeline.tuner.search import worker_per_element
+
+    given = parse_beam_args([*DATAFLOW, "--num_workers=20", "--max_num_workers=50"])
+    p = create_pipeline(worker_per_element(given, elements))
+    _ = p | beam.Create(list(range(elements))) | beam.Reshuffle() | beam.Map(str)
+    job = p.run().job  # dry run: built, not submitted
+    # The environment part of the job request, made as Dataflow's client makes it at
+    # submission (apiclient.DataflowApplicationClient.create_job), offline here.
+    from apache_beam.runners.dataflow.internal import apiclient
+
+    environment = apiclient.Environment(
+        packages=[],
+        options=job.options,
+        environment_version="placeholder",
+        proto_pipeline_staged_url="gs://placeholder-bucket/staging/pipeline.pb",
+        proto_pipeline=job.proto_pipeline,
+    ).proto
+    (pool,) = environment.worker_pools
+    assert pool.num_workers == elements
+    assert pool.autoscaling_settings.max_num_workers == elements
+    assert pool.autoscaling_settings.algorithm.name == "AUTOSCALING_ALGORITHM_NONE"
+    assert pool.num_threads_per_worker == 1
+    experiments = list(environment.experiments)
+    assert "no_use_multiple_sdk_containers" in experiments
+    assert "use_multiple_sdk_containers" not in experiments
+    # The data stages' options stay the user's.
+    assert given.view_as(po.WorkerOptions).num_workers == 20
+    assert given.view_as(po.DebugOptions).number_of_worker_harness_threads is None
+    # Other runners' options are copied unchanged.
+    direct = parse_beam_args(["--runner=DirectRunner", "--direct_num_workers=2"])
+    assert worker_per_element(direct, 3).get_all_options() == direct.get_all_options()

@@ -73,7 +73,8 @@ def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
     assert transform["status"] == "ok" and transform["rows_out"] == example_gen["rows_out"]
     assert tuner["status"] == "ok", tuner["note"]
     assert tuner["details"]["trials"] == 6 and tuner["details"]["completed"] == 6
-    assert tuner["details"]["schedule"] == "rolling"  # the default: a job per trial
+    # The embedded job service's default: a job per trial (a job there gets one worker).
+    assert tuner["details"]["schedule"] == "rolling"
     assert trainer["status"] == "ok", trainer["note"]
     # The trials and the training step ran in the pool's workers, not in this process.
     workers = [*tuner["details"]["workers"], trainer["details"]["worker"]]

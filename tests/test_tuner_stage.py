@@ -32,7 +32,13 @@ from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import run_training_stage
 from beam_pipeline.tuner.report import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
-from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, build_tuning_job, run_tuning_stage
+from beam_pipeline.tuning_stage import (
+    BEST_HYPERPARAMETERS_FILE,
+    build_tuning_job,
+    default_schedule,
+    run_tuning_stage,
+    with_schedule,
+)
 from trainer import load_hyperparameters
 from trainer.tuning import (
     OracleDriver,
@@ -442,11 +448,51 @@ def test_dataflow_job_graph_puts_the_hints_on_the_trial_step_only(run_dir):
         assert others and all(h == {} for h in others.values()), others
 
 
-def test_a_dataflow_dry_run_builds_the_first_round_only(run_dir):
+def test_a_dataflow_dry_run_of_a_rolling_search_builds_the_first_round_only(run_dir):
     options = parse_beam_args(DATAFLOW_DRY_RUN)
     report, best = run_tuning_stage(_config(max_trials=2), run_dir, options)
-    assert report.status is StageStatus.SKIPPED and report.note.startswith("dry run")
+    assert report.status is StageStatus.SKIPPED
+    assert report.note == (
+        "dry run: the first round's job graph (2 trials) built only; rolling runs a job per trial"
+    )
     assert best is None and not os.path.exists(run_dir.path(Artifact.TUNER))
+
+
+def test_on_dataflow_a_search_without_a_schedule_is_one_search_job(run_dir):
+    """Left unset, the schedule is Dataflow's default: the whole search one job, not a job
+    (and its workers' start-up) per trial."""
+    options = parse_beam_args(DATAFLOW_DRY_RUN)
+    report, best = run_tuning_stage(_config(max_trials=4, schedule=None), run_dir, options)
+    assert report.status is StageStatus.SKIPPED and best is None
+    assert report.note == "dry run: the whole search is 1 job of 2 worker loops; built only"
+
+
+_PORTABLE = ["--runner=PortableRunner", "--environment_type=EXTERNAL"]
+
+
+@pytest.mark.parametrize(
+    "args, root, expected",
+    [
+        (["--runner=DirectRunner"], "runs", TunerSchedule.ROLLING),
+        (["--runner=DirectRunner", "--direct_running_mode=in_memory"], "runs", "rolling"),
+        (DATAFLOW_DRY_RUN, "gs://bucket/runs", TunerSchedule.SEARCH_JOB),
+        (["--runner=FlinkRunner", "--flink_master=host:8081"], "/shared/runs", "search_job"),
+        (["--runner=SparkRunner"], "gs://bucket/runs", "search_job"),
+        ([*_PORTABLE, "--job_endpoint=host:8099"], "gs://bucket/runs", "search_job"),
+        # The embedded job service gives a job one worker process: loops would take turns.
+        ([*_PORTABLE, "--job_endpoint=embed"], "runs", "rolling"),
+        # No compare-and-swap store for the search job's state on hdfs://.
+        (["--runner=FlinkRunner"], "hdfs://nn/runs", "rolling"),
+    ],
+)
+def test_the_default_schedule_is_one_search_job_where_each_job_starts_workers(args, root, expected):
+    options = parse_beam_args(args)
+    assert default_schedule(options, root) is TunerSchedule(expected)
+    config = dataclasses.replace(_config(schedule=None), pipeline_root=root)
+    assert with_schedule(config, options).tuner.schedule is TunerSchedule(expected)
+    # A schedule given is kept on every runner.
+    given = dataclasses.replace(_config(schedule=TunerSchedule.ROUNDS), pipeline_root=root)
+    assert with_schedule(given, options) is given
 
 
 def test_a_dataflow_dry_run_of_a_search_job_builds_the_whole_search_as_one_job(run_dir):

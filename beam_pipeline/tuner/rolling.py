@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import logging
 import queue
@@ -35,7 +34,7 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.runtime.counters import job_counters
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.tuner.rounds import ROUND_ATTEMPTS
-from beam_pipeline.tuner.search import Search, TrialJobs, gather_results
+from beam_pipeline.tuner.search import Search, TrialJobs, gather_results, worker_per_element
 from trainer.tuning import TrialSpec
 
 __all__ = ["job_options", "run_rolling"]
@@ -77,7 +76,7 @@ def job_options(options: PipelineOptions, trial_id: str, first: bool = True) -> 
         the launcher's packages that Beam stages with each job: it is the same launcher's
         list as the first job's, and making it was a ``pip freeze`` per trial.
     """
-    own = copy.deepcopy(options)  # as beam.Pipeline copies its options
+    own = worker_per_element(options, 1)  # a copy, as beam.Pipeline copies its options
     cloud = own.view_as(po.GoogleCloudOptions)
     if cloud.job_name:
         cloud.job_name = f"{cloud.job_name}-trial-{trial_id}".lower().replace("_", "-")

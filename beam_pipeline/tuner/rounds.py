@@ -25,7 +25,7 @@ from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.runtime.background import BackgroundCall
 from beam_pipeline.runtime.counters import job_counters
-from beam_pipeline.tuner.search import Search, TrialJobs, gather_results
+from beam_pipeline.tuner.search import Search, TrialJobs, gather_results, worker_per_element
 from trainer.tuning import TrialSpec
 
 __all__ = ["ROUND_ATTEMPTS", "run_rounds"]
@@ -71,7 +71,7 @@ def _run_round(jobs: TrialJobs, specs: Sequence[TrialSpec]) -> dict[str, int]:
     """Runs one round's Beam job; returns its counters. Reruns it after a lost pool worker."""
     pool, options = jobs.pool, jobs.options
     if pool is None:
-        p = create_pipeline(options)
+        p = create_pipeline(worker_per_element(options, len(specs)))
         _ = p | "RunTrials" >> jobs.run_trials(specs)
         timeout = jobs.config.worker_start_timeout
         result = run_pipeline(p, f"Tuner round {specs[0].round}", timeout)

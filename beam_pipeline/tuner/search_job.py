@@ -37,7 +37,7 @@ from beam_pipeline.runtime.background import BackgroundCall
 from beam_pipeline.runtime.counters import job_counters
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.tuner.rounds import ROUND_ATTEMPTS
-from beam_pipeline.tuner.search import Search, TrialJobs
+from beam_pipeline.tuner.search import Search, TrialJobs, worker_per_element
 from trainer.tuning import finished_driver, read_state, start_search_state, state_path
 
 __all__ = ["run_search_job"]
@@ -63,7 +63,7 @@ def run_search_job(search: Search, jobs: TrialJobs) -> None:
     dry_run = jobs.options.view_as(po.TestOptions).dry_run
     start_search_state(driver, path, jobs.config.tuner.lease_seconds)
     if jobs.pool is None:
-        p = create_pipeline(jobs.options)
+        p = create_pipeline(worker_per_element(jobs.options, driver.slots))
         _ = p | "RunSearch" >> jobs.run_search(path, driver.slots)
         result = run_pipeline(p, "Tuner search", jobs.config.worker_start_timeout)
         result.wait_until_finish()
