@@ -19,14 +19,24 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Sequence
+from importlib import metadata
 from typing import Any
 
 from beam_pipeline.core import fileio
 
-__all__ = ["file_digest", "files_digest", "folder_digest", "json_digest"]
+__all__ = [
+    "file_digest",
+    "files_digest",
+    "folder_digest",
+    "json_digest",
+    "pipeline_code",
+    "sources_digest",
+]
 
 _CHUNK = 4 << 20  # 4 MiB reads: large enough that hashing, not Python, sets the pace
 
@@ -77,3 +87,63 @@ def json_digest(value: Any) -> str:
     digest = _hasher()
     digest.update(text.encode("utf-8"))
     return digest.hexdigest()
+
+
+# The distributions whose code decides what a stage writes besides this project's own.
+_LIBRARIES = (
+    "apache-beam",
+    "keras",
+    "keras-tuner",
+    "numpy",
+    "pyarrow",
+    "tensorflow",
+    "tensorflow-metadata",
+    "tensorflow-model-analysis",
+    "tensorflow-transform",
+    "tf-keras",
+    "tfx-bsl",
+)
+
+
+def sources_digest(roots: Sequence[str]) -> str:
+    """One digest of the ``.py`` files under local folders ``roots``: paths and bytes."""
+    digest = _hasher()
+    for root in roots:
+        files = []
+        for dirpath, dirnames, names in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            files.extend(os.path.join(dirpath, n) for n in names if n.endswith(".py"))
+        for path in sorted(files):
+            with open(path, "rb") as f:
+                content = hashlib.blake2b(f.read(), digest_size=32).hexdigest()
+            name = os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/")
+            digest.update(f"{name}|{content}\n".encode())
+    return digest.hexdigest()
+
+
+@functools.cache
+def pipeline_code() -> str:
+    """What every stage's cache key holds of the code that runs it (made once per process).
+
+    The digest of this project's Python sources (``beam_pipeline``, ``transforms``,
+    ``trainer``, as installed) and of the installed versions of the libraries that write
+    the artifacts (Beam, TensorFlow, tf.Transform, tfx-bsl, Keras, ...). A version number
+    alone would let a changed checkout of the same version reuse results its bug fix
+    would change; the sources' bytes cannot. So an upgrade, or any edit of the project's
+    code (a comment too), reruns every stage once: a result of other code is never reused.
+    About 10 ms for the project's ~140 files.
+    """
+    import importlib.util
+
+    # Found, not imported: ``trainer`` imports TensorFlow, which ``runs`` commands avoid.
+    roots = [
+        importlib.util.find_spec(name).submodule_search_locations[0]
+        for name in ("beam_pipeline", "transforms", "trainer")
+    ]
+    versions = {}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return json_digest({"sources": sources_digest(roots), "libraries": versions})

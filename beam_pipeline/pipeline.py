@@ -38,6 +38,7 @@ from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
+from beam_pipeline.fingerprint import pipeline_code
 from beam_pipeline.manifest import RunManifest, run_identity
 from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
 from beam_pipeline.remote import check_remote_paths
@@ -151,7 +152,11 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
         run = None
         if store is not None:
-            properties = {"data": inputs.fingerprint, "module": module_digest}
+            properties = {
+                "data": inputs.fingerprint,
+                "module": module_digest,
+                "code": pipeline_code(),
+            }
             run = store.start_run(run_dir.run_id, properties=properties)
         data = _data_spec(config, inputs.fingerprint)
         records = RunRecords(manifest, store, run, data, config.no_cache)

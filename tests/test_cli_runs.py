@@ -15,6 +15,7 @@ from conftest import PENGUIN_DIR, PENGUIN_FEATURES
 from test_cli import MODULE, _run_dir, _summary
 
 from beam_pipeline import cli
+from beam_pipeline.fingerprint import pipeline_code
 from beam_pipeline.progress import PROGRESS_PREFIX
 from beam_pipeline.summary import RunSummary, StageReport
 
@@ -282,6 +283,9 @@ def test_runs_commands_print_nothing_on_stderr_and_import_no_tensorflow(default_
         assert proc.returncode == 0 and proc.stderr == "", (argv, proc.stderr[-3000:])
         assert run_id in proc.stdout, proc.stdout
         assert proc.stdout.splitlines()[-1] == "False", argv  # no TensorFlow imported
+        if argv[1] == "diff":  # the pipeline code that made the run is one of its inputs
+            (row,) = [line for line in proc.stdout.splitlines() if " code " in line]
+            assert re.findall(r"[0-9a-f]{12}", row) == [pipeline_code()[:12]] * 2, row
     # `runs report` wrote the report the run wrote (its training curves read without
     # TensorFlow's reader, the same points).
     with open(report, encoding="utf-8") as f:

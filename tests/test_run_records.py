@@ -178,3 +178,55 @@ def test_a_stage_that_halts_the_run_is_recorded_canceled_and_never_reused(tmp_pa
     double = Double()
     _run(root, "r2", (MakeNumber(21), double))
     assert double.runs == 1  # the canceled execution was no cache hit
+
+
+_PROBE = """
+import sys
+import beam_pipeline
+import test_run_records as t
+
+make, double = t.MakeNumber(21), t.Double()
+t._run(sys.argv[1], sys.argv[2], (make, double))
+print(beam_pipeline.__file__, make.runs, double.runs)
+"""
+
+
+def test_a_stage_recorded_by_other_code_of_the_pipeline_is_not_reused(tmp_path):
+    """The cache key holds the project's sources (and library versions): a run by an
+    edited or upgraded copy of the code reruns every stage; the same code reuses them."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from beam_pipeline.fingerprint import sources_digest
+
+    root = str(tmp_path / "root")
+    _run(root, "r1", (MakeNumber(21), Double()))
+    code = tmp_path / "code"
+    installed = []
+    for name in ("beam_pipeline", "transforms", "trainer"):
+        installed.append(importlib.util.find_spec(name).submodule_search_locations[0])
+        shutil.copytree(installed[-1], code / name, ignore=shutil.ignore_patterns("__pycache__"))
+    copies = [str(code / n) for n in ("beam_pipeline", "transforms", "trainer")]
+    # The same sources elsewhere (another checkout, a worker image) are the same code.
+    assert sources_digest(copies) == sources_digest(installed)
+    with open(code / "transforms" / "statistics.py", "a") as f:
+        f.write("\n# a fix of the statistics\n")
+    assert sources_digest(copies) != sources_digest(installed)
+    tests = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), tests])}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, root, "r2"],
+        env=env,
+        cwd=tmp_path,  # not the checkout: `-c` puts the working directory first
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    package, *runs = done.stdout.split()
+    assert package.startswith(str(code))  # the edited copy ran
+    assert runs == ["1", "1"]  # both stages ran again
+    make, double = MakeNumber(21), Double()
+    _run(root, "r3", (make, double))  # this process's code: r1's results
+    assert (make.runs, double.runs) == (0, 0)

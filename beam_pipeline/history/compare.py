@@ -145,6 +145,11 @@ def _on_disk(artifact: Optional[ArtifactRecord], inner: str = "") -> Optional[st
     return path if fileio.exists(path) else None
 
 
+# What a run is made from: its data's and module's digests, and the pipeline's own code
+# (beam_pipeline.fingerprint.pipeline_code; None for runs recorded before it was).
+_RUN_INPUTS = ("data", "module", "code")
+
+
 def diff_runs(store: MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
     """Runs ``run_a`` and ``run_b`` compared (see the module docstring); values ``[a, b]``.
 
@@ -156,8 +161,8 @@ def diff_runs(store: MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
     oa, ob = made_by(store, ea), made_by(store, eb)
     runs = {r.run_id: r for r in store.list_runs() if r.run_id in (run_a, run_b)}
     inputs = _side_by_side(
-        {k: runs[run_a].properties.get(k) for k in ("data", "module")},
-        {k: runs[run_b].properties.get(k) for k in ("data", "module")},
+        {k: runs[run_a].properties.get(k) for k in _RUN_INPUTS},
+        {k: runs[run_b].properties.get(k) for k in _RUN_INPUTS},
         changed_only=False,
     )
     stages = list(dict.fromkeys([*la, *lb]))  # in the order they ran

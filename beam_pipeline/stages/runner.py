@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 from beam_pipeline.artifacts import TypedArtifact
 from beam_pipeline.core import fileio
+from beam_pipeline.fingerprint import pipeline_code
 from beam_pipeline.stages.base import Outputs, Stage, StageContext, StageFailed, StageResult
 from beam_pipeline.stages.execution import Execution, ExecutionRecords, cache_key
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus
@@ -130,6 +131,9 @@ def _resolve(
         if spec.key is not None:
             built_from[spec.key] = found[1] if found is not None else None
     built_from.update(stage.parameters(ctx))
+    # The code that runs it: another version's (or an edited checkout's) result is not
+    # this code's result (beam_pipeline.fingerprint.pipeline_code).
+    built_from["pipeline_code"] = pipeline_code()
     return inputs, built_from
 
 
