@@ -344,11 +344,20 @@ def test_trial_jobs_running_side_by_side_get_their_own_job_names():
     unnamed = parse_beam_args(["--runner=DataflowRunner", "--experiments=a", "--experiments=b"])
     own = job_options(unnamed, "07")  # a copy: each trial's job is built in its own thread
     assert own is not unnamed and own.view_as(GoogleCloudOptions).job_name is None
-    assert own.get_all_options() == unnamed.get_all_options()  # Beam names each job itself
+    # Beam names each job itself; the trial gets one worker VM to itself (one SDK process,
+    # one harness thread), the rest is the search's options.
+    one_worker = {
+        "num_workers": 1,
+        "max_num_workers": 1,
+        "autoscaling_algorithm": "NONE",
+        "number_of_worker_harness_threads": 1,
+        "experiments": ["a", "b", "no_use_multiple_sdk_containers"],
+    }
+    assert own.get_all_options() == {**unnamed.get_all_options(), **one_worker}
     # A later job of the search: without the stager's `pip freeze` list of the launcher's
     # packages (the first job has it), through Beam's own experiment.
     later = job_options(unnamed, "08", first=False).view_as(DebugOptions).experiments
-    assert later == ["a", "b", "disable_logging_submission_environment"]
+    assert later == [*one_worker["experiments"], "disable_logging_submission_environment"]
     assert unnamed.view_as(DebugOptions).experiments == ["a", "b"]
 
 
