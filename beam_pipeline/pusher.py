@@ -5,9 +5,10 @@ model's base path, the highest served. The version is one more than the highest 
 folder already there (1 for an empty destination), so versions increase whatever the
 clock says. The copy is atomic for readers: the files go into a hidden
 ``.<version>.partial-<id>`` folder (TF Serving ignores names that are not integers),
-which is renamed to ``<version>`` when complete; on object stores (no folder rename) the
-files are copied under ``<version>/`` with ``_PUBLISHED`` written last, as the run
-directory publishes its artifacts.
+which is renamed to ``<version>`` when complete (another push that took that version
+meanwhile makes it take the next: :func:`_claim_version`); on object stores (no folder
+rename) the files are copied under ``<version>/`` with ``_PUBLISHED`` written last, as
+the run directory publishes its artifacts.
 
 Example::
 
@@ -16,7 +17,9 @@ Example::
 
 from __future__ import annotations
 
+import os
 import posixpath
+import shutil
 import uuid
 
 from beam_pipeline.core import fileio
@@ -24,6 +27,8 @@ from beam_pipeline.core.errors import PipelineError, first_line
 from beam_pipeline.core.types import PUBLISHED_MARKER
 
 __all__ = ["next_version", "push_model"]
+
+_CLAIM_ATTEMPTS = 100  # versions tried in a row; each is lost only to a push that finished
 
 
 def next_version(destination: str) -> int:
@@ -36,6 +41,33 @@ def next_version(destination: str) -> int:
 
 def _files(top: str) -> list[str]:
     return [fileio.join(d, f) for d, _, files in fileio.walk(top) for f in files]
+
+
+def _claim_version(partial: str, destination: str, version: int) -> str:
+    """Renames the complete ``partial`` folder to the first free version from ``version``.
+
+    Another run pushing to the same destination at the same time may have taken that
+    version since it was counted. ``os.rename`` of a folder onto an existing non-empty
+    folder fails (POSIX), and a version folder is never empty (it arrives whole by its own
+    rename), so the rename itself is the atomic claim: the loser counts again and renames
+    to the next number. Not ``fileio.rename``: gfile checks the target and then renames,
+    two steps another push can fall between.
+    """
+    for _ in range(_CLAIM_ATTEMPTS):
+        final = os.path.join(destination, str(version))
+        try:
+            os.rename(partial, final)
+            return final
+        except OSError:
+            if not os.path.isdir(final):
+                raise  # not a version taken meanwhile: a real error, reported as such
+        version = max(version + 1, next_version(destination))
+    shutil.rmtree(partial, ignore_errors=True)
+    raise PipelineError(
+        f"--push_destination {destination}: {_CLAIM_ATTEMPTS} versions in a row were taken "
+        "by other pushes while this one was renaming its copy; push fewer runs at once "
+        "to it, or rerun with the same --run_id: only the Pusher runs again."
+    )
 
 
 def push_model(model_dir: str, destination: str) -> str:
@@ -61,8 +93,7 @@ def push_model(model_dir: str, destination: str) -> str:
             dst = fileio.join(partial, posixpath.relpath(src, model_dir))
             fileio.makedirs(posixpath.dirname(dst))
             fileio.copy(src, dst)
-        fileio.rename(partial, final)
-        return final
+        return _claim_version(partial, destination, version)
     except Exception as e:  # noqa: BLE001  tf.errors.OpError is not an OSError
         if isinstance(e, PipelineError):
             raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import conftest_trainer
@@ -351,3 +352,45 @@ def test_pusher_stage_pushes_only_a_model_blessed_by_both(model, tmp_path):
             assert result.reports[0].note == f"pushed to {destination}/1 (version 1)"
             stage.check(ctx, result.outcome)
     assert os.listdir(destination) == ["1"]
+
+
+_PUSHER = """
+import os, sys, time
+from beam_pipeline.pusher import push_model
+
+model, destination, start = sys.argv[1:4]
+while not os.path.exists(start):
+    time.sleep(0.001)
+print(" ".join(os.path.basename(push_model(model, destination)) for _ in range(3)))
+"""
+
+
+def test_pushes_to_one_destination_at_the_same_time_each_get_their_own_version(tmp_path):
+    """Six launchers push three times each at once: every push is a whole version of its
+    own (before, two could count the same next version and one failed as unwritable)."""
+    model = tmp_path / "model"
+    for i in range(40):  # files enough that copies overlap
+        (model / "variables").mkdir(parents=True, exist_ok=True)
+        (model / "variables" / f"part-{i}").write_bytes(bytes([i]) * 4096)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    destination = str(tmp_path / "serving" / "penguin")
+    start = str(tmp_path / "start")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PUSHER, str(model), destination, start],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    open(start, "w").close()
+    pushed = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        pushed.extend(out.split())
+    assert sorted(pushed, key=int) == [str(v) for v in range(1, 19)]
+    assert sorted(os.listdir(destination), key=int) == [str(v) for v in range(1, 19)]
+    for version in os.listdir(destination):  # each one whole
+        assert len(os.listdir(os.path.join(destination, version, "variables"))) == 40

@@ -4,8 +4,8 @@ Every read, write, listing and rename of an artifact, a staged module or a run r
 through these functions, which delegate to ``tf.io.gfile`` for ``gs://`` paths. Local
 paths go to Python's own functions (reads and writes, listings, globs, walks, folder
 creation, sizes, overwriting renames and removals), with gfile's meaning, so that the data
-stages' workers and the ``runs`` commands never import TensorFlow; only a local ``copy``,
-``rmtree`` or non-overwriting ``rename`` still uses gfile. Why
+stages' workers and the ``runs`` commands never import TensorFlow; only a local ``rmtree``
+or non-overwriting ``rename`` still uses gfile. Why
 ``tf.io.gfile`` and not Beam's ``FileSystems``: :mod:`trainer` runs inside a worker and in
 plain processes where it must not need Beam (see DESIGN.md), while TensorFlow is present
 in every process that touches an artifact; gfile also has folders (``makedirs``,
@@ -31,9 +31,11 @@ Example::
 from __future__ import annotations
 
 import builtins
+import errno
 import glob as _glob
 import os
 import posixpath
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -154,7 +156,14 @@ def rename(src: str, dst: str, overwrite: bool = False) -> None:
 
 
 def copy(src: str, dst: str, overwrite: bool = False) -> None:
-    """Copies file ``src`` to ``dst``."""
+    """Copies file ``src`` to ``dst``; an existing ``dst`` is an error unless ``overwrite``."""
+    if not (is_remote(src) or is_remote(dst)):
+        # gfile's meaning (refuse an existing file unless told), without its import: the
+        # Pusher's and publishing's copies are local more often than not.
+        if not overwrite and os.path.exists(dst):
+            raise FileExistsError(errno.EEXIST, "file exists and overwrite is off", dst)
+        shutil.copyfile(src, dst)
+        return
     _gfile().copy(src, dst, overwrite=overwrite)
 
 
