@@ -41,6 +41,7 @@ from beam_pipeline.core.user_module import get_preprocessing_fn
 from beam_pipeline.fingerprint import pipeline_code
 from beam_pipeline.manifest import RunManifest, run_identity
 from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
+from beam_pipeline.metadata.launcher import this_launcher
 from beam_pipeline.remote import check_remote_paths
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.stages import StageContext, StageName, run_stages
@@ -156,6 +157,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
                 "data": inputs.fingerprint,
                 "module": module_digest,
                 "code": pipeline_code(),
+                # Who runs it: `runs list` tells a killed launcher's run from a live one.
+                "launcher": this_launcher(),
             }
             run = store.start_run(run_dir.run_id, properties=properties)
         data = _data_spec(config, inputs.fingerprint)

@@ -166,6 +166,29 @@ def test_running_failed_and_other_keys_never_hit(store, tmp_path):
     }
 
 
+def test_a_resume_records_what_the_killed_attempt_left_running_as_abandoned(store, tmp_path):
+    run = store.start_run("run-1")
+    spec = ArtifactSpec(str(tmp_path / "root" / "runs" / "run-1" / "model"), "Model")
+    killed = store.begin_execution(run, "Trainer", {}, "k", {}, outputs={"model": spec})
+    failed = store.begin_execution(run, "Transform", {}, "k-failed", {"data": _data()})
+    store.fail_execution(failed, "ValueError: bad preprocessing_fn")
+    other = store.begin_execution(store.start_run("run-2"), "Trainer", {}, "k2", {})
+    # Until the run resumes, a killed attempt's execution is still recorded running.
+    before = {e.id: e.status for e in store.run_executions("run-1")}
+    assert before[killed.id] is ExecutionStatus.RUNNING
+    store.start_run("run-1")  # the resume
+    by_id = {e.id: e for e in store.run_executions("run-1")}
+    assert by_id[killed.id].status is ExecutionStatus.ABANDONED
+    assert by_id[killed.id].error.startswith("its launcher stopped during it")
+    assert by_id[killed.id].end_time is not None
+    (gone,) = by_id[killed.id].outputs.values()
+    assert gone.state is ArtifactState.DELETED
+    assert by_id[failed.id].status is ExecutionStatus.FAILED  # ended ones keep their record
+    (running,) = store.run_executions("run-2")  # another run's is not this resume's
+    assert (running.id, running.status) == (other.id, ExecutionStatus.RUNNING)
+    assert store.find_cached("Trainer", "k") is None
+
+
 def test_declared_outputs_are_pending_until_published_and_deleted_on_failure(store, tmp_path):
     run = store.start_run("run-1")
     spec = ArtifactSpec(str(tmp_path / "root" / "runs" / "run-1" / "model"), "Model")
@@ -254,3 +277,41 @@ def test_latest_blessed_model(store, tmp_path):
     assert blessed.id == newer.id and blessed.custom_properties == {"blessed": True}
     shutil.rmtree(newer.uri)  # its folder deleted: the older one is the baseline again
     assert store.latest_blessed_model().id == older.id
+
+
+def test_runs_list_calls_a_run_whose_launcher_was_killed_abandoned(store):
+    """A killed launcher leaves its run recorded as running; ``runs list`` tells it from a
+    live one by the launcher's pid and start time (a pid reused later is not it)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from beam_pipeline.history.views import run_rows
+    from beam_pipeline.metadata.launcher import _start_ticks, this_launcher
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed = {"host": socket.gethostname(), "pid": proc.pid, "start": _start_ticks(proc.pid)}
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert killed["start"] is not None
+    store.start_run("killed", properties={"launcher": killed})
+    store.start_run("live", properties={"launcher": this_launcher()})
+    elsewhere = {**this_launcher(), "host": "another-host"}
+    store.start_run("elsewhere", properties={"launcher": elsewhere})
+    reused = {**this_launcher(), "start": this_launcher()["start"] - 1}  # same pid, older
+    store.start_run("reused_pid", properties={"launcher": reused})
+    store.start_run("before_launchers")
+    finished = store.start_run("finished", properties={"launcher": killed})
+    store.finish_run(finished, RunStatus.COMPLETE)
+    statuses = {row["run_id"]: row["status"] for row in run_rows(store)}
+    assert statuses == {
+        "killed": "abandoned",
+        "live": "running",
+        "elsewhere": "running",  # cannot be told from here
+        "reused_pid": "abandoned",
+        "before_launchers": "running",
+        "finished": "complete",
+    }

@@ -269,9 +269,10 @@ def test_each_kill_keeps_what_was_published_and_the_rerun_finishes(killed_run):
 
 
 @pytest.mark.slow
-def test_each_killed_execution_stays_running_in_the_metadata_store(killed_run):
+def test_each_killed_execution_is_abandoned_in_the_metadata_store(killed_run):
     """A kill leaves the stage it interrupted recorded as running, never complete; the
-    attempt after it records the stage again and completes it."""
+    attempt after it records that execution abandoned (with why), then records the stage
+    again and completes it."""
     from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
 
     root = os.path.dirname(os.path.dirname(killed_run["run"]))
@@ -282,18 +283,20 @@ def test_each_killed_execution_stays_running_in_the_metadata_store(killed_run):
     for execution in executions:
         by_stage.setdefault(execution.stage, []).append(execution.status.value)
     assert by_stage == {
-        "ExampleGen+Statistics": ["running", "complete"],  # killed in the data stage
+        "ExampleGen+Statistics": ["abandoned", "complete"],  # killed in the data stage
         "Schema": ["complete"],
         "Validation": ["complete"],
-        "Transform": ["running", "complete"],  # killed in Transform
+        "Transform": ["abandoned", "complete"],  # killed in Transform
         "Tuner": ["complete"],
-        "Trainer": ["running", "running", "complete"],  # killed in training, in export
+        "Trainer": ["abandoned", "abandoned", "complete"],  # killed in training, in export
         "Evaluator": ["complete"],  # --no_evaluator --no_infra_validator: skipped, recorded
         "InfraValidator": ["complete"],
         "Pusher": ["complete"],
     }
-    running = [e for e in executions if e.status is ExecutionStatus.RUNNING]
-    assert all(e.end_time is None and e.outputs == {} for e in running)
+    abandoned = [e for e in executions if e.status is ExecutionStatus.ABANDONED]
+    assert len(abandoned) == 4
+    assert all(e.end_time is not None and e.outputs == {} for e in abandoned)
+    assert all(e.error.startswith("its launcher stopped during it") for e in abandoned)
     assert (run.run_id, run.status) == ("killed", RunStatus.COMPLETE)
 
 

@@ -26,7 +26,9 @@ from beam_pipeline.metadata import (
     Lineage,
     MetadataStore,
     RunRecord,
+    RunStatus,
 )
+from beam_pipeline.metadata.launcher import launcher_gone
 
 __all__ = [
     "artifact_view",
@@ -163,10 +165,14 @@ def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
     executions = store.run_executions(run.run_id) or []
     originals = made_by(store, executions)
     metrics = stage_details(executions, originals, TRAINER).get("metrics", {})
+    status = run.status.value
+    if run.status is RunStatus.RUNNING and launcher_gone(run.properties.get("launcher")):
+        # Killed (or lost) without a resume: nothing will ever finish its record.
+        status = "abandoned"
     return {
         "run_id": run.run_id,
         "pipeline": run.pipeline,
-        "status": run.status.value,
+        "status": status,
         "start": _time(run.start_time),
         "end": _time(run.end_time),
         "data": run.properties.get("data"),

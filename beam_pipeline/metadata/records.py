@@ -52,13 +52,15 @@ class ArtifactState(str, enum.Enum):
 
 
 class ExecutionStatus(str, enum.Enum):
-    """An execution's outcome. A killed run leaves ``RUNNING``: never ``COMPLETE``."""
+    """An execution's outcome. A killed run leaves ``RUNNING`` (never ``COMPLETE``) until
+    the run is resumed, which records it ``ABANDONED``."""
 
     RUNNING = "running"
     COMPLETE = "complete"
     FAILED = "failed"
     CACHED = "cached"  # reused the outputs of an earlier COMPLETE execution
     CANCELED = "canceled"  # stopped without a result and without an error (a dry run)
+    ABANDONED = "abandoned"  # its launcher stopped during it (killed); found on a resume
 
 
 class EventType(str, enum.Enum):

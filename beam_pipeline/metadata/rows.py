@@ -248,6 +248,34 @@ class Rows:
         )
         return execution_id
 
+    def abandon_running(self, context_id: int, error: str) -> list[int]:
+        """Records the run's executions still ``running`` as ``abandoned`` with ``error``
+        (their pending outputs deleted); returns their ids."""
+        ids = list(
+            self.conn.execute(
+                sa.select(s.executions.c.id)
+                .join(s.associations, s.associations.c.execution_id == s.executions.c.id)
+                .where(
+                    s.associations.c.context_id == context_id,
+                    s.executions.c.status == ExecutionStatus.RUNNING.value,
+                )
+            ).scalars()
+        )
+        if ids:
+            self.conn.execute(
+                sa.update(s.executions)
+                .where(s.executions.c.id.in_(ids))
+                .values(status=ExecutionStatus.ABANDONED.value, end_time_ms=now_ms(), error=error)
+            )
+        for execution_id in ids:
+            pending = [
+                row.id
+                for row in self.outputs(execution_id).values()
+                if row.state == ArtifactState.PENDING.value
+            ]
+            self.set_state(pending, ArtifactState.DELETED)
+        return ids
+
     def outputs(self, execution_id: int) -> dict[str, Any]:
         """The execution's output artifacts' rows, by role name."""
         return {

@@ -65,6 +65,11 @@ from beam_pipeline.metadata.rows import Input, Rows, now_ms, to_json
 __all__ = ["MetadataStore", "DEFAULT_PIPELINE", "is_available"]
 
 DEFAULT_PIPELINE = "beam-pipeline"
+# The error of an execution a killed attempt left running, recorded when the run resumes.
+_ABANDONED = (
+    "its launcher stopped during it (killed, or its machine lost); a later attempt of the "
+    "run took over"
+)
 
 
 def is_available(artifact: ArtifactRecord) -> bool:
@@ -143,7 +148,8 @@ class MetadataStore:
         properties: Optional[Mapping[str, Any]] = None,
     ) -> RunRef:
         """Records run ``run_id`` of ``pipeline`` as running (a rerun of a recorded run id,
-        a resume, continues its record). ``properties``: JSON values to show with the run
+        a resume, continues its record, and records the executions the earlier attempt
+        left running as abandoned). ``properties``: JSON values to show with the run
         (data and module fingerprints, ...), merged into those recorded before."""
         with self._write() as rows:
             found = rows.context(PIPELINE_CONTEXT, pipeline)
@@ -160,6 +166,9 @@ class MetadataStore:
             else:
                 context_id = found.id
                 rows.update_run(context_id, RunStatus.RUNNING, properties)
+                # Two launches of one run id at once are not supported (README), so what
+                # is still running belongs to an earlier attempt that was killed.
+                rows.abandon_running(context_id, _ABANDONED)
         return RunRef(context_id=context_id, run_id=run_id, pipeline=pipeline)
 
     def finish_run(
