@@ -73,6 +73,7 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.core.types import Artifact
 from beam_pipeline.model_job import model_job_fields
+from beam_pipeline.remote import RunnerFamily, runner_family
 from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
 from beam_pipeline.summary import StageReport, StageStatus
@@ -161,14 +162,15 @@ def default_schedule(options: PipelineOptions, pipeline_root: str) -> TunerSched
 
     SEARCH_JOB where each job starts workers of its own (Dataflow, Flink, Spark, a portable
     job server): a job per trial would pay that start-up per trial, minutes on Dataflow
-    (README, "A cost model for Dataflow"). ROLLING on the DirectRunner, whose warm pool
-    makes a trial's job cost 0.2-0.5 s and where both ran as fast (README, "On 16 cores"),
-    and on Beam's embedded job service (``--job_endpoint=embed``), which gives a job one
+    (README, "A cost model for Dataflow"). ROLLING on the DirectRunner and the other
+    runners in this process, whose warm pool makes a trial's job cost 0.2-0.5 s and where
+    rolling was as fast or faster on 2 cores (README, Benchmarks), and on Beam's embedded
+    job service (``--job_endpoint=embed``), which gives a job one
     worker process, so a search job's loops would run one after another there while
     rolling's trial jobs run side by side. Also ROLLING where the search job's state has
     no compare-and-swap store (a pipeline root that is neither local nor ``gs://``).
     """
-    if is_direct(options):
+    if is_direct(options) or runner_family(options) is RunnerFamily.IN_PROCESS:
         return TunerSchedule.ROLLING
     if options.view_as(po.PortableOptions).job_endpoint == "embed":
         return TunerSchedule.ROLLING
