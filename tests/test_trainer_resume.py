@@ -127,3 +127,54 @@ def test_bundled_run_fn_resumes_with_backup_and_restore(penguin_run_dir, tmp_pat
     assert _first_epochs_logged(os.path.join(model_run, "train"))[-1] == previous_epoch
     with open(metadata) as f:
         assert json.load(f)["epoch"] == 10
+
+
+def _small_fit(backup_dir: str, callback_class, epochs: int = 3) -> list[int]:
+    """Fits a small seeded model with ``callback_class``; returns the epochs it ran."""
+    import keras
+    import numpy as np
+
+    keras.utils.set_random_seed(0)
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("float32")
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    history = model.fit(
+        x,
+        y,
+        epochs=epochs,
+        batch_size=16,
+        verbose=0,
+        callbacks=[callback_class(backup_dir, delete_checkpoint=False)],
+    )
+    return history.epoch
+
+
+def test_a_kill_during_the_first_backup_leaves_a_state_the_next_attempt_resumes(tmp_path):
+    """Keras's BackupAndRestore writes its weights file in place: a worker killed while it
+    writes the first backup leaves a truncated file and no previous copy, and every later
+    attempt fails to restore until someone deletes the folder. trainer.callbacks' writes
+    beside the final name and renames: the same kill leaves a partial file that nothing
+    reads, and the next attempt starts at epoch 0."""
+    import keras
+
+    from trainer.callbacks import BackupAndRestore
+
+    # Keras's own callback, killed during its first weights write (the file as a killed
+    # h5py write leaves it: "truncated file: eof = 96", seen in the bundled module's runs).
+    theirs = tmp_path / "keras"
+    theirs.mkdir()
+    (theirs / "latest.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(88))
+    with pytest.raises(OSError):
+        _small_fit(str(theirs), keras.callbacks.BackupAndRestore)
+
+    # Ours, killed at the same point: its weights were going to the partial file.
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "latest.partial.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(88))
+    assert _small_fit(str(ours), BackupAndRestore) == [0, 1, 2]  # from the start
+    assert sorted(os.listdir(ours)) == ["latest.weights.h5", "training_metadata.json"]
+    with open(ours / "training_metadata.json") as f:
+        assert json.load(f) == {"epoch": 3, "batch": 0}
+    # And it resumes as Keras's does: a later attempt of 5 epochs runs only the last two.
+    assert _small_fit(str(ours), BackupAndRestore, epochs=5) == [3, 4]

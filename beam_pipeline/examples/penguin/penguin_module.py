@@ -8,9 +8,10 @@ changing only its import lines.
 It trains in both of the trainer's forms (the runner uses ``run_fn`` when both exist):
 
 - ``run_fn(fn_args)``, as TFX's ``penguin_utils_keras.py``: a Keras 3 model on the
-  transformed features, resumable through ``keras.callbacks.BackupAndRestore`` in
-  ``fn_args.model_run_dir``, exported with a ``serving_default`` signature that parses
-  serialized raw tf.Examples, applies the tf.Transform layer and returns class scores.
+  transformed features, resumable through Keras's ``BackupAndRestore`` (with atomic
+  writes: ``trainer.callbacks``) in ``fn_args.model_run_dir``, exported with a
+  ``serving_default`` signature that parses serialized raw tf.Examples, applies the
+  tf.Transform layer and returns class scores.
   The changes from TFX's module: ``from trainer import FnArgs`` instead of
   ``tfx.components.FnArgs``; ``tf.saved_model.save`` (Keras 3 has no ``save_format='tf'``),
   done by ``trainer.export_serving_model``; the runner's ``fn_args.strategy``.
@@ -29,6 +30,7 @@ import tensorflow_transform as tft
 from tfx_bsl.public import tfxio
 
 from trainer import FnArgs, TrainSpec, TunerFnResult, export_serving_model, warm_start
+from trainer.callbacks import BackupAndRestore
 
 LABEL_KEY = "species"
 NUMERIC_FEATURES = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]
@@ -172,11 +174,12 @@ def run_fn(fn_args: FnArgs) -> None:
             validation_steps=fn_args.eval_steps,
             validation_freq=epochs,
             callbacks=[
-                # Kept after training (delete_checkpoint=False): model_run holds it. Keras
-                # writes the weights file in place: a worker killed mid-write leaves it
-                # truncated, and only double_checkpoint's previous copy lets the next
-                # attempt resume (without it, h5py's "truncated file" error ends the run).
-                keras.callbacks.BackupAndRestore(
+                # Kept after training (delete_checkpoint=False): model_run holds it.
+                # Keras's callback with atomic writes (trainer.callbacks): a worker killed
+                # mid-write leaves the previous state, not a truncated file, even during
+                # the first backup; double_checkpoint's previous copy also covers a file
+                # damaged afterwards.
+                BackupAndRestore(
                     os.path.join(fn_args.model_run_dir, "backup"),
                     delete_checkpoint=False,
                     double_checkpoint=True,
