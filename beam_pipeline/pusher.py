@@ -7,8 +7,10 @@ clock says. The copy is atomic for readers: the files go into a hidden
 ``.<version>.partial-<id>`` folder (TF Serving ignores names that are not integers),
 which is renamed to ``<version>`` when complete (another push that took that version
 meanwhile makes it take the next: :func:`_claim_version`); on object stores (no folder
-rename) the files are copied under ``<version>/`` with ``_PUBLISHED`` written last, as
-the run directory publishes its artifacts.
+rename) the files are copied under ``<version>/``, the graph (``saved_model.pb``) after
+the variables, so that a server that sees the version early fails to load it and retries
+rather than loading half of it, and ``_PUBLISHED`` is written last, as the run directory
+publishes its artifacts.
 
 Example::
 
@@ -41,6 +43,16 @@ def next_version(destination: str) -> int:
 
 def _files(top: str) -> list[str]:
     return [fileio.join(d, f) for d, _, files in fileio.walk(top) for f in files]
+
+
+# What makes a folder a loadable SavedModel: TF Serving retries a version whose load
+# failed, so on an object store (files appear one by one) these go last.
+_GRAPH_FILES = ("saved_model.pb", "saved_model.pbtxt", "fingerprint.pb")
+
+
+def _graph_last(files: list[str]) -> list[str]:
+    """``files`` with the SavedModel's graph files after its variables and assets."""
+    return sorted(files, key=lambda f: posixpath.basename(f) in _GRAPH_FILES)
 
 
 def _claim_version(partial: str, destination: str, version: int) -> str:
@@ -83,7 +95,7 @@ def push_model(model_dir: str, destination: str) -> str:
         final = fileio.join(destination, str(version))
         files = [f for f in _files(model_dir) if posixpath.basename(f) != PUBLISHED_MARKER]
         if fileio.is_remote(destination):
-            for src in files:
+            for src in _graph_last(files):
                 dst = fileio.join(final, posixpath.relpath(src, model_dir))
                 fileio.copy(src, dst, overwrite=True)
             fileio.write_file(fileio.join(final, PUBLISHED_MARKER), "")

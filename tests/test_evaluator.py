@@ -279,6 +279,20 @@ def test_pusher_writes_increasing_versions_atomically(model, tmp_path):
     assert next_version(destination) == 11
 
 
+def test_on_an_object_store_the_pusher_copies_the_graph_after_the_variables(model):
+    """gs:// has no folder rename: files appear one by one, so the graph files, which make
+    a folder a loadable SavedModel, are copied last (a server that looks early fails to
+    load the version and retries instead of reading half its variables)."""
+    from beam_pipeline.pusher import _files, _graph_last
+
+    files = _files(model[1])
+    ordered = [os.path.basename(f) for f in _graph_last(files)]
+    assert sorted(_graph_last(files)) == sorted(files)
+    graph = {"saved_model.pb", "fingerprint.pb"}
+    assert graph <= set(ordered) and set(ordered[-len(graph) :]) == graph
+    assert any(name.startswith("variables.data") for name in ordered[: -len(graph)])
+
+
 def test_pusher_refuses_a_destination_it_cannot_write(model, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
