@@ -115,6 +115,15 @@ def _quiet_abandoned_jobs():
         data_plane.removeFilter(noise)
 
 
+def _join_channel_threads() -> None:
+    """Waits (``_CHANNEL_GRACE_S`` in all) for the channel threads of jobs abandoned on
+    stopped processes: they fail now, inside :func:`_quiet_abandoned_jobs`."""
+    deadline = time.time() + _CHANNEL_GRACE_S
+    for thread in threading.enumerate():
+        if thread.name in _CHANNEL_THREADS:
+            thread.join(timeout=max(0.0, deadline - time.time()))
+
+
 def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
     """One warm worker process: caps TF's threads, serves SDK harnesses until told to stop.
 
@@ -446,16 +455,19 @@ class LocalWorkerPool:
 
     def restart(self) -> None:
         """Replaces every process (after one exited: a survivor may still run its trial)."""
-        for i, child in enumerate(self._children):
-            child.close()
-            self._children[i] = _Child(i, self.threads_per_worker, self._log_dir, self.label)
+        for i in range(len(self._children)):
+            self._replace(i)
         self.restarts += 1
 
     def restart_worker(self, index: int) -> None:
         """Replaces process ``index`` (after it exited); the others go on with their work."""
-        self._children[index].close()
-        self._children[index] = _Child(index, self.threads_per_worker, self._log_dir, self.label)
+        self._replace(index)
         self.restarts += 1
+
+    def _replace(self, index: int, kill: bool = False) -> None:
+        """Stops process ``index`` (``kill``: at once) and starts a fresh one in its place."""
+        self._children[index].close(kill=kill)
+        self._children[index] = _Child(index, self.threads_per_worker, self._log_dir, self.label)
 
     def stop_jobs(self, indexes: Sequence[int]) -> None:
         """Kills processes ``indexes`` mid-job and puts fresh ones in their place.
@@ -469,14 +481,8 @@ class LocalWorkerPool:
         """
         with _quiet_abandoned_jobs():
             for index in indexes:
-                self._children[index].close(kill=True)
-                self._children[index] = _Child(
-                    index, self.threads_per_worker, self._log_dir, self.label
-                )
-            deadline = time.time() + _CHANNEL_GRACE_S
-            for thread in threading.enumerate():
-                if thread.name in _CHANNEL_THREADS:
-                    thread.join(timeout=max(0.0, deadline - time.time()))
+                self._replace(index, kill=True)
+            _join_channel_threads()
 
     def pipeline(self, options: PipelineOptions, worker: Optional[int] = None) -> beam.Pipeline:
         """A pipeline whose workers are this pool's processes (one Beam worker each).
@@ -512,11 +518,7 @@ class LocalWorkerPool:
         with _quiet_abandoned_jobs():
             for child in self._children:
                 child.close()
-            # A job abandoned on these processes fails in its channel threads now.
-            deadline = time.time() + _CHANNEL_GRACE_S
-            for thread in threading.enumerate():
-                if thread.name in _CHANNEL_THREADS:
-                    thread.join(timeout=max(0.0, deadline - time.time()))
+            _join_channel_threads()
         self._children = []
         if self._dispatcher is not None:
             self._dispatcher.stop()
