@@ -261,19 +261,8 @@ class Rows:
                 )
             ).scalars()
         )
-        if ids:
-            self.conn.execute(
-                sa.update(s.executions)
-                .where(s.executions.c.id.in_(ids))
-                .values(status=ExecutionStatus.ABANDONED.value, end_time_ms=now_ms(), error=error)
-            )
         for execution_id in ids:
-            pending = [
-                row.id
-                for row in self.outputs(execution_id).values()
-                if row.state == ArtifactState.PENDING.value
-            ]
-            self.set_state(pending, ArtifactState.DELETED)
+            self.stop(execution_id, ExecutionStatus.ABANDONED, error=error)
         return ids
 
     def outputs(self, execution_id: int) -> dict[str, Any]:
@@ -322,9 +311,19 @@ class Rows:
             .values(properties={**(old or {}), **json.loads(to_json(props))})
         )
 
-    def end(self, execution: ExecutionRef, status: ExecutionStatus, **more: Any) -> None:
+    def end(self, execution_id: int, status: ExecutionStatus, **more: Any) -> None:
         self.conn.execute(
             sa.update(s.executions)
-            .where(s.executions.c.id == execution.id)
+            .where(s.executions.c.id == execution_id)
             .values(status=status.value, end_time_ms=now_ms(), **more)
         )
+
+    def stop(self, execution_id: int, status: ExecutionStatus, **more: Any) -> None:
+        """Ends an execution without a result; its pending outputs become deleted."""
+        self.end(execution_id, status, **more)
+        pending = [
+            row.id
+            for row in self.outputs(execution_id).values()
+            if row.state == ArtifactState.PENDING.value
+        ]
+        self.set_state(pending, ArtifactState.DELETED)

@@ -304,7 +304,7 @@ class MetadataStore:
                 raise ValueError(f"{execution.stage} did not publish its outputs {pending}")
             rows.append_jobs(execution, job_ids)
             rows.update_properties(execution, properties or {})
-            rows.end(execution, ExecutionStatus.COMPLETE)
+            rows.end(execution.id, ExecutionStatus.COMPLETE)
 
     def fail_execution(
         self,
@@ -326,13 +326,7 @@ class MetadataStore:
     def _stop(self, execution, status, properties, **more) -> None:
         with self._write() as rows:
             rows.update_properties(execution, properties or {})
-            rows.end(execution, status, **more)
-            pending = [
-                row.id
-                for row in rows.outputs(execution.id).values()
-                if row.state == ArtifactState.PENDING.value
-            ]
-            rows.set_state(pending, ArtifactState.DELETED)
+            rows.stop(execution.id, status, **more)
 
     # Caching --------------------------------------------------------------------------
 
