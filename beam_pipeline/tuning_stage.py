@@ -170,7 +170,7 @@ def default_schedule(options: PipelineOptions, pipeline_root: str) -> TunerSched
     rolling's trial jobs run side by side. Also ROLLING where the search job's state has
     no compare-and-swap store (a pipeline root that is neither local nor ``gs://``).
     """
-    if is_direct(options) or runner_family(options) is RunnerFamily.IN_PROCESS:
+    if runner_family(options) is RunnerFamily.IN_PROCESS:  # the DirectRunner among them
         return TunerSchedule.ROLLING
     if options.view_as(po.PortableOptions).job_endpoint == "embed":
         return TunerSchedule.ROLLING
