@@ -69,13 +69,14 @@ def files_digest(paths: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
-def folder_digest(folder: str) -> str:
-    """One digest of every file under ``folder``: relative paths and contents."""
+def folder_digest(folder: str, suffix: str = "") -> str:
+    """One digest of every file under ``folder`` (whose name ends with ``suffix``):
+    relative paths and contents."""
 
     digest = _hasher()
     entries = []
     for dirpath, _, files in fileio.walk(folder):
-        entries.extend(fileio.join(dirpath, f) for f in files)
+        entries.extend(fileio.join(dirpath, f) for f in files if f.endswith(suffix))
     for path in sorted(entries):
         digest.update(f"{path[len(folder) :]}|{file_digest(path)}\n".encode())
     return digest.hexdigest()
@@ -107,18 +108,7 @@ _LIBRARIES = (
 
 def sources_digest(roots: Sequence[str]) -> str:
     """One digest of the ``.py`` files under local folders ``roots``: paths and bytes."""
-    digest = _hasher()
-    for root in roots:
-        files = []
-        for dirpath, dirnames, names in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-            files.extend(os.path.join(dirpath, n) for n in names if n.endswith(".py"))
-        for path in sorted(files):
-            with open(path, "rb") as f:
-                content = hashlib.blake2b(f.read(), digest_size=32).hexdigest()
-            name = os.path.relpath(path, os.path.dirname(root)).replace(os.sep, "/")
-            digest.update(f"{name}|{content}\n".encode())
-    return digest.hexdigest()
+    return json_digest({os.path.basename(r): folder_digest(r, suffix=".py") for r in roots})
 
 
 @functools.cache
