@@ -93,6 +93,9 @@ def test_the_readme_is_a_front_page_and_nothing_outside_benchmarks_is_dated():
     # The README's two commands, as CI (.ci/run) and a fresh clone run them.
     assert "sh scripts/env.sh && .venv/bin/python -m beam_pipeline --runner=DirectRunner" in readme
     assert "sh scripts/env.sh && .venv/bin/python -m pytest" in readme
+    # Its links to the docs and the benchmarks lead to files that exist.
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme):
+        assert os.path.exists(os.path.join(REPO, target)), target
     dated = re.compile(
         r"\b20\d\d-\d\d-\d\d\b|load average|\b\d+-core machine|measured (?:here|on)"
         r"|\bcommit [0-9a-f]{7}|\b[0-9a-f]{7}\^"
