@@ -165,7 +165,7 @@ def _parse_config_file(path: str) -> config_pb2.EvalConfig:
         raise PipelineError(
             f"--eval_config {path} does not parse as a TFMA EvalConfig ({first_line(e)}); "
             "write it in protobuf text or JSON format with model_specs, metrics_specs and "
-            "slicing_specs (see the README's Evaluator section)."
+            "slicing_specs (see docs/model-checks.md)."
         ) from None
 
 
@@ -271,7 +271,7 @@ def build_eval_config(
       schema: the raw data's schema (the features slices and labels may name).
       slice_features: features to slice on besides the overall slice (added to either).
       facts: :func:`model_facts` of ``model_dir`` when the caller has them already (a
-        SavedModel load costs about 0.5 s of CPU for the penguin model); else loaded here.
+        SavedModel load is not free); else loaded here.
 
     Raises:
       PipelineError: the file does not parse, or names a metric, a slice feature or a

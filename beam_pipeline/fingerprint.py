@@ -4,13 +4,12 @@ A key made of file metadata (path, size, modification time) is wrong both ways: 
 the same data elsewhere misses, and data changed in place with the same size and time (a
 restore from backup, ``cp -p``, a sync tool, an object store with coarse times) hits and
 silently reuses results of other data. So keys here are digests of the bytes: BLAKE2b
-(256-bit), as strong as SHA-256 and about 1.6x as fast on CPUs without SHA instructions
-(0.90 s against 1.45 s for 92 MB on this machine's loaded cores).
+(256-bit), as strong as SHA-256 and faster on CPUs without SHA instructions.
 
 Files are read through Beam's filesystems (local, ``gs://``, ...) as stored, without
 decompressing (a ``.gz`` file's compressed bytes identify its content as well and are
-fewer). Hashing runs on the launcher before any job: about 1 s for a 1M-row, 92 MB CSV
-against 65 s and more for the data stage that reads it on the same (loaded) machine.
+fewer). Hashing runs on the launcher before any job, a small share of the data stage
+that reads the same bytes (benchmarks/README.md).
 
 Example::
 
@@ -121,7 +120,6 @@ def pipeline_code() -> str:
     alone would let a changed checkout of the same version reuse results its bug fix
     would change; the sources' bytes cannot. So an upgrade, or any edit of the project's
     code (a comment too), reruns every stage once: a result of other code is never reused.
-    About 10 ms for the project's ~140 files.
     """
     import importlib.util
 

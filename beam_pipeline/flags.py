@@ -384,7 +384,7 @@ def _convert(key: str, value: Any) -> Any:
         if not isinstance(value, dict):
             raise PipelineError(
                 "search_space in --config must be a mapping (algorithm, objective, "
-                "hyperparameters: {...}); see README's tuning section."
+                "hyperparameters: {...}); see docs/tuning.md."
             )
         return SearchSpace.from_mapping(value)
     if key == "no_cache":

@@ -162,9 +162,9 @@ def default_schedule(options: PipelineOptions, pipeline_root: str) -> TunerSched
 
     SEARCH_JOB where each job starts workers of its own (Dataflow, Flink, Spark, a portable
     job server): a job per trial would pay that start-up per trial, minutes on Dataflow
-    (README, "A cost model for Dataflow"). ROLLING on the DirectRunner and the other
-    runners in this process, whose warm pool makes a trial's job cost 0.2-0.5 s and where
-    rolling was as fast or faster on 2 cores (README, Benchmarks), and on Beam's embedded
+    (benchmarks/dataflow_cost.py's model). ROLLING on the DirectRunner and the other
+    runners in this process, whose warm pool makes a trial's job cheap to start and where
+    rolling was not measured slower (benchmarks/README.md), and on Beam's embedded
     job service (``--job_endpoint=embed``), which gives a job one
     worker process, so a search job's loops would run one after another there while
     rolling's trial jobs run side by side. Also ROLLING where the search job's state has

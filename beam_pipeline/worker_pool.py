@@ -13,10 +13,10 @@ two fixes, both of which make a run hang with the stock pool, and one speed-up:
   the pipe holds (64 KiB on Linux: Keras progress bars, a chatty DoFn) blocks for good;
 - every worker is a fork of the pool's **zygote**, a process that imported Beam's SDK
   harness, TensorFlow and this project's steps once (``beam_pipeline.runtime.pool_zygote``,
-  the DirectRunner pool's preload; about 6 s of CPU), and a **spare worker** waits ready
+  the DirectRunner pool's preload; seconds of CPU), and a **spare worker** waits ready
   (``--spare_workers``, default 1). Every job of a run asks the pool for new workers, and
-  Beam's stock pool starts each as a fresh interpreter; here a worker is forked in about a
-  tenth of a second (63-133 ms on 2 busy cores) and the spare is handed to the next
+  Beam's stock pool starts each as a fresh interpreter; here a worker is forked in a
+  fraction of a second and the spare is handed to the next
   ``StartWorker`` at once. The pool adopts the workers (``PR_SET_CHILD_SUBREAPER``), so they
   are its children as with Beam's pool: it waits for them, and the watchdog
   (:mod:`beam_pipeline.runtime.watchdog`) reads how one ended. A spare that waits is named

@@ -16,9 +16,9 @@ Same data, same sitting, one worker count after another:
   stage per schedule on N warm worker processes.
 
 Both benchmarks are this folder's own, run as they are (their docstrings define the
-figures). Writes ``benchmarks/results/scaling_<stamp>.json`` and prints the tables the
-README shows. Worker counts above the machine's cores are run too: they measure what the
-fan-out costs when workers outnumber cores, not a speed-up.
+figures). Writes ``benchmarks/results/scaling_<stamp>.json`` and prints its tables
+(benchmarks/README.md quotes them). Worker counts above the machine's cores are run too:
+they measure what the fan-out costs when workers outnumber cores, not a speed-up.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 #!/bin/sh
-# Creates (or refreshes) the project's virtual environment in .venv from requirements.lock,
-# with this repository installed in editable mode. Safe to run repeatedly: it reinstalls
-# only when requirements.lock or setup.py changed since the last install.
+# Creates (or refreshes) the project's virtual environment in .venv from requirements.lock
+# and requirements-docs.txt (the docs site's mkdocs, which the tests build), with this
+# repository installed in editable mode. Safe to run repeatedly: it reinstalls only when
+# one of those files or setup.py changed since the last install.
 # Prints one line per step; a step's own output (pip's, setuptools') goes to
 # .venv/install.log and is printed in full when the step fails.
 # Usage: sh scripts/env.sh   (PYTHON=python3.11 by default)
@@ -22,27 +23,28 @@ step() {
   fi
 }
 
-# requirements.lock with uv, or with pip where uv fails (its output stays in the log).
+# requirements.lock and requirements-docs.txt with uv, or with pip where uv fails (its
+# output stays in the log).
 lock_install() {
   .venv/bin/python -m uv pip install --compile-bytecode --python .venv/bin/python \
-    -r requirements.lock ||
-    .venv/bin/python -m pip install -r requirements.lock
+    -r requirements.lock -r requirements-docs.txt ||
+    .venv/bin/python -m pip install -r requirements.lock -r requirements-docs.txt
 }
 
 if [ ! -x .venv/bin/python ]; then
   printf 'env: creating .venv with %s\n' "$PY"
   "$PY" -m venv .venv
 fi
-stamp=$(cat requirements.lock setup.py | sha256sum | cut -c1-16)
+stamp=$(cat requirements.lock requirements-docs.txt setup.py | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
   step "upgrading pip" .venv/bin/python -m pip install --upgrade pip
   # uv installs the same pinned set as pip (uv pip check: compatible; pip freeze: the same
-  # 209 packages) in ~80 s where pip takes ~2 min 10 s on 2 cores (it downloads, unpacks
-  # and compiles in parallel). --compile-bytecode as pip does: without the .pyc files every
-  # test process compiled TensorFlow's modules itself and a whole suite took 13:49 instead
-  # of 8:57. pip does it if uv cannot (uv reads PyPI, or UV_INDEX_URL; not pip.conf).
+  # packages), faster: it downloads, unpacks and compiles in parallel. --compile-bytecode
+  # as pip does: without the .pyc files every test process compiles TensorFlow's modules
+  # itself, which makes a whole suite far slower. pip does it if uv cannot (uv reads PyPI,
+  # or UV_INDEX_URL; not pip.conf).
   step "installing uv" .venv/bin/python -m pip install "uv==0.13.9"
-  step "installing requirements.lock" lock_install
+  step "installing requirements.lock and requirements-docs.txt" lock_install
   step "installing this repository (editable)" .venv/bin/python -m pip install --no-deps -e .
   echo "$stamp" > .venv/.installed
   echo "env: .venv is ready"

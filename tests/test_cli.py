@@ -50,8 +50,8 @@ def _summary(run_dir):
 # The bundled data stages on the DirectRunner's multi_processing mode: a worker process
 # cannot import the module file by its generated name, so its functions must travel by value
 # (a regression: Transform failed with ModuleNotFoundError); every test of the bundled run
-# below checks what they produced. One worker process is enough for that (2 took 57 s
-# instead of 30 s on the loaded 2-core machine); ExampleGen and Statistics split over 2
+# below checks what they produced. One worker process is enough for that (2 take longer on
+# a small machine); ExampleGen and Statistics split over 2
 # workers are checked in test_example_gen.py, test_statistics.py and test_csv_ranges.py.
 BUNDLED_ARGS = [
     "--runner=DirectRunner",

@@ -368,7 +368,7 @@ def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypat
     assert "NOT blessed:" in shown.split("Model checks", 1)[1]
 
 
-# Debian's chromium package (see README's "Tests"); the report's rendering is checked in it.
+# Debian's chromium package (see docs/development.md); the report's rendering is checked in it.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,

@@ -187,7 +187,7 @@ def test_write_and_read_back_tfrecord_round_trip(tmp_path):
         assert_that(counts, equal_to([len(train)]))
 
 
-# Every compression Beam's FileSystems decompress by file name; the README names these.
+# Every compression Beam's FileSystems decompress by file name; docs/data-input.md names these.
 _COMPRESSORS = {
     "gz": gzip.compress,
     "bz2": bz2.compress,

@@ -1,4 +1,4 @@
-"""The direction of imports between this project's layers (see README, Architecture).
+"""The direction of imports between this project's layers (see docs/architecture.md).
 
 From the bottom up: ``beam_pipeline.core`` (imports nothing of ours outside itself),
 ``trainer`` (runs inside a worker and in plain processes: core only, and no Beam),

@@ -141,7 +141,7 @@ def _tune_and_train(root: str, run_id: str, module: str, *flags: str, monkeypatc
     return _summary(root, run_id)
 
 
-# Each Keras way and each runner once (a whole tuned run is 30-90 s on 2 cores): TFX's own
+# Each Keras way and each runner once (a whole tuned run takes a minute or so): TFX's own
 # tf.keras file on the portable runner, whose remote workers load it the hard way; the
 # `import keras` copy on the DirectRunner's pool. The other two pairs passed in 5 runs
 # measured by hand (figures above); the Keras switch is the same code on every runner.

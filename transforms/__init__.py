@@ -16,8 +16,8 @@ import importlib
 
 # Names are imported on first use (PEP 562), not with the package: a Beam worker that
 # unpickles an ExampleGen or Statistics DoFn imports ``transforms`` first, and an eager
-# import of ``transforms.transform`` (tf.Transform) would cost each data worker about 5 s
-# of CPU and 0.4 GB for TensorFlow, which the data stages never call.
+# import of ``transforms.transform`` (tf.Transform) would cost each data worker seconds
+# of CPU and hundreds of MB for TensorFlow, which the data stages never call.
 _WHERE = {
     "CsvFormat": "transforms.example_gen",
     "HashSplitter": "transforms.example_gen",

@@ -69,10 +69,9 @@ class _GzipRecordWriter:
 
     Records are framed by Beam's ``_TFRecordUtil`` (the framing ``WriteToTFRecord`` uses,
     with google-crc32c's C checksum) and compressed with zlib in 1 MiB pieces. It costs
-    about 1.4 µs a record more than TensorFlow's C++ writer (measured: 300k records of
-    180 bytes, 1.12 s against 0.70 s of CPU), which is why a process that already imported
-    TensorFlow uses that one; a data-stage worker that did not saves the import (about
-    4.5 s of CPU and 0.4 GB) instead.
+    more CPU per record than TensorFlow's C++ writer, which is why a process that already
+    imported TensorFlow uses that one; a data-stage worker that did not saves the import
+    (seconds of CPU and hundreds of MB) instead.
     """
 
     _FLUSH_BYTES = 1 << 20

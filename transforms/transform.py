@@ -81,10 +81,10 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         ``preprocessing_fn`` misses the cache by itself).
       batch_size: rows per RecordBatch fed to tf.Transform (its ``desired_batch_size``
         applies only to instance dicts; record batches go in as read). Every batch is one
-        TensorFlow call per analysis phase and per transform, with a fixed cost: at 200k
-        taxi rows, 4096-row batches spent 5.9 CPU s in tf.Transform's batch handling
-        (3.0 s of it turning Arrow columns into tensors), 16384-row ones 2.0 s; 65536 gave
-        no more (bench_transform.py --profile, in_memory).
+        TensorFlow call per analysis phase and per transform, with a fixed cost: 16384-row
+        batches spent a fraction of 4096-row ones' CPU in tf.Transform's batch handling
+        (most of it turning Arrow columns into tensors), and 65536 gave no more
+        (bench_transform.py --profile, in_memory).
     """
 
     def __init__(

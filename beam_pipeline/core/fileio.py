@@ -82,7 +82,7 @@ def exists(path: str) -> bool:
     """Whether a file or folder exists at ``path``."""
     if not is_remote(path):
         # The OS for local paths: `runs list` and the CLI's checks of the pipeline root need
-        # no TensorFlow (about 6 s, and its C++ lines on stderr, for nothing).
+        # no TensorFlow (seconds of import, and its C++ lines on stderr, for nothing).
         return os.path.exists(path)
     return _gfile().exists(path)
 
@@ -137,9 +137,9 @@ def open(path: str, mode: str = "r") -> IO[Any]:  # noqa: A001 - the module's fi
     if not is_remote(path):
         # Local files need no gfile: the data stages' workers read their input and write
         # statistics this way, and importing TensorFlow for it would cost each of them
-        # about 5 s of CPU and 0.4 GB that nothing else in ExampleGen or Statistics uses;
-        # `runs diff` and `runs report` read run records as text (6-7 s for TensorFlow's
-        # import where the command itself takes under a second). Text as gfile has it:
+        # seconds of CPU and hundreds of MB that nothing else in ExampleGen or Statistics
+        # uses; `runs diff` and `runs report` read run records as text (TensorFlow's
+        # import would take longer than the command itself). Text as gfile has it:
         # UTF-8, and line ends neither translated on reading nor on writing.
         if "b" in mode:
             return builtins.open(path, mode)

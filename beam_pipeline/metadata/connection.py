@@ -12,7 +12,7 @@ writer), every write transaction starts with ``BEGIN IMMEDIATE`` (it takes the w
 first, so a transaction never fails half-way on a lock another process took after it began
 reading, which is what SQLite's default deferred ``BEGIN`` does under concurrency) and
 waits up to :data:`BUSY_TIMEOUT_S` for the lock; the store's transactions are a few
-statements each. WAL needs a local disk (not NFS): see the README.
+statements each. WAL needs a local disk (not NFS): see docs/metadata-store.md.
 
 Schema: Alembic runs the migrations in ``migrations/versions`` up to the newest revision
 inside the same locked transaction that checks the revision, so two launchers opening a

@@ -166,7 +166,7 @@ class MetadataStore:
             else:
                 context_id = found.id
                 rows.update_run(context_id, RunStatus.RUNNING, properties)
-                # Two launches of one run id at once are not supported (README), so what
+                # Two launches of one run id at once are not supported (docs/limits.md), so what
                 # is still running belongs to an earlier attempt that was killed.
                 rows.abandon_running(context_id, _ABANDONED)
         return RunRef(context_id=context_id, run_id=run_id, pipeline=pipeline)

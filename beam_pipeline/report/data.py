@@ -320,9 +320,9 @@ def _tfrecords(path: str):
     """The records of a TFRecord file (TensorBoard's event files), each checked.
 
     Written out because every reader at hand imports TensorFlow (TensorFlow's, and
-    TensorBoard's when TensorFlow is installed): 6-7 s of a `runs report` that otherwise
-    takes a second. Beam's ``_TFRecordUtil`` (the framing ``transforms.tfrecords`` writes
-    with) has the same checks, but importing Beam would cost the command about 3 s. The
+    TensorBoard's when TensorFlow is installed), several times what a `runs report`
+    otherwise takes. Beam's ``_TFRecordUtil`` (the framing ``transforms.tfrecords`` writes
+    with) has the same checks, but importing Beam would cost the command seconds too. The
     format: a little-endian 8-byte length, its masked CRC-32C, the
     record, its masked CRC-32C. Reading stops at a truncated or damaged record (a run
     killed while TensorBoard wrote), so the curves keep the points before it.

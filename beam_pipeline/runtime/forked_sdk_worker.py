@@ -2,8 +2,8 @@
 
 Beam's FnApiRunner starts each worker of a ``multi_processing`` job as a fresh
 ``python -m apache_beam.runners.worker.sdk_worker_main`` (its ``SubprocessSdkWorker``), and
-every job gets new ones: each paid Beam's SDK harness import (2.6 s of CPU on this
-machine) and its steps' imports (tf.Transform's and TensorFlow's for a Transform job)
+every job gets new ones: each paid Beam's SDK harness import (seconds of CPU) and its
+steps' imports (tf.Transform's and TensorFlow's for a Transform job)
 before it read a row; in a py-spy profile of the test suite those imports were the
 largest single share of all import time. Here, once the fork server of
 :mod:`beam_pipeline.runtime.pool` is warm (a pool of this launcher started it, or a
@@ -120,9 +120,9 @@ def _start(env: dict):
     """A forked worker where the fork server is warm, else Beam's ``Popen``.
 
     Only a warm server: one started for this job would make it wait for the server's
-    imports (TensorFlow's among them, 7 s of CPU), where two fresh workers of a data job
-    import only Beam's harness (2.6 s each, in parallel): 14.5 s instead of 11.1 s for a
-    200k-row data job on 2 workers in a fresh process (bench_scaling.py, one sitting).
+    imports (TensorFlow's among them), where two fresh workers of a data job import only
+    Beam's harness, in parallel, and a data job in a fresh process finished later with a
+    server started for it than without one (bench_scaling.py).
     """
     import subprocess
 

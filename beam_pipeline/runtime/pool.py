@@ -258,7 +258,7 @@ def warm_fork_server() -> None:
 
     A ``multi_processing`` run calls it first thing, so the server imports the ML stack on
     a core the launcher's own imports leave free, and the workers of its Transform and
-    Evaluator jobs (which import TensorFlow, 7-10 s of CPU each as fresh interpreters)
+    Evaluator jobs (which import TensorFlow, seconds of CPU each as fresh interpreters)
     start as forks of it (:mod:`beam_pipeline.runtime.forked_sdk_worker`). Until the
     server answers, workers start as Beam starts them: a job never waits for it.
     """

@@ -2,8 +2,8 @@
 
 :class:`~beam_pipeline.runtime.pool.LocalWorkerPool` starts its processes with
 multiprocessing's ``forkserver`` and this module as its preload: one process pays the
-imports (TensorFlow, keras-tuner, tf.Transform, Beam's SDK harness; about 6 s of CPU on
-2 cores) and every pool process is a fork of it, ready in about a second and sharing
+imports (TensorFlow, keras-tuner, tf.Transform, Beam's SDK harness: seconds of CPU) and
+every pool process is a fork of it, ready far sooner and sharing
 those pages copy-on-write, where a fresh interpreter per process paid them each time.
 
 Importing must not start TensorFlow's runtime (its thread pools would not survive the
@@ -45,8 +45,8 @@ except Exception:  # noqa: BLE001, S110
 # The imports' objects go to the collector's permanent generation, which collections skip;
 # every fork inherits that. keras-tuner runs two full collections before every trial
 # (``Tuner._try_build``: ``keras.backend.clear_session()`` and ``gc.collect()``), and each
-# walked the ~570k objects these imports made: 0.27 s a collection here when idle, about
-# 0.9 s on 2 busy cores, 2 per trial (a py-spy profile of the bundled run). Frozen objects
+# walked the hundreds of thousands of objects these imports made, a large share of a short
+# trial's time (a py-spy profile of the bundled run). Frozen objects
 # are also never written by the collector, so the forks keep sharing their pages. (The
 # standard recipe for pre-fork servers: Python's gc.freeze documentation.)
 gc.freeze()

@@ -35,10 +35,9 @@ from beam_pipeline.runtime.inspection import (
 
 __all__ = ["DEFAULT_WORKER_START_TIMEOUT", "watch"]
 
-# Sized from measured start-up on this project's 2-core machine, shared and loaded (load
-# average 9-10): a local pool's worker starts and runs a one-element job in 5-8 s (the
-# pre-flight probe); 120 s leaves room for a busier machine or a container's start without
-# letting a dead worker hold a run for long.
+# A local pool's worker starts and runs a one-element job (the pre-flight probe) in seconds,
+# even on a small, loaded machine; 120 s leaves room for a busier machine or a container's
+# start without letting a dead worker hold a run for long.
 DEFAULT_WORKER_START_TIMEOUT = 120.0
 
 _NOT_STARTED = {"STARTING", "PENDING", "STOPPED", "UNKNOWN", "UNRECOGNIZED"}

@@ -119,8 +119,8 @@ def plot_objective(path: str, records: Sequence[TrialRecord], objective: str, di
 
     Drawn with the run report's own SVG plots (:mod:`beam_pipeline.report.svg`), not
     matplotlib: Keras imports matplotlib's pyplot at import time wherever it is installed,
-    which cost every process that imports TensorFlow about 1 s of CPU (launcher, pool and
-    Beam workers), for this one plot.
+    which cost every process that imports TensorFlow CPU time (launcher, pool and Beam
+    workers), for this one plot.
     """
     from beam_pipeline.report.svg import lines
 

@@ -54,7 +54,7 @@ class _TrialJob:
 
 
 # Beam's stager writes the launcher's installed packages (``pip freeze``, a subprocess
-# that costs the launcher 1-2 s of CPU) into every portable or Dataflow job it submits,
+# that costs the launcher CPU time) into every portable or Dataflow job it submits,
 # for the workers to compare with theirs; this experiment of Beam's turns that off.
 _NO_ENVIRONMENT_LIST = "disable_logging_submission_environment"
 

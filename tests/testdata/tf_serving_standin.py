@@ -6,7 +6,7 @@ model served under ``MODEL_NAME``: the request's ``serving_default`` (or named) 
 called on its input tensors, the outputs as TensorProtos; another model name is
 ``NOT_FOUND`` with TF Serving's message. The servicer base class, the stub and the protos
 are tensorflow-serving-api's. It is what ``--serving_endpoint`` is tested against, not
-TF Serving itself (README: InfraValidator).
+TF Serving itself (docs/model-checks.md).
 
 Usage::
 

@@ -123,7 +123,7 @@ def _build(hp, tf_transform_output, custom_config) -> keras.Model:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.SparseCategoricalAccuracy()],
         # Eager steps: a trial here is 5 steps, for which tracing Keras's train and test
-        # functions costs more than it saves (1.3 s against 0.7 s of CPU per trial).
+        # functions costs more CPU than it saves.
         run_eagerly=True,
     )
     return model
