@@ -27,8 +27,9 @@ Per feature it computes what TFDV's basic statistics hold:
   ``num_nan`` and left out of everything else.
 * STRING features (``string_stats``; binary data is reported as STRING, as TFDV does):
   the exact distinct count, top values and rank histogram with exact counts (most
-  frequent first; equal counts in byte order of the value), average
-  length in bytes and the count of values that are not valid UTF-8.
+  frequent first; equal counts in byte order of the value; a value that is not UTF-8
+  text, or longer than 1 KiB, is listed under TFDV's placeholder label), average length
+  in bytes and the count of values that are not valid UTF-8.
 
 A column missing from a batch counts as missing in that batch's rows, and a null list as
 missing in its row; an empty list is present with zero values.
