@@ -145,31 +145,58 @@ class _ExactMatcher:
             assert [(b.label, b.sample_count) for b in buckets] == ranked, name
 
 
+_ROWS_200K = 200_000
+_BATCH_ROWS = 10_000
+
+
+def _batch_200k(start: int) -> tuple[list[list[bytes]], list[list[bytes]]]:
+    """Rows [start, start + _BATCH_ROWS) as (ids, codes): every id once (in an order
+    shuffled over the whole range); codes Zipf-like, so that a code's count is summed
+    over batches and workers and the top ones have large distinct counts; 0 to 2 codes
+    a row. A function of ``start`` alone: workers make the batches themselves (a Create
+    of the data would pickle and compress it into the pipeline)."""
+    order = np.random.default_rng(32).permutation(_ROWS_200K)[start : start + _BATCH_ROWS]
+    draws = np.minimum(np.random.default_rng(start).zipf(1.3, size=_BATCH_ROWS), 150_000)
+    ids = [[f"id{i:06d}".encode()] for i in order]
+    codes = [
+        [f"k{d}".encode(), f"k{d + 1}".encode()][: (0, 1, 1, 2)[i % 4]] for i, d in enumerate(draws)
+    ]
+    return ids, codes
+
+
+def _record_batch_200k(start: int) -> pa.RecordBatch:
+    ids, codes = _batch_200k(start)
+    # Ids as Arrow binary, codes as Arrow strings: both are string features.
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(ids, pa.list_(pa.binary())),
+            pa.array([[v.decode() for v in row] for row in codes], pa.list_(pa.string())),
+        ],
+        names=["id", "code"],
+    )
+
+
 @pytest.mark.slow
 def test_200k_distinct_values_on_beam_equal_a_python_count(monkeypatch):
-    rng = np.random.default_rng(32)
-    n = 200_000
-    ids = [[f"id{i:06d}".encode()] for i in rng.permutation(n)]
-    # Repeated codes, Zipf-like, so that counts are summed over batches and workers and
-    # the top values have distinct, large counts; some rows hold 0 or 2 codes.
-    draws = np.minimum(rng.zipf(1.3, size=n), 150_000)
-    codes = []
-    for i, d in enumerate(draws):
-        k = (0, 1, 1, 2)[i % 4]
-        codes.append([f"k{d}".encode(), f"k{d + 1}".encode()][:k])
-    id_column = pa.array(ids, pa.list_(pa.binary()))
-    # Codes as Arrow strings, ids as binary: both are string features.
-    code_column = pa.array([[v.decode() for v in row] for row in codes], pa.list_(pa.string()))
-    batch = pa.RecordBatch.from_arrays([id_column, code_column], names=["id", "code"])
-    batches = [batch.slice(i, 10_000) for i in range(0, n, 10_000)]
+    starts = list(range(0, _ROWS_200K, _BATCH_ROWS))
+    ids, codes = [], []
+    for start in starts:
+        batch_ids, batch_codes = _batch_200k(start)
+        ids += batch_ids
+        codes += batch_codes
     expected = {"id": _expected(ids), "code": _expected(codes)}
-    assert expected["id"][0] == n and expected["code"][0] > 10_000
+    assert expected["id"][0] == _ROWS_200K and expected["code"][0] > 10_000
     assert expected["code"][1][0][1] > 1000  # the most frequent code, summed over batches
-    # Workers are separate processes: they import this module (for the matcher) and
-    # transforms/ from PYTHONPATH.
+    # Workers are separate processes: they import this module (for the batches and the
+    # matcher) and transforms/ from PYTHONPATH.
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([TESTS_DIR, REPO, os.environ.get("PYTHONPATH", "")])
     )
     with _test_pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2") as p:
-        stats = p | beam.Create(batches) | "Stats" >> st.GenerateStatistics("train")
+        stats = (
+            p
+            | beam.Create(starts)
+            | "MakeBatches" >> beam.Map(_record_batch_200k)
+            | "Stats" >> st.GenerateStatistics("train")
+        )
         assert_that(stats, _ExactMatcher(expected))
