@@ -611,6 +611,25 @@ def _string_value_counts(batch: pa.RecordBatch) -> Iterator[tuple[tuple[str, byt
         )
 
 
+class _SumCountsFn(beam.CombineFn):
+    """Sums a value's counts (an int accumulator, encoded as a varint between workers)."""
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add_input(self, accumulator: int, count: int) -> int:
+        return accumulator + count
+
+    def merge_accumulators(self, accumulators: Iterable[int]) -> int:
+        return sum(accumulators)
+
+    def extract_output(self, accumulator: int) -> int:
+        return accumulator
+
+    def get_accumulator_coder(self):
+        return beam.coders.VarIntCoder()
+
+
 def _by_feature(key: tuple[str, bytes], count: int) -> tuple[str, tuple[int, bytes]]:
     return key[0], (count, key[1])
 
@@ -755,7 +774,7 @@ class GenerateStatistics(
             batches
             | "CountValues"
             >> beam.FlatMap(_string_value_counts).with_output_types(tuple[tuple[str, bytes], int])
-            | "SumValueCounts" >> beam.CombinePerKey(sum)
+            | "SumValueCounts" >> beam.CombinePerKey(_SumCountsFn())
             | "KeyByFeature" >> beam.MapTuple(_by_feature)
             | "TopValues"
             >> beam.CombinePerKey(
