@@ -20,6 +20,7 @@ import logging
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.types import Split
 
 __all__ = ["StageStatus", "StageReport", "RunSummary", "SUMMARY_FILE", "write_summary"]
 
@@ -71,7 +72,17 @@ class StageReport:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in d.items() if k in fields}
         values["status"] = StageStatus(values["status"])
+        for key in ("rows_in", "rows_out"):
+            if key in values:
+                values[key] = _in_split_order(values[key])
         return cls(**values)
+
+
+def _in_split_order(counts: dict[str, int]) -> dict[str, int]:
+    """``all``, then the splits in Split's order (train, eval, test): a report read back
+    from the metadata store, which keeps JSON with sorted keys, would list eval first."""
+    order = {name: i for i, name in enumerate(("all", *(s.value for s in Split)))}
+    return dict(sorted(counts.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def _counts(c: dict[str, int]) -> str:

@@ -40,6 +40,44 @@ def make_pipeline(*beam_args: str):
     return create_pipeline(PipelineOptions(list(beam_args)))
 
 
+def statistics_in_process(
+    batches,
+    name: str = "train",
+    *,
+    num_top_values: int = 20,
+    num_quantiles: int = 10,
+    num_histogram_buckets: int = 10,
+    num_rank_histogram_buckets: int = 1000,
+):
+    """GenerateStatistics' steps applied in-process, in the order its Beam graph runs them:
+    the statistics CombineFn over all batches; the per-batch value counts summed per
+    (feature, value); the top values CombineFn per feature; the two joined. (For unit
+    tests of what the statistics say; tests/test_statistics.py runs the transform itself
+    on Beam.)"""
+    import collections
+
+    from transforms import statistics as st
+
+    fn = st._StatisticsCombineFn(name, num_quantiles, num_histogram_buckets)
+    acc = fn.create_accumulator()
+    counts = collections.Counter()
+    for batch in batches:
+        acc = fn.add_input(acc, batch)
+        for key, count in st._string_value_counts(batch):
+            counts[key] += count
+    top_fn = st._TopValuesCombineFn(max(num_top_values, num_rank_histogram_buckets))
+    per_feature = {}
+    for key, count in counts.items():
+        feature, pair = st._by_feature(key, count)
+        per_feature[feature] = top_fn.add_input(
+            per_feature.get(feature) or top_fn.create_accumulator(), pair
+        )
+    top = {feature: top_fn.extract_output(a) for feature, a in per_feature.items()}
+    return st._add_top_values(
+        fn.extract_output(acc), top, num_top_values, num_rank_histogram_buckets
+    )
+
+
 def read_examples(pattern: str) -> list:
     """All tf.train.Examples in the gzip TFRecord files matching ``pattern``."""
     import tensorflow as tf

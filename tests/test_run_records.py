@@ -230,3 +230,26 @@ def test_a_stage_recorded_by_other_code_of_the_pipeline_is_not_reused(tmp_path):
     make, double = MakeNumber(21), Double()
     _run(root, "r3", (make, double))  # this process's code: r1's results
     assert (make.runs, double.runs) == (0, 0)
+
+
+class MakeSplits(MakeNumber):
+    """MakeNumber reporting rows per split, train first (as ExampleGen declares them)."""
+
+    def run(self, ctx, inputs, out):
+        result = super().run(ctx, inputs, out)
+        result.reports[0].rows_in = {"all": 3}
+        result.reports[0].rows_out = {"train": 2, "eval": 1}
+        return result
+
+
+def test_a_reused_stage_lists_its_splits_train_first_as_the_first_run_did(tmp_path):
+    # The store keeps a report as JSON with sorted keys: read back as it is, a cached
+    # run printed "eval=1 train=2" where the first run printed "train=2 eval=1".
+    root = str(tmp_path)
+    make = MakeSplits(21)
+    first = _run(root, "r1", (make, Double()))
+    again = _run(root, "r2", (make, Double()))
+    assert make.runs == 1 and again.stages[0].status is StageStatus.CACHED
+    for summary in (first, again):
+        assert list(summary.stages[0].rows_out) == ["train", "eval"]
+        assert "all=3  " in summary.format() and "train=2 eval=1" in summary.format()

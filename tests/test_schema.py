@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import PENGUIN_DIR, TESTDATA
+from conftest import PENGUIN_DIR, TESTDATA, statistics_in_process
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tensorflow_transform.tf_metadata import schema_utils
@@ -32,18 +32,8 @@ def _test_pipeline() -> test_pipeline.TestPipeline:
 
 
 def _stats(*batches: pa.RecordBatch, **options) -> statistics_pb2.DatasetFeatureStatisticsList:
-    """Real statistics of ``batches`` (GenerateStatistics' CombineFn, in-process)."""
-    fn = st._StatisticsCombineFn(
-        "train",
-        options.get("num_top_values", 20),
-        10,
-        10,
-        options.get("num_rank_histogram_buckets", 1000),
-    )
-    acc = fn.create_accumulator()
-    for batch in batches:
-        acc = fn.add_input(acc, batch)
-    return fn.extract_output(acc)
+    """Real statistics of ``batches`` (GenerateStatistics' steps, in-process)."""
+    return statistics_in_process(batches, **options)
 
 
 def _batch(**columns: pa.Array) -> pa.RecordBatch:

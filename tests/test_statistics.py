@@ -2,8 +2,8 @@
 
 Every expected number is computed here from the same rows with numpy / plain Python, not
 with the module's code path. Counts and moments must match exactly (to float rounding);
-sketch-based values (quantiles, standard histogram, distinct count over 1024) within the
-sketch's error bound.
+sketch-based values (quantiles, standard histogram) within the sketch's error bound; string
+value counts (distinct count, top values) exactly, at any cardinality.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import REPO
+from conftest import REPO, statistics_in_process
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
@@ -48,13 +48,33 @@ def _test_pipeline(*flags: str) -> test_pipeline.TestPipeline:
     )
 
 
-def _combine(batches, combine_fn=None) -> statistics_pb2.DatasetFeatureStatisticsList:
-    """The CombineFn applied in-process, one accumulator for all batches."""
-    fn = combine_fn or st._StatisticsCombineFn("train", 20, 10, 10, 1000)
-    acc = fn.create_accumulator()
+def _combine(batches, **options) -> statistics_pb2.DatasetFeatureStatisticsList:
+    """GenerateStatistics' steps applied in-process, one accumulator for all batches."""
+    return statistics_in_process(batches, **options)
+
+
+def _top_values(batches, num_top=1000, pieces=1):
+    """Feature -> (distinct count, top pairs) from the module's per-value steps, the value
+    counts split over ``pieces`` top-values accumulators that go through pickle (as a
+    shuffle sends them) and are merged."""
+    counts = collections.Counter()
     for batch in batches:
-        acc = fn.add_input(acc, batch)
-    return fn.extract_output(acc)
+        for key, count in st._string_value_counts(batch):
+            counts[key] += count
+    fn = st._TopValuesCombineFn(num_top)
+    per_feature = collections.defaultdict(list)
+    for i, (key, count) in enumerate(sorted(counts.items())):
+        feature, pair = st._by_feature(key, count)
+        accumulators = per_feature[feature]
+        if len(accumulators) <= i % pieces:
+            accumulators.append(fn.create_accumulator())
+        fn.add_input(accumulators[i % pieces], pair)
+    return {
+        feature: fn.extract_output(
+            fn.merge_accumulators(pickle.loads(pickle.dumps(a)) for a in accumulators)
+        )
+        for feature, accumulators in per_feature.items()
+    }
 
 
 def _features(stats) -> dict[str, statistics_pb2.FeatureNameStatistics]:
@@ -372,10 +392,10 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
     batches, columns = _mixed_dataset(seed=3, large=False)
     x_values = np.random.default_rng(3).normal(size=50_000)
     more = _numeric_batches(x_values, 5_000)
-    fn = st._StatisticsCombineFn("train", 20, 10, 10, 1000)
+    fn = st._StatisticsCombineFn("train", 10, 10)
 
     # One accumulator per batch, compacted and sent through pickle as a shuffle does,
-    # merged in two levels.
+    # merged in two levels; the string values' counts in 3 merged accumulators.
     accumulators = []
     for batch in batches + more:
         acc = fn.add_input(fn.create_accumulator(), batch)
@@ -385,6 +405,7 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
             [fn.merge_accumulators(accumulators[:5]), fn.merge_accumulators(accumulators[5:])]
         )
     )
+    merged = st._add_top_values(merged, _top_values(batches + more, pieces=3), 20, 1000)
 
     # The same rows as one RecordBatch (absent columns become null lists).
     table = pa.concat_tables(
@@ -419,18 +440,21 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
 
 def test_accumulator_pickles_and_keeps_its_state():
     batches, columns = _mixed_dataset(seed=4, large=True)
-    fn = st._StatisticsCombineFn("train", 20, 10, 10, 1000)
+    fn = st._StatisticsCombineFn("train", 10, 10)
     acc = fn.create_accumulator()
     for batch in batches:
         fn.add_input(acc, batch)
     for protocol in (2, pickle.HIGHEST_PROTOCOL):
         restored = pickle.loads(pickle.dumps(acc, protocol=protocol))
-        assert fn.extract_output(restored) == _combine(batches)
+        assert st._add_top_values(
+            fn.extract_output(restored), _top_values(batches), 20, 1000
+        ) == _combine(batches)
     # A restored accumulator still accepts input and merges.
     restored = pickle.loads(pickle.dumps(acc))
     fn.add_input(restored, batches[0])
     doubled = {k: v + v[:300] for k, v in columns.items()}
-    _check_dataset(fn.extract_output(restored), doubled)
+    top = _top_values([*batches, batches[0]])
+    _check_dataset(st._add_top_values(fn.extract_output(restored), top, 20, 1000), doubled)
 
 
 def test_empty_input_gives_one_dataset_with_no_examples():
@@ -498,22 +522,35 @@ def test_golden_small_dataset_matches_pbtxt():
         ],
         names=["age", "score", "tag"],
     )
-    fn = st._StatisticsCombineFn("small", 2, 2, 2, 1000)
-    got = _combine([batch], fn)
+    got = _combine(
+        [batch], name="small", num_top_values=2, num_quantiles=2, num_histogram_buckets=2
+    )
     with open(GOLDEN_SMALL, encoding="utf-8") as f:
         want = text_format.Parse(f.read(), statistics_pb2.DatasetFeatureStatisticsList())
     assert text_format.MessageToString(got) == text_format.MessageToString(want)
 
 
-def test_kmv_distinct_count_beyond_exact_range():
-    values = np.array([f"id{i}" for i in range(20_000)], dtype=object)
+def test_distinct_count_and_top_values_are_exact_beyond_the_rank_histogram():
+    # Every value once, in 4 batches, the top values in 3 merged accumulators: a sketch
+    # (KMV, Misra-Gries) gave an estimate here, above the row count and with counts of 4.
+    values = [f"id{i}".encode() for i in range(20_000)]
     offsets = pa.array(np.arange(len(values) + 1, dtype=np.int32))
-    column = pa.ListArray.from_arrays(offsets, pa.array(values.tolist(), pa.binary()))
+    column = pa.ListArray.from_arrays(offsets, pa.array(values, pa.binary()))
     batch = pa.RecordBatch.from_arrays([column], names=["id"])
-    (feature,) = _combine([batch]).datasets[0].features
-    assert feature.string_stats.unique == pytest.approx(20_000, rel=0.15)
-    assert len(feature.string_stats.rank_histogram.buckets) == 1000
-    assert len(feature.string_stats.top_values) == 20
+    batches = [batch.slice(i, 5_000) for i in range(0, 20_000, 5_000)]
+    (feature,) = _combine(batches).datasets[0].features
+    string_stats = feature.string_stats
+    assert string_stats.unique == 20_000
+    ranked = sorted(v.decode() for v in values)  # all once: byte order
+    assert [(b.label, b.sample_count) for b in string_stats.rank_histogram.buckets] == [
+        (v, 1) for v in ranked[:1000]
+    ]
+    assert [(t.value, t.frequency) for t in string_stats.top_values] == [
+        (v, 1) for v in ranked[:20]
+    ]
+    top = _top_values(batches, pieces=3)
+    assert top["id"][0] == 20_000
+    assert top["id"][1] == [(1, v.encode()) for v in ranked[:1000]]
 
 
 @pytest.mark.parametrize(
@@ -550,7 +587,7 @@ def test_bad_input_is_a_clear_error(batches, message):
 
 
 def test_type_conflict_between_accumulators_is_a_clear_error():
-    fn = st._StatisticsCombineFn("train", 20, 10, 10, 1000)
+    fn = st._StatisticsCombineFn("train", 10, 10)
     a = fn.add_input(
         fn.create_accumulator(),
         pa.RecordBatch.from_arrays([pa.array([[1]], pa.list_(pa.int64()))], names=["a"]),

@@ -13,7 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import TESTDATA
+from conftest import TESTDATA, statistics_in_process
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
@@ -47,13 +47,12 @@ def _base_rows() -> dict[str, list]:
 
 
 def _stats(rows: dict[str, list], name: str = "eval", types=None):
-    """Real statistics of ``rows`` (GenerateStatistics' CombineFn, in-process)."""
+    """Real statistics of ``rows`` (GenerateStatistics' steps, in-process)."""
     types = {**TYPES, **(types or {})}
     batch = pa.RecordBatch.from_arrays(
         [pa.array(v, types.get(k, pa.list_(pa.int64()))) for k, v in rows.items()], names=list(rows)
     )
-    fn = st._StatisticsCombineFn(name, 20, 10, 10, 1000)
-    return fn.extract_output(fn.add_input(fn.create_accumulator(), batch))
+    return statistics_in_process([batch], name)
 
 
 def _schema() -> schema_pb2.Schema:

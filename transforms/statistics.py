@@ -2,9 +2,19 @@
 
 ``GenerateStatistics`` turns a PCollection of Arrow RecordBatches (one split) into exactly
 one ``DatasetFeatureStatisticsList`` holding one dataset, the proto TFDV and Facets read.
-It is a single ``beam.CombineGlobally``: each batch is summarised with vectorised
-pyarrow/numpy code and tfx-bsl sketches, so a worker's memory depends on the number of
-features, never on the number of rows.
+It is two combines over the same batches, joined at the end:
+
+* a ``beam.CombineGlobally`` of everything but the string values' counts: each batch is
+  summarised with vectorised pyarrow/numpy code and tfx-bsl sketches, so a worker's
+  memory depends on the number of features, never on the number of rows;
+* the exact count of every string value, as TFDV's TopKUniques generator does it: each
+  batch's values are counted with pyarrow (``value_counts``), the counts are summed per
+  (feature, value) with a ``CombinePerKey`` (lifted, so each worker pre-sums its share
+  before the shuffle), then one ``CombinePerKey`` per feature keeps the number of
+  distinct values and the most frequent ones. The keys spread over the workers, so no
+  worker holds all the distinct values of a feature and the counts stay exact at any
+  cardinality (a sketch's were not: a column of unique ids got a distinct count above
+  its row count and top-value counts of 4 for values seen once).
 
 Per feature it computes what TFDV's basic statistics hold:
 
@@ -16,15 +26,15 @@ Per feature it computes what TFDV's basic statistics hold:
   ``QuantilesSketch`` (rank error ``_QUANTILES_EPS``), as in TFDV; NaNs are counted in
   ``num_nan`` and left out of everything else.
 * STRING features (``string_stats``; binary data is reported as STRING, as TFDV does):
-  distinct count (``KmvSketch``, exact up to ``_KMV_BUCKETS`` distinct values), top
-  values and a rank histogram (``MisraGriesSketch``, exact counts while the number of
-  distinct values fits the rank histogram), average length in bytes and the count of
-  values that are not valid UTF-8.
+  the exact distinct count, top values and rank histogram with exact counts (most
+  frequent first; equal counts in byte order of the value; a value that is not UTF-8
+  text, or longer than 1 KiB, is listed under TFDV's placeholder label), average length
+  in bytes and the count of values that are not valid UTF-8.
 
 A column missing from a batch counts as missing in that batch's rows, and a null list as
 missing in its row; an empty list is present with zero values.
 
-One concept, hence one module of about 700 lines: the statistics of one split, from the
+One concept, hence one module of about 800 lines: the statistics of one split, from the
 accumulator a batch is added to, through the merge of accumulators, to the proto (with
 the histograms estimated from the accumulator's sketches) and its ``FeatureStats.pb``
 file. Every part reads and writes the same per-feature accumulator
@@ -46,8 +56,10 @@ Example::
 from __future__ import annotations
 
 import enum
+import heapq
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Optional
 
 import apache_beam as beam
@@ -69,8 +81,6 @@ _QUANTILES_EPS = 0.01
 _QUANTILES_MAX_ELEMENTS = 2**32
 # Number of fine quantiles the equal-width histogram is interpolated from.
 _FINE_QUANTILES = 1000
-# KMV keeps this many smallest hashes: the distinct count is exact up to this many values.
-_KMV_BUCKETS = 1024
 # TFDV's placeholders in top values / rank histograms for values it cannot show as text.
 _INVALID_UTF8_PLACEHOLDER = "__BYTES_VALUE__"
 _LARGE_BYTES_PLACEHOLDER = "__LARGE_BYTES__"
@@ -164,8 +174,6 @@ class _FeatureAccumulator:
         # String features.
         "total_length",
         "invalid_utf8_count",
-        "top_k",
-        "kmv",
     )
 
     def __init__(self) -> None:
@@ -191,8 +199,6 @@ class _FeatureAccumulator:
         self.values_sketch: Optional[sketches.QuantilesSketch] = None
         self.total_length = 0
         self.invalid_utf8_count = 0
-        self.top_k: Optional[sketches.MisraGriesSketch] = None
-        self.kmv: Optional[sketches.KmvSketch] = None
 
     def __getstate__(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -220,21 +226,16 @@ class _DatasetAccumulator:
 
 
 class _StatisticsCombineFn(beam.CombineFn):
-    """Combines RecordBatches into one DatasetFeatureStatisticsList."""
+    """Combines RecordBatches into one DatasetFeatureStatisticsList.
 
-    def __init__(
-        self,
-        dataset_name: str,
-        num_top_values: int,
-        num_quantiles: int,
-        num_histogram_buckets: int,
-        num_rank_histogram_buckets: int,
-    ):
+    Everything but the string values' counts (``unique``, ``top_values``,
+    ``rank_histogram``), which :func:`_add_top_values` adds from the per-value combine.
+    """
+
+    def __init__(self, dataset_name: str, num_quantiles: int, num_histogram_buckets: int):
         self._dataset_name = dataset_name
-        self._num_top_values = num_top_values
         self._num_quantiles = num_quantiles
         self._num_histogram_buckets = num_histogram_buckets
-        self._num_rank_histogram_buckets = num_rank_histogram_buckets
         self._rows = beam.metrics.Metrics.counter(NAMESPACE, "statistics.rows")
         self._batches = beam.metrics.Metrics.counter(NAMESPACE, "statistics.batches")
 
@@ -311,15 +312,7 @@ class _StatisticsCombineFn(beam.CombineFn):
                 "file (or cast it in the data) before computing statistics."
             )
         feature.kind = kind
-        if kind is _Kind.STRING:
-            feature.top_k = sketches.MisraGriesSketch(
-                max(self._num_top_values, self._num_rank_histogram_buckets),
-                invalid_utf8_placeholder=_INVALID_UTF8_PLACEHOLDER,
-                large_string_threshold=_LARGE_BYTES_THRESHOLD,
-                large_string_placeholder=_LARGE_BYTES_PLACEHOLDER,
-            )
-            feature.kmv = sketches.KmvSketch(_KMV_BUCKETS)
-        else:
+        if kind is not _Kind.STRING:
             feature.values_sketch = _new_quantiles_sketch()
 
     @staticmethod
@@ -360,8 +353,6 @@ class _StatisticsCombineFn(beam.CombineFn):
 
     @staticmethod
     def _add_strings(feature: _FeatureAccumulator, values: pa.Array) -> None:
-        feature.top_k.AddValues(values)
-        feature.kmv.AddValues(values)
         feature.total_length += pc.sum(pc.binary_length(values)).as_py() or 0
         if pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type):
             text_type = pa.string() if pa.types.is_binary(values.type) else pa.large_string()
@@ -392,14 +383,11 @@ class _StatisticsCombineFn(beam.CombineFn):
     ) -> None:
         if other.kind is not None and mine.kind is None:
             mine.kind = other.kind
-            mine.values_sketch, mine.top_k, mine.kmv = (other.values_sketch, other.top_k, other.kmv)
+            mine.values_sketch = other.values_sketch
         elif other.kind is not None:
             self._set_kind(name, mine, other.kind)  # raises on INT vs FLOAT etc.
             if other.values_sketch is not None:
                 mine.values_sketch.Merge(other.values_sketch)
-            if other.top_k is not None:
-                mine.top_k.Merge(other.top_k)
-                mine.kmv.Merge(other.kmv)
         mine.num_non_missing += other.num_non_missing
         if other.min_num_values is not None:
             mine.min_num_values = (
@@ -511,20 +499,6 @@ class _StatisticsCombineFn(beam.CombineFn):
         if feature.num_items:
             proto.avg_length = feature.total_length / feature.num_items
         proto.invalid_utf8_count = feature.invalid_utf8_count
-        if feature.top_k is None:
-            return
-        proto.unique = feature.kmv.Estimate()
-        top = feature.top_k.Estimate()
-        labels = [v.decode("utf-8", errors="replace") for v in top.field(0).to_pylist()]
-        counts = top.field(1).to_pylist()
-        for label, count in zip(labels[: self._num_top_values], counts, strict=False):
-            proto.top_values.add(value=label, frequency=count)
-        for rank, (label, count) in enumerate(
-            zip(labels[: self._num_rank_histogram_buckets], counts, strict=False)
-        ):
-            proto.rank_histogram.buckets.add(
-                low_rank=rank, high_rank=rank, label=label, sample_count=count
-            )
 
 
 def _count_invalid_utf8(values: pa.Array) -> int:
@@ -610,13 +584,140 @@ def _equi_width_histogram(
     return histogram
 
 
+def _string_value_counts(batch: pa.RecordBatch) -> Iterator[tuple[tuple[str, bytes], int]]:
+    """((feature, value), count) for each distinct value of each string feature of a batch.
+
+    Counting per batch with pyarrow first means one element per distinct value per batch
+    reaches Beam, not one per value (TFDV's TopKUniques generator does the same).
+    """
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if _kind_of(name, column.type) is not _Kind.STRING:
+            continue
+        values = column.flatten()
+        if values.null_count:
+            values = values.drop_null()
+        if len(values) == 0:
+            continue
+        # Keys are bytes whatever the Arrow type, so a feature read as string in one file
+        # and as binary in another counts each value once (views copy nothing).
+        if pa.types.is_string(values.type):
+            values = values.view(pa.binary())
+        elif pa.types.is_large_string(values.type):
+            values = values.view(pa.large_binary())
+        counted = pc.value_counts(values)
+        yield from zip(
+            zip(itertools.repeat(name), counted.field(0).to_pylist()),
+            counted.field(1).to_pylist(),
+        )
+
+
+class _SumCountsFn(beam.CombineFn):
+    """Sums a value's counts (an int accumulator, encoded as a varint between workers)."""
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add_input(self, accumulator: int, count: int) -> int:
+        return accumulator + count
+
+    def merge_accumulators(self, accumulators: Iterable[int]) -> int:
+        return sum(accumulators)
+
+    def extract_output(self, accumulator: int) -> int:
+        return accumulator
+
+    def get_accumulator_coder(self):
+        return beam.coders.VarIntCoder()
+
+
+def _by_feature(key: tuple[str, bytes], count: int) -> tuple[str, tuple[int, bytes]]:
+    return key[0], (count, key[1])
+
+
+def _rank_key(pair: tuple[int, bytes]) -> tuple[int, bytes]:
+    """Most frequent first; equal counts in byte order of the value."""
+    return -pair[0], pair[1]
+
+
+class _TopValuesCombineFn(beam.CombineFn):
+    """(count, value) pairs of one feature's distinct values -> (distinct count, top pairs).
+
+    Beam's ``Top`` and ``Count`` combiners would take two combines (two shuffles of every
+    distinct value) where this one takes one. The top pairs are the ``num_top`` first in
+    ``_rank_key`` order. The accumulator is [distinct count, pairs]; the pairs are cut
+    back to the ``num_top`` best whenever they reach twice that, so adding costs an append.
+    """
+
+    def __init__(self, num_top: int):
+        self._num_top = num_top
+
+    def create_accumulator(self) -> list:
+        return [0, []]
+
+    def add_input(self, accumulator: list, pair: tuple[int, bytes]) -> list:
+        accumulator[0] += 1
+        pairs = accumulator[1]
+        pairs.append(pair)
+        if len(pairs) >= 2 * self._num_top:
+            accumulator[1] = heapq.nsmallest(self._num_top, pairs, key=_rank_key)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[list]) -> list:
+        unique, pairs = 0, []
+        for other_unique, other_pairs in accumulators:
+            unique += other_unique
+            pairs.extend(other_pairs)
+        return [unique, heapq.nsmallest(self._num_top, pairs, key=_rank_key)]
+
+    def extract_output(self, accumulator: list) -> tuple[int, list[tuple[int, bytes]]]:
+        return accumulator[0], sorted(accumulator[1], key=_rank_key)[: self._num_top]
+
+
+def _value_label(value: bytes) -> str:
+    """A value as top values and rank histograms show it (TFDV's placeholders otherwise)."""
+    if len(value) > _LARGE_BYTES_THRESHOLD:
+        return _LARGE_BYTES_PLACEHOLDER
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return _INVALID_UTF8_PLACEHOLDER
+
+
+def _add_top_values(
+    stats: statistics_pb2.DatasetFeatureStatisticsList,
+    top_by_feature: Mapping[str, tuple[int, list[tuple[int, bytes]]]],
+    num_top_values: int,
+    num_rank_histogram_buckets: int,
+) -> statistics_pb2.DatasetFeatureStatisticsList:
+    """``stats`` with each string feature's unique count, top values and rank histogram."""
+    result = statistics_pb2.DatasetFeatureStatisticsList()
+    result.CopyFrom(stats)  # a Beam input element must not be modified
+    for feature in result.datasets[0].features:
+        top = top_by_feature.get(feature.path.step[0])
+        if feature.type != _Type.STRING or top is None:
+            continue
+        unique, pairs = top
+        proto = feature.string_stats
+        proto.unique = unique
+        for rank, (count, value) in enumerate(pairs):
+            label = _value_label(value)
+            if rank < num_top_values:
+                proto.top_values.add(value=label, frequency=count)
+            if rank < num_rank_histogram_buckets:
+                proto.rank_histogram.buckets.add(
+                    low_rank=rank, high_rank=rank, label=label, sample_count=count
+                )
+    return result
+
+
 class GenerateStatistics(
     beam.PTransform[
         beam.PCollection[pa.RecordBatch],
         beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList],
     ]
 ):
-    """Computes TFDV-style statistics of one split in a single streaming combine.
+    """Computes TFDV-style statistics of one split: one streaming combine, plus exact
+    per-value counts of the string features (a combine per value, then per feature).
 
     Emits exactly one ``DatasetFeatureStatisticsList`` with one dataset named
     ``dataset_name`` (``num_examples: 0`` and no features for an empty input).
@@ -657,17 +758,34 @@ class GenerateStatistics(
                 raise ValueError(f"{option} must be an integer >= {minimum}, got {value!r}.")
         self._combine_fn = _StatisticsCombineFn(
             dataset_name=dataset_name,
-            num_top_values=num_top_values,
             num_quantiles=num_quantiles,
             num_histogram_buckets=num_histogram_buckets,
-            num_rank_histogram_buckets=num_rank_histogram_buckets,
         )
+        self._num_top_values = num_top_values
+        self._num_rank_histogram_buckets = num_rank_histogram_buckets
 
     def expand(
         self, batches: beam.PCollection[pa.RecordBatch]
     ) -> beam.PCollection[statistics_pb2.DatasetFeatureStatisticsList]:
-        return batches | "CombineStatistics" >> beam.CombineGlobally(
+        stats = batches | "CombineStatistics" >> beam.CombineGlobally(
             self._combine_fn
+        ).with_output_types(statistics_pb2.DatasetFeatureStatisticsList)
+        top_values = (
+            batches
+            | "CountValues"
+            >> beam.FlatMap(_string_value_counts).with_output_types(tuple[tuple[str, bytes], int])
+            | "SumValueCounts" >> beam.CombinePerKey(_SumCountsFn())
+            | "KeyByFeature" >> beam.MapTuple(_by_feature)
+            | "TopValues"
+            >> beam.CombinePerKey(
+                _TopValuesCombineFn(max(self._num_top_values, self._num_rank_histogram_buckets))
+            )
+        )
+        return stats | "AddTopValues" >> beam.Map(
+            _add_top_values,
+            beam.pvalue.AsDict(top_values),
+            self._num_top_values,
+            self._num_rank_histogram_buckets,
         ).with_output_types(statistics_pb2.DatasetFeatureStatisticsList)
 
 

@@ -65,7 +65,10 @@ class ValidationStage(Stage):
             "Validation",
             StageStatus.FAILED if stops else StageStatus.OK,
             artifact=artifact,
-            note=text.replace("\n", "; ") or "no anomalies",
+            # One line: "Split 'train': no anomalies; Split 'eval': ..." (each line's own
+            # full stop would read ".;" before the separator).
+            note="; ".join(line.strip().rstrip(".") for line in text.splitlines())
+            or "no anomalies",
         )
         error = None
         if blocking:
