@@ -14,12 +14,25 @@ runner, reads TFMA's validation result back and publishes two artifacts:
 The default EvalConfig, when none is given: the label the model was trained on (the
 ``evaluation_label_key`` that :func:`trainer.export_serving_model` records), computed by
 the model's ``transform_features`` signature (TFMA's ``preprocessing_function_names``:
-the raw label may be a string, the model predicts class ids); for a classifier
-``ExampleCount`` and ``SparseCategoricalAccuracy`` (at least 0.6, and not below the
-baseline's), for a one-output regressor ``ExampleCount`` and ``MeanSquaredError`` (not
-above the baseline's); slices: overall plus each ``--eval_slice_features`` feature.
+the raw label may be a string, the model predicts class ids), and metrics for the kind of
+model the trainer exported (:class:`ModelKind`, from the width of its prediction, the
+label's dtype and the transformed label's class domain):
+
+- multi-class (two or more scores): ``SparseCategoricalAccuracy``, at least 0.6 and not
+  below the baseline's;
+- binary (one output, an integer label): ``BinaryAccuracy``, at least 0.6 and not below
+  the baseline's, and ``AUC`` (no threshold);
+- regression (one output, a float label): ``MeanSquaredError`` (not above the baseline's)
+  and ``MeanAbsoluteError`` (no threshold);
+- one class (a label whose vocabulary has one value): ``SparseCategoricalAccuracy``, no
+  threshold (there is nothing to tell apart);
+
+each with ``ExampleCount``; slices: overall plus each ``--eval_slice_features`` feature.
 Without a baseline, change thresholds are dropped and the model is judged on value
-thresholds alone (TFMA's rubber stamp).
+thresholds alone (TFMA's rubber stamp). A config left with no threshold at all (the first
+regression model, a one-class label, an ``--eval_config`` without thresholds) blesses the
+model, saying "no thresholds" (TFMA alone would refuse it with ``missing_thresholds``, and
+no later run could have a baseline); a model that is not blessed always says why.
 
 Example::
 
@@ -31,6 +44,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 from collections.abc import Sequence
@@ -49,8 +63,11 @@ __all__ = [
     "DEFAULT_MIN_ACCURACY",
     "EvaluationResult",
     "ModelFacts",
+    "ModelKind",
     "ThresholdFailure",
     "build_eval_config",
+    "label_classes",
+    "model_kind",
     "model_facts",
     "read_blessing",
     "run_evaluation",
@@ -62,6 +79,19 @@ BLESSING_FILE = "blessing.json"
 DEFAULT_MIN_ACCURACY = 0.6
 # A change threshold that only refuses a model worse than the baseline (TFX's example).
 _NOT_WORSE = 1e-10
+
+
+class ModelKind(str, enum.Enum):
+    """The kinds of model the default EvalConfig has metrics for."""
+
+    MULTI_CLASS = "multi-class"
+    BINARY = "binary"
+    REGRESSION = "regression"
+    ONE_CLASS = "one-class"
+
+
+# What a verdict says when the config has no threshold left to check.
+NO_THRESHOLDS = "no thresholds"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +120,23 @@ class EvaluationResult:
       failures: the thresholds that failed.
       baseline: the baseline model folder, or None (judged on value thresholds alone).
       metrics: slice name -> metric name -> value (the candidate's).
+      reason: why, in words: "" when ``failures`` say it (or every threshold passed),
+        :data:`NO_THRESHOLDS` when there was none to check, else TFMA's own verdict.
     """
 
     blessed: bool
     failures: tuple[ThresholdFailure, ...]
     baseline: Optional[str]
     metrics: dict[str, dict[str, float]]
+    reason: str = ""
+
+    def why(self) -> str:
+        """The verdict's reason in words (never empty for a model that is not blessed)."""
+        if self.failures:
+            return "; ".join(f.describe() for f in self.failures)
+        if self.reason:
+            return self.reason
+        return "every threshold passed" if self.blessed else "TFMA's validation failed"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -109,6 +150,9 @@ class ModelFacts:
     label_key: Optional[str]
     outputs: dict[str, tuple[Optional[int], ...]]
     transformed_features: tuple[str, ...]
+    # The label's dtype as the transform_features signature computes it ("int", "float",
+    # "string"), None where the model does not compute it.
+    label_dtype: Optional[str] = None
 
 
 def model_facts(model_dir: str) -> ModelFacts:
@@ -133,18 +177,71 @@ def model_facts(model_dir: str) -> ModelFacts:
     if SERVING_SIGNATURE in loaded.signatures:
         for name, spec in loaded.signatures[SERVING_SIGNATURE].structured_outputs.items():
             outputs[name] = tuple(spec.shape.as_list())
-    transformed: tuple[str, ...] = ()
+    transformed: dict = {}
     if TRANSFORM_FEATURES_SIGNATURE in loaded.signatures:
-        transformed = tuple(
-            sorted(loaded.signatures[TRANSFORM_FEATURES_SIGNATURE].structured_outputs)
-        )
+        transformed = dict(loaded.signatures[TRANSFORM_FEATURES_SIGNATURE].structured_outputs)
     label = getattr(loaded, "evaluation_label_key", None)
+    label_key = label.numpy().decode() if label is not None else None
+    dtype = transformed[label_key].dtype if label_key in transformed else None
+    if dtype is None:
+        label_dtype = None
+    elif dtype.is_integer or dtype.is_bool:
+        label_dtype = "int"
+    elif dtype.is_floating:
+        label_dtype = "float"
+    else:
+        label_dtype = "string"
     return ModelFacts(
         signatures=signatures,
-        label_key=label.numpy().decode() if label is not None else None,
+        label_key=label_key,
         outputs=outputs,
-        transformed_features=transformed,
+        transformed_features=tuple(sorted(transformed)),
+        label_dtype=label_dtype,
     )
+
+
+def label_classes(transform_graph: str, label_key: Optional[str]) -> Optional[int]:
+    """How many classes the transformed label ``label_key`` has, from the integer domain
+    tf.Transform recorded for it (``compute_and_apply_vocabulary`` records one: 0, or -1
+    for an unknown value, to the vocabulary's size - 1); None when it has none (a raw or
+    float label) or there is no schema."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    path = fileio.join(transform_graph, "transformed_metadata", "schema.pbtxt")
+    if not label_key or not fileio.exists(path):
+        return None
+    schema = text_format.Parse(fileio.read_file(path), schema_pb2.Schema())
+    for feature in schema.feature:
+        if feature.name == label_key and feature.HasField("int_domain"):
+            domain = feature.int_domain
+            if domain.HasField("min") and domain.HasField("max"):
+                # Class ids count from 0; a vocabulary without OOV buckets records min -1,
+                # its default value for an unknown string, which is no class.
+                return int(domain.max - max(domain.min, 0) + 1)
+    return None
+
+
+def model_kind(facts: ModelFacts, classes: Optional[int] = None) -> ModelKind:
+    """The kind of model ``facts`` describe: two or more scores a multi-class classifier;
+    one output a one-class classifier (a label with one class), a binary classifier (an
+    integer label) or a regressor (a float label, or one the model does not compute)."""
+    key = _prediction_key(facts)
+    shape = facts.outputs.get(key or next(iter(facts.outputs), ""), ())
+    width = shape[-1] if shape and shape[-1] is not None else 1
+    if classes == 1:
+        return ModelKind.ONE_CLASS
+    if width > 1:
+        return ModelKind.MULTI_CLASS
+    if facts.label_dtype == "int":
+        return ModelKind.BINARY
+    return ModelKind.REGRESSION
+
+
+def _prediction_key(facts: ModelFacts) -> str:
+    if len(facts.outputs) > 1:
+        return "scores" if "scores" in facts.outputs else sorted(facts.outputs)[0]
+    return ""
 
 
 def _parse_config_file(path: str) -> config_pb2.EvalConfig:
@@ -169,7 +266,9 @@ def _parse_config_file(path: str) -> config_pb2.EvalConfig:
         ) from None
 
 
-def _default_config(facts: ModelFacts, model_dir: str) -> config_pb2.EvalConfig:
+def _default_config(
+    facts: ModelFacts, model_dir: str, classes: Optional[int] = None
+) -> config_pb2.EvalConfig:
     from tensorflow_model_analysis.proto import config_pb2
 
     from trainer.export import SERVING_SIGNATURE, TRANSFORM_FEATURES_SIGNATURE
@@ -183,21 +282,26 @@ def _default_config(facts: ModelFacts, model_dir: str) -> config_pb2.EvalConfig:
     spec = config_pb2.ModelSpec(signature_name=SERVING_SIGNATURE, label_key=facts.label_key)
     if TRANSFORM_FEATURES_SIGNATURE in facts.signatures:
         spec.preprocessing_function_names.append(TRANSFORM_FEATURES_SIGNATURE)
-    if len(facts.outputs) > 1:
-        spec.prediction_key = "scores" if "scores" in facts.outputs else sorted(facts.outputs)[0]
-    shape = facts.outputs.get(spec.prediction_key or next(iter(facts.outputs), ""), ())
+    spec.prediction_key = _prediction_key(facts)
     config = config_pb2.EvalConfig(model_specs=[spec])
     metrics = config.metrics_specs.add()
     metrics.metrics.add(class_name="ExampleCount")
-    if shape and shape[-1] is not None and shape[-1] > 1:
-        m = metrics.metrics.add(class_name="SparseCategoricalAccuracy")
+    kind = model_kind(facts, classes)
+    if kind in (ModelKind.MULTI_CLASS, ModelKind.BINARY):
+        name = "SparseCategoricalAccuracy" if kind is ModelKind.MULTI_CLASS else "BinaryAccuracy"
+        m = metrics.metrics.add(class_name=name)
         m.threshold.value_threshold.lower_bound.value = DEFAULT_MIN_ACCURACY
         m.threshold.change_threshold.direction = config_pb2.MetricDirection.HIGHER_IS_BETTER
         m.threshold.change_threshold.absolute.value = -_NOT_WORSE
-    else:
+        if kind is ModelKind.BINARY:
+            metrics.metrics.add(class_name="AUC")
+    elif kind is ModelKind.REGRESSION:
         m = metrics.metrics.add(class_name="MeanSquaredError")
         m.threshold.change_threshold.direction = config_pb2.MetricDirection.LOWER_IS_BETTER
         m.threshold.change_threshold.absolute.value = _NOT_WORSE
+        metrics.metrics.add(class_name="MeanAbsoluteError")
+    else:  # one class: every prediction is that class; nothing to set a bar on
+        metrics.metrics.add(class_name="SparseCategoricalAccuracy")
     return config
 
 
@@ -261,6 +365,7 @@ def build_eval_config(
     schema: Optional[schema_pb2.Schema],
     slice_features: Sequence[str] = (),
     facts: Optional[ModelFacts] = None,
+    label_classes: Optional[int] = None,
 ) -> config_pb2.EvalConfig:
     """The EvalConfig of a run: ``--eval_config``'s file, else the default from the model;
     either with ``ExampleCount`` added where it lacks one.
@@ -272,6 +377,8 @@ def build_eval_config(
       slice_features: features to slice on besides the overall slice (added to either).
       facts: :func:`model_facts` of ``model_dir`` when the caller has them already (a
         SavedModel load costs about 0.5 s of CPU for the penguin model); else loaded here.
+      label_classes: the transformed label's number of classes (:func:`label_classes`),
+        which tells a one-class label from a binary one; None when unknown.
 
     Raises:
       PipelineError: the file does not parse, or names a metric, a slice feature or a
@@ -283,7 +390,7 @@ def build_eval_config(
         config = _parse_config_file(eval_config_path)
         where = f"--eval_config {eval_config_path}"
     else:
-        config = _default_config(facts, model_dir)
+        config = _default_config(facts, model_dir, label_classes)
         where = "the default EvalConfig"
     if not any(m.class_name == "ExampleCount" for s in config.metrics_specs for m in s.metrics):
         # Every evaluation counts its examples (the summary's rows in; TFX's penguin
@@ -430,11 +537,34 @@ def run_evaluation(
         result = tfma.load_eval_result(output_path)
     else:
         result = tfma.load_eval_result(output_path, model_name=CANDIDATE)
+    failures = _failures(validation)
+    blessed, reason = bool(validation.validation_ok), ""
+    if not _has_thresholds(run_config) and not failures:
+        # TFMA refuses a model it has nothing to check on (missing_thresholds) unless
+        # rubber-stamped; the Evaluator blesses it and says why, so that a first
+        # regression model (its one threshold compares with a baseline) becomes the
+        # baseline of the next run.
+        blessed, reason = True, NO_THRESHOLDS
+    elif not blessed and not failures:
+        reason = "TFMA's validation failed without naming a threshold" + (
+            " (missing_thresholds)" if validation.missing_thresholds else ""
+        )
     return EvaluationResult(
-        blessed=bool(validation.validation_ok),
-        failures=_failures(validation),
+        blessed=blessed,
+        failures=failures,
         baseline=baseline,
         metrics=_metrics(result),
+        reason=reason,
+    )
+
+
+def _has_thresholds(config: config_pb2.EvalConfig) -> bool:
+    """Whether the EvalConfig TFMA ran has any metric threshold to check (TFMA's own
+    test, the one behind its ``missing_thresholds``)."""
+    from tensorflow_model_analysis.metrics import metric_specs
+
+    return bool(
+        metric_specs.metric_thresholds_from_metrics_specs(config.metrics_specs, eval_config=config)
     )
 
 
@@ -457,4 +587,5 @@ def read_blessing(folder: str) -> Optional[EvaluationResult]:
         failures=tuple(ThresholdFailure(**f) for f in d["failures"]),
         baseline=d["baseline"],
         metrics=d["metrics"],
+        reason=d.get("reason", ""),
     )

@@ -266,6 +266,9 @@ def test_runs_commands_print_nothing_on_stderr_and_import_no_tensorflow(default_
     report = os.path.join(run_dir, "report.html")
     with open(report, encoding="utf-8") as f:
         written_by_the_run = f.read()
+    # Gone before `runs report`: the report checked below is the one it wrote, not the
+    # run's left in place by a `runs report` that wrote nothing.
+    os.remove(report)
     for argv in (
         ["runs", "list"],
         ["runs", "show", run_id],
@@ -288,8 +291,86 @@ def test_runs_commands_print_nothing_on_stderr_and_import_no_tensorflow(default_
             assert re.findall(r"[0-9a-f]{12}", row) == [pipeline_code()[:12]] * 2, row
     # `runs report` wrote the report the run wrote (its training curves read without
     # TensorFlow's reader, the same points).
+    assert os.path.isfile(report), "`runs report` did not write report.html"
     with open(report, encoding="utf-8") as f:
         assert f.read() == written_by_the_run
+
+
+def _reused_sections(html: str) -> dict[str, str]:
+    """Section id -> the run its "Reused from run X" line names, for each section that has
+    one."""
+    found = {}
+    for section, body in re.findall(r'<section id="([a-z]+)">(.*?)</section>', html, re.S):
+        origin = re.search(r'<p class="origin" data-reused-from="([^"]+)">', body)
+        if origin:
+            found[section] = origin.group(1)
+    return found
+
+
+def test_a_rerun_whose_stages_are_all_reused_has_a_whole_report(default_run):
+    # The second run into one pipeline root, the normal case after the first: every stage
+    # is reused. Its report (and `runs report`'s) shows what those stages published in the
+    # first run's folder, each section saying so, and never claims a stage did not finish
+    # (it said "statistics: not published (ExampleGen's job did not finish)", "trials: no
+    # tuner/trials.json", and had empty sections).
+    _, run_dir = default_run
+    first = os.path.basename(run_dir)
+    folder = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", "--run_id=again"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    again = os.path.join(folder, "pipeline_runs", "runs", "again")
+    stages = _summary(again)
+    assert {s["status"] for s in stages.values()} <= {"cached", "skipped"}
+    assert stages["Evaluator"]["status"] == "cached"
+    report = os.path.join(again, "report.html")
+    with open(report, encoding="utf-8") as f:
+        html = f.read()
+    for written in (html, None):
+        if written is None:  # `runs report` writes the same page again
+            os.remove(report)
+            proc = subprocess.run(
+                [sys.executable, "-m", "beam_pipeline", "runs", "report", "again"],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            with open(report, encoding="utf-8") as f:
+                written = f.read()
+            assert written == html
+        assert "Not in this report" not in written and "not published" not in written
+        assert _reused_sections(written) == {
+            section: first
+            for section in (
+                "statistics",
+                "schema",
+                "anomalies",
+                "rejected",
+                "trials",
+                "training",
+                "evaluation",
+            )
+        }
+        # The statistics of every feature (a histogram per numeric feature and split),
+        # the trials (a row and a point each), the training curves and the evaluation.
+        features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', written)
+        assert sorted(features) == sorted(PENGUIN_FEATURES)
+        assert written.count('<svg class="bp-hist"') == 5 * 2
+        assert written.count('<svg class="bp-scatter"') == 3
+        assert written.count('<svg class="bp-curve"') >= 2
+        evaluation = written.split('<section id="evaluation">', 1)[1]
+        assert "No evaluation in this run." not in evaluation
+        assert "blessing.json" in evaluation
 
 
 def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypatch, capsys):
