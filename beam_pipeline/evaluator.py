@@ -75,6 +75,13 @@ __all__ = [
 ]
 
 BLESSING_FILE = "blessing.json"
+# Beside TFMA's own files in evaluation/: what the run report draws, read from TFMA's
+# outputs while TFMA is loaded (the report reads no TFMA proto: `runs report` imports no
+# TensorFlow). Not named metrics*/plots*/validations*: TFMA's readers glob those prefixes.
+VIEW_FILE = "report_view.json"
+# The points of a curve the view keeps (TFMA computes 1,000 thresholds, 10,000 buckets).
+_CURVE_POINTS = 101
+_CALIBRATION_BUCKETS = 10
 # TFX's penguin example's bar for its accuracy threshold.
 DEFAULT_MIN_ACCURACY = 0.6
 # A change threshold that only refuses a model worse than the baseline (TFX's example).
@@ -521,7 +528,7 @@ def run_evaluation(
     import tensorflow_model_analysis as tfma
 
     from beam_pipeline.beam_options import create_pipeline
-    from transforms.evaluation import CANDIDATE, EvaluateModel
+    from transforms.evaluation import BASELINE, CANDIDATE, EvaluateModel
 
     run_config = _with_baseline(config, baseline)
     with create_pipeline(options) as p:
@@ -538,6 +545,15 @@ def run_evaluation(
     else:
         result = tfma.load_eval_result(output_path, model_name=CANDIDATE)
     failures = _failures(validation)
+    view = {
+        "thresholds": _thresholds_view(run_config),
+        "baseline_metrics": (
+            _metrics(tfma.load_eval_result(output_path, model_name=BASELINE)) if baseline else {}
+        ),
+        "class_metrics": _class_metrics(result),
+        "plots": _plots_view(result),
+    }
+    fileio.write_file(fileio.join(output_path, VIEW_FILE), json.dumps(view, indent=1) + "\n")
     blessed, reason = bool(validation.validation_ok), ""
     if not _has_thresholds(run_config) and not failures:
         # TFMA refuses a model it has nothing to check on (missing_thresholds) unless
@@ -556,6 +572,155 @@ def run_evaluation(
         metrics=_metrics(result),
         reason=reason,
     )
+
+
+def _thresholds_view(config: config_pb2.EvalConfig) -> list[dict[str, Any]]:
+    """Each threshold TFMA checked: the metric (as TFMA names it in its results), the
+    slice it applies to, the bound in words and whether it compares with the baseline."""
+    from tensorflow_model_analysis import slicer
+    from tensorflow_model_analysis.metrics import metric_specs
+
+    out = []
+    found = metric_specs.metric_thresholds_from_metrics_specs(
+        config.metrics_specs, eval_config=config
+    )
+    for key, entries in found.items():
+        for slice_spec, threshold in entries:
+            where = "every slice"
+            if slice_spec is not None:
+                spec = slicer.SingleSliceSpec(spec=slice_spec)
+                where = str(spec) if not spec.is_overall() else "Overall"
+            change = threshold.DESCRIPTOR.name == "GenericChangeThreshold"
+            wrapped = config_pb2_threshold(threshold, change)
+            out.append(
+                {
+                    "metric": key.name,
+                    "sub_key": str(key.sub_key) if key.sub_key else "",
+                    "slice": where,
+                    "change": change,
+                    "bound": _bound(wrapped),
+                    "value": _threshold_value(threshold, change),
+                }
+            )
+    return out
+
+
+def config_pb2_threshold(threshold, change: bool):
+    """A GenericValue/ChangeThreshold wrapped in a MetricThreshold (what :func:`_bound`
+    reads)."""
+    from tensorflow_model_analysis.proto import config_pb2
+
+    wrapped = config_pb2.MetricThreshold()
+    (wrapped.change_threshold if change else wrapped.value_threshold).CopyFrom(threshold)
+    return wrapped
+
+
+def _threshold_value(threshold, change: bool) -> Optional[float]:
+    """The number a bar chart draws for a threshold: a value threshold's bound."""
+    if change:
+        return None
+    if threshold.HasField("lower_bound"):
+        return float(threshold.lower_bound.value)
+    if threshold.HasField("upper_bound"):
+        return float(threshold.upper_bound.value)
+    return None
+
+
+def _class_metrics(eval_result) -> dict[str, dict[str, float]]:
+    """The metrics TFMA computed per class or top-k (``binarize`` in a metrics spec): slice
+    -> "metric (classId:N)" -> value."""
+    from tensorflow_model_analysis import slicer
+
+    table: dict[str, dict[str, float]] = {}
+    for key, by_output in eval_result.slicing_metrics:
+        row = {}
+        for output, by_sub_key in by_output.items():
+            for sub_key, values in by_sub_key.items():
+                if not sub_key:
+                    continue
+                for name, v in values.items():
+                    if isinstance(v, dict) and "doubleValue" in v:
+                        label = f"{name} ({sub_key}{', ' + output if output else ''})"
+                        row[label] = float(v["doubleValue"])
+        if row:
+            table[slicer.stringify_slice_key(key)] = row
+    return table
+
+
+def _plots_view(eval_result) -> list[dict[str, Any]]:
+    """TFMA's plots, thinned for drawing: per slice and class, a confusion matrix at
+    thresholds as ROC and precision-recall points, a calibration histogram in 10 buckets,
+    a multi-class confusion matrix as counts."""
+    from tensorflow_model_analysis import slicer
+
+    out = []
+    for key, by_output in eval_result.plots:
+        where = slicer.stringify_slice_key(key)
+        for output, by_sub_key in by_output.items():
+            for sub_key, plots in by_sub_key.items():
+                for name, plot in plots.items():
+                    drawn = _plot_points(name, plot)
+                    if drawn is not None:
+                        out.append({"slice": where, "output": output, "sub_key": sub_key, **drawn})
+    return out
+
+
+def _plot_points(name: str, plot: dict) -> Optional[dict[str, Any]]:
+    if name == "confusionMatrixAtThresholds":
+        matrices = plot.get("matrices") or []
+        step = max(1, len(matrices) // (_CURVE_POINTS - 1))
+        kept = matrices[::step] + ([matrices[-1]] if (len(matrices) - 1) % step else [])
+        points = []
+        for m in kept:
+            tp, fp = m.get("truePositives", 0.0), m.get("falsePositives", 0.0)
+            tn, fn = m.get("trueNegatives", 0.0), m.get("falseNegatives", 0.0)
+            points.append(
+                {
+                    "threshold": m.get("threshold", 0.0),
+                    "tpr": tp / (tp + fn) if tp + fn else 0.0,
+                    "fpr": fp / (fp + tn) if fp + tn else 0.0,
+                    "precision": m.get("precision", tp / (tp + fp) if tp + fp else 1.0),
+                }
+            )
+        return {"kind": "ConfusionMatrixPlot", "points": points}
+    if name == "calibrationHistogramBuckets":
+        merged = [[0.0, 0.0, 0.0] for _ in range(_CALIBRATION_BUCKETS)]
+        for b in plot.get("buckets") or []:
+            lo = b.get("lowerThresholdInclusive", 0.0)
+            lo = 0.0 if lo == "-Infinity" else float(lo)
+            i = min(max(int(lo * _CALIBRATION_BUCKETS), 0), _CALIBRATION_BUCKETS - 1)
+            merged[i][0] += b.get("numWeightedExamples", 0.0)
+            merged[i][1] += b.get("totalWeightedLabel", 0.0)
+            merged[i][2] += b.get("totalWeightedRefinedPrediction", 0.0)
+        buckets = [
+            {
+                "low": i / _CALIBRATION_BUCKETS,
+                "count": n,
+                "mean_label": label / n,
+                "mean_prediction": prediction / n,
+            }
+            for i, (n, label, prediction) in enumerate(merged)
+            if n
+        ]
+        return {"kind": "CalibrationPlot", "buckets": buckets}
+    if name == "multiClassConfusionMatrixAtThresholds":
+        matrices = plot.get("matrices") or []
+        if not matrices:
+            return None
+        entries = matrices[0].get("entries") or []
+        ids = sorted(
+            {int(e.get("actualClassId", 0)) for e in entries}
+            | {int(e.get("predictedClassId", 0)) for e in entries}
+        )
+        counts = [[0.0] * len(ids) for _ in ids]
+        for e in entries:
+            i, j = (
+                ids.index(int(e.get("actualClassId", 0))),
+                ids.index(int(e.get("predictedClassId", 0))),
+            )
+            counts[i][j] += e.get("numWeightedExamples", 0.0)
+        return {"kind": "MultiClassConfusionMatrixPlot", "classes": ids, "counts": counts}
+    return None
 
 
 def _has_thresholds(config: config_pb2.EvalConfig) -> bool:

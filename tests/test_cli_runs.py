@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import unescape as html_unescape
 
 import pytest
 from conftest import PENGUIN_DIR, PENGUIN_FEATURES
@@ -129,13 +130,31 @@ def test_the_report_shows_every_section_and_needs_no_network(default_run):
     assert "Not in this report" not in html  # a whole run: nothing is missing
     features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', html)
     assert sorted(features) == sorted(PENGUIN_FEATURES)
-    # A histogram per numeric feature (5: four measurements and the year) and split; the
-    # objective per trial and per hyperparameter (learning_rate, num_layers); a curve per
-    # metric logged to TensorBoard (loss and accuracy at least).
-    assert html.count('<svg class="bp-hist"') == 5 * 2
+    # A histogram per numeric feature (5: four measurements and the year), train and eval
+    # overlaid; the objective per trial and per hyperparameter (learning_rate, num_layers);
+    # a curve per metric logged to TensorBoard (loss and accuracy at least).
+    assert html.count('<svg class="bp-hist"') == 5
     assert html.count('<svg class="bp-scatter"') == 3
     assert html.count('<svg class="bp-curve"') >= 2
     assert "epoch_loss" in html and "Biscoe" in html  # a curve's tag; a top value
+    # Keras logs epoch_* per epoch: the curve's x axis says so (it said "step").
+    curve = html.split("epoch_loss</figcaption>")[0].rsplit('<svg class="bp-curve"', 1)[1]
+    assert ">epoch</text>" in curve and ">step</text>" not in curve
+    # TFX's learning rates (1e-2, 1e-3) are a decade apart: a log axis, ticks at powers of 10.
+    lr = html.split("objective per learning_rate")[0].rsplit('<svg class="bp-scatter"', 1)[1]
+    assert "learning_rate (log scale)" in lr and ">0.001</text>" in lr and ">0.01</text>" in lr
+    # The evaluation from TFMA's outputs: the verdict, the threshold that decided it, the
+    # metrics per slice as a table and a chart (the bundled run slices by island).
+    evaluation = html.split('<section id="evaluation">', 1)[1]
+    assert '<span class="blessed">Blessed</span>' in evaluation
+    (thresholds,) = re.findall(r'<table class="thresholds">(.*?)</table>', evaluation, re.S)
+    assert "sparse_categorical_accuracy" in thresholds and "&gt;= 0.6" in thresholds
+    assert "not checked (no baseline)" in thresholds  # the change threshold, on a first run
+    (table,) = re.findall(r'<table class="eval-metrics">(.*?)</table>', evaluation, re.S)
+    for slice_name in ("Overall", "island:Biscoe", "island:Dream", "island:Torgersen"):
+        assert f"<td>{slice_name}</td>" in table
+    assert evaluation.count('<svg class="bp-bars"') == 2  # accuracy and example count
+    assert 'class="bp-bound"' in evaluation  # the 0.6 threshold drawn on the accuracy chart
     # Offline: no script, and no stylesheet, image or font from elsewhere.
     assert "<script" not in html and not re.search(r'(src|href)="(https?:)?//', html)
 
@@ -365,12 +384,134 @@ def test_a_rerun_whose_stages_are_all_reused_has_a_whole_report(default_run):
         # the trials (a row and a point each), the training curves and the evaluation.
         features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', written)
         assert sorted(features) == sorted(PENGUIN_FEATURES)
-        assert written.count('<svg class="bp-hist"') == 5 * 2
+        assert written.count('<svg class="bp-hist"') == 5
         assert written.count('<svg class="bp-scatter"') == 3
         assert written.count('<svg class="bp-curve"') >= 2
         evaluation = written.split('<section id="evaluation">', 1)[1]
         assert "No evaluation in this run." not in evaluation
-        assert "blessing.json" in evaluation
+        assert '<span class="blessed">Blessed</span>' in evaluation
+        assert evaluation.count('<svg class="bp-bars"') == 2
+
+
+# An EvalConfig asking TFMA for plots, as a TFX user writes one for the penguin model: the
+# multi-class confusion matrix, and per class (binarized) the confusion matrices at
+# thresholds (ROC, precision-recall), the calibration histogram and the AUC.
+_PLOTS_EVAL_CONFIG = """
+model_specs { label_key: "species_xf" preprocessing_function_names: "transform_features" }
+slicing_specs {}
+slicing_specs { feature_keys: "island" }
+metrics_specs {
+  metrics {
+    class_name: "SparseCategoricalAccuracy"
+    threshold {
+      value_threshold { lower_bound { value: 0.6 } }
+      change_threshold { direction: HIGHER_IS_BETTER absolute { value: -1e-10 } }
+    }
+  }
+  metrics { class_name: "MultiClassConfusionMatrixPlot" }
+}
+metrics_specs {
+  binarize { class_ids { values: [0, 1, 2] } }
+  metrics { class_name: "ConfusionMatrixPlot" }
+  metrics { class_name: "CalibrationPlot" }
+  metrics { class_name: "AUC" }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def plots_run(default_run, tmp_path_factory):
+    """A later run of the default run's root whose Evaluator (rerun with that EvalConfig)
+    compares the same model with the default run's blessed one: (stdout, run directory)."""
+    _, run_dir = default_run
+    folder = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))))
+    config = tmp_path_factory.mktemp("plots") / "eval_config.pbtxt"
+    config.write_text(_PLOTS_EVAL_CONFIG)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    args = ["--runner=DirectRunner", "--run_id=plots", f"--eval_config={config}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *args, "--no_infra_validator"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout, os.path.join(folder, "pipeline_runs", "runs", "plots")
+
+
+def test_the_report_draws_tfma_plots_and_the_candidate_beside_its_baseline(default_run, plots_run):
+    _, first = default_run
+    _, run_dir = plots_run
+    evaluator = _summary(run_dir)["Evaluator"]
+    assert evaluator["status"] == "ok" and evaluator["details"]["blessed"] is True
+    baseline = os.path.abspath(os.path.join(first, "model"))
+    assert evaluator["details"]["baseline"] == baseline
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as f:
+        html = f.read()
+    evaluation = html.split('<section id="evaluation">', 1)[1]
+    assert f"Compared with the baseline <code>{baseline}</code>" in evaluation
+    # The thresholds, each with its result: the change threshold was checked this time.
+    (thresholds,) = re.findall(r'<table class="thresholds">(.*?)</table>', evaluation, re.S)
+    rows = re.findall(
+        r"<tr><td>(.*?)</td>.*?<td>(.*?)</td>\n<td class=\"(\w+)\">(.*?)</td>", thresholds
+    )
+    assert sorted((r[1], r[2], r[3]) for r in rows) == [
+        ("&gt;= 0.6", "pass", "passed"),
+        ("change vs baseline higher is better (absolute -1e-10)", "pass", "passed"),
+    ]
+    # Candidate / baseline / change per slice, and the candidate's bars beside the
+    # baseline's (the same model: no change).
+    (table,) = re.findall(r'<table class="eval-metrics">(.*?)</table>', evaluation, re.S)
+    assert "(candidate / baseline / change)" in table and " / 0</td>" in table
+    bars = re.findall(r'<svg class="bp-bars".*?</svg>', evaluation, re.S)
+    assert bars and all("baseline" in b and "candidate" in b for b in bars)
+    # TFMA's plots: a confusion matrix per slice (overall and the three islands), ROC,
+    # precision-recall and calibration curves with a line per class, the per-class AUCs.
+    assert evaluation.count('<svg class="bp-matrix"') == 4
+    for title in ("ROC (ConfusionMatrixPlot", "precision-recall (", "calibration (CalibrationPlot"):
+        (svg,) = re.findall(
+            r'(<svg class="bp-curve".*?</svg>)<figcaption>' + re.escape(title), evaluation, re.S
+        )
+        assert svg.count("<polyline ") + svg.count("<circle ") >= 3, title
+    assert "auc (classId:0)" in evaluation and "auc (classId:2)" in evaluation
+
+
+_LAYOUT_CHECK = """<script>
+const problems = [];
+for (const svg of document.querySelectorAll("svg")) {
+  const box = svg.getBoundingClientRect();
+  const texts = [...svg.querySelectorAll("text")];
+  const titles = texts.filter(t => t.matches(".bp-xtitle, .bp-ytitle"));
+  for (const t of texts) {
+    const r = t.getBoundingClientRect();
+    if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 ||
+        r.bottom > box.bottom + 1) problems.push("clipped: " + t.textContent);
+    for (const u of titles) {
+      if (u === t) continue;
+      const q = u.getBoundingClientRect();
+      if (r.left < q.right && q.left < r.right && r.top < q.bottom && q.top < r.bottom)
+        problems.push("overlap: " + u.textContent + " / " + t.textContent);
+    }
+  }
+}
+document.body.setAttribute("data-layout", JSON.stringify(problems));
+</script>"""
+
+
+def _layout_problems(page: str, tmp_path) -> list[str]:
+    """The texts of the report's plots that the browser draws clipped at their plot's edge
+    or over an axis title, measured in Chromium by a script added to a copy of the page
+    (the report itself has none)."""
+    with open(page, encoding="utf-8") as f:
+        html = f.read()
+    probe = tmp_path / "layout.html"
+    probe.write_text(html.replace("</body>", _LAYOUT_CHECK + "</body>"), encoding="utf-8")
+    dom, console = _render_in_chromium(str(probe), tmp_path, str(tmp_path / "layout.png"))
+    assert console == [], console
+    (found,) = re.findall(r'<body data-layout="([^"]*)"', dom)
+    return json.loads(html_unescape(found))
 
 
 def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypatch, capsys):
@@ -505,6 +646,21 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(default_
     for name in PENGUIN_FEATURES:
         assert f'id="feature-{name}"' in dom
     # Plots as the browser parsed them: SVG elements with their bars, points and lines.
-    assert dom.count('<svg class="bp-hist"') == 10 and dom.count("<rect ") >= 10 * 5
+    assert dom.count('<svg class="bp-hist"') == 5 and dom.count("<rect ") >= 10 * 5
     assert dom.count('<svg class="bp-scatter"') == 3 and dom.count("<circle ") >= 4 * 3
     assert dom.count('<svg class="bp-curve"') >= 2 and "<polyline " in dom
+    # No tick label under an axis title, no text cut at a plot's edge (titles overlapped
+    # the y tick labels and were clipped).
+    assert _layout_problems(os.path.join(run_dir, "report.html"), tmp_path) == []
+
+
+@needs_chromium
+def test_the_evaluation_plots_render_in_headless_chromium(plots_run, tmp_path):
+    _, run_dir = plots_run
+    screenshot = tmp_path / "plots.png"
+    dom, console = _render_in_chromium(
+        os.path.join(run_dir, "report.html"), tmp_path, str(screenshot)
+    )
+    assert console == []
+    assert dom.count('<svg class="bp-matrix"') == 4 and dom.count('<svg class="bp-bars"') >= 2
+    assert _layout_problems(os.path.join(run_dir, "report.html"), tmp_path) == []

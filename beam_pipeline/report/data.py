@@ -76,6 +76,8 @@ class ReportData:
     schema: list[dict] = dataclasses.field(default_factory=list)
     anomalies: list[dict] = dataclasses.field(default_factory=list)
     anomalies_text: str = ""
+    # feature -> its anomalies ("split: description"), for the marks in the statistics
+    anomalous: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     rejected: list[dict] = dataclasses.field(default_factory=list)
     rejected_total: int = 0
     trials: list[dict] = dataclasses.field(default_factory=list)
@@ -84,6 +86,12 @@ class ReportData:
     # tag -> {"train": [(step, value)], "validation": [...]}
     curves: dict[str, dict[str, list[tuple[int, float]]]] = dataclasses.field(default_factory=dict)
     training: Optional[dict] = None
+    # hyperparameter name -> True when the search samples it on a log scale
+    log_scaled: dict[str, bool] = dataclasses.field(default_factory=dict)
+    # trial id -> [(step, objective)] as keras-tuner observed them (per epoch)
+    trial_curves: dict[str, list[tuple[int, float]]] = dataclasses.field(default_factory=dict)
+    # the Evaluator's verdict, metrics per slice (candidate, baseline), thresholds, plots
+    verdict: Optional[dict] = None
     evaluation: list[dict] = dataclasses.field(default_factory=list)
     missing: list[str] = dataclasses.field(default_factory=list)
 
@@ -108,9 +116,14 @@ def collect(run_dir: str) -> ReportData:
         except Exception as e:  # noqa: BLE001 - a report never fails the run
             _LOG.info("report: %s could not be read", what, exc_info=True)
             data.missing.append(f"{what}: could not be read ({type(e).__name__}: {e})")
+    for a in data.anomalies:
+        data.anomalous.setdefault(a["feature"], []).append(f"{a['split']}: {a['description']}")
+    for name, feature in data.features.items():
+        worst = max((st.get("missing_pct", 0.0) for st in feature["splits"].values()), default=0)
+        feature["sort_key"] = (name not in data.anomalous, -worst, name)
     for section, names in SECTION_ARTIFACTS.items():
-        runs = [data.origins[n].run_id for n in names if n in data.origins]
-        reused = [r for n, r in zip(names, runs) if data.origins[n].reused]
+        found = [data.origins[n] for n in names if n in data.origins]
+        reused = [o.run_id for o in found if o.reused]
         if reused:
             data.reused_from[section] = sorted(set(reused))
     return data
@@ -346,6 +359,31 @@ def _trials(data: ReportData) -> None:
             if name not in names:
                 names.append(name)
     data.hyperparameter_names = names
+    best = _path(data, Artifact.TUNER, "best_hyperparameters.json")
+    space = json.loads(_read_text(best)).get("space", []) if fileio.exists(best) else []
+    for hp in space:
+        config = hp.get("config") or {}
+        values = [v for v in config.get("values") or [] if isinstance(v, (int, float))]
+        values += [
+            v for v in (config.get("min_value"), config.get("max_value")) if isinstance(v, float)
+        ]
+        # Log-sampled (Float/Int sampling="log"), or a choice of positive numbers over a
+        # decade or more (TFX's learning rates 1e-2, 1e-3): a linear axis would put all
+        # but the largest at its left edge.
+        data.log_scaled[config.get("name", "")] = config.get("sampling") == "log" or (
+            len(values) > 1 and min(values) > 0 and max(values) / min(values) >= 10
+        )
+    objective = (data.objective or {}).get("name")
+    for path in sorted(fileio.glob(_path(data, Artifact.TUNER, "*", "trial_*", "trial.json"))):
+        trial = json.loads(_read_text(path))
+        observed = ((trial.get("metrics") or {}).get("metrics") or {}).get(objective) or {}
+        points = [
+            (int(o.get("step", 0)), float(o["value"][0]))
+            for o in observed.get("observations") or []
+            if o.get("value")
+        ]
+        if points:
+            data.trial_curves[str(trial.get("trial_id"))] = sorted(points)
 
 
 def _skipped(data: ReportData, stage: str) -> bool:
@@ -439,11 +477,14 @@ def _tfrecords(path: str):
 
 
 def _evaluation(data: ReportData) -> None:
+    _verdict(data)
     for name in _EXTRA_ARTIFACTS:
         root = _path(data, name)
         if not fileio.isdir(root):
             continue
         for path in sorted(fileio.glob(fileio.join(root, "*.json"))):
+            if name == Artifact.BLESSING.value and data.verdict is not None:
+                continue  # drawn as the verdict, its metrics and thresholds
             try:
                 content = json.loads(_read_text(path))
             except ValueError:
@@ -457,6 +498,73 @@ def _evaluation(data: ReportData) -> None:
                 data.evaluation.append(
                     {"artifact": name, "file": marker, "items": [("blessed", blessed)]}
                 )
+
+
+def _verdict(data: ReportData) -> None:
+    """The Evaluator's verdict (``blessing/blessing.json``) with TFMA's outputs as the
+    Evaluator read them (``evaluation/report_view.json``: the thresholds, the baseline's
+    metrics, the per-class metrics and the plots)."""
+    path = _path(data, Artifact.BLESSING, "blessing.json")
+    if not fileio.exists(path):
+        return
+    blessing = json.loads(_read_text(path))
+    view_path = _path(data, Artifact.EVALUATION, "report_view.json")
+    view = json.loads(_read_text(view_path)) if fileio.exists(view_path) else {}
+    candidate = blessing.get("metrics") or {}
+    baseline = view.get("baseline_metrics") or {}
+    names = sorted(
+        {n for row in candidate.values() for n in row if not n.endswith("_diff")},
+        key=lambda n: (n == "example_count", n),
+    )
+    rows = []
+    for slice_name in sorted(candidate, key=lambda s: (s != "Overall", s)):
+        values = candidate[slice_name]
+        cells = {}
+        for n in names:
+            base = (baseline.get(slice_name) or {}).get(n)
+            diff = values.get(f"{n}_diff")
+            if base is None and diff is not None and n in values:
+                base = values[n] - diff
+            cells[n] = {"candidate": values.get(n), "baseline": base, "diff": diff}
+        rows.append({"slice": slice_name, "cells": cells})
+    failures = blessing.get("failures") or []
+    thresholds = view.get("thresholds") or []
+    for t in thresholds:
+        failed = [
+            f
+            for f in failures
+            if f.get("metric", "").split(" (change")[0] == t["metric"]
+            and (" (change" in f.get("metric", "")) == t["change"]
+        ]
+        t["failed_on"] = [f.get("slice") for f in failed]
+    reason = blessing.get("reason") or ""
+    if failures:
+        why = "; ".join(
+            f"{f['metric']} on {f['slice']} = {_short(f.get('value'))}, needs {f['bound']}"
+            for f in failures
+        )
+    else:
+        why = reason or (
+            "every threshold passed"
+            if blessing.get("blessed")
+            else "no reason recorded (an Evaluator of an older version)"
+        )
+    data.verdict = {
+        "blessed": bool(blessing.get("blessed")),
+        "why": why,
+        "baseline": blessing.get("baseline"),
+        "metric_names": names,
+        "rows": rows,
+        "thresholds": thresholds,
+        "failures": failures,
+        "class_metrics": view.get("class_metrics") or {},
+        "plots": view.get("plots") or [],
+        "has_view": bool(view),
+    }
+
+
+def _short(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
 
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
