@@ -546,7 +546,9 @@ def run_evaluation(
         result = tfma.load_eval_result(output_path, model_name=CANDIDATE)
     failures = _failures(validation)
     view = {
-        "thresholds": _thresholds_view(run_config),
+        # The config as given: a change threshold without a baseline is listed too (as not
+        # checked), though TFMA ran without it.
+        "thresholds": _thresholds_view(config),
         "baseline_metrics": (
             _metrics(tfma.load_eval_result(output_path, model_name=BASELINE)) if baseline else {}
         ),

@@ -234,8 +234,10 @@ def lines(
         if len(xy) == 1:  # a lone point's value beside it, inside the plotting area
             x, y, _, vy = xy[0]
             right = x > _LEFT + f.w / 2
+            # Below a point high in the plot: the legend is in its top right corner.
+            ty = y + 14 if y < _TOP + f.h / 3 else y - 6
             parts.append(
-                f'<text x="{x - 6 if right else x + 6:.1f}" y="{max(y - 6, _TOP + 10):.1f}" '
+                f'<text x="{x - 6 if right else x + 6:.1f}" y="{ty:.1f}" '
                 f'font-size="10" fill="{color}" text-anchor="{"end" if right else "start"}">'
                 f"{escape(_fmt(vy))}</text>"
             )
@@ -271,7 +273,8 @@ def scatter(
         xlog = False
         x0, x1 = _span(min(p[0] for p in points), max(p[0] for p in points))
     y0, y1 = _span(min(p[1] for p in points), max(p[1] for p in points))
-    f = _Frame(width, height, x0, x1, y0, y1, xlog=xlog and not categories)
+    xint = all(float(p[0]).is_integer() for p in points)
+    f = _Frame(width, height, x0, x1, y0, y1, xlog=xlog and not categories, xint=xint)
     parts = [f.axes(xlabel, ylabel, not categories)]
     bottom = _TOP + f.h
     for i, name in enumerate(categories):
