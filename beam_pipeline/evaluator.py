@@ -636,11 +636,11 @@ def _class_metrics(eval_result) -> dict[str, dict[str, float]]:
     table: dict[str, dict[str, float]] = {}
     for key, by_output in eval_result.slicing_metrics:
         row = {}
-        for output, by_sub_key in by_output.items():
-            for sub_key, values in by_sub_key.items():
+        for output, by_sub_key in (by_output or {}).items():
+            for sub_key, values in (by_sub_key or {}).items():
                 if not sub_key:
                     continue
-                for name, v in values.items():
+                for name, v in (values or {}).items():
                     if isinstance(v, dict) and "doubleValue" in v:
                         label = f"{name} ({sub_key}{', ' + output if output else ''})"
                         row[label] = float(v["doubleValue"])
@@ -658,9 +658,10 @@ def _plots_view(eval_result) -> list[dict[str, Any]]:
     out = []
     for key, by_output in eval_result.plots:
         where = slicer.stringify_slice_key(key)
-        for output, by_sub_key in by_output.items():
-            for sub_key, plots in by_sub_key.items():
-                for name, plot in plots.items():
+        # TFMA gives None for a slice (or output) it has no plot of: none was asked for.
+        for output, by_sub_key in (by_output or {}).items():
+            for sub_key, plots in (by_sub_key or {}).items():
+                for name, plot in (plots or {}).items():
                     drawn = _plot_points(name, plot)
                     if drawn is not None:
                         out.append({"slice": where, "output": output, "sub_key": sub_key, **drawn})
