@@ -14,12 +14,25 @@ runner, reads TFMA's validation result back and publishes two artifacts:
 The default EvalConfig, when none is given: the label the model was trained on (the
 ``evaluation_label_key`` that :func:`trainer.export_serving_model` records), computed by
 the model's ``transform_features`` signature (TFMA's ``preprocessing_function_names``:
-the raw label may be a string, the model predicts class ids); for a classifier
-``ExampleCount`` and ``SparseCategoricalAccuracy`` (at least 0.6, and not below the
-baseline's), for a one-output regressor ``ExampleCount`` and ``MeanSquaredError`` (not
-above the baseline's); slices: overall plus each ``--eval_slice_features`` feature.
+the raw label may be a string, the model predicts class ids), and metrics for the kind of
+model the trainer exported (:class:`ModelKind`, from the width of its prediction, the
+label's dtype and the transformed label's class domain):
+
+- multi-class (two or more scores): ``SparseCategoricalAccuracy``, at least 0.6 and not
+  below the baseline's;
+- binary (one output, an integer label): ``BinaryAccuracy``, at least 0.6 and not below
+  the baseline's, and ``AUC`` (no threshold);
+- regression (one output, a float label): ``MeanSquaredError`` (not above the baseline's)
+  and ``MeanAbsoluteError`` (no threshold);
+- one class (a label whose vocabulary has one value): ``SparseCategoricalAccuracy``, no
+  threshold (there is nothing to tell apart);
+
+each with ``ExampleCount``; slices: overall plus each ``--eval_slice_features`` feature.
 Without a baseline, change thresholds are dropped and the model is judged on value
-thresholds alone (TFMA's rubber stamp).
+thresholds alone (TFMA's rubber stamp). A config left with no threshold at all (the first
+regression model, a one-class label, an ``--eval_config`` without thresholds) blesses the
+model, saying "no thresholds" (TFMA alone would refuse it with ``missing_thresholds``, and
+no later run could have a baseline); a model that is not blessed always says why.
 
 Example::
 
@@ -31,6 +44,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 from collections.abc import Sequence
@@ -49,8 +63,11 @@ __all__ = [
     "DEFAULT_MIN_ACCURACY",
     "EvaluationResult",
     "ModelFacts",
+    "ModelKind",
     "ThresholdFailure",
     "build_eval_config",
+    "label_classes",
+    "model_kind",
     "model_facts",
     "read_blessing",
     "run_evaluation",
@@ -58,10 +75,30 @@ __all__ = [
 ]
 
 BLESSING_FILE = "blessing.json"
+# Beside TFMA's own files in evaluation/: what the run report draws, read from TFMA's
+# outputs while TFMA is loaded (the report reads no TFMA proto: `runs report` imports no
+# TensorFlow). Not named metrics*/plots*/validations*: TFMA's readers glob those prefixes.
+VIEW_FILE = "report_view.json"
+# The points of a curve the view keeps (TFMA computes 1,000 thresholds, 10,000 buckets).
+_CURVE_POINTS = 101
+_CALIBRATION_BUCKETS = 10
 # TFX's penguin example's bar for its accuracy threshold.
 DEFAULT_MIN_ACCURACY = 0.6
 # A change threshold that only refuses a model worse than the baseline (TFX's example).
 _NOT_WORSE = 1e-10
+
+
+class ModelKind(str, enum.Enum):
+    """The kinds of model the default EvalConfig has metrics for."""
+
+    MULTI_CLASS = "multi-class"
+    BINARY = "binary"
+    REGRESSION = "regression"
+    ONE_CLASS = "one-class"
+
+
+# What a verdict says when the config has no threshold left to check.
+NO_THRESHOLDS = "no thresholds"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +127,23 @@ class EvaluationResult:
       failures: the thresholds that failed.
       baseline: the baseline model folder, or None (judged on value thresholds alone).
       metrics: slice name -> metric name -> value (the candidate's).
+      reason: why, in words: "" when ``failures`` say it (or every threshold passed),
+        :data:`NO_THRESHOLDS` when there was none to check, else TFMA's own verdict.
     """
 
     blessed: bool
     failures: tuple[ThresholdFailure, ...]
     baseline: Optional[str]
     metrics: dict[str, dict[str, float]]
+    reason: str = ""
+
+    def why(self) -> str:
+        """The verdict's reason in words (never empty for a model that is not blessed)."""
+        if self.failures:
+            return "; ".join(f.describe() for f in self.failures)
+        if self.reason:
+            return self.reason
+        return "every threshold passed" if self.blessed else "TFMA's validation failed"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -109,6 +157,9 @@ class ModelFacts:
     label_key: Optional[str]
     outputs: dict[str, tuple[Optional[int], ...]]
     transformed_features: tuple[str, ...]
+    # The label's dtype as the transform_features signature computes it ("int", "float",
+    # "string"), None where the model does not compute it.
+    label_dtype: Optional[str] = None
 
 
 def model_facts(model_dir: str) -> ModelFacts:
@@ -133,18 +184,71 @@ def model_facts(model_dir: str) -> ModelFacts:
     if SERVING_SIGNATURE in loaded.signatures:
         for name, spec in loaded.signatures[SERVING_SIGNATURE].structured_outputs.items():
             outputs[name] = tuple(spec.shape.as_list())
-    transformed: tuple[str, ...] = ()
+    transformed: dict = {}
     if TRANSFORM_FEATURES_SIGNATURE in loaded.signatures:
-        transformed = tuple(
-            sorted(loaded.signatures[TRANSFORM_FEATURES_SIGNATURE].structured_outputs)
-        )
+        transformed = dict(loaded.signatures[TRANSFORM_FEATURES_SIGNATURE].structured_outputs)
     label = getattr(loaded, "evaluation_label_key", None)
+    label_key = label.numpy().decode() if label is not None else None
+    dtype = transformed[label_key].dtype if label_key in transformed else None
+    if dtype is None:
+        label_dtype = None
+    elif dtype.is_integer or dtype.is_bool:
+        label_dtype = "int"
+    elif dtype.is_floating:
+        label_dtype = "float"
+    else:
+        label_dtype = "string"
     return ModelFacts(
         signatures=signatures,
-        label_key=label.numpy().decode() if label is not None else None,
+        label_key=label_key,
         outputs=outputs,
-        transformed_features=transformed,
+        transformed_features=tuple(sorted(transformed)),
+        label_dtype=label_dtype,
     )
+
+
+def label_classes(transform_graph: str, label_key: Optional[str]) -> Optional[int]:
+    """How many classes the transformed label ``label_key`` has, from the integer domain
+    tf.Transform recorded for it (``compute_and_apply_vocabulary`` records one: 0, or -1
+    for an unknown value, to the vocabulary's size - 1); None when it has none (a raw or
+    float label) or there is no schema."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    path = fileio.join(transform_graph, "transformed_metadata", "schema.pbtxt")
+    if not label_key or not fileio.exists(path):
+        return None
+    schema = text_format.Parse(fileio.read_file(path), schema_pb2.Schema())
+    for feature in schema.feature:
+        if feature.name == label_key and feature.HasField("int_domain"):
+            domain = feature.int_domain
+            if domain.HasField("min") and domain.HasField("max"):
+                # Class ids count from 0; a vocabulary without OOV buckets records min -1,
+                # its default value for an unknown string, which is no class.
+                return int(domain.max - max(domain.min, 0) + 1)
+    return None
+
+
+def model_kind(facts: ModelFacts, classes: Optional[int] = None) -> ModelKind:
+    """The kind of model ``facts`` describe: two or more scores a multi-class classifier;
+    one output a one-class classifier (a label with one class), a binary classifier (an
+    integer label) or a regressor (a float label, or one the model does not compute)."""
+    key = _prediction_key(facts)
+    shape = facts.outputs.get(key or next(iter(facts.outputs), ""), ())
+    width = shape[-1] if shape and shape[-1] is not None else 1
+    if classes == 1:
+        return ModelKind.ONE_CLASS
+    if width > 1:
+        return ModelKind.MULTI_CLASS
+    if facts.label_dtype == "int":
+        return ModelKind.BINARY
+    return ModelKind.REGRESSION
+
+
+def _prediction_key(facts: ModelFacts) -> str:
+    if len(facts.outputs) > 1:
+        return "scores" if "scores" in facts.outputs else sorted(facts.outputs)[0]
+    return ""
 
 
 def _parse_config_file(path: str) -> config_pb2.EvalConfig:
@@ -169,7 +273,9 @@ def _parse_config_file(path: str) -> config_pb2.EvalConfig:
         ) from None
 
 
-def _default_config(facts: ModelFacts, model_dir: str) -> config_pb2.EvalConfig:
+def _default_config(
+    facts: ModelFacts, model_dir: str, classes: Optional[int] = None
+) -> config_pb2.EvalConfig:
     from tensorflow_model_analysis.proto import config_pb2
 
     from trainer.export import SERVING_SIGNATURE, TRANSFORM_FEATURES_SIGNATURE
@@ -183,21 +289,26 @@ def _default_config(facts: ModelFacts, model_dir: str) -> config_pb2.EvalConfig:
     spec = config_pb2.ModelSpec(signature_name=SERVING_SIGNATURE, label_key=facts.label_key)
     if TRANSFORM_FEATURES_SIGNATURE in facts.signatures:
         spec.preprocessing_function_names.append(TRANSFORM_FEATURES_SIGNATURE)
-    if len(facts.outputs) > 1:
-        spec.prediction_key = "scores" if "scores" in facts.outputs else sorted(facts.outputs)[0]
-    shape = facts.outputs.get(spec.prediction_key or next(iter(facts.outputs), ""), ())
+    spec.prediction_key = _prediction_key(facts)
     config = config_pb2.EvalConfig(model_specs=[spec])
     metrics = config.metrics_specs.add()
     metrics.metrics.add(class_name="ExampleCount")
-    if shape and shape[-1] is not None and shape[-1] > 1:
-        m = metrics.metrics.add(class_name="SparseCategoricalAccuracy")
+    kind = model_kind(facts, classes)
+    if kind in (ModelKind.MULTI_CLASS, ModelKind.BINARY):
+        name = "SparseCategoricalAccuracy" if kind is ModelKind.MULTI_CLASS else "BinaryAccuracy"
+        m = metrics.metrics.add(class_name=name)
         m.threshold.value_threshold.lower_bound.value = DEFAULT_MIN_ACCURACY
         m.threshold.change_threshold.direction = config_pb2.MetricDirection.HIGHER_IS_BETTER
         m.threshold.change_threshold.absolute.value = -_NOT_WORSE
-    else:
+        if kind is ModelKind.BINARY:
+            metrics.metrics.add(class_name="AUC")
+    elif kind is ModelKind.REGRESSION:
         m = metrics.metrics.add(class_name="MeanSquaredError")
         m.threshold.change_threshold.direction = config_pb2.MetricDirection.LOWER_IS_BETTER
         m.threshold.change_threshold.absolute.value = _NOT_WORSE
+        metrics.metrics.add(class_name="MeanAbsoluteError")
+    else:  # one class: every prediction is that class; nothing to set a bar on
+        metrics.metrics.add(class_name="SparseCategoricalAccuracy")
     return config
 
 
@@ -261,6 +372,7 @@ def build_eval_config(
     schema: Optional[schema_pb2.Schema],
     slice_features: Sequence[str] = (),
     facts: Optional[ModelFacts] = None,
+    label_classes: Optional[int] = None,
 ) -> config_pb2.EvalConfig:
     """The EvalConfig of a run: ``--eval_config``'s file, else the default from the model;
     either with ``ExampleCount`` added where it lacks one.
@@ -272,6 +384,8 @@ def build_eval_config(
       slice_features: features to slice on besides the overall slice (added to either).
       facts: :func:`model_facts` of ``model_dir`` when the caller has them already (a
         SavedModel load is not free); else loaded here.
+      label_classes: the transformed label's number of classes (:func:`label_classes`),
+        which tells a one-class label from a binary one; None when unknown.
 
     Raises:
       PipelineError: the file does not parse, or names a metric, a slice feature or a
@@ -283,7 +397,7 @@ def build_eval_config(
         config = _parse_config_file(eval_config_path)
         where = f"--eval_config {eval_config_path}"
     else:
-        config = _default_config(facts, model_dir)
+        config = _default_config(facts, model_dir, label_classes)
         where = "the default EvalConfig"
     if not any(m.class_name == "ExampleCount" for s in config.metrics_specs for m in s.metrics):
         # Every evaluation counts its examples (the summary's rows in; TFX's penguin
@@ -414,7 +528,7 @@ def run_evaluation(
     import tensorflow_model_analysis as tfma
 
     from beam_pipeline.beam_options import create_pipeline
-    from transforms.evaluation import CANDIDATE, EvaluateModel
+    from transforms.evaluation import BASELINE, CANDIDATE, EvaluateModel
 
     run_config = _with_baseline(config, baseline)
     with create_pipeline(options) as p:
@@ -430,11 +544,195 @@ def run_evaluation(
         result = tfma.load_eval_result(output_path)
     else:
         result = tfma.load_eval_result(output_path, model_name=CANDIDATE)
+    failures = _failures(validation)
+    view = {
+        # The config as given: a change threshold without a baseline is listed too (as not
+        # checked), though TFMA ran without it.
+        "thresholds": _thresholds_view(config),
+        "baseline_metrics": (
+            _metrics(tfma.load_eval_result(output_path, model_name=BASELINE)) if baseline else {}
+        ),
+        "class_metrics": _class_metrics(result),
+        "plots": _plots_view(result),
+    }
+    fileio.write_file(fileio.join(output_path, VIEW_FILE), json.dumps(view, indent=1) + "\n")
+    blessed, reason = bool(validation.validation_ok), ""
+    if not _has_thresholds(run_config) and not failures:
+        # TFMA refuses a model it has nothing to check on (missing_thresholds) unless
+        # rubber-stamped; the Evaluator blesses it and says why, so that a first
+        # regression model (its one threshold compares with a baseline) becomes the
+        # baseline of the next run.
+        blessed, reason = True, NO_THRESHOLDS
+    elif not blessed and not failures:
+        reason = "TFMA's validation failed without naming a threshold" + (
+            " (missing_thresholds)" if validation.missing_thresholds else ""
+        )
     return EvaluationResult(
-        blessed=bool(validation.validation_ok),
-        failures=_failures(validation),
+        blessed=blessed,
+        failures=failures,
         baseline=baseline,
         metrics=_metrics(result),
+        reason=reason,
+    )
+
+
+def _thresholds_view(config: config_pb2.EvalConfig) -> list[dict[str, Any]]:
+    """Each threshold TFMA checked: the metric (as TFMA names it in its results), the
+    slice it applies to, the bound in words and whether it compares with the baseline."""
+    from tensorflow_model_analysis import slicer
+    from tensorflow_model_analysis.metrics import metric_specs
+
+    out = []
+    found = metric_specs.metric_thresholds_from_metrics_specs(
+        config.metrics_specs, eval_config=config
+    )
+    for key, entries in found.items():
+        for slice_spec, threshold in entries:
+            where = "every slice"
+            if slice_spec is not None:
+                spec = slicer.SingleSliceSpec(spec=slice_spec)
+                where = str(spec) if not spec.is_overall() else "Overall"
+            change = threshold.DESCRIPTOR.name == "GenericChangeThreshold"
+            wrapped = config_pb2_threshold(threshold, change)
+            out.append(
+                {
+                    "metric": key.name,
+                    "sub_key": str(key.sub_key) if key.sub_key else "",
+                    "slice": where,
+                    "change": change,
+                    "bound": _bound(wrapped),
+                    "value": _threshold_value(threshold, change),
+                }
+            )
+    return out
+
+
+def config_pb2_threshold(threshold, change: bool):
+    """A GenericValue/ChangeThreshold wrapped in a MetricThreshold (what :func:`_bound`
+    reads)."""
+    from tensorflow_model_analysis.proto import config_pb2
+
+    wrapped = config_pb2.MetricThreshold()
+    (wrapped.change_threshold if change else wrapped.value_threshold).CopyFrom(threshold)
+    return wrapped
+
+
+def _threshold_value(threshold, change: bool) -> Optional[float]:
+    """The number a bar chart draws for a threshold: a value threshold's bound."""
+    if change:
+        return None
+    if threshold.HasField("lower_bound"):
+        return float(threshold.lower_bound.value)
+    if threshold.HasField("upper_bound"):
+        return float(threshold.upper_bound.value)
+    return None
+
+
+def _class_metrics(eval_result) -> dict[str, dict[str, float]]:
+    """The metrics TFMA computed per class or top-k (``binarize`` in a metrics spec): slice
+    -> "metric (classId:N)" -> value."""
+    from tensorflow_model_analysis import slicer
+
+    table: dict[str, dict[str, float]] = {}
+    for key, by_output in eval_result.slicing_metrics:
+        row = {}
+        for output, by_sub_key in (by_output or {}).items():
+            for sub_key, values in (by_sub_key or {}).items():
+                if not sub_key:
+                    continue
+                for name, v in (values or {}).items():
+                    if isinstance(v, dict) and "doubleValue" in v:
+                        label = f"{name} ({sub_key}{', ' + output if output else ''})"
+                        row[label] = float(v["doubleValue"])
+        if row:
+            table[slicer.stringify_slice_key(key)] = row
+    return table
+
+
+def _plots_view(eval_result) -> list[dict[str, Any]]:
+    """TFMA's plots, thinned for drawing: per slice and class, a confusion matrix at
+    thresholds as ROC and precision-recall points, a calibration histogram in 10 buckets,
+    a multi-class confusion matrix as counts."""
+    from tensorflow_model_analysis import slicer
+
+    out = []
+    for key, by_output in eval_result.plots:
+        where = slicer.stringify_slice_key(key)
+        # TFMA gives None for a slice (or output) it has no plot of: none was asked for.
+        for output, by_sub_key in (by_output or {}).items():
+            for sub_key, plots in (by_sub_key or {}).items():
+                for name, plot in (plots or {}).items():
+                    drawn = _plot_points(name, plot)
+                    if drawn is not None:
+                        out.append({"slice": where, "output": output, "sub_key": sub_key, **drawn})
+    return out
+
+
+def _plot_points(name: str, plot: dict) -> Optional[dict[str, Any]]:
+    if name == "confusionMatrixAtThresholds":
+        matrices = plot.get("matrices") or []
+        step = max(1, len(matrices) // (_CURVE_POINTS - 1))
+        kept = matrices[::step] + ([matrices[-1]] if (len(matrices) - 1) % step else [])
+        points = []
+        for m in kept:
+            tp, fp = m.get("truePositives", 0.0), m.get("falsePositives", 0.0)
+            tn, fn = m.get("trueNegatives", 0.0), m.get("falseNegatives", 0.0)
+            points.append(
+                {
+                    "threshold": m.get("threshold", 0.0),
+                    "tpr": tp / (tp + fn) if tp + fn else 0.0,
+                    "fpr": fp / (fp + tn) if fp + tn else 0.0,
+                    "precision": m.get("precision", tp / (tp + fp) if tp + fp else 1.0),
+                }
+            )
+        return {"kind": "ConfusionMatrixPlot", "points": points}
+    if name == "calibrationHistogramBuckets":
+        merged = [[0.0, 0.0, 0.0] for _ in range(_CALIBRATION_BUCKETS)]
+        for b in plot.get("buckets") or []:
+            lo = b.get("lowerThresholdInclusive", 0.0)
+            lo = 0.0 if lo == "-Infinity" else float(lo)
+            i = min(max(int(lo * _CALIBRATION_BUCKETS), 0), _CALIBRATION_BUCKETS - 1)
+            merged[i][0] += b.get("numWeightedExamples", 0.0)
+            merged[i][1] += b.get("totalWeightedLabel", 0.0)
+            merged[i][2] += b.get("totalWeightedRefinedPrediction", 0.0)
+        buckets = [
+            {
+                "low": i / _CALIBRATION_BUCKETS,
+                "count": n,
+                "mean_label": label / n,
+                "mean_prediction": prediction / n,
+            }
+            for i, (n, label, prediction) in enumerate(merged)
+            if n
+        ]
+        return {"kind": "CalibrationPlot", "buckets": buckets}
+    if name == "multiClassConfusionMatrixAtThresholds":
+        matrices = plot.get("matrices") or []
+        if not matrices:
+            return None
+        entries = matrices[0].get("entries") or []
+        ids = sorted(
+            {int(e.get("actualClassId", 0)) for e in entries}
+            | {int(e.get("predictedClassId", 0)) for e in entries}
+        )
+        counts = [[0.0] * len(ids) for _ in ids]
+        for e in entries:
+            i, j = (
+                ids.index(int(e.get("actualClassId", 0))),
+                ids.index(int(e.get("predictedClassId", 0))),
+            )
+            counts[i][j] += e.get("numWeightedExamples", 0.0)
+        return {"kind": "MultiClassConfusionMatrixPlot", "classes": ids, "counts": counts}
+    return None
+
+
+def _has_thresholds(config: config_pb2.EvalConfig) -> bool:
+    """Whether the EvalConfig TFMA ran has any metric threshold to check (TFMA's own
+    test, the one behind its ``missing_thresholds``)."""
+    from tensorflow_model_analysis.metrics import metric_specs
+
+    return bool(
+        metric_specs.metric_thresholds_from_metrics_specs(config.metrics_specs, eval_config=config)
     )
 
 
@@ -457,4 +755,5 @@ def read_blessing(folder: str) -> Optional[EvaluationResult]:
         failures=tuple(ThresholdFailure(**f) for f in d["failures"]),
         baseline=d["baseline"],
         metrics=d["metrics"],
+        reason=d.get("reason", ""),
     )

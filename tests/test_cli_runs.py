@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import unescape as html_unescape
 
 import pytest
 from conftest import PENGUIN_DIR, PENGUIN_FEATURES
@@ -129,13 +130,31 @@ def test_the_report_shows_every_section_and_needs_no_network(default_run):
     assert "Not in this report" not in html  # a whole run: nothing is missing
     features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', html)
     assert sorted(features) == sorted(PENGUIN_FEATURES)
-    # A histogram per numeric feature (5: four measurements and the year) and split; the
-    # objective per trial and per hyperparameter (learning_rate, num_layers); a curve per
-    # metric logged to TensorBoard (loss and accuracy at least).
-    assert html.count('<svg class="bp-hist"') == 5 * 2
+    # A histogram per numeric feature (5: four measurements and the year), train and eval
+    # overlaid; the objective per trial and per hyperparameter (learning_rate, num_layers);
+    # a curve per metric logged to TensorBoard (loss and accuracy at least).
+    assert html.count('<svg class="bp-hist"') == 5
     assert html.count('<svg class="bp-scatter"') == 3
     assert html.count('<svg class="bp-curve"') >= 2
     assert "epoch_loss" in html and "Biscoe" in html  # a curve's tag; a top value
+    # Keras logs epoch_* per epoch: the curve's x axis says so (it said "step").
+    curve = html.split("epoch_loss</figcaption>")[0].rsplit('<svg class="bp-curve"', 1)[1]
+    assert ">epoch</text>" in curve and ">step</text>" not in curve
+    # TFX's learning rates (1e-2, 1e-3) are a decade apart: a log axis, ticks at powers of 10.
+    lr = html.split("objective per learning_rate")[0].rsplit('<svg class="bp-scatter"', 1)[1]
+    assert "learning_rate (log scale)" in lr and ">0.001</text>" in lr and ">0.01</text>" in lr
+    # The evaluation from TFMA's outputs: the verdict, the threshold that decided it, the
+    # metrics per slice as a table and a chart (the bundled run slices by island).
+    evaluation = html.split('<section id="evaluation">', 1)[1]
+    assert '<span class="blessed">Blessed</span>' in evaluation
+    (thresholds,) = re.findall(r'<table class="thresholds">(.*?)</table>', evaluation, re.S)
+    assert "sparse_categorical_accuracy" in thresholds and "&gt;= 0.6" in thresholds
+    assert "not checked (no baseline)" in thresholds  # the change threshold, on a first run
+    (table,) = re.findall(r'<table class="eval-metrics">(.*?)</table>', evaluation, re.S)
+    for slice_name in ("Overall", "island:Biscoe", "island:Dream", "island:Torgersen"):
+        assert f"<td>{slice_name}</td>" in table
+    assert evaluation.count('<svg class="bp-bars"') == 2  # accuracy and example count
+    assert 'class="bp-bound"' in evaluation  # the 0.6 threshold drawn on the accuracy chart
     # Offline: no script, and no stylesheet, image or font from elsewhere.
     assert "<script" not in html and not re.search(r'(src|href)="(https?:)?//', html)
 
@@ -266,6 +285,9 @@ def test_runs_commands_print_nothing_on_stderr_and_import_no_tensorflow(default_
     report = os.path.join(run_dir, "report.html")
     with open(report, encoding="utf-8") as f:
         written_by_the_run = f.read()
+    # Gone before `runs report`: the report checked below is the one it wrote, not the
+    # run's left in place by a `runs report` that wrote nothing.
+    os.remove(report)
     for argv in (
         ["runs", "list"],
         ["runs", "show", run_id],
@@ -288,8 +310,230 @@ def test_runs_commands_print_nothing_on_stderr_and_import_no_tensorflow(default_
             assert re.findall(r"[0-9a-f]{12}", row) == [pipeline_code()[:12]] * 2, row
     # `runs report` wrote the report the run wrote (its training curves read without
     # TensorFlow's reader, the same points).
+    assert os.path.isfile(report), "`runs report` did not write report.html"
     with open(report, encoding="utf-8") as f:
         assert f.read() == written_by_the_run
+
+
+def _reused_sections(html: str) -> dict[str, str]:
+    """Section id -> the run its "Reused from run X" line names, for each section that has
+    one."""
+    found = {}
+    for section, body in re.findall(r'<section id="([a-z]+)">(.*?)</section>', html, re.S):
+        origin = re.search(r'<p class="origin" data-reused-from="([^"]+)">', body)
+        if origin:
+            found[section] = origin.group(1)
+    return found
+
+
+def test_a_rerun_whose_stages_are_all_reused_has_a_whole_report(default_run):
+    # The second run into one pipeline root, the normal case after the first: every stage
+    # is reused. Its report (and `runs report`'s) shows what those stages published in the
+    # first run's folder, each section saying so, and never claims a stage did not finish
+    # (it said "statistics: not published (ExampleGen's job did not finish)", "trials: no
+    # tuner/trials.json", and had empty sections).
+    _, run_dir = default_run
+    first = os.path.basename(run_dir)
+    folder = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))))
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", "--run_id=again"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    again = os.path.join(folder, "pipeline_runs", "runs", "again")
+    stages = _summary(again)
+    assert {s["status"] for s in stages.values()} <= {"cached", "skipped"}
+    assert stages["Evaluator"]["status"] == "cached"
+    report = os.path.join(again, "report.html")
+    with open(report, encoding="utf-8") as f:
+        html = f.read()
+    for written in (html, None):
+        if written is None:  # `runs report` writes the same page again
+            os.remove(report)
+            proc = subprocess.run(
+                [sys.executable, "-m", "beam_pipeline", "runs", "report", "again"],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            with open(report, encoding="utf-8") as f:
+                written = f.read()
+            assert written == html
+        assert "Not in this report" not in written and "not published" not in written
+        # Each section names the run its stage's artifacts came from, as the stage's row
+        # says ("reused from run X": the first run, or the analyzer-cache test's run for
+        # the data stages when it ran before this one).
+        reused = _reused_sections(written)
+        for section, stage in {
+            "statistics": "Statistics",
+            "schema": "Schema",
+            "anomalies": "Validation",
+            "rejected": "ExampleGen",
+            "trials": "Tuner",
+            "training": "Trainer",
+            "evaluation": "Evaluator",
+        }.items():
+            (source,) = re.findall(r"^reused from run (\S+?);?(?: |$)", stages[stage]["note"])
+            assert source in reused[section].split(), (section, reused)
+            assert "again" not in reused[section].split()
+        assert reused["trials"] == reused["training"] == first
+        # The statistics of every feature (a histogram per numeric feature and split),
+        # the trials (a row and a point each), the training curves and the evaluation.
+        features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', written)
+        assert sorted(features) == sorted(PENGUIN_FEATURES)
+        assert written.count('<svg class="bp-hist"') == 5
+        assert written.count('<svg class="bp-scatter"') == 3
+        assert written.count('<svg class="bp-curve"') >= 2
+        evaluation = written.split('<section id="evaluation">', 1)[1]
+        assert "No evaluation in this run." not in evaluation
+        assert '<span class="blessed">Blessed</span>' in evaluation
+        assert evaluation.count('<svg class="bp-bars"') == 2
+
+
+# An EvalConfig asking TFMA for plots, as a TFX user writes one for the penguin model: the
+# multi-class confusion matrix, and per class (binarized) the confusion matrices at
+# thresholds (ROC, precision-recall), the calibration histogram and the AUC.
+_PLOTS_EVAL_CONFIG = """
+model_specs { label_key: "species_xf" preprocessing_function_names: "transform_features" }
+slicing_specs {}
+slicing_specs { feature_keys: "island" }
+metrics_specs {
+  metrics {
+    class_name: "SparseCategoricalAccuracy"
+    threshold {
+      value_threshold { lower_bound { value: 0.6 } }
+      change_threshold { direction: HIGHER_IS_BETTER absolute { value: -1e-10 } }
+    }
+  }
+  metrics { class_name: "MultiClassConfusionMatrixPlot" }
+}
+metrics_specs {
+  binarize { class_ids { values: [0, 1, 2] } }
+  metrics { class_name: "ConfusionMatrixPlot" }
+  metrics { class_name: "CalibrationPlot" }
+  metrics { class_name: "AUC" }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def plots_run(default_run, tmp_path_factory):
+    """A later run on a copy of the default run's root (its store; the other tests' runs
+    there are left as they are) that trains the model again (a new model, so that the
+    default run's blessed one is its baseline) and evaluates it with that EvalConfig:
+    (stdout, run directory)."""
+    _, run_dir = default_run
+    first_root = os.path.dirname(os.path.dirname(os.path.abspath(run_dir)))
+    folder = tmp_path_factory.mktemp("plots")
+    shutil.copytree(first_root, folder / "pipeline_runs")
+    config = folder / "eval_config.pbtxt"
+    config.write_text(_PLOTS_EVAL_CONFIG)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    args = ["--runner=DirectRunner", "--run_id=plots", f"--eval_config={config}"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "beam_pipeline",
+            *args,
+            "--no_infra_validator",
+            "--no_cache=Trainer",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout, os.path.join(folder, "pipeline_runs", "runs", "plots")
+
+
+def test_the_report_draws_tfma_plots_and_the_candidate_beside_its_baseline(default_run, plots_run):
+    _, first = default_run
+    _, run_dir = plots_run
+    stages = _summary(run_dir)
+    assert stages["Trainer"]["status"] == stages["Evaluator"]["status"] == "ok"
+    baseline = os.path.abspath(os.path.join(first, "model"))
+    assert stages["Evaluator"]["details"]["baseline"] == baseline
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as f:
+        html = f.read()
+    evaluation = html.split('<section id="evaluation">', 1)[1]
+    assert f"Compared with the baseline <code>{baseline}</code>" in evaluation
+    # The thresholds, each with its result: the change threshold was checked this time
+    # (the model trained again from the same seeds: passed, or failed by a hair).
+    (thresholds,) = re.findall(r'<table class="thresholds">(.*?)</table>', evaluation, re.S)
+    rows = [
+        re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        for row in re.findall(r"<tr><td>.*?</tr>", thresholds, re.S)
+    ]
+    assert sorted(r[2] for r in rows) == [
+        "&gt;= 0.6",
+        "change vs baseline higher is better (absolute -1e-10)",
+    ]
+    assert all(r[3] == "passed" or r[3].startswith("failed on ") for r in rows), rows
+    assert "not checked" not in thresholds
+    # Candidate / baseline / change per slice, and the candidate's bars beside the
+    # baseline's (the example counts: the same examples, no change).
+    (table,) = re.findall(r'<table class="eval-metrics">(.*?)</table>', evaluation, re.S)
+    assert "(candidate / baseline / change)" in table and "105 / 105 / 0</td>" in table
+    bars = re.findall(r'<svg class="bp-bars".*?</svg>', evaluation, re.S)
+    assert bars and all("baseline" in b and "candidate" in b for b in bars)
+    # TFMA's plots: a confusion matrix per slice (overall and the three islands), ROC,
+    # precision-recall and calibration curves with a line per class, the per-class AUCs.
+    assert evaluation.count('<svg class="bp-matrix"') == 4
+    for title in ("ROC (ConfusionMatrixPlot", "precision-recall (", "calibration (CalibrationPlot"):
+        (svg,) = re.findall(
+            r'(<svg class="bp-curve"(?:(?!</svg>).)*</svg>)<figcaption>' + re.escape(title),
+            evaluation,
+            re.S,
+        )
+        assert svg.count("<polyline ") + svg.count("<circle ") >= 3, title
+    assert "auc (classId:0)" in evaluation and "auc (classId:2)" in evaluation
+
+
+_LAYOUT_CHECK = """<script>
+const problems = [];
+for (const svg of document.querySelectorAll("svg")) {
+  const box = svg.getBoundingClientRect();
+  const texts = [...svg.querySelectorAll("text")];
+  const titles = texts.filter(t => t.matches(".bp-xtitle, .bp-ytitle"));
+  for (const t of texts) {
+    const r = t.getBoundingClientRect();
+    if (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 ||
+        r.bottom > box.bottom + 1) problems.push("clipped: " + t.textContent);
+    for (const u of titles) {
+      if (u === t) continue;
+      const q = u.getBoundingClientRect();
+      if (r.left < q.right && q.left < r.right && r.top < q.bottom && q.top < r.bottom)
+        problems.push("overlap: " + u.textContent + " / " + t.textContent);
+    }
+  }
+}
+document.body.setAttribute("data-layout", JSON.stringify(problems));
+</script>"""
+
+
+def _layout_problems(page: str, tmp_path) -> list[str]:
+    """The texts of the report's plots that the browser draws clipped at their plot's edge
+    or over an axis title, measured in Chromium by a script added to a copy of the page
+    (the report itself has none)."""
+    with open(page, encoding="utf-8") as f:
+        html = f.read()
+    probe = tmp_path / "layout.html"
+    probe.write_text(html.replace("</body>", _LAYOUT_CHECK + "</body>"), encoding="utf-8")
+    dom, console = _render_in_chromium(str(probe), tmp_path, str(tmp_path / "layout.png"))
+    assert console == [], console
+    (found,) = re.findall(r'<body data-layout="([^"]*)"', dom)
+    return json.loads(html_unescape(found))
 
 
 def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypatch, capsys):
@@ -424,6 +668,21 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(default_
     for name in PENGUIN_FEATURES:
         assert f'id="feature-{name}"' in dom
     # Plots as the browser parsed them: SVG elements with their bars, points and lines.
-    assert dom.count('<svg class="bp-hist"') == 10 and dom.count("<rect ") >= 10 * 5
+    assert dom.count('<svg class="bp-hist"') == 5 and dom.count("<rect ") >= 10 * 5
     assert dom.count('<svg class="bp-scatter"') == 3 and dom.count("<circle ") >= 4 * 3
     assert dom.count('<svg class="bp-curve"') >= 2 and "<polyline " in dom
+    # No tick label under an axis title, no text cut at a plot's edge (titles overlapped
+    # the y tick labels and were clipped).
+    assert _layout_problems(os.path.join(run_dir, "report.html"), tmp_path) == []
+
+
+@needs_chromium
+def test_the_evaluation_plots_render_in_headless_chromium(plots_run, tmp_path):
+    _, run_dir = plots_run
+    screenshot = tmp_path / "plots.png"
+    dom, console = _render_in_chromium(
+        os.path.join(run_dir, "report.html"), tmp_path, str(screenshot)
+    )
+    assert console == []
+    assert dom.count('<svg class="bp-matrix"') == 4 and dom.count('<svg class="bp-bars"') >= 2
+    assert _layout_problems(os.path.join(run_dir, "report.html"), tmp_path) == []

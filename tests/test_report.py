@@ -48,21 +48,59 @@ def test_the_report_of_an_existing_run_is_written_again_from_the_command_line(tm
 
 
 def test_the_model_checks_blessings_are_shown_when_present(tmp_path):
-    # As the Evaluator and InfraValidator write them (TFX's ModelBlessing layout).
+    # As the Evaluator and InfraValidator write them (TFX's ModelBlessing layout), the
+    # Evaluator's verdict with its failed threshold, and no report_view.json (an Evaluator
+    # of an older version): the metrics are shown, and the note says what is not.
     (tmp_path / "blessing").mkdir()
     (tmp_path / "blessing" / "NOT_BLESSED").write_text("")
+    failure = {"metric": "accuracy", "slice": "Overall", "value": 0.4, "bound": ">= 0.6"}
     (tmp_path / "blessing" / "blessing.json").write_text(
-        json.dumps({"blessed": False, "failed": [{"metric": "accuracy", "value": 0.4}]})
+        json.dumps(
+            {
+                "blessed": False,
+                "failures": [{**failure, "by": 0.2}],
+                "baseline": None,
+                "metrics": {"Overall": {"accuracy": 0.4, "example_count": 10.0}},
+            }
+        )
     )
     (tmp_path / "infra_blessing").mkdir()
     (tmp_path / "infra_blessing" / "INFRA_BLESSED").write_text("")
     html = open(write_report(str(tmp_path)), encoding="utf-8").read()
-    assert "<h3>blessing/blessing.json</h3>" in html
-    assert "<td>failed[0].metric</td><td>accuracy</td>" in html
+    assert '<span class="not-blessed">NOT blessed</span>: 1 threshold check(s) failed' in html
+    assert '<td>accuracy</td><td>Overall</td><td class="n">0.4</td><td>&gt;= 0.6</td>' in html
+    assert html.count('<svg class="bp-bars"') == 2  # accuracy, example_count
+    assert "rerun with --no_cache Evaluator" in html
     assert (
         "<h3>blessing/NOT_BLESSED</h3>" in html and "<h3>infra_blessing/INFRA_BLESSED</h3>" in html
     )
     assert "No evaluation in this run." not in html
+
+
+def test_a_reused_artifact_is_read_from_the_run_that_published_it(tmp_path):
+    # A cached stage's outputs are the earlier run's, as the manifest records them; the
+    # report reads them there and says so, and a reused artifact that is gone is named as
+    # such (not as a stage that did not finish).
+    first, again = tmp_path / "runs" / "first", tmp_path / "runs" / "again"
+    (first / "tuner").mkdir(parents=True)
+    (first / "tuner" / "_PUBLISHED").write_text("")
+    trial = {"trial_id": "0", "status": "COMPLETED", "objective": 0.5, "hyperparameters": {}}
+    (first / "tuner" / "trials.json").write_text(json.dumps({"trials": [trial]}))
+    again.mkdir()
+    stages = {
+        "Tuner": {"artifacts": ["tuner"], "outputs": [{"uri": str(first / "tuner")}]},
+        "ExampleGen+Statistics": {
+            "artifacts": ["statistics"],
+            "outputs": [{"uri": str(first / "statistics")}],
+        },
+    }
+    (again / "manifest.json").write_text(json.dumps({"stages": stages}))
+    html = open(write_report(str(again)), encoding="utf-8").read()
+    trials = html.split('<section id="trials">', 1)[1].split("</section>", 1)[0]
+    assert '<p class="origin" data-reused-from="first">' in trials
+    assert "<td>0</td><td>COMPLETED</td>" in trials
+    assert f"statistics: reused from run first, but {first / 'statistics'} is no longer" in html
+    assert "ExampleGen&#39;s job did not finish" not in html
 
 
 def test_event_files_are_read_record_by_record_as_tensorflow_reads_them(tmp_path, caplog):

@@ -22,7 +22,7 @@ from typing import Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.report.data import ReportData, collect
-from beam_pipeline.report.svg import histogram, lines, scatter
+from beam_pipeline.report.svg import bars, lines, matrix, overlaid_histograms, scatter
 
 __all__ = ["REPORT_FILE", "render_report", "write_report"]
 
@@ -34,16 +34,39 @@ def _number(x) -> Optional[float]:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
+def _x_axis(tag: str) -> str:
+    """The x axis of a TensorBoard scalar as Keras logged it: ``epoch_*`` per epoch,
+    ``batch_*`` and ``*_vs_iterations`` per training step."""
+    if tag.startswith("epoch_"):
+        return "epoch"
+    return "step"
+
+
 def _plots(data: ReportData) -> dict:
     """The SVG of each plot, keyed as the template uses them."""
     hist = {
-        (name, split): histogram(stats.get("histogram") or [])
+        name: overlaid_histograms(
+            {
+                split: stats.get("histogram") or []
+                for split, stats in feature["splits"].items()
+                if stats.get("histogram")
+            }
+        )
         for name, feature in data.features.items()
-        for split, stats in feature["splits"].items()
     }
     curves = {
-        tag: lines(runs, ylabel=tag.removeprefix("epoch_"))
+        tag: lines(
+            runs,
+            xlabel=_x_axis(tag),
+            ylabel=tag.removeprefix("epoch_")
+            .removeprefix("batch_")
+            .removeprefix("evaluation_")
+            .removesuffix("_vs_iterations"),
+        )
         for tag, runs in sorted(data.curves.items())
+    }
+    single = {
+        tag: all(len(points) == 1 for points in runs.values()) for tag, runs in data.curves.items()
     }
     trial_plots = {}
     scored = [
@@ -74,8 +97,87 @@ def _plots(data: ReportData) -> dict:
                 xlabel=name,
                 ylabel=objective,
                 categories=categories,
+                xlog=numeric and data.log_scaled.get(name, False),
             )
-    return {"hist": hist, "curves": curves, "trials": trial_plots}
+    trial_curves = ""
+    if any(len(points) > 1 for points in data.trial_curves.values()):
+        trial_curves = lines(
+            {f"trial {k}": v for k, v in sorted(data.trial_curves.items())},
+            xlabel="epoch",
+            ylabel=objective,
+            width=480,
+        )
+    return {
+        "hist": hist,
+        "curves": curves,
+        "single_point_curves": single,
+        "trials": trial_plots,
+        "trial_curves": trial_curves,
+        "evaluation": _evaluation_plots(data.verdict),
+    }
+
+
+def _evaluation_plots(verdict: Optional[dict]) -> dict:
+    """Per metric a bar chart over the slices (candidate and baseline, the value threshold
+    as a dashed line); TFMA's plots: a confusion matrix per slice, ROC, precision-recall and
+    calibration curves (one line per class) for the overall slice."""
+    if not verdict:
+        return {"bars": {}, "matrices": {}, "curves": {}}
+    bars_by_metric = {}
+    for name in verdict["metric_names"]:
+        groups = {}
+        for row in verdict["rows"]:
+            cell = row["cells"].get(name) or {}
+            series = {"candidate": _number(cell.get("candidate"))}
+            if cell.get("baseline") is not None:
+                series["baseline"] = _number(cell.get("baseline"))
+            groups[row["slice"]] = series
+        bound = next(
+            (
+                (t["value"], f"threshold {t['bound']} ({t['slice']})")
+                for t in verdict["thresholds"]
+                if t["metric"] == name and not t["change"] and t.get("value") is not None
+            ),
+            None,
+        )
+        svg = bars(groups, xlabel=name, bound=bound)
+        if svg:
+            bars_by_metric[name] = svg
+    matrices, roc, pr, calibration = {}, {}, {}, {}
+    plots = sorted(verdict["plots"], key=lambda p: (p["slice"] != "Overall", p["slice"]))
+    # Every slice's matrix over the same classes (TFMA lists those a slice has).
+    classes = sorted(
+        {c for p in plots if p["kind"] == "MultiClassConfusionMatrixPlot" for c in p["classes"]}
+    )
+    for plot in plots:
+        label = plot.get("sub_key") or "model"
+        if plot["kind"] == "MultiClassConfusionMatrixPlot":
+            counts = [[0.0] * len(classes) for _ in classes]
+            for i, actual in enumerate(plot["classes"]):
+                for j, predicted in enumerate(plot["classes"]):
+                    counts[classes.index(actual)][classes.index(predicted)] = plot["counts"][i][j]
+            matrices[plot["slice"]] = matrix([str(c) for c in classes], counts)
+        elif plot["slice"] != "Overall":
+            continue
+        elif plot["kind"] == "ConfusionMatrixPlot":
+            points = plot["points"]
+            roc[label] = sorted((p["fpr"], p["tpr"]) for p in points)
+            pr[label] = sorted((p["tpr"], p["precision"]) for p in points)
+        elif plot["kind"] == "CalibrationPlot":
+            calibration[label] = [(b["mean_prediction"], b["mean_label"]) for b in plot["buckets"]]
+    curves = {}
+    if roc:
+        curves["ROC (ConfusionMatrixPlot, Overall)"] = lines(
+            roc, xlabel="false positive rate", ylabel="true positive rate", diagonal=True
+        )
+        curves["precision-recall (ConfusionMatrixPlot, Overall)"] = lines(
+            pr, xlabel="recall", ylabel="precision"
+        )
+    if calibration:
+        curves["calibration (CalibrationPlot, Overall)"] = lines(
+            calibration, xlabel="mean prediction", ylabel="mean label", diagonal=True
+        )
+    return {"bars": bars_by_metric, "matrices": matrices, "curves": curves}
 
 
 def render_report(run_dir: str) -> str:

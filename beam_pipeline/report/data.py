@@ -3,6 +3,11 @@
 Each section is read on its own and never raises: a missing artifact (a failed run, a
 skipped stage) or one that cannot be parsed becomes a line in ``missing`` saying what is
 missing and why, and the other sections still render.
+
+Each artifact is read where the run's manifest (``manifest.json``: per finished stage its
+typed outputs with their URIs, the record the stage cache and the metadata store's lineage
+are written from) says it is: a stage the run reused from an earlier run (``cached``) has
+its outputs in that run's folder, and the section says which run it came from.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any, Optional
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
 
-__all__ = ["ReportData", "collect", "REJECTED_ROWS_SHOWN"]
+__all__ = ["Origin", "ReportData", "collect", "REJECTED_ROWS_SHOWN"]
 
 _LOG = logging.getLogger(__name__)
 REJECTED_ROWS_SHOWN = 20
@@ -28,6 +33,31 @@ _TOP_VALUES_SHOWN = 10
 # JSON files are shown as they are, and their blessing markers, when present.
 _EXTRA_ARTIFACTS = ("blessing", "infra_blessing", "pushed_model")
 _MARKERS = ("BLESSED", "NOT_BLESSED", "INFRA_BLESSED", "INFRA_NOT_BLESSED")
+# Each section's artifacts (folder names), for the "reused from run X" line it shows.
+SECTION_ARTIFACTS = {
+    "statistics": (Artifact.STATISTICS.value,),
+    "schema": (Artifact.SCHEMA.value,),
+    "anomalies": (Artifact.ANOMALIES.value,),
+    "rejected": (Artifact.REJECTED.value,),
+    "trials": (Artifact.TUNER.value,),
+    "training": (Artifact.MODEL_RUN.value,),
+    "evaluation": (Artifact.EVALUATION.value, *_EXTRA_ARTIFACTS),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Origin:
+    """Where one artifact of the run is read from.
+
+    Attributes:
+      path: the artifact's folder.
+      run_id: the run that published it.
+      reused: published by an earlier run, whose output this run's stage reused.
+    """
+
+    path: str
+    run_id: str
+    reused: bool
 
 
 @dataclasses.dataclass
@@ -36,12 +66,18 @@ class ReportData:
 
     run_dir: str
     stages: list[dict] = dataclasses.field(default_factory=list)
+    # artifact folder name -> where it is read (from the manifest; this run's folder else)
+    origins: dict[str, Origin] = dataclasses.field(default_factory=dict)
+    # section id -> the earlier runs whose artifacts the section shows
+    reused_from: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     splits: list[str] = dataclasses.field(default_factory=list)
     # feature name -> {"type": ..., "splits": {split: stats dict}}
     features: dict[str, dict] = dataclasses.field(default_factory=dict)
     schema: list[dict] = dataclasses.field(default_factory=list)
     anomalies: list[dict] = dataclasses.field(default_factory=list)
     anomalies_text: str = ""
+    # feature -> its anomalies ("split: description"), for the marks in the statistics
+    anomalous: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     rejected: list[dict] = dataclasses.field(default_factory=list)
     rejected_total: int = 0
     trials: list[dict] = dataclasses.field(default_factory=list)
@@ -50,6 +86,12 @@ class ReportData:
     # tag -> {"train": [(step, value)], "validation": [...]}
     curves: dict[str, dict[str, list[tuple[int, float]]]] = dataclasses.field(default_factory=dict)
     training: Optional[dict] = None
+    # hyperparameter name -> True when the search samples it on a log scale
+    log_scaled: dict[str, bool] = dataclasses.field(default_factory=dict)
+    # trial id -> [(step, objective)] as keras-tuner observed them (per epoch)
+    trial_curves: dict[str, list[tuple[int, float]]] = dataclasses.field(default_factory=dict)
+    # the Evaluator's verdict, metrics per slice (candidate, baseline), thresholds, plots
+    verdict: Optional[dict] = None
     evaluation: list[dict] = dataclasses.field(default_factory=list)
     missing: list[str] = dataclasses.field(default_factory=list)
 
@@ -59,6 +101,7 @@ def collect(run_dir: str) -> ReportData:
     data = ReportData(run_dir=run_dir)
     sections: list[tuple[str, Callable[[ReportData], None]]] = [
         ("the run summary (summary.json)", _summary),
+        ("the run manifest (manifest.json)", _origins),
         ("the statistics", _statistics),
         ("the schema", _schema),
         ("the anomalies", _anomalies),
@@ -73,16 +116,66 @@ def collect(run_dir: str) -> ReportData:
         except Exception as e:  # noqa: BLE001 - a report never fails the run
             _LOG.info("report: %s could not be read", what, exc_info=True)
             data.missing.append(f"{what}: could not be read ({type(e).__name__}: {e})")
+    for a in data.anomalies:
+        data.anomalous.setdefault(a["feature"], []).append(f"{a['split']}: {a['description']}")
+    for name, feature in data.features.items():
+        worst = max((st.get("missing_pct", 0.0) for st in feature["splits"].values()), default=0)
+        feature["sort_key"] = (name not in data.anomalous, -worst, name)
+    for section, names in SECTION_ARTIFACTS.items():
+        found = [data.origins[n] for n in names if n in data.origins]
+        reused = [o.run_id for o in found if o.reused]
+        if reused:
+            data.reused_from[section] = sorted(set(reused))
     return data
+
+
+def _absolute(path: str) -> str:
+    path = path.rstrip("/")
+    return path if fileio.is_remote(path) else os.path.abspath(path)
+
+
+def _origins(data: ReportData) -> None:
+    """Where each artifact of the run is, from the manifest's record of each finished
+    stage: a cached stage's outputs are an earlier run's (``<root>/runs/<run_id>/<name>``)."""
+    from beam_pipeline.manifest import MANIFEST_FILE
+
+    path = fileio.join(data.run_dir, MANIFEST_FILE)
+    if not fileio.exists(path):
+        return  # a run made before manifests: every artifact is in its own folder
+    own = _absolute(data.run_dir)
+    for record in (json.loads(_read_text(path)).get("stages") or {}).values():
+        for name, output in zip(record.get("artifacts") or [], record.get("outputs") or []):
+            uri = _absolute(str(output.get("uri") or ""))
+            if not uri:
+                continue
+            folder = uri.rsplit("/", 1)[0]
+            data.origins[name] = Origin(
+                path=uri, run_id=folder.rsplit("/", 1)[-1], reused=folder != own
+            )
 
 
 def _path(data: ReportData, artifact: Artifact | str, *parts: str) -> str:
     name = artifact.value if isinstance(artifact, Artifact) else artifact
+    origin = data.origins.get(name)
+    if origin is not None:
+        return fileio.join(origin.path, *parts)
     return fileio.join(data.run_dir, name, *parts)
 
 
 def _published(data: ReportData, artifact: Artifact | str) -> bool:
     return fileio.exists(_path(data, artifact, PUBLISHED_MARKER))
+
+
+def _gone(data: ReportData, artifact: Artifact) -> Optional[str]:
+    """For an artifact this run reused that is no longer published where the earlier run
+    put it: the line saying so (the stage did finish, in that run); else None."""
+    origin = data.origins.get(artifact.value)
+    if origin is None or not origin.reused or _published(data, artifact):
+        return None
+    return (
+        f"{artifact.value}: reused from run {origin.run_id}, but {origin.path} is no longer "
+        "published there (deleted or moved since)"
+    )
 
 
 def _read_text(path: str) -> str:
@@ -104,7 +197,10 @@ def _statistics(data: ReportData) -> None:
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
     if not _published(data, Artifact.STATISTICS):
-        data.missing.append("statistics: not published (ExampleGen's job did not finish)")
+        data.missing.append(
+            _gone(data, Artifact.STATISTICS)
+            or "statistics: not published (ExampleGen's job did not finish)"
+        )
         return
     root = _path(data, Artifact.STATISTICS)
     splits = sorted(
@@ -173,7 +269,7 @@ def _schema(data: ReportData) -> None:
 
     path = _path(data, Artifact.SCHEMA, "schema.pbtxt")
     if not fileio.exists(path):
-        data.missing.append("schema: not published")
+        data.missing.append(_gone(data, Artifact.SCHEMA) or "schema: not published")
         return
     schema = text_format.Parse(_read_text(path), schema_pb2.Schema())
     domains = {d.name: list(d.value) for d in schema.string_domain}
@@ -202,7 +298,9 @@ def _anomalies(data: ReportData) -> None:
     from tensorflow_metadata.proto.v0 import anomalies_pb2
 
     if not _published(data, Artifact.ANOMALIES):
-        data.missing.append("anomalies: not published (validation did not run)")
+        data.missing.append(
+            _gone(data, Artifact.ANOMALIES) or "anomalies: not published (validation did not run)"
+        )
         return
     root = _path(data, Artifact.ANOMALIES)
     summary = fileio.join(root, "summary.txt")
@@ -228,7 +326,7 @@ def _anomalies(data: ReportData) -> None:
 
 def _rejected(data: ReportData) -> None:
     if not _published(data, Artifact.REJECTED):
-        data.missing.append("rejected rows: not published")
+        data.missing.append(_gone(data, Artifact.REJECTED) or "rejected rows: not published")
         return
     for path in sorted(fileio.glob(_path(data, Artifact.REJECTED, "rejected-*.jsonl"))):
         with fileio.open(path, "r") as f:
@@ -247,7 +345,10 @@ def _trials(data: ReportData) -> None:
     path = _path(data, Artifact.TUNER, "trials.json")
     if not fileio.exists(path):
         if not _skipped(data, "Tuner"):
-            data.missing.append("trials: no tuner/trials.json (the Tuner did not run or finish)")
+            data.missing.append(
+                _gone(data, Artifact.TUNER)
+                or "trials: no tuner/trials.json (the Tuner did not run or finish)"
+            )
         return
     record = json.loads(_read_text(path))
     data.objective = record.get("objective")
@@ -258,6 +359,31 @@ def _trials(data: ReportData) -> None:
             if name not in names:
                 names.append(name)
     data.hyperparameter_names = names
+    best = _path(data, Artifact.TUNER, "best_hyperparameters.json")
+    space = json.loads(_read_text(best)).get("space", []) if fileio.exists(best) else []
+    for hp in space:
+        config = hp.get("config") or {}
+        values = [v for v in config.get("values") or [] if isinstance(v, (int, float))]
+        values += [
+            v for v in (config.get("min_value"), config.get("max_value")) if isinstance(v, float)
+        ]
+        # Log-sampled (Float/Int sampling="log"), or a choice of positive numbers over a
+        # decade or more (TFX's learning rates 1e-2, 1e-3): a linear axis would put all
+        # but the largest at its left edge.
+        data.log_scaled[config.get("name", "")] = config.get("sampling") == "log" or (
+            len(values) > 1 and min(values) > 0 and max(values) / min(values) >= 10
+        )
+    objective = (data.objective or {}).get("name")
+    for path in sorted(fileio.glob(_path(data, Artifact.TUNER, "*", "trial_*", "trial.json"))):
+        trial = json.loads(_read_text(path))
+        observed = ((trial.get("metrics") or {}).get("metrics") or {}).get(objective) or {}
+        points = [
+            (int(o.get("step", 0)), float(o["value"][0]))
+            for o in observed.get("observations") or []
+            if o.get("value")
+        ]
+        if points:
+            data.trial_curves[str(trial.get("trial_id"))] = sorted(points)
 
 
 def _skipped(data: ReportData, stage: str) -> bool:
@@ -269,7 +395,10 @@ def _curves(data: ReportData) -> None:
     root = _path(data, Artifact.MODEL_RUN)
     if not fileio.exists(root):
         if not _skipped(data, "Trainer"):
-            data.missing.append("training curves: no model_run/ (the Trainer did not run)")
+            data.missing.append(
+                _gone(data, Artifact.MODEL_RUN)
+                or "training curves: no model_run/ (the Trainer did not run)"
+            )
         return
     result = fileio.join(root, "training_result.json")
     if fileio.exists(result):
@@ -348,11 +477,14 @@ def _tfrecords(path: str):
 
 
 def _evaluation(data: ReportData) -> None:
+    _verdict(data)
     for name in _EXTRA_ARTIFACTS:
         root = _path(data, name)
         if not fileio.isdir(root):
             continue
         for path in sorted(fileio.glob(fileio.join(root, "*.json"))):
+            if name == Artifact.BLESSING.value and data.verdict is not None:
+                continue  # drawn as the verdict, its metrics and thresholds
             try:
                 content = json.loads(_read_text(path))
             except ValueError:
@@ -366,6 +498,73 @@ def _evaluation(data: ReportData) -> None:
                 data.evaluation.append(
                     {"artifact": name, "file": marker, "items": [("blessed", blessed)]}
                 )
+
+
+def _verdict(data: ReportData) -> None:
+    """The Evaluator's verdict (``blessing/blessing.json``) with TFMA's outputs as the
+    Evaluator read them (``evaluation/report_view.json``: the thresholds, the baseline's
+    metrics, the per-class metrics and the plots)."""
+    path = _path(data, Artifact.BLESSING, "blessing.json")
+    if not fileio.exists(path):
+        return
+    blessing = json.loads(_read_text(path))
+    view_path = _path(data, Artifact.EVALUATION, "report_view.json")
+    view = json.loads(_read_text(view_path)) if fileio.exists(view_path) else {}
+    candidate = blessing.get("metrics") or {}
+    baseline = view.get("baseline_metrics") or {}
+    names = sorted(
+        {n for row in candidate.values() for n in row if not n.endswith("_diff")},
+        key=lambda n: (n == "example_count", n),
+    )
+    rows = []
+    for slice_name in sorted(candidate, key=lambda s: (s != "Overall", s)):
+        values = candidate[slice_name]
+        cells = {}
+        for n in names:
+            base = (baseline.get(slice_name) or {}).get(n)
+            diff = values.get(f"{n}_diff")
+            if base is None and diff is not None and n in values:
+                base = values[n] - diff
+            cells[n] = {"candidate": values.get(n), "baseline": base, "diff": diff}
+        rows.append({"slice": slice_name, "cells": cells})
+    failures = blessing.get("failures") or []
+    thresholds = view.get("thresholds") or []
+    for t in thresholds:
+        failed = [
+            f
+            for f in failures
+            if f.get("metric", "").split(" (change")[0] == t["metric"]
+            and (" (change" in f.get("metric", "")) == t["change"]
+        ]
+        t["failed_on"] = [f.get("slice") for f in failed]
+    reason = blessing.get("reason") or ""
+    if failures:
+        why = "; ".join(
+            f"{f['metric']} on {f['slice']} = {_short(f.get('value'))}, needs {f['bound']}"
+            for f in failures
+        )
+    else:
+        why = reason or (
+            "every threshold passed"
+            if blessing.get("blessed")
+            else "no reason recorded (an Evaluator of an older version)"
+        )
+    data.verdict = {
+        "blessed": bool(blessing.get("blessed")),
+        "why": why,
+        "baseline": blessing.get("baseline"),
+        "metric_names": names,
+        "rows": rows,
+        "thresholds": thresholds,
+        "failures": failures,
+        "class_metrics": view.get("class_metrics") or {},
+        "plots": view.get("plots") or [],
+        "has_view": bool(view),
+    }
+
+
+def _short(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
 
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:

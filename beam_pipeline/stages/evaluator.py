@@ -22,6 +22,7 @@ from beam_pipeline.artifacts import (
     ModelBlessing,
     ModelEvaluation,
     Schema,
+    TransformGraph,
     TypedArtifact,
 )
 from beam_pipeline.core import fileio
@@ -109,6 +110,9 @@ class EvaluatorStage(Stage):
         Input(Model, key="model", optional=True),
         Input(Examples, key="examples"),
         Input(Schema, key="schema", optional=True),
+        # Its transformed schema says how many classes the label has (the default
+        # EvalConfig's model kind: one class, binary).
+        Input(TransformGraph, key="transform_graph", optional=True),
     )
     outputs = (ModelEvaluation, ModelBlessing)
 
@@ -148,10 +152,13 @@ class EvaluatorStage(Stage):
             return StageResult([StageReport("Evaluator", StageStatus.SKIPPED, note=note)])
         schema_artifact = inputs.get(Schema)
         schema = read_schema(schema_artifact.file) if schema_artifact is not None else None
+        graph = inputs.get(TransformGraph)
+        classes = evaluator.label_classes(graph.uri, facts.label_key) if graph else None
         # Checked before the Beam job starts: a bad config stops here with its fix.
         config = evaluator.build_eval_config(
-            e.eval_config, model.uri, schema, e.slice_features, facts=facts
+            e.eval_config, model.uri, schema, e.slice_features, facts=facts, label_classes=classes
         )
+        kind = None if e.eval_config else evaluator.model_kind(facts, classes).value
         baseline, how = _baseline(ctx, model.uri)
         result = evaluator.run_evaluation(
             config,
@@ -163,11 +170,12 @@ class EvaluatorStage(Stage):
         )
         evaluator.write_blessing(out.folder(ModelBlessing), result)
         _record(ctx, model.uri, result.blessed)
-        if result.blessed:
+        if result.blessed and result.reason:
+            verdict = f"blessed: {result.why()} ({how})"
+        elif result.blessed:
             verdict = f"blessed ({how})"
         else:
-            verdict = "NOT blessed: " + "; ".join(f.describe() for f in result.failures)
-            verdict += f" ({how})"
+            verdict = f"NOT blessed: {result.why()} ({how})"
         overall = result.metrics.get("Overall", {})
         shown = ", ".join(f"{k}={_number(v)}" for k, v in sorted(overall.items()))
         report = StageReport(
@@ -180,6 +188,8 @@ class EvaluatorStage(Stage):
                 "blessed": result.blessed,
                 "baseline": baseline,
                 "failures": [f.__dict__ for f in result.failures],
+                "reason": result.why(),
+                "model_kind": kind,
                 "metrics": result.metrics,
                 "table_head": metrics_table(result.metrics),
             },

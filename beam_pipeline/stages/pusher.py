@@ -37,8 +37,7 @@ def _why_not(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> str:
         return "the Evaluator did not run (--no_evaluator)"
     verdict = read_blessing(blessing.uri)
     if verdict is None or not verdict.blessed:
-        failed = "; ".join(f.describe() for f in verdict.failures) if verdict else "no verdict"
-        return f"the Evaluator did not bless it ({failed})"
+        return f"the Evaluator did not bless it ({verdict.why() if verdict else 'no verdict'})"
     infra = inputs.get(InfraBlessing)
     if infra is None:
         return "the InfraValidator did not run (--no_infra_validator)"

@@ -1,0 +1,187 @@
+"""The Evaluator's default EvalConfig for each kind of model the trainer exports: a metric
+per kind, a model with no threshold to check blessed saying "no thresholds" (TFMA alone
+refuses it, and no later run could have a baseline), a NOT-blessed verdict naming why.
+Through the CLI with a regression module of the test's own and with the bundled module on
+a one-class label; the kinds themselves from the model's facts."""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from conftest import PENGUIN_DIR
+from test_cli import MODULE, _summary
+
+from beam_pipeline import evaluator
+from beam_pipeline.evaluator import ModelFacts, ModelKind
+
+_SIGNATURES = ("serving_default", "transform_features")
+
+
+def _facts(width, label_dtype):
+    outputs = {"outputs": (None, width)}
+    return ModelFacts(_SIGNATURES, "y_xf", outputs, ("x_xf", "y_xf"), label_dtype)
+
+
+@pytest.mark.parametrize(
+    "width, label_dtype, classes, kind, metrics, thresholds",
+    [
+        (3, "int", 3, ModelKind.MULTI_CLASS, ["SparseCategoricalAccuracy"], 1),
+        (2, "int", None, ModelKind.MULTI_CLASS, ["SparseCategoricalAccuracy"], 1),
+        (1, "int", 2, ModelKind.BINARY, ["BinaryAccuracy", "AUC"], 1),
+        (1, "int", None, ModelKind.BINARY, ["BinaryAccuracy", "AUC"], 1),
+        (1, "float", None, ModelKind.REGRESSION, ["MeanSquaredError", "MeanAbsoluteError"], 1),
+        (1, None, None, ModelKind.REGRESSION, ["MeanSquaredError", "MeanAbsoluteError"], 1),
+        (1, "int", 1, ModelKind.ONE_CLASS, ["SparseCategoricalAccuracy"], 0),
+    ],
+)
+def test_the_default_config_has_a_metric_for_each_kind_of_model(
+    width, label_dtype, classes, kind, metrics, thresholds
+):
+    facts = _facts(width, label_dtype)
+    assert evaluator.model_kind(facts, classes) is kind
+    config = evaluator.build_eval_config(None, "model", None, facts=facts, label_classes=classes)
+    names = [m.class_name for spec in config.metrics_specs for m in spec.metrics]
+    assert names == ["ExampleCount", *metrics]
+    with_threshold = [m for s in config.metrics_specs for m in s.metrics if m.HasField("threshold")]
+    assert len(with_threshold) == thresholds
+
+
+def _regression_data(path, rows=240):
+    rng = random.Random(0)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x1", "x2", "y"])
+        for _ in range(rows):
+            x1, x2 = rng.uniform(-2, 2), rng.uniform(-2, 2)
+            w.writerow([f"{x1:.4f}", f"{x2:.4f}", f"{3 * x1 - 2 * x2 + 1 + rng.gauss(0, 0.1):.4f}"])
+
+
+# A TFX-style module for a one-output regressor: a float label, a linear model, the
+# serving model exported by trainer.export_serving_model (which records the label).
+_REGRESSION_MODULE = """
+import keras
+import tensorflow as tf
+import tensorflow_transform as tft
+from tfx_bsl.public import tfxio
+
+from trainer import FnArgs, export_serving_model
+
+FEATURES = ["x1", "x2"]
+
+
+def preprocessing_fn(inputs):
+    out = {k + "_xf": tf.cast(tf.squeeze(inputs[k], axis=1), tf.float32) for k in FEATURES}
+    out["y_xf"] = tf.cast(tf.squeeze(inputs["y"], axis=1), tf.float32)
+    return out
+
+
+def run_fn(fn_args: FnArgs) -> None:
+    keras.utils.set_random_seed(0)
+    output = tft.TFTransformOutput(fn_args.transform_output)
+
+    def dataset(files):
+        options = tfxio.TensorFlowDatasetOptions(batch_size=16, label_key="y_xf")
+        return fn_args.data_accessor.tf_dataset_factory(
+            files, options, output.transformed_metadata.schema
+        )
+
+    inputs = {k + "_xf": keras.Input(shape=(1,), name=k + "_xf") for k in FEATURES}
+    y = keras.layers.Dense(1)(keras.layers.Concatenate()(list(inputs.values())))
+    model = keras.Model(inputs, y)
+    model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
+    model.fit(
+        dataset(fn_args.train_files),
+        steps_per_epoch=fn_args.train_steps,
+        epochs=1,
+        validation_data=dataset(fn_args.eval_files),
+        validation_steps=fn_args.eval_steps,
+        verbose=0,
+    )
+    export_serving_model(model, output, fn_args.serving_model_dir, raw_label_keys=["y"])
+"""
+
+
+def _cli(args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", *args],
+        cwd=str(cwd),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.slow
+def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baseline(tmp_path):
+    # Before: "Evaluator: NOT blessed:  (no blessed model yet: ...)", an empty reason,
+    # failures [], TFMA's missing_thresholds, and no later run could ever have a baseline.
+    _regression_data(tmp_path / "linear.csv")
+    (tmp_path / "linear_module.py").write_text(_REGRESSION_MODULE)
+    common = [
+        f"--data={tmp_path / 'linear.csv'}",
+        f"--module_file={tmp_path / 'linear_module.py'}",
+        f"--pipeline_root={tmp_path / 'root'}",
+        "--no_tuner",
+        "--no_infra_validator",
+        "--eval_steps=2",
+    ]
+    proc = _cli([*common, "--run_id=first", "--train_steps=200"], tmp_path)
+    first = _summary(str(tmp_path / "root" / "runs" / "first"))["Evaluator"]
+    assert first["status"] == "ok"
+    assert first["details"]["blessed"] is True, first["note"]
+    assert first["details"]["model_kind"] == "regression"
+    assert first["details"]["reason"] == "no thresholds"
+    assert first["note"].startswith("blessed: no thresholds (no blessed model yet")
+    assert "Evaluator: blessed: no thresholds" in proc.stdout
+    overall = first["details"]["metrics"]["Overall"]
+    assert {"mean_squared_error", "mean_absolute_error", "example_count"} <= set(overall)
+    assert overall["mean_squared_error"] < 0.5  # y = 3 x1 - 2 x2 + 1 + noise, learned
+    assert os.path.exists(tmp_path / "root" / "runs" / "first" / "blessing" / "BLESSED")
+
+    # A worse model (one step from its initial weights) has the first as its baseline:
+    # the mean squared error may not rise, and the verdict says by how much it did.
+    _cli([*common, "--run_id=worse", "--train_steps=1"], tmp_path)
+    worse = _summary(str(tmp_path / "root" / "runs" / "worse"))["Evaluator"]
+    assert worse["details"]["baseline"] == str(tmp_path / "root" / "runs" / "first" / "model")
+    assert worse["details"]["blessed"] is False
+    assert worse["note"].startswith(
+        "NOT blessed: mean_squared_error (change vs baseline) on Overall = "
+    )
+    assert worse["details"]["reason"] and worse["details"]["failures"]
+
+
+@pytest.mark.slow
+def test_the_bundled_module_on_a_label_with_one_class_is_blessed_with_no_thresholds(tmp_path):
+    with open(os.path.join(PENGUIN_DIR, "penguins.csv"), newline="") as f:
+        rows = list(csv.reader(f))
+    one_class = [rows[0]] + [r for r in rows[1:] if r[0] == "Adelie"]
+    with open(tmp_path / "adelie.csv", "w", newline="") as f:
+        csv.writer(f).writerows(one_class)
+    _cli(
+        [
+            f"--data={tmp_path / 'adelie.csv'}",
+            f"--module_file={MODULE}",
+            f"--pipeline_root={tmp_path / 'root'}",
+            "--run_id=one",
+            "--csv_null_values=NA",
+            "--no_tuner",
+            "--no_infra_validator",
+            "--train_steps=10",
+            "--eval_steps=2",
+        ],
+        tmp_path,
+    )
+    evaluation = _summary(str(tmp_path / "root" / "runs" / "one"))["Evaluator"]
+    assert evaluation["details"]["model_kind"] == "one-class"
+    assert evaluation["details"]["blessed"] is True, evaluation["note"]
+    assert evaluation["note"].startswith("blessed: no thresholds")
+    assert evaluation["details"]["metrics"]["Overall"]["sparse_categorical_accuracy"] == 1.0
