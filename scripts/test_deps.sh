@@ -2,7 +2,7 @@
 # Installs what the test suite needs beyond .venv, from Debian's packages:
 # - chromium, in which tests/test_cli_runs.py renders a run's report.html;
 # - PostgreSQL and MariaDB servers, started here (no systemd needed), each with a user
-#   beam_pipeline (password beam_pipeline_test) that may create databases named
+#   beam_pipeline (password bp4tests) that may create databases named
 #   beam_pipeline_test*, where tests/test_metadata_server.py puts the metadata store
 #   (postgresql://...@127.0.0.1:5432, mysql://...@127.0.0.1:3306).
 # A test whose program or server is missing is skipped, saying why. Needs root and apt-get
@@ -12,7 +12,7 @@
 # Usage: sh scripts/test_deps.sh
 LOG=/tmp/beam-pipeline-test-deps.log
 DB_USER=beam_pipeline
-DB_PASSWORD=beam_pipeline_test
+DB_PASSWORD=bp4tests
 DB_NAME=beam_pipeline_test
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -51,9 +51,10 @@ if command -v pg_ctlcluster >/dev/null 2>&1; then
     && timeout 60 su postgres -s /bin/sh -c "psql -p $3 -v ON_ERROR_STOP=1 -q" >>"$LOG" 2>&1 <<EOF
 DO \$\$BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$DB_USER') THEN
-    CREATE ROLE $DB_USER LOGIN CREATEDB PASSWORD '$DB_PASSWORD';
+    CREATE ROLE $DB_USER;
   END IF;
 END\$\$;
+ALTER ROLE $DB_USER LOGIN CREATEDB PASSWORD '$DB_PASSWORD';
 SELECT 'CREATE DATABASE $DB_NAME OWNER $DB_USER'
   WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '$DB_NAME')\gexec
 EOF
@@ -70,6 +71,8 @@ if command -v mysqld_safe >/dev/null 2>&1; then
     && timeout 60 mysql >>"$LOG" 2>&1 <<EOF
 CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
 CREATE USER IF NOT EXISTS '$DB_USER'@'%' IDENTIFIED BY '$DB_PASSWORD';
+ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
+ALTER USER '$DB_USER'@'%' IDENTIFIED BY '$DB_PASSWORD';
 GRANT ALL PRIVILEGES ON \`$DB_NAME%\`.* TO '$DB_USER'@'localhost';
 GRANT ALL PRIVILEGES ON \`$DB_NAME%\`.* TO '$DB_USER'@'%';
 CREATE DATABASE IF NOT EXISTS $DB_NAME;
