@@ -17,11 +17,14 @@ writer), every write transaction starts with ``BEGIN IMMEDIATE`` (it takes the w
 first, so a transaction never fails half-way on a lock another process took after it began
 reading, which is what SQLite's default deferred ``BEGIN`` does under concurrency) and
 waits up to :data:`BUSY_TIMEOUT_S` for the lock; the store's transactions are a few
-statements each. WAL needs a local disk (not NFS): see the README.
+statements each. WAL needs a local disk (not NFS): see the README. On a server
+(PostgreSQL, MySQL/MariaDB) each write transaction likewise starts by taking one row lock
+(:func:`_server_settings`), so concurrent launchers' writes never conflict half-way.
 
 Schema: Alembic runs the migrations in ``migrations/versions`` up to the newest revision
 inside the same locked transaction that checks the revision, so two launchers opening a
-new file at once create the tables once.
+new file at once create the tables once; on PostgreSQL and MySQL/MariaDB a server-side
+lock (:func:`_schema_lock`) serialises the check and the migrations the same way.
 
 Example::
 
@@ -30,9 +33,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import ssl
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import sqlalchemy as sa
@@ -155,6 +160,19 @@ def _sqlite_settings(engine: sa.engine.Engine) -> None:
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
+def _server_settings(engine: sa.engine.Engine) -> None:
+    """Write transactions one at a time on a server, as on SQLite (see the module
+    docstring): each begins by locking the one row of ``alembic_version`` (held until it
+    commits or rolls back), so that the store's get-or-create writes (types, the pipeline's
+    context, a shared data artifact) never race another launcher's into a duplicate key.
+    Reads take no lock."""
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: sa.engine.Connection) -> None:
+        if not connection.get_execution_options().get(READ_ONLY, False):
+            connection.exec_driver_sql("SELECT version_num FROM alembic_version FOR UPDATE")
+
+
 def _create_engine(url: str) -> sa.engine.Engine:
     try:
         parsed = sa.engine.make_url(url)
@@ -246,6 +264,46 @@ def _check_and_migrate(connection: sa.engine.Connection, shown: str) -> None:
         migrate(connection)
 
 
+# The server-side lock that serialises the schema's check and migrations between launchers
+# (a constant: every beam-pipeline process must take the same one).
+_SCHEMA_LOCK_KEY = 0x6265616D_6D657461  # b"beammeta"
+_SCHEMA_LOCK_NAME = "beam_pipeline.metadata.schema"
+
+
+@contextlib.contextmanager
+def _schema_lock(connection: sa.engine.Connection, shown: str) -> Iterator[None]:
+    """Holds a lock on the server while the schema is checked and migrated, so that
+    launchers opening a new store at once create its tables once: the others wait, then
+    find the newest revision. SQLite needs none (its ``BEGIN IMMEDIATE`` is the lock);
+    PostgreSQL takes a session advisory lock, MySQL/MariaDB a named lock (``GET_LOCK``:
+    their DDL commits by itself, so the transaction alone cannot serialise it). Both are
+    session locks, released here or when a killed launcher's connection closes."""
+    backend = connection.dialect.name
+    if backend == "postgresql":
+        connection.exec_driver_sql(f"SELECT pg_advisory_lock({_SCHEMA_LOCK_KEY})")
+        unlock = f"SELECT pg_advisory_unlock({_SCHEMA_LOCK_KEY})"
+    elif backend in ("mysql", "mariadb"):
+        got = connection.exec_driver_sql(
+            f"SELECT GET_LOCK('{_SCHEMA_LOCK_NAME}', {int(BUSY_TIMEOUT_S)})"
+        ).scalar()
+        if got != 1:
+            raise PipelineError(
+                f"Metadata store {shown}: another process held the lock on its schema for "
+                f"{BUSY_TIMEOUT_S:.0f} s (a launcher creating or upgrading it); retry, or "
+                "find that process with SHOW PROCESSLIST."
+            )
+        unlock = f"SELECT RELEASE_LOCK('{_SCHEMA_LOCK_NAME}')"
+    else:
+        yield
+        return
+    connection.commit()  # the lock outlives this transaction; the migrations get their own
+    try:
+        yield
+    finally:
+        connection.exec_driver_sql(unlock)
+        connection.commit()
+
+
 def open_engine(url: str) -> sa.engine.Engine:
     """An engine on the store at ``url``, its schema created or upgraded to the newest.
 
@@ -256,8 +314,9 @@ def open_engine(url: str) -> sa.engine.Engine:
     engine = _create_engine(url)
     shown = _shown(engine.url)
     try:
-        with engine.begin() as connection:
-            _check_and_migrate(connection, shown)
+        with engine.connect() as connection, _schema_lock(connection, shown):
+            with connection.begin():
+                _check_and_migrate(connection, shown)
     except exc.DBAPIError as e:
         engine.dispose()
         raise _open_error(engine.url, e) from e
@@ -270,4 +329,6 @@ def open_engine(url: str) -> sa.engine.Engine:
     except BaseException:
         engine.dispose()
         raise
+    if engine.dialect.name != "sqlite":
+        _server_settings(engine)
     return engine
