@@ -4,7 +4,8 @@
 # - PostgreSQL and MariaDB servers, started here (no systemd needed), each with a user
 #   beam_pipeline (password bp4tests) that may create databases named
 #   beam_pipeline_test*, where tests/test_metadata_server.py puts the metadata store
-#   (postgresql://...@127.0.0.1:5432, mysql://...@127.0.0.1:3306).
+#   (postgresql://...@127.0.0.1:5432, mysql://...@127.0.0.1:3306); PostgreSQL also
+#   takes TLS (a self-signed certificate).
 # A test whose program or server is missing is skipped, saying why. Needs root and apt-get
 # (Debian/Ubuntu); elsewhere it says so and does nothing. Never fails: the rest of the
 # suite runs either way. Safe to run again (installs only what is missing, starts only
@@ -47,6 +48,20 @@ if command -v pg_ctlcluster >/dev/null 2>&1; then
     cluster=$(pg_lsclusters -h 2>>"$LOG" | head -n 1)
   fi
   set -- $cluster
+  # TLS with a self-signed certificate, for the tests of ?sslmode=require.
+  if [ -n "$cluster" ] && [ "$(pg_conftool -s "$1" "$2" show ssl 2>/dev/null)" != on ] \
+    && command -v openssl >/dev/null 2>&1; then
+    key=/etc/postgresql/$1/$2/beam-pipeline-test.key
+    crt=/etc/postgresql/$1/$2/beam-pipeline-test.crt
+    if timeout 60 openssl req -new -x509 -days 3650 -nodes -subj /CN=localhost \
+      -keyout "$key" -out "$crt" >>"$LOG" 2>&1; then
+      chown postgres "$key" "$crt" && chmod 600 "$key"
+      pg_conftool "$1" "$2" set ssl_cert_file "$crt"
+      pg_conftool "$1" "$2" set ssl_key_file "$key"
+      pg_conftool "$1" "$2" set ssl on
+      [ "$4" = online ] && timeout 120 pg_ctlcluster "$1" "$2" restart >>"$LOG" 2>&1
+    fi
+  fi
   if [ -n "$cluster" ] && { [ "$4" = online ] || timeout 120 pg_ctlcluster "$1" "$2" start >>"$LOG" 2>&1; } \
     && timeout 60 su postgres -s /bin/sh -c "psql -p $3 -v ON_ERROR_STOP=1 -q" >>"$LOG" 2>&1 <<EOF
 DO \$\$BEGIN

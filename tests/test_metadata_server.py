@@ -66,9 +66,11 @@ class Server:
 
     def query_password_url(self) -> str:
         """``postgresql+pg8000://user@host:port/db?password=...``."""
-        return self.url.set(password=None).update_query_dict(
-            {"password": self.password}
-        ).render_as_string(hide_password=False)
+        return (
+            self.url.set(password=None)
+            .update_query_dict({"password": self.password})
+            .render_as_string(hide_password=False)
+        )
 
     def engine(self) -> sa.engine.Engine:
         return sa.create_engine(self.url)
@@ -282,3 +284,31 @@ def test_four_processes_recording_runs_into_one_server_store_lose_nothing(server
     order = sorted((e.id, run_id) for run_id, es in runs.items() for e in es)
     switches = sum(x[1] != y[1] for x, y in zip(order, order[1:]))
     assert switches >= n * per_run // (window + 1), switches
+
+
+@pytest.mark.parametrize("server", ["postgresql"], indirect=True)
+def test_libpq_sslmode_on_pg8000_connects_over_tls(server, tmp_path):
+    """``?sslmode=require`` (what PostgreSQL URLs use for TLS; pg8000 takes an SSL context
+    instead, and ended in a TypeError traceback) connects encrypted; verify-full against
+    a certificate no authority signed is one sentence."""
+    engine = server.engine()
+    try:
+        with engine.connect() as conn:
+            if conn.exec_driver_sql("SHOW ssl").scalar() != "on":
+                pytest.skip("the PostgreSQL server has no TLS (scripts/test_deps.sh sets it up)")
+    finally:
+        engine.dispose()
+    url = f"{server.plain_url()}?sslmode=require"
+    listed = _cli("runs", "list", f"--metadata_url={url}", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    with MetadataStore.open(url) as store, store._read() as conn:
+        assert conn.exec_driver_sql(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+        ).scalar()
+    refused = _cli(
+        "runs", "list", f"--metadata_url={server.plain_url()}?sslmode=verify-full", cwd=tmp_path
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("error: Metadata store postgresql+pg8000://"), refused.stderr
+    assert "certificate verify failed" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    assert server.password not in refused.stderr
