@@ -26,8 +26,13 @@ _SECRET_NAME = r"[\w.\-]*(?:password|passwd|pwd|secret|token|key)"
 # scheme://user:password@ : the password is what lies between the first ':' after the
 # scheme and the '@' (no '/', '@' or whitespace in it: a URL encodes those).
 _USER_INFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@?#]*:)[^\s/@]+(?=@)")
-# ?name=value, &name=value or ;name=value with a secret name, up to the next separator.
-_QUERY = re.compile(rf"(?P<head>[?&;](?:{_SECRET_NAME})=)[^&;#\s'\"]+", flags=re.IGNORECASE)
+# ?name=value, &name=value or ;name=value with a secret name, up to the next separator;
+# punctuation that ends the text or precedes a space (a sentence's ':' or '.') is not the
+# value's, so that masking a masked text changes nothing.
+_QUERY = re.compile(
+    rf"(?P<head>[?&;](?:{_SECRET_NAME})=)[^&;#\s'\"]+?(?=[&;#\s'\"]|[:,.;)]*(?:\s|$))",
+    flags=re.IGNORECASE,
+)
 
 
 def is_secret_parameter(name: str) -> bool:

@@ -107,7 +107,7 @@ def _pg8000_tls(url: sa.engine.URL) -> tuple[sa.engine.URL, dict[str, Any]]:
     cannot carry, and ``sslmode`` is how PostgreSQL URLs ask for TLS everywhere else.
     """
     mode = url.query.get("sslmode")
-    if url.get_driver_name() != "pg8000" or mode is None:
+    if url.drivername != "postgresql+pg8000" or mode is None:
         return url, {}
     cafile: Optional[str] = url.query.get("sslrootcert") or None
     url = url.difference_update_query(["sslmode", "sslrootcert"])
@@ -198,8 +198,8 @@ def _create_engine(url: str) -> sa.engine.Engine:
         raise PipelineError(
             f"--metadata_url {_shown(parsed)} needs a database driver that is not installed "
             f"({missing}); pip install it, or use a driver installed with beam-pipeline: "
-            "postgresql+pg8000://... (or postgresql://...) for PostgreSQL, "
-            "mysql+pymysql://... (or mysql://...) for MySQL and MariaDB."
+            "postgresql+pg8000:// or postgresql:// for PostgreSQL, mysql+pymysql:// or "
+            "mysql:// for MySQL and MariaDB."
         ) from e
     if sqlite:
         _sqlite_settings(engine)
@@ -320,6 +320,17 @@ def open_engine(url: str) -> sa.engine.Engine:
     except exc.DBAPIError as e:
         engine.dispose()
         raise _open_error(engine.url, e) from e
+    except ssl.SSLError as e:  # pg8000 raises TLS failures as they are
+        engine.dispose()
+        fix = (
+            "pass the authority that signed the server's certificate with "
+            "?sslrootcert=FILE, or use sslmode=require (encrypted, not verified)"
+            if isinstance(e, ssl.SSLCertVerificationError)
+            else _FIX
+        )
+        raise PipelineError(
+            f"Metadata store {shown} cannot be reached over TLS ({_reason(e)}); {fix}."
+        ) from e
     except TypeError as e:  # a query parameter the driver's connect() does not take
         engine.dispose()
         error = _option_error(engine.url, e)
