@@ -125,3 +125,27 @@ def test_runs_show_of_an_unknown_run_names_the_store_without_its_password(tmp_pa
         f"error: No run 'nosuch' is recorded in the metadata store sqlite:///{tmp_path}/"
         "metadata.sqlite?password=***; "
     ), error
+
+
+@pytest.mark.parametrize(
+    "text, masked",
+    [
+        ("postgresql://me:pw@db/m?password=pw&sslmode=require",
+         "postgresql://me:***@db/m?password=***&sslmode=require"),
+        ("mysql://u@h/d?PASSWD=a;Pwd=b&client_secret=c&apikey=d&x_token=e#f",
+         "mysql://u@h/d?PASSWD=***;Pwd=***&client_secret=***&apikey=***&x_token=***#f"),
+        # A sentence's punctuation after the URL stays; masking twice changes nothing.
+        ("store sqlite:////r/m.sqlite?password=a:b: cannot open",
+         "store sqlite:////r/m.sqlite?password=***: cannot open"),
+        ("store sqlite:////r/m.sqlite?password=***: cannot open",
+         "store sqlite:////r/m.sqlite?password=***: cannot open"),
+        # Not credentials: a port, other parameters, text without a URL.
+        ("http://host:8080/x@y?sslmode=require&user=me", "http://host:8080/x@y?sslmode=require&user=me"),
+        ("password=visible in plain text", "password=visible in plain text"),
+    ],
+)  # fmt: skip
+def test_mask_hides_every_credential_of_a_url_and_nothing_else(text, masked):
+    from beam_pipeline.core.secrets import mask
+
+    assert mask(text) == masked
+    assert mask(masked) == masked
