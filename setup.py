@@ -26,6 +26,11 @@ REQUIRED = [
     # migrations through Alembic.
     "SQLAlchemy==2.0.58",
     "alembic==1.20.1",
+    # The metadata store's server drivers, pure Python: postgresql:// (and
+    # postgresql+pg8000://) URLs use pg8000, mysql:// and mariadb:// URLs PyMySQL
+    # (beam_pipeline/metadata/connection.py: DEFAULT_DRIVERS).
+    "pg8000==1.31.6",
+    "PyMySQL==1.2.4",
     # The run report (report.html) is rendered from a Jinja template; the live progress
     # display is rich's.
     "jinja2==3.1.6",

@@ -22,6 +22,7 @@ from typing import Any, Optional
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents, RunLog
 from beam_pipeline.core.errors import PipelineError, user_error
+from beam_pipeline.core.secrets import mask
 from beam_pipeline.flags import build_parser, parse_config, parse_output
 from beam_pipeline.progress import ProgressDisplay
 from beam_pipeline.report import write_report
@@ -109,7 +110,7 @@ def _run(argv: Sequence[str], events: RunEvents) -> tuple[int, Optional[Any]]:
 
         summary = run(config, events=events)
     except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {mask(str(e))}", file=sys.stderr)
         return e.exit_code, None
     except Exception as e:
         # A full disk or a folder that cannot be written, on the launcher or a worker, or an
@@ -118,7 +119,7 @@ def _run(argv: Sequence[str], events: RunEvents) -> tuple[int, Optional[Any]]:
         error = user_error(e, config.pipeline_root) if config is not None else None
         if error is None:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {mask(str(error))}", file=sys.stderr)
         return error.exit_code, None
     finally:
         for logger in beam_loggers:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from typing import IO, Optional
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.secrets import mask
 
 __all__ = [
     "LOG_FILE",
@@ -58,6 +59,15 @@ __all__ = [
 LOG_FILE = "run.log"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
 _FILE_FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+
+
+class _MaskingFormatter(logging.Formatter):
+    """Log lines with URL credentials masked (a library may log a URL with its password)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask(super().format(record))
+
+
 _LOG = logging.getLogger(__name__)
 
 # (logger name, message pattern) of records that are not the user's business: each is a
@@ -204,12 +214,12 @@ class RunLog:
                 self._saved_fd, "w", buffering=1, errors="backslashreplace", closefd=False
             )
         terminal = logging.StreamHandler(sys.stderr)
-        terminal.setFormatter(logging.Formatter(_FORMAT))
+        terminal.setFormatter(_MaskingFormatter(_FORMAT))
         terminal.setLevel(logging.INFO if verbose else logging.WARNING)
         if not verbose:
             terminal.addFilter(_ForTheUser())
         to_file = logging.FileHandler(self._tmp_path, encoding="utf-8")
-        to_file.setFormatter(logging.Formatter(_FILE_FORMAT))
+        to_file.setFormatter(_MaskingFormatter(_FILE_FORMAT))
         to_file.setLevel(logging.INFO)
         self._handlers = [terminal, to_file]
         for handler in self._handlers:

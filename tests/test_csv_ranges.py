@@ -7,7 +7,10 @@ from __future__ import annotations
 import glob
 import json
 import os
+import subprocess
+import sys
 import tempfile
+import textwrap
 
 import apache_beam as beam
 import pytest
@@ -92,16 +95,19 @@ def _read(path, fmt, *beam_args, types=None):
         | beam.Map(eg.RejectedRow.to_json)
         | "WriteRejected" >> beam.io.WriteToText(os.path.join(out, "rejected"))
     )
-    # Which workers imported TensorFlow of their own by the time they read (reading needs
-    # none of it). A fork of the pool's fork server, a worker where a pool ran before in
-    # this process (beam_pipeline.runtime.forked_sdk_worker), has the server's, imported
-    # once there (its preload, pool_zygote, says which worker is such a fork).
+    # Per batch read: the reading process, whether TensorFlow was imported in it by then
+    # (reading needs none of it), and whether it is a fork of the pool's fork server
+    # (beam_pipeline.runtime.forked_sdk_worker: its preload, pool_zygote, imported
+    # TensorFlow once there, so such a worker says nothing about the readers).
     _ = (
         result.batches
         | beam.Map(
             lambda _: json.dumps(
-                "tensorflow" in __import__("sys").modules
-                and "beam_pipeline.runtime.pool_zygote" not in __import__("sys").modules
+                [
+                    os.getpid(),
+                    "tensorflow" in __import__("sys").modules,
+                    "beam_pipeline.runtime.pool_zygote" in __import__("sys").modules,
+                ]
             )
         )
         | "WriteTF" >> beam.io.WriteToText(os.path.join(out, "tf"))
@@ -118,7 +124,7 @@ def _read(path, fmt, *beam_args, types=None):
 
     rows = sorted((s, ids[0]) for s, ids in lines("rows"))
     rejected = sorted((r["line"], r["reason"], r["text"]) for r in lines("rejected"))
-    run.imported_tensorflow = set(lines("tf"))
+    run.readers = {tuple(r) for r in lines("tf")}  # (pid, imported tensorflow, forked)
     return rows, rejected, run
 
 
@@ -181,8 +187,41 @@ def test_split_reads_keep_exact_lines_and_count_every_row(split_csv, mode, worke
     assert (read, out, counter(run, "example_gen.rows_rejected")) == (ROWS, ROWS - 2, 2)
     assert counter(run, eg.RANGES_COUNTER) == len(_ranges(path, fmt)) >= 5
     assert reading_note(run) == f"CSV read apart in {counter(run, eg.RANGES_COUNTER)} byte ranges"
-    if mode == "multi_processing":  # worker processes that read CSV never import TensorFlow
-        assert run.imported_tensorflow == {False}
+
+
+# The multi_processing read in a process of its own: no fork server is warm there (no pool
+# and no CLI run started one: forked_sdk_worker), so its workers are Beam's fresh
+# interpreters, whose imports are the readers' own. In the test process an earlier test
+# may have warmed the server, whose forks have TensorFlow from its preload.
+_FRESH_READ = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[2])
+    import test_csv_ranges as t
+    from transforms import example_gen as eg
+    fmt = eg.CsvFormat(range_bytes=t.RANGE_BYTES)
+    workers = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+    rows, _, run = t._read(sys.argv[1], fmt, *workers)
+    print(json.dumps([os.getpid(), len(rows), sorted(run.readers)]))
+    """
+)
+
+
+def test_csv_readers_in_worker_processes_never_import_tensorflow(split_csv):
+    path, _ = split_csv
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_READ, path, os.path.dirname(os.path.abspath(__file__))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    launcher, rows, readers = json.loads(done.stdout.splitlines()[-1])
+    assert rows == ROWS - 2
+    # Read in worker processes, none of them a fork of a fork server (whose TensorFlow
+    # would hide the readers'), and none of them imported TensorFlow.
+    assert readers and launcher not in {pid for pid, _, _ in readers}, readers
+    assert {(tf, forked) for _, tf, forked in readers} == {(False, False)}, readers
 
 
 def test_the_split_is_the_same_whether_a_file_is_read_whole_or_in_ranges(split_csv):

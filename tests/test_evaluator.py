@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import conftest_trainer
 import keras
@@ -372,7 +373,8 @@ _PUSHER = """
 import os, sys, time
 from beam_pipeline.pusher import push_model
 
-model, destination, start = sys.argv[1:4]
+model, destination, ready, start = sys.argv[1:5]
+open(ready, "w").close()  # imported: only the copies are left
 while not os.path.exists(start):
     time.sleep(0.001)
 print(" ".join(os.path.basename(push_model(model, destination)) for _ in range(3)))
@@ -389,15 +391,22 @@ def test_pushes_to_one_destination_at_the_same_time_each_get_their_own_version(t
     (model / "saved_model.pb").write_bytes(b"pb")
     destination = str(tmp_path / "serving" / "penguin")
     start = str(tmp_path / "start")
+    ready = [str(tmp_path / f"ready-{i}") for i in range(6)]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _PUSHER, str(model), destination, start],
+            [sys.executable, "-c", _PUSHER, str(model), destination, r, start],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(6)
+        for r in ready
     ]
+    # Released together once all six have imported and wait (a process that is still
+    # importing when the others push would not overlap them).
+    while not all(os.path.exists(r) for r in ready):
+        if any(proc.poll() is not None for proc in procs):
+            break  # one failed before it was ready: its error is asserted below
+        time.sleep(0.01)
     open(start, "w").close()
     pushed = []
     for proc in procs:

@@ -67,8 +67,23 @@ _KERAS_WAYS = textwrap.dedent(
 )
 
 
+def _keras_modules() -> dict:
+    return {n: m for n, m in sys.modules.items() if n.split(".")[:2] == ["tensorflow", "keras"]}
+
+
+@pytest.fixture
+def keras_modules_restored():
+    """The ``tensorflow.keras*`` modules as they were before the test: one imported during
+    it (resolved in a state the test made) is dropped, one it replaced is put back."""
+    before = _keras_modules()
+    yield
+    for name in set(_keras_modules()) - set(before):
+        del sys.modules[name]
+    sys.modules.update(before)
+
+
 def test_tf_keras_is_keras_3_in_a_module_even_after_tf_transform_chose_keras_2(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, keras_modules_restored
 ):
     """The state importing tensorflow_transform first leaves: tf.keras resolved to tf_keras."""
     import keras
@@ -80,9 +95,11 @@ def test_tf_keras_is_keras_3_in_a_module_even_after_tf_transform_chose_keras_2(
 
     # What tensorflow_transform's import does (keras_lib.py): set the variable, then
     # resolve tf.keras (here from a fresh loader, as in a process that did it first).
+    # Process-wide state, put back when the test ends (monkeypatch, keras_modules_restored)
+    # so that later tests in this process get the tf.keras they had.
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
-    tf.keras = lazy_loader.KerasLazyLoader(tf.__dict__)
-    sys.modules.pop("tensorflow.keras", None)
+    monkeypatch.setattr(tf, "keras", lazy_loader.KerasLazyLoader(tf.__dict__))
+    monkeypatch.delitem(sys.modules, "tensorflow.keras", raising=False)
     assert tf.keras.layers.Dense.__module__.startswith("tf_keras"), "not the bad state"
 
     module_file = tmp_path / "ways.py"

@@ -147,17 +147,33 @@ def test_watchdog_cancels_a_job_whose_workers_die_at_import(pool_without_beam):
     assert f"the worker pool runs `python` from PATH ({python}) without apache_beam" in message
 
 
-def test_a_worker_killed_mid_job_fails_the_run_in_bounded_time(own_pool):
+def test_a_worker_killed_mid_job_fails_the_run_in_bounded_time(own_pool, tmp_path):
     address, _ = own_pool
+    killing = str(tmp_path / "killing")
 
     def _kill_own_worker(x: int) -> int:  # nested: pickled by value (the pool cannot import us)
         if x == 3:
+            open(killing, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
         return x
 
     p = create_pipeline(_portable(address))
     _ = p | beam.Create(list(range(8))) | beam.Reshuffle() | beam.Map(_kill_own_worker)
-    message = _watchdog_message(p, "Doomed")
+    # The worker may take long to come up on a loaded machine: the job is watched with a
+    # generous bound until the worker says it is about to die, then with 3 s, the bound
+    # whose message this checks (the watchdog reads its bound on every poll).
+    result = run_pipeline(p, "Doomed", worker_start_timeout=_HANG_GUARD_S)
+    deadline = time.monotonic() + _HANG_GUARD_S
+    while not os.path.exists(killing):
+        assert time.monotonic() < deadline, "the worker never ran the step"
+        time.sleep(0.05)
+    result._timeout = 3
+    out = _outcome(result.wait_until_finish)
+    error = out.get("error")
+    assert isinstance(error, PipelineError), out
+    message = str(error)
+    assert message.startswith("The Doomed job (PortableRunner job "), message
+    assert "was cancelled after 3 s (--worker_start_timeout)" in message
     assert (
         "without a live worker on --environment_type=EXTERNAL "
         f"--environment_config={address}: its workers ended: killed by SIGKILL (out of memory, "

@@ -28,6 +28,7 @@ from rich.table import Table
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.secrets import mask
 from beam_pipeline.history import compare, views
 from beam_pipeline.metadata import METADATA_FILE, MetadataStore
 
@@ -295,7 +296,7 @@ def main(argv: Sequence[str]) -> int:
             else:
                 result, draw = compare.diff_runs(store, args.run_a, args.run_b), _diff
     except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {mask(str(e))}", file=sys.stderr)
         return e.exit_code
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True))

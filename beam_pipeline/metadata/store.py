@@ -39,6 +39,7 @@ from typing import Any, Optional
 import sqlalchemy as sa
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.secrets import mask
 from beam_pipeline.core.types import PUBLISHED_MARKER
 from beam_pipeline.metadata import queries
 from beam_pipeline.metadata import schema as s
@@ -115,8 +116,8 @@ class MetadataStore:
 
     @property
     def url(self) -> str:
-        """The store's URL, without its password."""
-        return self._engine.url.render_as_string(hide_password=True)
+        """The store's URL, without its password or other credentials."""
+        return mask(self._engine.url.render_as_string(hide_password=True))
 
     def close(self) -> None:
         self._engine.dispose()
@@ -314,7 +315,7 @@ class MetadataStore:
     ) -> None:
         """Records the execution as failed with its error (and ``properties``, merged);
         its pending outputs, discarded by the runner, become deleted."""
-        self._stop(execution, ExecutionStatus.FAILED, properties, error=error)
+        self._stop(execution, ExecutionStatus.FAILED, properties, error=mask(error))
 
     def cancel_execution(
         self, execution: ExecutionRef, properties: Optional[Mapping[str, Any]] = None

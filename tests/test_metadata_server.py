@@ -1,0 +1,318 @@
+"""The metadata store on real database servers: PostgreSQL (pg8000) and MariaDB/MySQL
+(PyMySQL), the drivers installed with beam-pipeline.
+
+Each test gets a new, empty database on the server (dropped afterwards): the store's
+migrations, a whole run of the CLI with ``--metadata_url`` in the URL forms the docs show
+and the ``runs`` commands against it, and four processes recording runs into one store at
+once. The servers are those ``scripts/test_deps.sh`` installs and starts as root (a user
+``beam_pipeline`` that may create ``beam_pipeline_test*`` databases); another server can be
+named by its URL in BEAM_PIPELINE_TEST_POSTGRESQL_URL / BEAM_PIPELINE_TEST_MYSQL_URL. A
+test whose server cannot be reached is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from test_metadata_schema import _WRITER, HEAD
+
+from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
+from beam_pipeline.metadata.connection import migrate
+from beam_pipeline.metadata.schema import METADATA
+
+pytestmark = pytest.mark.slow
+
+_SERVERS = {
+    "postgresql": (
+        "BEAM_PIPELINE_TEST_POSTGRESQL_URL",
+        "postgresql://beam_pipeline:bp4tests@127.0.0.1:5432/beam_pipeline_test",
+    ),
+    "mysql": (
+        "BEAM_PIPELINE_TEST_MYSQL_URL",
+        "mysql://beam_pipeline:bp4tests@127.0.0.1:3306/beam_pipeline_test",
+    ),
+}
+_DRIVERS = {"postgresql": "pg8000", "mysql": "pymysql"}
+
+
+@dataclass(frozen=True)
+class Server:
+    """A new database on a server: its URL in each form a user may write."""
+
+    backend: str  # "postgresql" or "mysql"
+    url: sa.engine.URL  # with the driver named
+
+    @property
+    def password(self) -> str:
+        return self.url.password
+
+    def driver_url(self) -> str:
+        """``postgresql+pg8000://user:password@host:port/db``."""
+        return self.url.render_as_string(hide_password=False)
+
+    def plain_url(self) -> str:
+        """``postgresql://user:password@host:port/db``: no driver named."""
+        return self.url.set(drivername=self.backend).render_as_string(hide_password=False)
+
+    def query_password_url(self) -> str:
+        """``postgresql+pg8000://user@host:port/db?password=...``."""
+        return (
+            self.url.set(password=None)
+            .update_query_dict({"password": self.password})
+            .render_as_string(hide_password=False)
+        )
+
+    def engine(self) -> sa.engine.Engine:
+        return sa.create_engine(self.url)
+
+
+def _admin_engine(backend: str) -> tuple[sa.engine.Engine, sa.engine.URL]:
+    variable, default = _SERVERS[backend]
+    url = sa.engine.make_url(os.environ.get(variable, default))
+    url = url.set(drivername=f"{backend}+{_DRIVERS[backend]}")
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect():
+            pass
+    except sa.exc.DBAPIError as e:
+        engine.dispose()
+        reason = str(getattr(e, "orig", e)).splitlines()[0]
+        pytest.skip(
+            f"no {backend} server at {url.render_as_string(hide_password=True)} ({reason}): "
+            f"`sh scripts/test_deps.sh` as root installs and starts one, or set {variable}"
+        )
+    return engine, url
+
+
+@pytest.fixture(params=sorted(_SERVERS))
+def server(request):
+    """A new, empty database on the server (``request.param``), dropped afterwards."""
+    admin, url = _admin_engine(request.param)
+    name = f"{url.database}_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield Server(request.param, url.set(database=name))
+    finally:
+        force = " WITH (FORCE)" if request.param == "postgresql" else ""
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
+        admin.dispose()
+
+
+def _revision(engine: sa.engine.Engine) -> str:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def test_the_migrations_create_and_upgrade_the_schema_on_the_server(server):
+    engine = server.engine()
+    try:
+        # A store of the first revision, upgraded when opened (the later migrations alter
+        # tables and add an index: DDL that differs from SQLite's).
+        with engine.begin() as conn:
+            migrate(conn, "0001")
+        assert _revision(engine) == "0001"
+        with MetadataStore.open(server.driver_url()) as store:
+            store.finish_run(store.start_run("r"), RunStatus.COMPLETE)
+        assert _revision(engine) == HEAD
+        with engine.connect() as conn:
+            # What the migrations made is what the queries use (tables, columns, indexes).
+            assert compare_metadata(MigrationContext.configure(conn), METADATA) == []
+        # Opened again (the schema is current): nothing to do, the run is there.
+        with MetadataStore.open(server.plain_url()) as store:
+            assert [r.run_id for r in store.list_runs()] == ["r"]
+    finally:
+        engine.dispose()
+
+
+def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *args],
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _store_text(server: Server) -> str:
+    """Every row of every table of the store, as text."""
+    engine = server.engine()
+    try:
+        with engine.connect() as conn:
+            return "\n".join(
+                repr(tuple(row)) for t in METADATA.sorted_tables for row in conn.execute(t.select())
+            )
+    finally:
+        engine.dispose()
+
+
+def _files_text(root) -> str:
+    out = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                out.append(f.read().decode("utf-8", "replace"))
+    return "\n".join(out)
+
+
+def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
+    root = tmp_path / "root"
+    # Run a: the password in the query string (pg8000 and PyMySQL take it there).
+    a = _cli(
+        "--runner=DirectRunner",
+        "--no_tuner",
+        "--train_steps=3",
+        f"--pipeline_root={root}",
+        f"--metadata_url={server.query_password_url()}",
+        cwd=tmp_path,
+    )
+    assert a.returncode == 0, a.stderr[-3000:]
+    assert a.stderr == ""
+    # Run b: the URL form the docs show (no driver named: the installed one), every
+    # stage reused from run a.
+    b = _cli(
+        "--runner=DirectRunner",
+        "--no_tuner",
+        "--train_steps=3",
+        f"--pipeline_root={root}",
+        f"--metadata_url={server.plain_url()}",
+        cwd=tmp_path,
+    )
+    assert b.returncode == 0, b.stderr[-3000:]
+
+    where = f"--metadata_url={server.plain_url()}"
+    listed = _cli("runs", "list", "--json", where, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    run_b, run_a = (r["run_id"] for r in rows)  # newest first
+    assert set(rows[1]["stages"].values()) == {"complete"}, rows[1]["stages"]
+    assert set(rows[0]["stages"].values()) == {"cached"}, rows[0]["stages"]
+    assert os.listdir(root / "runs") and {run_a, run_b} == set(os.listdir(root / "runs"))
+
+    shown = _cli("runs", "show", run_a, "--json", where, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    executions = json.loads(shown.stdout)["executions"]
+    stages = [e["stage"] for e in executions]
+    assert stages[:3] == ["ExampleGen+Statistics", "Schema", "Validation"], stages
+    assert {"Transform", "Trainer", "Evaluator", "Pusher"} <= set(stages), stages
+    trainer = next(e for e in executions if e["stage"] == "Trainer")
+    assert trainer["outputs"]["Model"]["state"] == "published"
+    assert os.path.isdir(trainer["outputs"]["Model"]["uri"])
+
+    table = _cli("runs", "show", run_b, where, cwd=tmp_path)
+    assert table.returncode == 0 and run_a in table.stdout, table.stdout + table.stderr
+    diff = _cli("runs", "diff", run_a, run_b, where, cwd=tmp_path)
+    assert diff.returncode == 0 and diff.stderr == "", diff.stderr
+
+    # The password is nowhere: not in the output, the run folders (run.log, summary.json,
+    # report.html) or the store's records.
+    printed = "".join(p.stdout + p.stderr for p in (a, b, listed, shown, table, diff))
+    assert server.password not in printed
+    assert server.password not in _files_text(root)
+    assert server.password not in _store_text(server)
+
+
+def test_four_processes_recording_runs_into_one_server_store_lose_nothing(server, tmp_path):
+    url, per_run, window, n = server.plain_url(), 15, 3, 4
+    run_ids = [f"run-{i}" for i in range(n)]
+    go = tmp_path / "go"
+    # Each writer keeps within `window` executions of the next one (a ring), so the four
+    # interleave however the machine schedules them; each is released by `go` only after
+    # all four opened the store (its ready file).
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, url, run_id, run_ids[(i + 1) % n], str(per_run)]
+            + [str(window), str(tmp_path / run_id), str(go)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, run_id in enumerate(run_ids)
+    ]
+    try:
+        while not all((tmp_path / run_id).exists() for run_id in run_ids):
+            if any(w.poll() is not None for w in writers):
+                break  # one failed to open the store: its error is asserted below
+            time.sleep(0.01)
+        go.touch()
+        errors = [w.communicate(timeout=300)[1] for w in writers]
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait()
+    assert [w.returncode for w in writers] == [0] * n, errors
+
+    with MetadataStore.open(url) as store:
+        assert {r.run_id: r.status for r in store.list_runs()} == dict.fromkeys(
+            run_ids, RunStatus.COMPLETE
+        )
+        runs = {run_id: store.run_executions(run_id) for run_id in run_ids}
+    for run_id, executions in runs.items():
+        assert [e.parameters["i"] for e in executions] == list(range(per_run))
+        assert all(e.status is ExecutionStatus.COMPLETE for e in executions)
+        assert [e.beam_job_ids for e in executions] == [
+            (f"{run_id}-job-{i}",) for i in range(per_run)
+        ]
+        assert [e.outputs["out"].uri for e in executions] == [
+            f"/out/{run_id}/{i}" for i in range(per_run)
+        ]
+    # The shared input was registered once, not once per process.
+    assert len({e.inputs["data"].id for es in runs.values() for e in es}) == 1
+    engine = server.engine()
+    try:
+        with engine.connect() as conn:
+            counts = [
+                conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
+                for t in ("executions", "events", "artifacts")
+            ]
+    finally:
+        engine.dispose()
+    assert counts == [n * per_run, 2 * n * per_run, n * per_run + 1]
+    # They wrote at once: ids (in commit order) switch between runs at least once per
+    # window of each run.
+    order = sorted((e.id, run_id) for run_id, es in runs.items() for e in es)
+    switches = sum(x[1] != y[1] for x, y in zip(order, order[1:]))
+    assert switches >= n * per_run // (window + 1), switches
+
+
+@pytest.mark.parametrize("server", ["postgresql"], indirect=True)
+def test_libpq_sslmode_on_pg8000_connects_over_tls(server, tmp_path):
+    """``?sslmode=require`` (what PostgreSQL URLs use for TLS; pg8000 takes an SSL context
+    instead, and ended in a TypeError traceback) connects encrypted; verify-full against
+    a certificate no authority signed is one sentence."""
+    engine = server.engine()
+    try:
+        with engine.connect() as conn:
+            if conn.exec_driver_sql("SHOW ssl").scalar() != "on":
+                pytest.skip("the PostgreSQL server has no TLS (scripts/test_deps.sh sets it up)")
+    finally:
+        engine.dispose()
+    url = f"{server.plain_url()}?sslmode=require"
+    listed = _cli("runs", "list", f"--metadata_url={url}", cwd=tmp_path)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    with MetadataStore.open(url) as store, store._read() as conn:
+        assert conn.exec_driver_sql(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+        ).scalar()
+    refused = _cli(
+        "runs", "list", f"--metadata_url={server.plain_url()}?sslmode=verify-full", cwd=tmp_path
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("error: Metadata store postgresql+pg8000://"), refused.stderr
+    assert "cannot be reached over TLS ([SSL: CERTIFICATE_VERIFY_FAILED]" in refused.stderr
+    assert refused.stderr.rstrip().endswith(
+        "?sslrootcert=FILE, or use sslmode=require (encrypted, not verified)."
+    )
+    assert len(refused.stderr.splitlines()) == 1
+    assert server.password not in refused.stderr
