@@ -417,6 +417,20 @@ def _convert(key: str, value: Any) -> Any:
     return value
 
 
+def _check_bundled_module(module_file: Any) -> None:
+    """Without --data and --config the bundled penguin data is read: only the bundled
+    module file (or none) fits it; another module would silently run on penguins."""
+    if module_file is None:
+        return
+    bundled = os.path.join(os.path.dirname(BUNDLED_CONFIG), "penguin_module.py")
+    if os.path.abspath(str(module_file)) != os.path.abspath(bundled):
+        raise PipelineError(
+            f"--module_file {module_file} is given without --data (or --config), which would "
+            "run it on the bundled penguin example's data; pass --data=YOUR_DATA (a CSV or "
+            "TFRecord file, folder or glob) with it."
+        )
+
+
 def parse_config(argv: Sequence[str]) -> PipelineConfig:
     """Flags (+ optional YAML) -> PipelineConfig; leftover flags become ``beam_args``.
 
@@ -429,6 +443,8 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
     settings: dict[str, Any] = {}
     config_path = given.pop("config", None)
     if config_path is None and "data" not in given:
+        if "input_splits" not in given:
+            _check_bundled_module(given.get("module_file"))
         config_path = BUNDLED_CONFIG
     beam_args: list[str] = []
     if config_path:
