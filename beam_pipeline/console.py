@@ -299,7 +299,6 @@ class RunLog:
             os.unlink(self._tmp_path)
             self._tmp_path = None
 
-
     def _point_at(self, path: str) -> None:
         """Points the redirected descriptors (2, and 1 when it is) at the log ``path``."""
         if self._saved_fd is None:

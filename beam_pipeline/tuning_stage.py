@@ -263,8 +263,7 @@ def _why_not_tuned(
     if loaded.kind is ModuleKind.NONE:
         # Hyperparameters nothing trains with are no result: the search is not run.
         return (
-            f"{module_file} defines no run_fn or TrainSpec subclass, so there is no model to "
-            "tune"
+            f"{module_file} defines no run_fn or TrainSpec subclass, so there is no model to tune"
         )
     if search_space is None and not callable(getattr(loaded.module, "tuner_fn", None)):
         return f"{module_file} defines no tuner_fn"
