@@ -294,16 +294,46 @@ def _load_yaml(path: str) -> dict[str, Any]:
         )
     unknown = sorted(set(raw) - set(_FIELDS) - {"beam_args"})
     if unknown:
-        raise PipelineError(
-            f"--config {path} has unknown setting {unknown[0]!r}; use the flag names without "
-            "'--' (see --help)."
-        )
+        # Beam's options (runner: DirectRunner) as the file's own settings: passed on to
+        # Beam like its beam_args list, before the command line's flags (which win).
+        beam = _beam_settings(path, {k: raw.pop(k) for k in unknown})
+        raw["beam_args"] = beam + [str(a) for a in raw.get("beam_args") or []]
     base = os.path.dirname(os.path.abspath(path))
     for key in _PATH_KEYS & set(raw):
         value = raw[key]
         if isinstance(value, str) and value and "://" not in value and not os.path.isabs(value):
             raw[key] = os.path.join(base, value)
     return raw
+
+
+def _beam_settings(path: str, settings: dict[str, Any]) -> list[str]:
+    """A config file's settings that are not ours, as Beam flags (``runner: X`` is
+    ``--runner=X``, ``true`` the bare flag, a list one flag per item).
+
+    Raises:
+      PipelineError: a setting that is not a Beam pipeline option either.
+    """
+    import difflib
+
+    from beam_pipeline.beam_options import beam_option_names
+
+    names = beam_option_names()
+    args: list[str] = []
+    for key, value in settings.items():
+        if key not in names:
+            close = difflib.get_close_matches(key, [*_FIELDS, *names], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise PipelineError(
+                f"--config {path} has setting {key!r}, which is neither a beam_pipeline "
+                f"setting nor a Beam pipeline option; {hint}Use the flag names without '--' "
+                "(see --help)."
+            )
+        for item in value if isinstance(value, list) else [value]:
+            if item is True:
+                args.append(f"--{key}")
+            elif item is not False and item is not None:
+                args.append(f"--{key}={item}")
+    return args
 
 
 def _pairs(flag: str, text: Any, value_type: type) -> tuple:

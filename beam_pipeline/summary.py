@@ -21,7 +21,14 @@ from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 
-__all__ = ["StageStatus", "StageReport", "RunSummary", "SUMMARY_FILE", "write_summary"]
+__all__ = [
+    "StageStatus",
+    "StageReport",
+    "RunSummary",
+    "SUMMARY_FILE",
+    "split_order",
+    "write_summary",
+]
 
 SUMMARY_FILE = "summary.json"
 _LOG = logging.getLogger(__name__)
@@ -60,6 +67,10 @@ class StageReport:
     note: str = ""
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self):
+        self.rows_in = split_order(self.rows_in)
+        self.rows_out = split_order(self.rows_out)
+
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
@@ -74,8 +85,21 @@ class StageReport:
         return cls(**values)
 
 
+# The order splits are shown in, whichever of a job's counters came first.
+_SPLIT_ORDER = ("all", "train", "eval", "test")
+
+
+def split_order(counts: dict[str, Any]) -> dict[str, Any]:
+    """``counts`` keyed by split with all, train, eval, test first (then the rest)."""
+
+    def rank(key: str) -> tuple[int, str]:
+        return (_SPLIT_ORDER.index(key) if key in _SPLIT_ORDER else len(_SPLIT_ORDER), key)
+
+    return {k: counts[k] for k in sorted(counts, key=rank)}
+
+
 def _counts(c: dict[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in c.items()) or "-"
+    return " ".join(f"{k}={v}" for k, v in split_order(c).items()) or "-"
 
 
 @dataclasses.dataclass

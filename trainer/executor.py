@@ -255,10 +255,27 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs):
         # the sentence below is the whole error.
         _LOG.info("Training with %s from %s failed.", what, loaded.path, exc_info=True)
         where = error_place(e, loaded.module.__file__ or loaded.path, loaded.path)
+        fix = "fix the module file"
+        if _is_keras_save(e):
+            fix = (
+                "Keras 3's model.save writes only .keras/.h5 files, which TF Serving cannot "
+                "serve: export a SavedModel with tf.saved_model.save(model, "
+                "fn_args.serving_model_dir) or model.export(fn_args.serving_model_dir) "
+                "instead"
+            )
         raise PipelineError(
-            f"{what} in {where} raised {type(e).__name__} ({first_line(e)}); fix the "
-            "module file (the full traceback is in the worker log)."
+            f"{what} in {where} raised {type(e).__name__} ({first_line(e)}); {fix} (the "
+            "full traceback is in the run's log, or the worker's)."
         ) from None
+
+
+# Keras 3's refusals of TF 2's model.save(dir) / model.save(dir, save_format="tf"), which
+# TFX's docs and module files use (keras/src/saving/saving_api.py, Keras pinned).
+_KERAS_SAVE_ERRORS = ("`save_format` argument is deprecated", "Invalid filepath extension")
+
+
+def _is_keras_save(e: Exception) -> bool:
+    return isinstance(e, ValueError) and any(m in str(e) for m in _KERAS_SAVE_ERRORS)
 
 
 def run_trainer(job: TrainingJob) -> TrainingResult:

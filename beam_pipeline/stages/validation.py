@@ -65,7 +65,9 @@ class ValidationStage(Stage):
             "Validation",
             StageStatus.FAILED if stops else StageStatus.OK,
             artifact=artifact,
-            note=text.replace("\n", "; ") or "no anomalies",
+            # One clause per line; a line's own full stop would make ".;".
+            note="; ".join(line.rstrip().removesuffix(".") for line in text.splitlines())
+            or "no anomalies",
         )
         error = None
         if blocking:

@@ -1,0 +1,293 @@
+"""What a new user can trust, through ``python -m beam_pipeline`` as users run it: no silent
+fallback, a terminal that shows only the CLI's own output, and errors that name the fix.
+
+Each test runs the CLI in a subprocess (a real terminal's descriptors: the module's own
+output and the log's redirection are what is tested) and asserts the phrase that names
+the fix. The runs share one pipeline root per module, so the data stages of the bundled
+penguin data run once and later runs reuse them from the metadata store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import PENGUIN_DIR, REPO, TESTDATA
+
+from beam_pipeline.core.errors import EXIT_USER_ERROR
+
+pytestmark = pytest.mark.slow
+
+PENGUIN_CSV = os.path.join(PENGUIN_DIR, "penguins.csv")
+PENGUIN_MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
+TFX_DIR = os.path.join(TESTDATA, "penguin_tfx")
+ANSI = re.compile(r"\x1b\[")
+# The bundled data's flags, without the model checks (each test asks for what it checks).
+FAST = ["--no_progress", "--no_evaluator", "--no_infra_validator"]
+
+
+def _cli(*args: str, cwd: str = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=900,
+    )
+
+
+def _penguin_source() -> str:
+    with open(PENGUIN_MODULE) as f:
+        return f.read()
+
+
+def _data_only_source(extra: str) -> str:
+    """The bundled module up to its run_fn (preprocessing_fn and helpers), then ``extra``."""
+    source = _penguin_source()
+    return source[: source.index("def run_fn(")] + extra
+
+
+def _write(folder, name: str, text: str) -> str:
+    path = os.path.join(str(folder), name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _summary(root: str, run_id: str) -> dict:
+    with open(os.path.join(root, "runs", run_id, "summary.json")) as f:
+        return {s["stage"]: s for s in json.load(f)["stages"]}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("trust"))
+
+
+# 1. No silent fallback.
+
+
+def test_a_misspelled_run_fn_is_named_before_any_job(tmp_path):
+    module = _write(tmp_path, "m.py", _data_only_source("def run_function(fn_args):\n    pass\n"))
+    proc = _cli(f"--data={PENGUIN_CSV}", f"--module_file={module}", "--no_progress")
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert "defines run_function() but no run_fn; did you mean run_fn?" in proc.stderr
+    assert "--trainer_entry_point=run_function" in proc.stderr
+    assert not (tmp_path / "pipeline_runs").exists()
+
+
+def test_a_module_file_without_data_is_an_error_naming_data(tmp_path):
+    module = _write(tmp_path, "my_module.py", _data_only_source(""))
+    proc = _cli(f"--module_file={module}", cwd=str(tmp_path))
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert "without --data" in proc.stderr and "pass --data=" in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "pipeline_runs").exists()  # nothing ran on the penguins
+
+
+def test_a_module_with_nothing_to_train_skips_the_tuner_and_says_what_ran(tmp_path, root):
+    tuner_fn = "def tuner_fn(fn_args):\n    raise AssertionError('the Tuner must not run')\n"
+    module = _write(tmp_path, "data_only.py", _data_only_source(tuner_fn))
+    proc = _cli(
+        f"--data={PENGUIN_CSV}",
+        "--csv_null_values=,NA",
+        f"--module_file={module}",
+        f"--pipeline_root={root}",
+        "--run_id=data_only",
+        *FAST,
+    )
+    assert proc.returncode == 0, proc.stderr
+    stages = _summary(root, "data_only")
+    assert stages["Transform"]["status"] in ("ok", "cached")
+    assert stages["Tuner"]["status"] == "skipped"
+    assert (
+        "defines no run_fn or TrainSpec subclass, so there is no model to tune"
+        in (stages["Tuner"]["note"])
+    )
+    note = stages["Trainer"]["note"]
+    assert "the data stages and Transform ran; nothing was tuned, trained" in note, note
+    assert "only the data stages ran" not in proc.stdout
+    # 5. One sentence per split, train first, and no ".;" (the split order and punctuation).
+    assert "Validation: Split 'train': no anomalies; Split 'eval': no anomalies\n" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if re.match(r"(ExampleGen|Transform) ", line)]
+    assert rows and all(r.index("train=") < r.index("eval=") for r in rows), rows
+
+
+def _fails_once_source() -> str:
+    """The bundled module whose first attempt stops after its second epoch (its Keras
+    backup then holds 2 epochs); a rerun of the run id resumes from that backup."""
+    source = _penguin_source()
+    callback = 'keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),'
+    assert callback in source
+    source = source.replace(
+        callback, callback + "\n                _StopOnce(fn_args.model_run_dir),"
+    )
+    return source + (
+        "\n\nclass _StopOnce(keras.callbacks.Callback):\n"
+        "    def __init__(self, folder):\n"
+        "        super().__init__()\n"
+        "        self.marker = os.path.join(folder, 'stopped_once')\n"
+        "\n"
+        "    def on_epoch_end(self, epoch, logs=None):\n"
+        "        if epoch == 1 and not os.path.exists(self.marker):\n"
+        "            open(self.marker, 'w').close()\n"
+        "            raise RuntimeError('stopped once after epoch 2')\n"
+    )
+
+
+def test_a_failing_run_fn_is_one_sentence_and_its_rerun_says_where_it_resumed(tmp_path, root):
+    module = _write(tmp_path, "fails_once.py", _fails_once_source())
+    args = [
+        f"--data={PENGUIN_CSV}",
+        "--csv_null_values=,NA",
+        f"--module_file={module}",
+        f"--pipeline_root={root}",
+        "--run_id=resumed",
+        "--train_steps=40",  # 10 epochs of 4 steps (the bundled module's _epochs)
+        "--no_tuner",
+        *FAST,
+    ]
+    failed = _cli(*args)
+    assert failed.returncode == EXIT_USER_ERROR, failed.stderr
+    # 2. The sentence is the whole of stderr; the traceback is in run.log.
+    assert failed.stderr.startswith("error: run_fn in "), failed.stderr
+    assert failed.stderr.count("\n") == 1, failed.stderr
+    assert "RuntimeError (stopped once after epoch 2)" in failed.stderr
+    assert "Traceback" not in failed.stderr and "ERROR" not in failed.stderr
+    with open(os.path.join(root, "runs", "resumed", "run.log")) as f:
+        log = f.read()
+    assert "Traceback" in log and "stopped once after epoch 2" in log
+
+    resumed = _cli(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr == ""
+    backup = os.path.join(root, "runs", "resumed", "model_run", "backup")
+    line = next(x for x in resumed.stdout.splitlines() if x.startswith("Trainer: "))
+    assert f"resumed after epoch 2 from {backup}" in line, line
+    trainer = _summary(root, "resumed")["Trainer"]["details"]
+    assert trainer["start_epoch"] == 2 and trainer["resumed_from"] == backup
+
+
+# 2. The module's own output goes to run.log: TFX's penguin module (Keras's progress bars
+# with ANSI codes from model.fit's default verbose, in the tuner's trials and in training),
+# every stage run.
+
+
+def test_a_tfx_module_prints_nothing_of_its_own_on_the_terminal(tmp_path):
+    root = str(tmp_path / "tfx")
+    proc = _cli(
+        f"--data={os.path.join(TFX_DIR, 'penguins_processed.csv')}",
+        f"--module_file={os.path.join(TFX_DIR, 'penguin_utils_keras3.py')}",
+        f"--pipeline_root={root}",
+        "--run_id=tfx",
+        "--tuner_max_trials=1",
+        "--tuner_train_steps=10",
+        "--train_steps=20",
+        f"--eval_config={os.path.join(TFX_DIR, 'eval_config.pbtxt')}",
+        "--no_progress",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert not ANSI.search(proc.stdout), proc.stdout[:2000]
+    assert proc.stdout.startswith("Run directory: "), proc.stdout[:2000]
+    stages = _summary(root, "tfx")
+    assert stages["Tuner"]["status"] == "ok" and stages["Trainer"]["status"] == "ok"
+    with open(os.path.join(root, "runs", "tfx", "run.log"), errors="replace") as f:
+        assert ANSI.search(f.read())  # Keras's progress bars: kept in the log
+
+
+# 3. Errors that name the real fix.
+
+
+def test_a_keras_model_save_names_the_saved_model_export(tmp_path, root):
+    source = _penguin_source()
+    anchor = "        warm_start(model, fn_args.base_model)\n"
+    assert anchor in source
+    source = source.replace(
+        anchor, anchor + '    model.save(fn_args.serving_model_dir, save_format="tf")\n'
+    )
+    module = _write(tmp_path, "saves.py", source)
+    proc = _cli(
+        f"--data={PENGUIN_CSV}",
+        "--csv_null_values=,NA",
+        f"--module_file={module}",
+        f"--pipeline_root={root}",
+        "--run_id=saves",
+        "--train_steps=10",
+        "--no_tuner",
+        *FAST,
+    )
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert "tf.saved_model.save(model, fn_args.serving_model_dir)" in proc.stderr
+    assert "model.export(fn_args.serving_model_dir)" in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "flag, phrase",
+    [
+        (
+            "--runner=DirectRuner",
+            "--runner=DirectRuner is not a runner Beam knows; did you mean --runner=DirectRunner?",
+        ),
+        ("--modul_file=m.py", "Unknown flag '--modul_file=m.py'"),
+    ],
+)
+def test_a_misspelled_runner_or_flag_names_the_closest_known_one(tmp_path, flag, phrase):
+    proc = _cli(flag, "--no_progress", cwd=str(tmp_path))
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert phrase in proc.stderr, proc.stderr
+    if flag.startswith("--modul_file"):
+        assert "Did you mean --module_file?" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_data_folder_with_other_files_suggests_a_glob(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.csv").write_text("x,y\n1,2\n")
+    (folder / "README.md").write_text("# my data\n")
+    proc = _cli(f"--data={folder}/", "--no_progress", cwd=str(tmp_path))
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert f"--data '{folder}/*.csv'" in proc.stderr, proc.stderr
+    assert "--data_format" not in proc.stderr
+
+
+def test_beam_options_in_a_config_file_are_passed_to_beam(tmp_path):
+    config = tmp_path / "pipeline.yaml"
+    # Beam's options are accepted: the run gets as far as its data (which is missing).
+    config.write_text(
+        f"data: {tmp_path / 'none.csv'}\nrunner: DirectRunner\ndirect_running_mode: in_memory\n"
+    )
+    proc = _cli(f"--config={config}", "--no_progress", cwd=str(tmp_path))
+    assert proc.returncode == EXIT_USER_ERROR and "matches no file" in proc.stderr, proc.stderr
+    # They reach Beam: a runner Beam does not know is named as one.
+    config.write_text(f"data: {tmp_path / 'none.csv'}\nrunner: DirectRuner\n")
+    proc = _cli(f"--config={config}", "--no_progress", cwd=str(tmp_path))
+    assert "did you mean --runner=DirectRunner?" in proc.stderr, proc.stderr
+    # A setting neither has is named with the closest one.
+    config.write_text(f"data: {tmp_path / 'none.csv'}\nrunnr: DirectRunner\n")
+    proc = _cli(f"--config={config}", "--no_progress", cwd=str(tmp_path))
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert "setting 'runnr', which is neither a beam_pipeline setting nor a Beam pipeline " in (
+        proc.stderr
+    )
+    assert "did you mean 'runner'?" in proc.stderr
+
+
+def test_a_slice_feature_that_is_no_feature_stops_the_run_before_transform(root):
+    proc = _cli(
+        f"--pipeline_root={root}",
+        "--run_id=bad_slice",
+        "--eval_slice_features=islnd",
+        "--no_progress",
+    )
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert "--eval_slice_features names 'islnd'" in proc.stderr
+    assert "did you mean 'island'?" in proc.stderr
+    stages = _summary(root, "bad_slice")
+    assert "Schema" in stages and "Transform" not in stages, list(stages)
