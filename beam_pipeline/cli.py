@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -84,7 +85,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with progress:
             events.subscribe(run_started=log.attach)
             try:
-                code, summary, error = _run(argv, events)
+                code, summary, error = _run(argv, events, log)
             finally:
                 if events.run_dir:  # a failed run's report too: it shows what exists
                     report = write_report(events.run_dir)
@@ -100,7 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return code
 
 
-def _run(argv: Sequence[str], events: RunEvents) -> tuple[int, Optional[Any], str]:
+def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Optional[Any], str]:
     """The run itself: (exit code, the summary of a run that succeeded, the error)."""
     config: Optional[PipelineConfig] = None
     quiet = _HandledWorkerErrors()
@@ -108,7 +109,9 @@ def _run(argv: Sequence[str], events: RunEvents) -> tuple[int, Optional[Any], st
     for logger in beam_loggers:
         logger.addFilter(quiet)
     try:
-        config = parse_config(argv)
+        # argparse's --help, --version and usage errors are for the terminal, not the log.
+        with contextlib.redirect_stdout(log.stdout), contextlib.redirect_stderr(log.stderr):
+            config = parse_config(argv)
         quiet.pipeline_root = config.pipeline_root
         from beam_pipeline.pipeline import run  # heavy imports only after flags are valid
 

@@ -683,4 +683,4 @@ def test_the_installed_command_is_not_shadowed_by_the_working_directory(tmp_path
     proc = subprocess.run(
         [command, "--help"], capture_output=True, text=True, cwd=str(tmp_path), timeout=120
     )
-    assert proc.returncode == 0 and "usage: python -m beam_pipeline" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "usage: beam-pipeline" in proc.stdout, proc.stderr

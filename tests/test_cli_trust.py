@@ -187,7 +187,6 @@ def test_a_tfx_module_prints_nothing_of_its_own_on_the_terminal(tmp_path):
         "--tuner_max_trials=1",
         "--tuner_train_steps=10",
         "--train_steps=20",
-        f"--eval_config={os.path.join(TFX_DIR, 'eval_config.pbtxt')}",
         "--no_progress",
     )
     assert proc.returncode == 0, proc.stderr
@@ -198,6 +197,12 @@ def test_a_tfx_module_prints_nothing_of_its_own_on_the_terminal(tmp_path):
     assert stages["Tuner"]["status"] == "ok" and stages["Trainer"]["status"] == "ok"
     with open(os.path.join(root, "runs", "tfx", "run.log"), errors="replace") as f:
         assert ANSI.search(f.read())  # Keras's progress bars: kept in the log
+    # 3. TFX's module exports its own model, which records no label: the Evaluator skips
+    # it, and the Pusher gives that reason, not --no_evaluator.
+    assert stages["Evaluator"]["status"] == "skipped"
+    pusher = stages["Pusher"]["note"]
+    assert "not pushed: the Evaluator did not evaluate it: the model records no label" in pusher
+    assert "--no_evaluator" not in pusher
 
 
 # 3. Errors that name the real fix.
@@ -291,3 +296,157 @@ def test_a_slice_feature_that_is_no_feature_stops_the_run_before_transform(root)
     assert "did you mean 'island'?" in proc.stderr
     stages = _summary(root, "bad_slice")
     assert "Schema" in stages and "Transform" not in stages, list(stages)
+
+
+# 4. The command line itself.
+
+
+def _help_entries(text: str) -> dict[str, str]:
+    """--help's options: flag -> its help text (argparse puts it beside or under it)."""
+    entries: dict[str, str] = {}
+    flag = None
+    for line in text.splitlines():
+        match = re.match(r"^  (-\S+(?:, --\S+)?)(?: \S+)?(?:\s{2,}(.*))?$", line)
+        if match and not line.startswith("   "):
+            flag = match.group(1).split(", ")[-1]
+            entries[flag] = match.group(2) or ""
+        elif flag and line.startswith("    ") and line.strip():
+            entries[flag] = (entries[flag] + " " + line.strip()).strip()
+        elif not line.strip():
+            flag = None
+    return entries
+
+
+def test_help_lists_the_runs_commands_and_every_flag_with_help_and_default(tmp_path):
+    proc = _cli("--help", cwd=str(tmp_path))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    text = proc.stdout
+    assert "runs {list,show,lineage,diff,report}" in text
+    assert "list | show RUN | lineage URI | diff RUN_A RUN_B | report RUN" in text
+    entries = _help_entries(text)
+    assert len(entries) > 50, entries
+    assert not [flag for flag, help_text in entries.items() if not help_text]
+    for flag, default in [
+        ("--train_steps", "(default 100)"),
+        ("--eval_steps", "(default 5)"),
+        ("--tuner_train_steps", "(default 20)"),
+        ("--tuner_parallel_trials", "(default 2)"),
+    ]:
+        assert default in entries[flag], (flag, entries[flag])
+    assert "Do not train" in entries["--no_trainer"]
+    version = _cli("--version", cwd=str(tmp_path))
+    assert version.returncode == 0 and re.fullmatch(r"beam-pipeline \d+\.\d+\S*\n", version.stdout)
+
+
+def test_the_installed_command_names_itself_in_its_usage(tmp_path):
+    command = os.path.join(os.path.dirname(sys.executable), "beam-pipeline")
+    for argv in (["--help"], ["runs", "--help"]):
+        proc = subprocess.run(
+            [command, *argv], capture_output=True, text=True, cwd=str(tmp_path), timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("usage: beam-pipeline "), proc.stdout[:200]
+        assert "python -m" not in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A store holding three runs made through its API over real artifacts (a schema and
+    statistics on disk): a and b alike, c with a failed Trainer; the Evaluator of a
+    blessed its model and its Pusher pushed it."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
+    from beam_pipeline.summary import StageReport, StageStatus
+
+    root = tmp_path_factory.mktemp("recorded")
+    run_dir = root / "runs" / "a-run-directory-with-a-long-name-20261126-101052-9f8660"
+    (run_dir / "schema").mkdir(parents=True)
+    with open(os.path.join(TESTDATA, "schema_penguins.pbtxt")) as f:
+        (run_dir / "schema" / "schema.pbtxt").write_text(f.read())
+    with open(os.path.join(TESTDATA, "stats_small.pbtxt")) as f:
+        stats = text_format.Parse(f.read(), statistics_pb2.DatasetFeatureStatisticsList())
+    (run_dir / "statistics" / "train").mkdir(parents=True)
+    (run_dir / "statistics" / "train" / "FeatureStats.pb").write_bytes(stats.SerializeToString())
+    url = f"sqlite:///{root}/metadata.sqlite"
+    with MetadataStore.open(url) as store:
+        for run_id in ("a", "b", "c"):
+            run = store.start_run(run_id, properties={"data": "d" * 64, "module": "m" * 64})
+            data = store.begin_execution(run, "ExampleGen+Statistics", {"splits": 2}, "k1", {})
+            stats_spec = ArtifactSpec(str(run_dir / "statistics"), "Statistics")
+            store.publish_outputs(data, {"Statistics": stats_spec})
+            store.complete_execution(data)
+            made = store.begin_execution(run, "Schema", {"infer": True}, "k2", {})
+            store.publish_outputs(made, {"Schema": ArtifactSpec(str(run_dir / "schema"), "Schema")})
+            store.complete_execution(made)
+            trainer = store.begin_execution(run, "Trainer", {"trainer": {"steps": 10}}, "k3", {})
+            if run_id == "c":
+                store.fail_execution(
+                    trainer, "run_fn in m.py:3 raised ValueError (bad); fix the module file."
+                )
+                store.finish_run(run, RunStatus.FAILED)
+                continue
+            report = StageReport("Trainer", StageStatus.OK, details={"metrics": {"loss": 0.5}})
+            store.complete_execution(trainer, properties={"reports": [report.to_json()]})
+            for stage, details in [("Evaluator", {"blessed": True}), ("Pusher", {"pushed": True})]:
+                check = store.begin_execution(run, stage, {}, f"k-{stage}", {})
+                row = StageReport(stage, StageStatus.OK, details=details)
+                store.complete_execution(check, properties={"reports": [row.to_json()]})
+            store.finish_run(run, RunStatus.COMPLETE)
+    return str(root), str(run_dir)
+
+
+def _runs_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "runs", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ, COLUMNS="100"),
+        timeout=120,
+    )
+
+
+def test_runs_show_fits_100_columns_with_whole_paths_and_a_failed_executions_error(recorded):
+    root, run_dir = recorded
+    proc = _runs_cli("show", "a", f"--pipeline_root={root}")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"Artifacts under {run_dir}" in lines
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert table and all(len(line) <= 100 for line in table), max(table, key=len)
+    rows = "\n".join(table)
+    assert "│ schema " in rows and "│ statistics " in rows  # each path whole, under it
+    failed = _runs_cli("show", "c", f"--pipeline_root={root}")
+    assert failed.returncode == 0, failed.stderr
+    assert (
+        "Error of #" in failed.stdout
+        and "Trainer (failed): run_fn in m.py:3 raised ValueError (bad); fix the module file."
+        in " ".join(failed.stdout.split())
+    ), failed.stdout
+
+
+def test_runs_list_limits_and_shows_blessed_and_pushed(recorded):
+    root, _ = recorded
+    proc = _runs_cli("list", f"--pipeline_root={root}", "--limit", "2")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "blessed" in proc.stdout and "pushed" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if re.match(r"│ [abc] ", line)]
+    assert [r.split()[1] for r in rows] == ["c", "b"], proc.stdout  # newest first, 2 of 3
+    cells = [c.strip() for c in rows[1].split("│")]
+    assert cells[5:7] == ["yes", "yes"], cells  # b: blessed, pushed
+    listed = _runs_cli("list", f"--pipeline_root={root}", "--json")
+    by_run = {r["run_id"]: r for r in json.loads(listed.stdout)}
+    assert (by_run["a"]["blessed"], by_run["a"]["pushed"]) == (True, True)
+    assert (by_run["c"]["blessed"], by_run["c"]["pushed"]) == (None, None)
+
+
+def test_runs_diff_of_identical_runs_says_identical(recorded):
+    root, _ = recorded
+    proc = _runs_cli("diff", "a", "b", f"--pipeline_root={root}")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "Runs a and b are identical" in proc.stdout
+    assert "Numeric features" not in proc.stdout  # no table of zeros
+    other = _runs_cli("diff", "a", "c", f"--pipeline_root={root}")
+    assert other.returncode == 0 and "identical" not in other.stdout
