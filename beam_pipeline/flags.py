@@ -329,7 +329,8 @@ class _Version(argparse.Action):
             version = metadata.version("beam-pipeline")
         except metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
             version = "(not installed)"
-        parser.exit(message=f"beam-pipeline {version}\n")
+        print(f"beam-pipeline {version}")  # stdout, as argparse's own version action
+        parser.exit()
 
 
 def _config_default(dest: str) -> Any:

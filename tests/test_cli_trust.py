@@ -149,7 +149,8 @@ def test_a_failing_run_fn_is_one_sentence_and_its_rerun_says_where_it_resumed(tm
         "--run_id=resumed",
         "--train_steps=40",  # 10 epochs of 4 steps (the bundled module's _epochs)
         "--no_tuner",
-        *FAST,
+        "--no_infra_validator",
+        "--no_progress",
     ]
     failed = _cli(*args)
     assert failed.returncode == EXIT_USER_ERROR, failed.stderr
@@ -170,6 +171,31 @@ def test_a_failing_run_fn_is_one_sentence_and_its_rerun_says_where_it_resumed(tm
     assert f"resumed after epoch 2 from {backup}" in line, line
     trainer = _summary(root, "resumed")["Trainer"]["details"]
     assert trainer["start_epoch"] == 2 and trainer["resumed_from"] == backup
+
+    # 3. The same pipeline again: every stage reused. The Evaluator's reused verdict does
+    # not say "no blessed model yet" (the resumed run's model has a verdict now), and the
+    # Pusher's reused decision is "cached" in the summary as in `runs show`.
+    again = _cli(*[a if a != "--run_id=resumed" else "--run_id=again" for a in args])
+    assert again.returncode == 0, again.stderr
+    stages = _summary(root, "again")
+    evaluator, pusher = stages["Evaluator"], stages["Pusher"]
+    assert evaluator["status"] == "cached", evaluator
+    assert "no blessed model yet" not in evaluator["note"]
+    assert "no model was blessed before it" in evaluator["note"], evaluator["note"]
+    assert pusher["status"] == "cached" and pusher["note"].startswith("reused from run resumed")
+    shown = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "runs", "show", "again", f"--pipeline_root={root}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    executions = shown.stdout.split("Parameters", 1)[0]  # the Executions table
+    (row,) = [line for line in executions.splitlines() if "│ Pusher " in line]
+    assert "cached (from run resumed)" in row, row
+    checks = shown.stdout.split("Model checks", 1)[1]
+    (row,) = [line for line in checks.splitlines() if "│ Pusher " in line]
+    assert "│ cached " in row, row
 
 
 # 2. The module's own output goes to run.log: TFX's penguin module (Keras's progress bars
@@ -322,7 +348,7 @@ def test_help_lists_the_runs_commands_and_every_flag_with_help_and_default(tmp_p
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     text = proc.stdout
     assert "runs {list,show,lineage,diff,report}" in text
-    assert "list | show RUN | lineage URI | diff RUN_A RUN_B | report RUN" in text
+    assert "list | show RUN | lineage URI | diff RUN_A RUN_B | report RUN" in " ".join(text.split())
     entries = _help_entries(text)
     assert len(entries) > 50, entries
     assert not [flag for flag, help_text in entries.items() if not help_text]

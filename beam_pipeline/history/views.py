@@ -145,13 +145,18 @@ def model_checks(
     blessed (or pushed) the model, and the Evaluator's failed thresholds (metric, slice,
     value, bound and by how much the value misses it)."""
     checks: dict[str, dict[str, Any]] = {}
+    latest = {e.stage: e for e in executions}
     for stage in MODEL_CHECKS:
         report = _stage_report(executions, originals, stage)
         if not report:
             continue
         details = report.get("details") or {}
+        status = report.get("status")
+        e = latest.get(stage)
+        if e is not None and e.status is ExecutionStatus.CACHED:
+            status = _summary_status(e, originals.get(e.id))  # as the run's summary says
         checks[stage] = {
-            "status": report.get("status"),
+            "status": status,
             "note": report.get("note", ""),
             "blessed": details.get("blessed"),
             "failures": list(details.get("failures") or []),
