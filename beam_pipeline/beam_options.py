@@ -92,7 +92,7 @@ def beam_option_names() -> list[str]:
 
 
 def _did_you_mean(flag: str) -> str:
-    """' Did you mean --x?' for the known flag (ours or Beam's) closest to ``flag``, or ''."""
+    """'did you mean --x? Else ' for the known flag (ours or Beam's) closest to ``flag``."""
     import difflib
 
     from beam_pipeline.flags import build_parser
@@ -106,7 +106,7 @@ def _did_you_mean(flag: str) -> str:
         if option.startswith("--")
     ]
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-    return f" Did you mean {close[0]}?" if close else ""
+    return f"did you mean {close[0]}? Else " if close else ""
 
 
 def _runner_names() -> list[str]:
@@ -281,8 +281,8 @@ def parse_beam_args(args: Sequence[str]) -> PipelineOptions:
     if unknown:
         raise PipelineError(
             f"Unknown flag {unknown[0]!r} on the command line: it is neither a beam_pipeline "
-            "flag nor a Beam pipeline option;" + _did_you_mean(unknown[0]) + " Check its "
-            "spelling (every setting is --flag=value) or run with --help."
+            f"flag nor a Beam pipeline option; {_did_you_mean(unknown[0])}check its spelling "
+            "(every setting is --flag=value) or run with --help."
         )
     options = new_options(args)
     check_runner(options)

@@ -73,7 +73,9 @@ def root(tmp_path_factory):
 
 def test_a_misspelled_run_fn_is_named_before_any_job(tmp_path):
     module = _write(tmp_path, "m.py", _data_only_source("def run_function(fn_args):\n    pass\n"))
-    proc = _cli(f"--data={PENGUIN_CSV}", f"--module_file={module}", "--no_progress")
+    proc = _cli(
+        f"--data={PENGUIN_CSV}", "--csv_null_values=,NA", f"--module_file={module}", "--no_progress"
+    )
     assert proc.returncode == EXIT_USER_ERROR, proc.stderr
     assert "defines run_function() but no run_fn; did you mean run_fn?" in proc.stderr
     assert "--trainer_entry_point=run_function" in proc.stderr
@@ -273,7 +275,7 @@ def test_a_misspelled_runner_or_flag_names_the_closest_known_one(tmp_path, flag,
     assert proc.returncode == EXIT_USER_ERROR, proc.stderr
     assert phrase in proc.stderr, proc.stderr
     if flag.startswith("--modul_file"):
-        assert "Did you mean --module_file?" in proc.stderr, proc.stderr
+        assert "did you mean --module_file? Else check its spelling" in proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
 
 
