@@ -250,24 +250,11 @@ def _cached_report(run_dir: RunDirectory, started: float) -> tuple[StageReport, 
     )
 
 
-def _why_not_tuned(
-    module_file: str,
-    entry_point: Optional[str],
-    staged: Optional[StagedModule],
-    search_space: Optional[SearchSpace],
-) -> str:
-    """Why the module gives the Tuner nothing to do ('' when it does)."""
-    from trainer.module_loader import ModuleKind
-
-    loaded = load_trainer_module(module_file, entry_point=entry_point, staged=staged)
-    if loaded.kind is ModuleKind.NONE:
-        # Hyperparameters nothing trains with are no result: the search is not run.
-        return (
-            f"{module_file} defines no run_fn or TrainSpec subclass, so there is no model to tune"
-        )
-    if search_space is None and not callable(getattr(loaded.module, "tuner_fn", None)):
-        return f"{module_file} defines no tuner_fn"
-    return ""
+def _module_has_tuner_fn(
+    module_file: str, entry_point: Optional[str], staged: Optional[StagedModule]
+) -> bool:
+    module = load_trainer_module(module_file, entry_point=entry_point, staged=staged).module
+    return callable(getattr(module, "tuner_fn", None))
 
 
 def run_tuning_stage(
@@ -314,9 +301,13 @@ def run_tuning_stage(
         return StageReport(STAGE, StageStatus.SKIPPED, note="no module file, nothing to tune"), None
     if run_dir.is_published(Artifact.TUNER):
         return _cached_report(run_dir, started)
-    why_not = _why_not_tuned(module_file, config.trainer.entry_point, staged, search_space)
-    if why_not:
-        return StageReport(STAGE, StageStatus.SKIPPED, note=why_not), None
+    if search_space is None and not _module_has_tuner_fn(
+        module_file, config.trainer.entry_point, staged
+    ):
+        return (
+            StageReport(STAGE, StageStatus.SKIPPED, note=f"{module_file} defines no tuner_fn"),
+            None,
+        )
     parallel = config.tuner.parallel_trials
     if parallel < 1 or (config.tuner.max_trials is not None and config.tuner.max_trials < 1):
         raise PipelineError(
