@@ -93,7 +93,12 @@ class _SplitFiles(TypedArtifact):
 
     @property
     def split_names(self) -> tuple[Split, ...]:
-        return tuple(Split(s) for s in self.properties.get("split_names", ()))
+        # In Split's order (train first), however the producing job listed them.
+        return tuple(
+            sorted(
+                (Split(s) for s in self.properties.get("split_names", ())), key=list(Split).index
+            )
+        )
 
     def file_pattern(self, split: Split) -> str:
         return fileio.join(self.uri, split.value, _EXAMPLE_FILES)
@@ -119,7 +124,12 @@ class Statistics(TypedArtifact):
 
     @property
     def split_names(self) -> tuple[Split, ...]:
-        return tuple(Split(s) for s in self.properties.get("split_names", ()))
+        # In Split's order (train first), however the producing job listed them.
+        return tuple(
+            sorted(
+                (Split(s) for s in self.properties.get("split_names", ())), key=list(Split).index
+            )
+        )
 
     def path(self, split: Split) -> str:
         return fileio.join(self.uri, split.value, "FeatureStats.pb")

@@ -44,6 +44,8 @@ __all__ = [
     "is_direct",
     "is_multi_processing",
     "unknown_beam_flags",
+    "check_runner",
+    "beam_option_names",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -63,16 +65,76 @@ def _all_option_classes() -> list[type]:
     return out
 
 
-def unknown_beam_flags(args: Sequence[str]) -> list[str]:
-    """The flags in ``args`` that no Beam ``PipelineOptions`` class defines."""
+def _beam_parser():
     parser = po._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
     for cls in _all_option_classes():
         try:
             cls._add_argparse_args(parser)  # pylint: disable=protected-access
         except Exception:  # noqa: BLE001  an option class clashing with another; skip it
             continue
-    _, unknown = parser.parse_known_args(list(args))
+    return parser
+
+
+def unknown_beam_flags(args: Sequence[str]) -> list[str]:
+    """The flags in ``args`` that no Beam ``PipelineOptions`` class defines."""
+    _, unknown = _beam_parser().parse_known_args(list(args))
     return unknown
+
+
+def beam_option_names() -> list[str]:
+    """Every Beam pipeline option's name, without ``--`` (``runner``, ``project``, ...)."""
+    return sorted(
+        option[2:]
+        for action in _beam_parser()._actions  # noqa: SLF001  argparse keeps no public list
+        for option in action.option_strings
+        if option.startswith("--")
+    )
+
+
+def _did_you_mean(flag: str) -> str:
+    """'did you mean --x? Else ' for the known flag (ours or Beam's) closest to ``flag``."""
+    import difflib
+
+    from beam_pipeline.flags import build_parser
+
+    name = flag.split("=", 1)[0]
+    known = [
+        option
+        for parser in (build_parser(), _beam_parser())
+        for action in parser._actions  # noqa: SLF001  argparse keeps no public list
+        for option in action.option_strings
+        if option.startswith("--")
+    ]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"did you mean {close[0]}? Else " if close else ""
+
+
+def _runner_names() -> list[str]:
+    """Beam's runners by class name (DirectRunner, DataflowRunner, PortableRunner, ...)."""
+    return [path.rsplit(".", 1)[-1] for path in po.StandardOptions.ALL_KNOWN_RUNNERS]
+
+
+def check_runner(options: PipelineOptions) -> None:
+    """Refuses a ``--runner`` that Beam does not know (a class path is Beam's to load).
+
+    Raises:
+      PipelineError: naming the runner and the closest known one.
+    """
+    import difflib
+
+    runner = options.view_as(po.StandardOptions).runner
+    if not isinstance(runner, str) or runner in _DIRECT_NAMES or "." in runner:
+        return
+    names = _runner_names()
+    lowered = {n.lower() for n in names}
+    if runner.lower() in lowered or runner.lower() + "runner" in lowered:
+        return  # as Beam's create_runner reads it (case-insensitive, "Runner" optional)
+    close = difflib.get_close_matches(runner, names, n=1, cutoff=0.6)
+    hint = f"did you mean --runner={close[0]}? " if close else ""
+    raise PipelineError(
+        f"--runner={runner} is not a runner Beam knows; {hint}Pass one of "
+        f"{', '.join(sorted(names))} (or a runner class's full module path)."
+    )
 
 
 class _Options(PipelineOptions):
@@ -219,10 +281,11 @@ def parse_beam_args(args: Sequence[str]) -> PipelineOptions:
     if unknown:
         raise PipelineError(
             f"Unknown flag {unknown[0]!r} on the command line: it is neither a beam_pipeline "
-            "flag nor a Beam pipeline option; check its spelling (every setting is "
-            "--flag=value) or run with --help."
+            f"flag nor a Beam pipeline option; {_did_you_mean(unknown[0])}check its spelling "
+            "(every setting is --flag=value) or run with --help."
         )
     options = new_options(args)
+    check_runner(options)
     direct = options.view_as(po.DirectOptions)
     if direct.direct_running_mode == "multi_threading":
         raise PipelineError(

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -78,14 +79,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     output = parse_output(argv)
     events = RunEvents()
     report = None
-    progress = ProgressDisplay(events, sys.stdout, enabled=output.progress)
-    with RunLog(output) as log, progress:
-        events.subscribe(run_started=log.attach)
-        try:
-            code, summary = _run(argv, events)
-        finally:
-            if events.run_dir:  # a failed run's report too: it shows what exists
-                report = write_report(events.run_dir)
+    with RunLog(output) as log:
+        # The terminal (log.stdout): sys.stdout is the log while the run goes, so that a
+        # module's own output (Keras's progress bars) is kept there.
+        progress = ProgressDisplay(events, log.stdout, enabled=output.progress)
+        with progress:
+            events.subscribe(run_started=log.attach)
+            try:
+                code, summary, error = _run(argv, events, log)
+            finally:
+                if events.run_dir:  # a failed run's report too: it shows what exists
+                    report = write_report(events.run_dir)
+    if error:  # the one sentence, once the progress display has stopped
+        print(f"error: {error}", file=sys.stderr)
     if summary is not None:
         print(summary.format())
     if events.run_dir:
@@ -96,22 +102,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return code
 
 
-def _run(argv: Sequence[str], events: RunEvents) -> tuple[int, Optional[Any]]:
-    """The run itself: (exit code, the summary of a run that succeeded)."""
+def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Optional[Any], str]:
+    """The run itself: (exit code, the summary of a run that succeeded, the error)."""
     config: Optional[PipelineConfig] = None
     quiet = _HandledWorkerErrors()
     beam_loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
     for logger in beam_loggers:
         logger.addFilter(quiet)
     try:
-        config = parse_config(argv)
+        # argparse's --help, --version and usage errors are for the terminal, not the log.
+        with contextlib.redirect_stdout(log.stdout), contextlib.redirect_stderr(log.stderr):
+            config = parse_config(argv)
         quiet.pipeline_root = config.pipeline_root
         from beam_pipeline.pipeline import run  # heavy imports only after flags are valid
 
         summary = run(config, events=events)
     except PipelineError as e:
-        print(f"error: {mask(str(e))}", file=sys.stderr)
-        return e.exit_code, None
+        return e.exit_code, None, mask(str(e))
     except Exception as e:
         # A full disk or a folder that cannot be written, on the launcher or a worker, or an
         # exception raised in the user's code on a worker: one sentence naming the path and
@@ -119,9 +126,8 @@ def _run(argv: Sequence[str], events: RunEvents) -> tuple[int, Optional[Any]]:
         error = user_error(e, config.pipeline_root) if config is not None else None
         if error is None:
             raise
-        print(f"error: {mask(str(error))}", file=sys.stderr)
-        return error.exit_code, None
+        return error.exit_code, None, mask(str(error))
     finally:
         for logger in beam_loggers:
             logger.removeFilter(quiet)
-    return 0, summary
+    return 0, summary, ""

@@ -13,10 +13,14 @@ The mechanisms, each where the noise comes from:
   loads (worker processes this package starts inherit it). TensorFlow 2.21 also logs a
   few lines through absl before absl's logging is initialized ("oneDNN custom operations
   are on", "Could not find cuda drivers"); those go to file descriptor 2 whatever the
-  level, so :class:`RunLog` points descriptor 2 at the log file for the run and gives
-  Python's ``sys.stderr`` a copy of the terminal's descriptor: every C/C++ line (the
-  launcher's and its child processes') lands in the log, every Python message where it
-  belongs.
+  level, so :class:`RunLog` points descriptor 2 at the log file for the run.
+- The module's own output: a module's ``run_fn``/``tuner_fn`` prints (Keras's progress
+  bars, with their ANSI codes, from ``model.fit``'s default ``verbose``) on ``sys.stdout``
+  and ``sys.stderr``, in the launcher or in a worker process it started. :class:`RunLog`
+  points descriptor 1 at the log file too, and leaves ``sys.stdout``/``sys.stderr`` on
+  descriptors 1 and 2: every such line (the launcher's and its child processes') lands in
+  the log. What the CLI itself shows (progress, summary, warnings, errors) goes to
+  :attr:`RunLog.stdout` and :attr:`RunLog.stderr`, copies of the terminal's descriptors.
 - Python logging: the terminal's handler shows WARNING and above, minus the records of
   :data:`NOT_FOR_THE_USER` (known library notices, by logger and message); the log
   file's handler takes INFO and above, all of them.
@@ -178,20 +182,26 @@ class _ForTheUser(logging.Filter):
 
 
 class RunLog:
-    """The terminal's and the log file's handlers, and descriptor 2, for one run.
+    """The terminal's and the log file's handlers, and descriptors 1 and 2, for one run.
 
     The log is written to a temporary local file until :meth:`attach` names the run
     directory; on exit it is copied there (``fileio``: a ``gs://`` run directory too).
-    Descriptor 2 is redirected only when ``sys.stderr`` is that descriptor (a real
-    process, not a test capturing ``sys.stderr``).
+    Descriptor 2 (and 1) is redirected only when ``sys.stderr`` (and ``sys.stdout``) is
+    that descriptor (a real process, not a test capturing them).
+
+    Attributes:
+      stdout / stderr: the terminal, for what the CLI shows the user while the run goes
+        (``sys.stdout``/``sys.stderr`` when nothing is redirected).
     """
 
     def __init__(self, output: OutputConfig):
         self.output = output
         self.path: Optional[str] = None  # where the log ends up, once known
+        self.stdout: IO[str] = sys.stdout
+        self.stderr: IO[str] = sys.stderr
         self._tmp_path: Optional[str] = None
         self._saved_fd: Optional[int] = None
-        self._saved_stderr: Optional[IO[str]] = None
+        self._saved_out_fd: Optional[int] = None
         self._handlers: list[logging.Handler] = []
         self._root_level = logging.WARNING
         self._captured_warnings = False
@@ -203,17 +213,21 @@ class RunLog:
         os.close(fd)
         root = logging.getLogger()
         self._root_level = root.level
-        if not verbose and _is_fd2(sys.stderr):
+        self.stdout, self.stderr = sys.stdout, sys.stderr
+        if not verbose and _is_fd(sys.stderr, 2):
             sys.stderr.flush()
             self._saved_fd = os.dup(2)
-            log_fd = os.open(self._tmp_path, os.O_WRONLY | os.O_APPEND)
-            os.dup2(log_fd, 2)
-            os.close(log_fd)
-            self._saved_stderr = sys.stderr
-            sys.stderr = open(  # noqa: SIM115 (closed in __exit__)
+            self.stderr = open(  # noqa: SIM115 (closed in __exit__)
                 self._saved_fd, "w", buffering=1, errors="backslashreplace", closefd=False
             )
-        terminal = logging.StreamHandler(sys.stderr)
+            if _is_fd(sys.stdout, 1):
+                sys.stdout.flush()
+                self._saved_out_fd = os.dup(1)
+                self.stdout = open(  # noqa: SIM115 (closed in __exit__)
+                    self._saved_out_fd, "w", buffering=1, errors="backslashreplace", closefd=False
+                )
+            self._point_at(self._tmp_path)
+        terminal = logging.StreamHandler(self.stderr)
         terminal.setFormatter(_MaskingFormatter(_FORMAT))
         terminal.setLevel(logging.INFO if verbose else logging.WARNING)
         if not verbose:
@@ -246,10 +260,7 @@ class RunLog:
             old = to_file.setStream(open(self.path, "a", encoding="utf-8"))  # noqa: SIM115
             if old is not None:
                 old.close()
-            if self._saved_fd is not None:
-                log_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-                os.dup2(log_fd, 2)
-                os.close(log_fd)
+            self._point_at(self.path)
         except OSError as e:  # kept in the temporary file, copied at the end if it can be
             _LOG.info("The run's log stays in %s until the end (%s).", self._tmp_path, e)
             return
@@ -264,13 +275,19 @@ class RunLog:
         root.setLevel(self._root_level)
         if self._captured_warnings:
             logging.captureWarnings(False)
+        for saved, fd, stream, terminal in (
+            (self._saved_out_fd, 1, sys.stdout, self.stdout),
+            (self._saved_fd, 2, sys.stderr, self.stderr),
+        ):
+            if saved is None:
+                continue
+            stream.flush()
+            terminal.close()
+            os.dup2(saved, fd)
+            os.close(saved)
         if self._saved_fd is not None:
-            sys.stderr.flush()
-            sys.stderr.close()
-            sys.stderr = self._saved_stderr
-            os.dup2(self._saved_fd, 2)
-            os.close(self._saved_fd)
-            self._saved_fd = None
+            self.stdout, self.stderr = sys.stdout, sys.stderr
+            self._saved_fd = self._saved_out_fd = None
         if self._tmp_path is None:  # written in place since attach()
             return
         target = self.path or self.output.log_file
@@ -292,9 +309,21 @@ class RunLog:
             os.unlink(self._tmp_path)
             self._tmp_path = None
 
+    def _point_at(self, path: str) -> None:
+        """Points the redirected descriptors (2, and 1 when it is) at the log ``path``."""
+        if self._saved_fd is None:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(log_fd, 2)
+        if self._saved_out_fd is not None:
+            os.dup2(log_fd, 1)
+        os.close(log_fd)
 
-def _is_fd2(stream) -> bool:
+
+def _is_fd(stream, fd: int) -> bool:
     try:
-        return stream.fileno() == 2
+        return stream.fileno() == fd
     except (AttributeError, OSError, ValueError):
         return False

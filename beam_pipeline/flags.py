@@ -23,8 +23,10 @@ Example::
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,6 +103,16 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "push_destination": ("pusher", "destination"),
     "require_blessing": ("pusher", "require_blessing"),
 }
+# Section (as in _FIELDS) -> its config dataclass, whose field defaults --help shows.
+_SECTIONS: dict[str, type] = {
+    "": PipelineConfig,
+    "data": DataConfig,
+    "transform": TransformConfig,
+    "trainer": TrainerConfig,
+    "tuner": TunerConfig,
+    "evaluator": EvaluatorConfig,
+    "pusher": PusherConfig,
+}
 # Keys of a YAML config file whose paths are read relative to the file.
 _PATH_KEYS = {
     "data",
@@ -116,22 +128,33 @@ _PATH_KEYS = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of beam_pipeline's own flags (Beam's flags are checked separately)."""
+    prog = command_name()
     p = argparse.ArgumentParser(
-        prog="python -m beam_pipeline",
+        prog=prog,
+        usage="%(prog)s [flags] [Beam pipeline flags, e.g. --runner=DirectRunner]\n"
+        "       %(prog)s runs {list,show,lineage,diff,report} ...",
         description="Run a TFX-style ML pipeline (ExampleGen, statistics, schema, validation, "
         "tf.Transform, tuning, training) as Apache Beam jobs. Any other --flag is passed to "
         "Beam's PipelineOptions (e.g. --runner, --direct_running_mode, --project).",
+        epilog=f"The run history: {prog} runs list | show RUN | lineage URI | diff RUN_A "
+        f"RUN_B | report RUN (see {prog} runs --help).",
         allow_abbrev=False,
         argument_default=argparse.SUPPRESS,
+        formatter_class=_HelpFormatter,
     )
     a = p.add_argument
+    a("--version", action=_Version, help="Print the version and exit.")
     a("--config", help="YAML file with the same settings as the flags (flags win).")
     g = p.add_argument_group("data")
     g.add_argument(
         "--data", help="CSV or TFRecord (tf.Example, optionally .gz) file, folder or glob."
     )
-    g.add_argument("--data_format", choices=[f.value for f in DataFormat])
-    g.add_argument("--csv_delimiter")
+    g.add_argument(
+        "--data_format",
+        choices=[f.value for f in DataFormat],
+        help="The input files' format; auto: from their names.",
+    )
+    g.add_argument("--csv_delimiter", help="The CSV files' field separator.")
     g.add_argument(
         "--csv_null_values", help="Comma-separated values that mean missing, e.g. 'NA,null'."
     )
@@ -145,8 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--partition_feature", help="Rows sharing this column's value share a split.")
     g.add_argument("--max_rejected_fraction", type=float, help="Fail above this (default 0).")
     g.add_argument("--schema", help="A schema.pbtxt to use instead of inferring one.")
-    g.add_argument("--no_infer_feature_shape", dest="infer_feature_shape", action="store_false")
-    g.add_argument("--max_string_domain_size", type=int)
+    g.add_argument(
+        "--no_infer_feature_shape",
+        dest="infer_feature_shape",
+        action="store_false",
+        help="Infer no fixed shapes: every feature a variable-length list in the schema.",
+    )
+    g.add_argument(
+        "--max_string_domain_size",
+        type=int,
+        help="A string feature with more distinct values gets no domain in the schema.",
+    )
     g.add_argument("--ignore_anomalies", action="store_true", help="Report anomalies, go on.")
     g = p.add_argument_group("pipeline")
     g.add_argument("--module_file", help="Python file with preprocessing_fn / run_fn / tuner_fn.")
@@ -157,7 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--pipeline_root", help="Folder (or gs:// path) for runs and caches.")
     g.add_argument("--run_id", help="Name of the run directory (default: timestamp).")
-    g.add_argument("--no_analyzer_cache", dest="analyzer_cache", action="store_false")
+    g.add_argument(
+        "--no_analyzer_cache",
+        dest="analyzer_cache",
+        action="store_false",
+        help="Do not reuse or write tf.Transform's analyzer cache.",
+    )
     g.add_argument(
         "--worker_start_timeout",
         type=float,
@@ -176,8 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
         "value) even when an earlier run's outputs could be reused.",
     )
     g = p.add_argument_group("trainer")
-    g.add_argument("--train_steps", type=int)
-    g.add_argument("--eval_steps", type=int)
+    g.add_argument(
+        "--train_steps", type=int, help="Steps the Trainer trains (fn_args.train_steps)."
+    )
+    g.add_argument(
+        "--eval_steps", type=int, help="Steps the Trainer evaluates (fn_args.eval_steps)."
+    )
     g.add_argument("--hyperparameters", help="Keras Tuner HyperParameters config JSON file.")
     g.add_argument("--base_model", help="SavedModel folder to warm-start from.")
     g.add_argument(
@@ -189,9 +230,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--trainer_entry_point",
         help="run_fn-like function or TrainSpec class of the module to train with.",
     )
-    g.add_argument("--no_trainer", dest="trainer", action="store_false")
+    g.add_argument(
+        "--no_trainer",
+        dest="trainer",
+        action="store_false",
+        help="Do not train (nor evaluate or push): the data stages, Transform and tuning run.",
+    )
     g = p.add_argument_group("tuner")
-    g.add_argument("--tuner_parallel_trials", type=int)
+    g.add_argument(
+        "--tuner_parallel_trials", type=int, help="Trials that run at once, each on a worker."
+    )
     g.add_argument(
         "--tuner_schedule",
         choices=[s.value for s in TunerSchedule],
@@ -201,17 +249,26 @@ def build_parser() -> argparse.ArgumentParser:
         "storage. Default: search_job on Dataflow, Flink, Spark and portable job servers, "
         "rolling on the DirectRunner and the embedded job service.",
     )
-    g.add_argument("--tuner_max_trials", type=int)
-    g.add_argument("--tuner_train_steps", type=int)
-    g.add_argument("--tuner_eval_steps", type=int)
-    g.add_argument("--tuner_accelerator")
-    g.add_argument("--tuner_min_ram")
+    g.add_argument(
+        "--tuner_max_trials", type=int, help="Most trials (default: the tuner_fn's own limit)."
+    )
+    g.add_argument("--tuner_train_steps", type=int, help="Training steps of each trial.")
+    g.add_argument("--tuner_eval_steps", type=int, help="Evaluation steps of each trial.")
+    g.add_argument(
+        "--tuner_accelerator", help="A trial worker's accelerator, as --trainer_accelerator."
+    )
+    g.add_argument("--tuner_min_ram", help="A trial worker's least memory, e.g. 16GB.")
     g.add_argument(
         "--tuner_lease_seconds",
         type=int,
         help="search_job: a trial whose worker stopped renewing it this long is re-issued.",
     )
-    g.add_argument("--no_tuner", dest="tuner", action="store_false")
+    g.add_argument(
+        "--no_tuner",
+        dest="tuner",
+        action="store_false",
+        help="Do not tune: train with --hyperparameters or the module's own.",
+    )
     g = p.add_argument_group("evaluator, infra validator, pusher")
     g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")
     g.add_argument("--eval_split", help="Split to evaluate and validate on (default eval).")
@@ -222,8 +279,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="Do not compare with the latest blessed model.",
     )
-    g.add_argument("--no_evaluator", dest="evaluator", action="store_false")
-    g.add_argument("--no_infra_validator", dest="infra_validator", action="store_false")
+    g.add_argument(
+        "--no_evaluator",
+        dest="evaluator",
+        action="store_false",
+        help="Do not evaluate the model (nor push it: a push needs the Evaluator's blessing).",
+    )
+    g.add_argument(
+        "--no_infra_validator",
+        dest="infra_validator",
+        action="store_false",
+        help="Do not load and serve the model as a check (nor push it).",
+    )
     g.add_argument("--infra_load_timeout", type=float, help="Seconds to load (default 60).")
     g.add_argument(
         "--serving_endpoint",
@@ -238,6 +305,75 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_output_flags(p.add_argument_group("output"))
     return p
+
+
+def command_name() -> str:
+    """How the user ran us: ``beam-pipeline`` (the installed command) or ``python -m
+    beam_pipeline``, for the usage line and the messages that quote a command."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "beam-pipeline":
+        return "beam-pipeline"
+    return "python -m beam_pipeline"
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version (read only when asked)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        kwargs.pop("default", None)
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib import metadata
+
+        try:
+            version = metadata.version("beam-pipeline")
+        except metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+            version = "(not installed)"
+        print(f"beam-pipeline {version}")  # stdout, as argparse's own version action
+        parser.exit()
+
+
+def _config_default(dest: str) -> Any:
+    """The default of the config field a flag sets (None: no single value to show)."""
+    import dataclasses
+
+    if dest not in _FIELDS:
+        return None
+    section, name = _FIELDS[dest]
+    cls = _SECTIONS[section]
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, tuple):
+        return ",".join(
+            f"{_shown(v[0])}={_shown(v[1])}" if isinstance(v, tuple) else _shown(v) for v in value
+        )
+    return str(value)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Each flag's help ends with its default, read from the config dataclasses (their
+    one home), unless the help says it already or the flag is a switch."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.nargs == 0:
+            return text
+        value = _config_default(action.dest)
+        if value is None or value == "" or value == () or isinstance(value, bool):
+            return text
+        shown = _shown(value).replace("%", "%%")  # argparse %-formats help
+        if shown == "":
+            shown = "''"
+        return f"{text[:-1] if text.endswith('.') else text} (default {shown})."
 
 
 def _add_output_flags(g) -> None:
@@ -294,16 +430,46 @@ def _load_yaml(path: str) -> dict[str, Any]:
         )
     unknown = sorted(set(raw) - set(_FIELDS) - {"beam_args"})
     if unknown:
-        raise PipelineError(
-            f"--config {path} has unknown setting {unknown[0]!r}; use the flag names without "
-            "'--' (see --help)."
-        )
+        # Beam's options (runner: DirectRunner) as the file's own settings: passed on to
+        # Beam like its beam_args list, before the command line's flags (which win).
+        beam = _beam_settings(path, {k: raw.pop(k) for k in unknown})
+        raw["beam_args"] = beam + [str(a) for a in raw.get("beam_args") or []]
     base = os.path.dirname(os.path.abspath(path))
     for key in _PATH_KEYS & set(raw):
         value = raw[key]
         if isinstance(value, str) and value and "://" not in value and not os.path.isabs(value):
             raw[key] = os.path.join(base, value)
     return raw
+
+
+def _beam_settings(path: str, settings: dict[str, Any]) -> list[str]:
+    """A config file's settings that are not ours, as Beam flags (``runner: X`` is
+    ``--runner=X``, ``true`` the bare flag, a list one flag per item).
+
+    Raises:
+      PipelineError: a setting that is not a Beam pipeline option either.
+    """
+    import difflib
+
+    from beam_pipeline.beam_options import beam_option_names
+
+    names = beam_option_names()
+    args: list[str] = []
+    for key, value in settings.items():
+        if key not in names:
+            close = difflib.get_close_matches(key, [*_FIELDS, *names], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise PipelineError(
+                f"--config {path} has setting {key!r}, which is neither a beam_pipeline "
+                f"setting nor a Beam pipeline option; {hint}Use the flag names without '--' "
+                "(see --help)."
+            )
+        for item in value if isinstance(value, list) else [value]:
+            if item is True:
+                args.append(f"--{key}")
+            elif item is not False and item is not None:
+                args.append(f"--{key}={item}")
+    return args
 
 
 def _pairs(flag: str, text: Any, value_type: type) -> tuple:
@@ -417,6 +583,20 @@ def _convert(key: str, value: Any) -> Any:
     return value
 
 
+def _check_bundled_module(module_file: Any) -> None:
+    """Without --data and --config the bundled penguin data is read: only the bundled
+    module file (or none) fits it; another module would silently run on penguins."""
+    if module_file is None:
+        return
+    bundled = os.path.join(os.path.dirname(BUNDLED_CONFIG), "penguin_module.py")
+    if os.path.abspath(str(module_file)) != os.path.abspath(bundled):
+        raise PipelineError(
+            f"--module_file {module_file} is given without --data (or --config), which would "
+            "run it on the bundled penguin example's data; pass --data=YOUR_DATA (a CSV or "
+            "TFRecord file, folder or glob) with it."
+        )
+
+
 def parse_config(argv: Sequence[str]) -> PipelineConfig:
     """Flags (+ optional YAML) -> PipelineConfig; leftover flags become ``beam_args``.
 
@@ -429,6 +609,8 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
     settings: dict[str, Any] = {}
     config_path = given.pop("config", None)
     if config_path is None and "data" not in given:
+        if "input_splits" not in given:
+            _check_bundled_module(given.get("module_file"))
         config_path = BUNDLED_CONFIG
     beam_args: list[str] = []
     if config_path:

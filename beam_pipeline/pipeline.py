@@ -51,7 +51,8 @@ from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
 from beam_pipeline.stages.tuner import default_tuner_pool
 from beam_pipeline.summary import RunSummary, write_summary
 from beam_pipeline.tuning_stage import with_schedule
-from trainer import load_trainer_module
+from trainer import ModuleKind, load_trainer_module
+from trainer.module_loader import check_no_misspelled_run_fn
 from transforms import example_gen as eg
 
 __all__ = ["run"]
@@ -132,9 +133,13 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
         user_module = load_trainer_module(
             config.module_file, entry_point=config.trainer.entry_point
         )
+        if config.trainer.enabled:
+            check_no_misspelled_run_fn(user_module)
         preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
-        tunes = callable(getattr(user_module.module, "tuner_fn", None)) or bool(
-            config.tuner.search_space
+        # A module with nothing to train is not tuned either (the Tuner says so).
+        tunes = user_module.kind is not ModuleKind.NONE and (
+            callable(getattr(user_module.module, "tuner_fn", None))
+            or bool(config.tuner.search_space)
         )
         # Read (and its folder's size checked) before the run directory exists.
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)

@@ -231,8 +231,15 @@ class ProgressDisplay:
 
             self._spinner = Spinner("dots", text=Text(""))
             self._console = Console(file=self._out, highlight=False)
+            # Not rich's redirection of sys.stdout/sys.stderr: while a run goes they are
+            # its log (beam_pipeline.console), where a module's own output belongs.
             self._live = Live(
-                self._spinner, console=self._console, refresh_per_second=4, transient=True
+                self._spinner,
+                console=self._console,
+                refresh_per_second=4,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
             )
             self._live.start()
         self._thread = threading.Thread(target=self._poll, name="bp-progress", daemon=True)

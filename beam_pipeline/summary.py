@@ -20,9 +20,15 @@ import logging
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.types import Split
 
-__all__ = ["StageStatus", "StageReport", "RunSummary", "SUMMARY_FILE", "write_summary"]
+__all__ = [
+    "StageStatus",
+    "StageReport",
+    "RunSummary",
+    "SUMMARY_FILE",
+    "split_order",
+    "write_summary",
+]
 
 SUMMARY_FILE = "summary.json"
 _LOG = logging.getLogger(__name__)
@@ -61,6 +67,10 @@ class StageReport:
     note: str = ""
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
+    def __post_init__(self):
+        self.rows_in = split_order(self.rows_in)
+        self.rows_out = split_order(self.rows_out)
+
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
@@ -72,21 +82,24 @@ class StageReport:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in d.items() if k in fields}
         values["status"] = StageStatus(values["status"])
-        for key in ("rows_in", "rows_out"):
-            if key in values:
-                values[key] = _in_split_order(values[key])
         return cls(**values)
 
 
-def _in_split_order(counts: dict[str, int]) -> dict[str, int]:
-    """``all``, then the splits in Split's order (train, eval, test): a report read back
-    from the metadata store, which keeps JSON with sorted keys, would list eval first."""
-    order = {name: i for i, name in enumerate(("all", *(s.value for s in Split)))}
-    return dict(sorted(counts.items(), key=lambda item: order.get(item[0], len(order))))
+# The order splits are shown in, whichever of a job's counters came first.
+_SPLIT_ORDER = ("all", "train", "eval", "test")
+
+
+def split_order(counts: dict[str, Any]) -> dict[str, Any]:
+    """``counts`` keyed by split with all, train, eval, test first (then the rest)."""
+
+    def rank(key: str) -> tuple[int, str]:
+        return (_SPLIT_ORDER.index(key) if key in _SPLIT_ORDER else len(_SPLIT_ORDER), key)
+
+    return {k: counts[k] for k in sorted(counts, key=rank)}
 
 
 def _counts(c: dict[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in c.items()) or "-"
+    return " ".join(f"{k}={v}" for k, v in split_order(c).items()) or "-"
 
 
 @dataclasses.dataclass

@@ -158,7 +158,13 @@ def _report(
 ) -> StageReport:
     metrics = " ".join(f"{k}={v:.4g}" for k, v in sorted(result.metrics.items()))
     steps = f" after {result.final_step} steps" if result.final_step is not None else ""
-    resumed = f", resumed at step {result.start_step}" if result.start_step else ""
+    resumed = ""
+    if result.start_step:
+        resumed = f", resumed at step {result.start_step}"
+    elif result.start_epoch:
+        resumed = f", resumed after epoch {result.start_epoch}"
+    if resumed and result.resumed_from:
+        resumed += f" from {result.resumed_from}"
     note = (
         f"eval {metrics or '(no metrics logged)'}{steps}{resumed} on {result.num_replicas} "
         f"replica(s) ({result.strategy}); model: {model}"
@@ -176,6 +182,8 @@ def _report(
             "strategy": result.strategy,
             "module_kind": result.module_kind,
             "start_step": result.start_step,
+            "start_epoch": result.start_epoch,
+            "resumed_from": result.resumed_from,
             "final_step": result.final_step,
             "reused": result.reused,
             "worker": result.worker,
@@ -227,8 +235,8 @@ def run_training_stage(
             STAGE,
             StageStatus.SKIPPED,
             note=(
-                f"{config.module_file} defines no run_fn or TrainSpec subclass, so only the "
-                "data stages ran"
+                f"{config.module_file} defines no run_fn or TrainSpec subclass: the data "
+                "stages and Transform ran; nothing was tuned, trained, evaluated or pushed"
             ),
         )
     model_run = run_dir.path(Artifact.MODEL_RUN)

@@ -614,7 +614,11 @@ def test_yaml_config_and_flags(tmp_path):
     assert cfg.trainer.train_steps == 7
     assert cfg.beam_args == ("--direct_running_mode=in_memory", "--runner=DirectRunner")
     (tmp_path / "bad.yaml").write_text("dta: x.csv\n")
-    with pytest.raises(PipelineError, match="unknown setting 'dta'"):
+    with pytest.raises(
+        PipelineError,
+        match="setting 'dta', which is neither a beam_pipeline setting nor a Beam pipeline "
+        "option; did you mean 'data'",
+    ):
         cli.parse_config([f"--config={tmp_path / 'bad.yaml'}"])
     (tmp_path / "bad.yaml").write_text("tuner_schedule: async\n")
     with pytest.raises(
@@ -679,4 +683,4 @@ def test_the_installed_command_is_not_shadowed_by_the_working_directory(tmp_path
     proc = subprocess.run(
         [command, "--help"], capture_output=True, text=True, cwd=str(tmp_path), timeout=120
     )
-    assert proc.returncode == 0 and "usage: python -m beam_pipeline" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "usage: beam-pipeline" in proc.stdout, proc.stderr

@@ -28,7 +28,9 @@ with RunLog(output) as log:
     warnings.warn("an unknown warning", UserWarning)
     logging.getLogger("beam_pipeline.validation").warning("Split 'eval': feature 'x' is new")
     logging.getLogger("apache_beam.runners").info("Running pipeline")
-    print("error: the user's error", file=sys.stderr)
+    print("error: the user's error", file=log.stderr)  # as the CLI shows its errors
+    print("a module's own print", file=sys.stderr)
+    print("a module's progress bar \x1b[1m1/1\x1b[0m", flush=True)
     log.attach(sys.argv[3])  # the run directory exists: a local log is written there now
     os.write(2, b"E0000 a C++ line after the run directory exists\\n")
     logging.getLogger("beam_pipeline").info("an INFO record after it")
@@ -48,6 +50,8 @@ _NOISE = [
     "`shuffle=True` was passed",
     "INFO apache_beam.runners: Running pipeline",
 ]
+# A module's own output (run_fn's prints, Keras's progress bars from model.fit): the log's.
+_MODULE = ["a module's own print", "a module's progress bar"]
 
 
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
@@ -63,8 +67,14 @@ def test_the_terminal_gets_the_users_business_and_the_log_gets_everything(tmp_pa
     for line in _USERS[:2] + _NOISE[1:] + ["INFO beam_pipeline: an INFO record after it"]:
         assert line in text, (line, text)
     assert (_NOISE[0] in text) != verbose  # a C-level line: in the log, or on the terminal
+    for line in _MODULE:
+        assert (line in proc.stdout + proc.stderr) == verbose, (line, proc.stdout)
+        assert (line in text) != verbose, (line, text)
+    assert ("\x1b[" in proc.stdout) == verbose
     expected = "unset" if verbose else "2"  # set before TensorFlow would load, unless -v
-    assert proc.stdout.strip() == f"TF_CPP_MIN_LOG_LEVEL={expected}"
+    assert proc.stdout.strip().splitlines()[-1] == f"TF_CPP_MIN_LOG_LEVEL={expected}"
+    if not verbose:
+        assert proc.stdout.strip() == f"TF_CPP_MIN_LOG_LEVEL={expected}"
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:

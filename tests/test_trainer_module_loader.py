@@ -125,7 +125,9 @@ def test_stage_skips_a_module_without_training(tmp_path, penguin_run_dir):
     config = conftest_trainer.penguin_config(str(path))
     report = run_training_stage(config, penguin_run_dir, options=None)
     assert report.status is StageStatus.SKIPPED
-    assert "defines no run_fn or TrainSpec subclass, so only the data stages ran" in report.note
+    assert "defines no run_fn or TrainSpec subclass: the data stages and Transform ran" in (
+        report.note
+    )
 
 
 # Module files whose training code fails after loading: the runner names file:line and fix.

@@ -31,7 +31,7 @@ from trainer.fn_args import FnArgs
 from trainer.job import ModelJob, common_fn_args
 from trainer.module_loader import ModuleKind, TrainerModule, error_place
 from trainer.process import worker_name
-from trainer.spec import run_spec
+from trainer.spec import CHECKPOINT_SUBDIR, run_spec
 from trainer.strategy import choose_strategy, describe
 
 __all__ = [
@@ -81,6 +81,9 @@ class TrainingResult:
       num_replicas / devices / strategy: the strategy the runner handed to the module.
       start_step / final_step: the step counter at start and end (spec runner only: a
         ``run_fn``'s loop is its own).
+      start_epoch: the epochs a ``run_fn``'s Keras ``BackupAndRestore`` backup had
+        finished when this attempt began (it resumes after them); None when there was none.
+      resumed_from: the checkpoint or backup folder this attempt resumed from, or None.
       seconds: wall time of the attempt that trained.
       reused: True when a completed earlier attempt was found and nothing was redone.
       worker: host and process that ran it.
@@ -96,6 +99,8 @@ class TrainingResult:
     strategy: str = ""
     start_step: Optional[int] = None
     final_step: Optional[int] = None
+    start_epoch: Optional[int] = None
+    resumed_from: Optional[str] = None
     seconds: float = 0.0
     reused: bool = False
     worker: str = ""
@@ -197,6 +202,32 @@ def _tensorboard_metrics(model_run_dir: str) -> dict[str, float]:
     return {k: v[2] for k, v in sorted(latest.items())}
 
 
+# Where Keras's BackupAndRestore keeps its state (Keras 3.15, pinned): a folder holding
+# this file, {"epoch": epochs finished, "batch": ...}; the restore starts after that epoch.
+_KERAS_BACKUP_STATE = "training_metadata.json"
+
+
+def _keras_backup(model_run_dir: str) -> Optional[tuple[str, int]]:
+    """(the backup folder, the epochs it had finished) of a Keras ``BackupAndRestore`` that
+    an earlier attempt left in ``model_run_dir`` (the folder itself or one or two levels
+    down, where a module puts its backup), or None when none had finished an epoch."""
+    for depth in range(3):
+        found = fileio.glob(fileio.join(model_run_dir, *["*"] * depth, _KERAS_BACKUP_STATE))
+        for path in sorted(found):
+            try:
+                epoch = int(json.loads(fileio.read_file(path)).get("epoch", 0))
+            except (ValueError, TypeError, AttributeError):
+                continue  # not Keras's file: nothing to report
+            if epoch > 0:
+                return path[: -len(_KERAS_BACKUP_STATE) - 1], epoch
+    return None
+
+
+def _spec_checkpoints(job: TrainingJob, start_step: Optional[int]) -> Optional[str]:
+    """The spec runner's checkpoint folder when it resumed from it (start_step > 0)."""
+    return fileio.join(job.model_run_dir, CHECKPOINT_SUBDIR) if start_step else None
+
+
 def _fn_args(job: TrainingJob, strategy) -> FnArgs:
     return common_fn_args(
         job,
@@ -220,12 +251,31 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs):
     except PipelineError:
         raise
     except Exception as e:  # noqa: BLE001  user code: report where it failed, do not retry
-        _LOG.exception("Training with %s from %s failed.", what, loaded.path)
+        # The traceback for the log (run.log, the worker's log), not the terminal, where
+        # the sentence below is the whole error.
+        _LOG.info("Training with %s from %s failed.", what, loaded.path, exc_info=True)
         where = error_place(e, loaded.module.__file__ or loaded.path, loaded.path)
+        fix = "fix the module file"
+        if _is_keras_save(e):
+            fix = (
+                "Keras 3's model.save writes only .keras/.h5 files, which TF Serving cannot "
+                "serve: export a SavedModel with tf.saved_model.save(model, "
+                "fn_args.serving_model_dir) or model.export(fn_args.serving_model_dir) "
+                "instead"
+            )
         raise PipelineError(
-            f"{what} in {where} raised {type(e).__name__} ({first_line(e)}); fix the "
-            "module file (the full traceback is in the worker log)."
+            f"{what} in {where} raised {type(e).__name__} ({first_line(e)}); {fix} (the "
+            "full traceback is in the run's log, or the worker's)."
         ) from None
+
+
+# Keras 3's refusals of TF 2's model.save(dir) / model.save(dir, save_format="tf"), which
+# TFX's docs and module files use (keras/src/saving/saving_api.py, Keras pinned).
+_KERAS_SAVE_ERRORS = ("`save_format` argument is deprecated", "Invalid filepath extension")
+
+
+def _is_keras_save(e: Exception) -> bool:
+    return isinstance(e, ValueError) and any(m in str(e) for m in _KERAS_SAVE_ERRORS)
 
 
 def run_trainer(job: TrainingJob) -> TrainingResult:
@@ -259,6 +309,7 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
     info = describe(strategy)
     _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))
     fn_args = _fn_args(job, strategy)
+    backup = _keras_backup(job.model_run_dir) if loaded.kind is ModuleKind.RUN_FN else None
     returned = _run_user_code(loaded, fn_args)
     export.check_serving_model(job.serving_model_dir, job.module_file)
 
@@ -279,6 +330,8 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
         strategy=info.name,
         start_step=start_step,
         final_step=final_step,
+        start_epoch=backup[1] if backup else None,
+        resumed_from=backup[0] if backup else (_spec_checkpoints(job, start_step)),
         seconds=round(time.time() - start, 3),
         worker=worker_name(),
     )

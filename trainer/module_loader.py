@@ -38,6 +38,7 @@ __all__ = [
     "ModuleKind",
     "TrainerModule",
     "check_trainer_module",
+    "check_no_misspelled_run_fn",
     "load_trainer_module",
     "error_place",
 ]
@@ -169,6 +170,42 @@ def _resolve(display: str, module: types.ModuleType, entry_point: Optional[str])
             "trains a Keras model and saves it to fn_args.serving_model_dir."
         )
     return TrainerModule(display, module, ModuleKind.NONE)
+
+
+# The module file's other entry points: never a misspelled run_fn (tuner_fn is as close to
+# run_fn as run_function is).
+_OTHER_ENTRY_POINTS = {"preprocessing_fn", "tuner_fn", "stats_options_updater_fn", "trainer_fn"}
+
+
+def check_no_misspelled_run_fn(loaded: TrainerModule) -> None:
+    """Refuses a module with no training entry point but a function whose name looks like
+    a misspelled ``run_fn`` (run_function, runfn, run_fm): it would silently train nothing.
+
+    Raises:
+      PipelineError: naming the function and the fix.
+    """
+    near = _near_run_fn(loaded.module) if loaded.kind is ModuleKind.NONE else None
+    if near:
+        raise PipelineError(
+            f"Module file {loaded.path} defines {near}() but no run_fn; did you mean run_fn? "
+            f"Rename it to run_fn, or pass --trainer_entry_point={near} to train with it."
+        )
+
+
+def _near_run_fn(module: types.ModuleType) -> Optional[str]:
+    """The module's public function whose name is closest to ``run_fn``, if close."""
+    import difflib
+
+    names = [
+        name
+        for name, obj in vars(module).items()
+        if inspect.isfunction(obj)
+        and obj.__module__ == module.__name__
+        and not name.startswith("_")
+        and name not in _OTHER_ENTRY_POINTS
+    ]
+    close = difflib.get_close_matches("run_fn", names, n=1, cutoff=0.65)
+    return close[0] if close else None
 
 
 def load_trainer_module(

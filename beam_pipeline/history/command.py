@@ -40,8 +40,10 @@ _DIGEST = re.compile(r"[0-9a-f]{40,}")
 
 
 def _parser() -> argparse.ArgumentParser:
+    from beam_pipeline.flags import command_name
+
     p = argparse.ArgumentParser(
-        prog="beam-pipeline runs", description="Run history from the metadata store."
+        prog=f"{command_name()} runs", description="Run history from the metadata store."
     )
     where = argparse.ArgumentParser(add_help=False)
     where.add_argument(
@@ -52,7 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--metadata_url", default="", help="SQLAlchemy URL of the store.")
     where.add_argument("--json", action="store_true", help="Print JSON for scripts.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{list,show,lineage,diff,report}")
-    sub.add_parser("list", parents=[where], help="Every recorded run, newest first.")
+    listing = sub.add_parser("list", parents=[where], help="Every recorded run, newest first.")
+    listing.add_argument(
+        "--limit", type=int, default=None, help="Only the N newest runs (default: every run)."
+    )
     show = sub.add_parser("show", parents=[where], help="One run's executions.")
     show.add_argument("run")
     lineage = sub.add_parser(
@@ -108,8 +113,8 @@ def _short(value: Optional[str]) -> str:
 def _plain(value: Any) -> str:
     if value is None:
         return "-"
-    if isinstance(value, str) and _DIGEST.fullmatch(value):
-        return value[:_SHORT]
+    if isinstance(value, str):  # digests (alone or in a value) by their first characters
+        return _DIGEST.sub(lambda m: m.group()[:_SHORT], value)
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (dict, list)):
@@ -122,27 +127,34 @@ def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) ->
         return f"{title}: none"
     table = Table(title=title, title_justify="left", show_lines=False)
     for c in columns:
-        # Names, statuses and run ids whole; long uris and parameter lists fold.
-        table.add_column(c, overflow="fold", no_wrap=c in _WHOLE)
+        # Names, statuses and run ids whole; long uris and parameter lists fold; a metric
+        # too long for its column ends in "…" (its value is in --json).
+        overflow = "ellipsis" if c == "metrics" else "fold"
+        table.add_column(c, overflow=overflow, no_wrap=c in _WHOLE)
     for row in rows:
         table.add_row(*(_plain(v) for v in row))
     return table
 
 
+def _verdict(value: Optional[bool]) -> str:
+    return "-" if value is None else ("yes" if value else "no")
+
+
 def _list(console: Console, rows: list[dict]) -> None:
+    # Narrow enough for 100 columns: the fingerprints are in `runs show` and --json.
     console.print(
         _table(
             "Runs (newest first)",
-            ["run", "start", "status", "data", "module", "metrics", "cached"],
+            ["run", "start", "status", "metrics", "blessed", "pushed", "cached"],
             [
                 [
                     r["run_id"],
-                    r["start"],
+                    (r["start"] or "-")[:16].replace("T", " "),
                     r["status"],
-                    _short(r["data"]),
-                    _short(r["module"]),
-                    " ".join(f"{k}={_plain(v)}" for k, v in sorted(r["metrics"].items())) or "-",
-                    ", ".join(r["cached"]) or "-",
+                    "\n".join(f"{k}={_plain(v)}" for k, v in sorted(r["metrics"].items())) or "-",
+                    _verdict(r.get("blessed")),
+                    _verdict(r.get("pushed")),
+                    f"{len(r['cached'])} of {len(r['stages'])}" if r["cached"] else "-",
                 ]
                 for r in rows
             ],
@@ -150,27 +162,67 @@ def _list(console: Console, rows: list[dict]) -> None:
     )
 
 
-def _artifacts(side: dict) -> str:
-    return "\n".join(f"{role}: {a['uri']}" for role, a in side.items()) or "-"
+def _base(executions: list[dict]) -> str:
+    """The folder the executions' local artifacts share (a run's own directory, or the
+    runs folder when some are another run's): paths are shown under it, so that they fit
+    a table whole."""
+    uris = [
+        a["uri"]
+        for e in executions
+        for side in ("inputs", "outputs")
+        for role, a in e[side].items()
+        if role != "data" and not fileio.is_remote(a["uri"])
+    ]
+    if not uris:
+        return ""
+    base = os.path.commonpath(uris)
+    return os.path.dirname(base) if base in uris else base
 
 
-def _executions(console: Console, title: str, executions: list[dict]) -> None:
+def _artifacts(side: dict, base: str = "") -> str:
+    def shown(uri: str) -> str:
+        return os.path.relpath(uri, base) if base and uri.startswith(base + os.sep) else uri
+
+    return "\n".join(shown(a["uri"]) for a in side.values()) or "-"
+
+
+def _status(e: dict) -> str:
+    status = e.get("summary_status", e["status"])
+    return status + (f" (from run {e['cached_from_run']})" if e.get("cached_from_run") else "")
+
+
+def _executions(console: Console, title: str, executions: list[dict], base: str = "") -> None:
     console.print(
         _table(
             title,
-            ["#", "stage", "status", "inputs", "outputs", "parameters", "job ids"],
+            ["#", "stage", "status", "outputs", "job ids"],
             [
                 [
                     e["id"],
                     e["stage"],
-                    e["status"]
-                    + (f" (from run {e['cached_from_run']})" if e.get("cached_from_run") else ""),
-                    _artifacts(e["inputs"]),
-                    _artifacts(e["outputs"]),
+                    _status(e),
+                    _artifacts(e["outputs"], base),
+                    "\n".join(e["job_ids"]) or "-",
+                ]
+                for e in executions
+            ],
+        )
+    )
+
+
+def _parameters(console: Console, executions: list[dict]) -> None:
+    console.print(
+        _table(
+            "Parameters",
+            ["#", "stage", "parameters"],
+            [
+                [
+                    e["id"],
+                    e["stage"],
                     "\n".join(
                         f"{k}={_plain(v)}" for k, v in sorted(compare.flat(e["parameters"]).items())
-                    ),
-                    "\n".join(e["job_ids"]) or "-",
+                    )
+                    or "-",
                 ]
                 for e in executions
             ],
@@ -183,7 +235,16 @@ def _show(console: Console, run: dict) -> None:
         f"Run {run['run_id']}: {run['status']}, {run['start']} .. {run['end'] or '-'}; "
         f"data {_short(run['data'])}, module {_short(run['module'])}"
     )
-    _executions(console, "Executions", run["executions"])
+    executions = run["executions"]
+    base = _base(executions)
+    if base:
+        # Whole, however long: the terminal wraps it, never in the middle of a name.
+        console.print(f"Artifacts under {base}", soft_wrap=True)
+    _executions(console, "Executions", executions, base)
+    for e in executions:
+        if e.get("error"):
+            console.print(f"Error of #{e['id']} {e['stage']} ({e['status']}): {e['error']}")
+    _parameters(console, executions)
     checks = run.get("model_checks") or {}
     if checks:
         console.print(
@@ -207,8 +268,10 @@ def _show(console: Console, run: dict) -> None:
 def _lineage(console: Console, found: dict) -> None:
     a = found["artifact"]
     console.print(f"{a['type']} {a['uri']} ({a['state']}, fingerprint {_short(a['fingerprint'])})")
-    _executions(console, "Made by (upstream)", found["upstream"])
-    _executions(console, "Made from it (downstream)", found["downstream"])
+    _executions(console, "Made by (upstream)", found["upstream"], _base(found["upstream"]))
+    _executions(
+        console, "Made from it (downstream)", found["downstream"], _base(found["downstream"])
+    )
 
 
 def _diff(console: Console, d: dict) -> None:
@@ -218,6 +281,13 @@ def _diff(console: Console, d: dict) -> None:
             "Inputs", ["", a, b], [[k, _short(x), _short(y)] for k, (x, y) in d["inputs"].items()]
         )
     )
+    if d.get("identical"):
+        # Not tables of zeros: the one fact.
+        console.print(
+            f"Runs {a} and {b} are identical: the same inputs, parameters, schema, statistics, "
+            "hyperparameters and metrics."
+        )
+        return
     console.print(
         _table(
             "Parameters that differ",
@@ -280,11 +350,14 @@ def main(argv: Sequence[str]) -> int:
     """Runs one ``runs`` command; returns the exit code (2 for a user error)."""
     quiet_environment(os.environ)  # before fileio loads TensorFlow: no C++ INFO lines
     args = _parser().parse_args(list(argv))
-    console = Console(width=200 if not sys.stdout.isatty() else None, highlight=False)
+    # A terminal's own width (rich reads it, or COLUMNS); into a pipe or file, COLUMNS or
+    # wide rows (nothing there wraps them again).
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    console = Console(width=width, highlight=False)
     try:
         with _open(args) as store:
             if args.command == "list":
-                result: Any = views.run_rows(store)
+                result: Any = views.run_rows(store, args.limit)
                 draw = _list
             elif args.command == "show":
                 result, draw = views.run_view(store, args.run), _show

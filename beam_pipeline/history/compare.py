@@ -183,7 +183,7 @@ def diff_runs(store: MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
         schema = schema_diff(read_schema(schemas[0]), read_schema(schemas[1]))
     stats = [_on_disk(_output(x, "Statistics")) for x in (la, lb)]
     drift = statistics_drift(stats[0], stats[1]) if all(stats) else None
-    return {
+    d = {
         "runs": [run_a, run_b],
         "inputs": inputs,
         "parameters": parameters,
@@ -200,3 +200,24 @@ def diff_runs(store: MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
             changed_only=False,
         ),
     }
+    d["identical"] = _identical(d)
+    return d
+
+
+def _identical(d: Mapping[str, Any]) -> bool:
+    """Whether the diff found no difference: same inputs and cache keys, parameters,
+    schema, statistics (where both are on disk), hyperparameters and metrics."""
+    same = all(a == b for a, b in d["inputs"].values())
+    same = same and not d["parameters"]
+    schema = d["schema"]
+    if schema is not None:
+        same = same and not (schema["added"] or schema["removed"] or schema["changed"])
+    if d["drift"] is not None:
+        same = same and all(
+            v["mean_change"] == 0 and v["std_change"] == 0
+            for features in d["drift"].values()
+            for v in features.values()
+        )
+    return same and all(
+        a == b for name in ("hyperparameters", "metrics") for a, b in d[name].values()
+    )

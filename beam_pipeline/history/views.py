@@ -145,13 +145,18 @@ def model_checks(
     blessed (or pushed) the model, and the Evaluator's failed thresholds (metric, slice,
     value, bound and by how much the value misses it)."""
     checks: dict[str, dict[str, Any]] = {}
+    latest = {e.stage: e for e in executions}
     for stage in MODEL_CHECKS:
         report = _stage_report(executions, originals, stage)
         if not report:
             continue
         details = report.get("details") or {}
+        status = report.get("status")
+        e = latest.get(stage)
+        if e is not None and e.status is ExecutionStatus.CACHED:
+            status = _summary_status(e, originals.get(e.id))  # as the run's summary says
         checks[stage] = {
-            "status": report.get("status"),
+            "status": status,
             "note": report.get("note", ""),
             "blessed": details.get("blessed"),
             "failures": list(details.get("failures") or []),
@@ -165,6 +170,7 @@ def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
     executions = store.run_executions(run.run_id) or []
     originals = made_by(store, executions)
     metrics = stage_details(executions, originals, TRAINER).get("metrics", {})
+    checks = model_checks(executions, originals)
     status = run.status.value
     if run.status is RunStatus.RUNNING and launcher_gone(run.properties.get("launcher")):
         # Killed (or lost) without a resume: nothing will ever finish its record.
@@ -180,13 +186,29 @@ def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
         "metrics": metrics,
         "stages": {stage: status.value for stage, status in run.stages.items()},
         "cached": [s for s, status in run.stages.items() if status is ExecutionStatus.CACHED],
+        # The model checks' verdicts (None: the check did not run or decide).
+        "blessed": checks.get("Evaluator", {}).get("blessed"),
+        "pushed": checks.get(PUSHER, {}).get("pushed"),
     }
 
 
-def run_rows(store: MetadataStore) -> list[dict[str, Any]]:
-    """Every recorded run, newest first: id, start, status, data and module fingerprints,
-    the Trainer's eval metrics, each stage's status and the cached stages."""
-    return [_row(store, run) for run in store.list_runs()]
+def run_rows(store: MetadataStore, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    """Every recorded run (the ``limit`` newest), newest first: id, start, status, data and
+    module fingerprints, the Trainer's eval metrics, each stage's status, the cached
+    stages, and whether the Evaluator blessed the model and the Pusher pushed it."""
+    runs = store.list_runs()
+    return [_row(store, run) for run in (runs if limit is None else runs[:limit])]
+
+
+def _summary_status(e: ExecutionRecord, original: Optional[ExecutionRecord]) -> str:
+    """The status the run's summary gave the stage: a reused execution is ``cached``, but
+    a reused stage that was skipped and made nothing stays ``skipped`` there (as in
+    :func:`beam_pipeline.stages.runner.run_stages`)."""
+    if e.status is not ExecutionStatus.CACHED or original is None or original.outputs:
+        return e.status.value
+    reports = original.properties.get("reports") or []
+    skipped = bool(reports) and reports[0].get("status") == "skipped"
+    return "skipped" if skipped else e.status.value
 
 
 def run_view(store: MetadataStore, run_id: str) -> dict[str, Any]:
@@ -202,6 +224,8 @@ def run_view(store: MetadataStore, run_id: str) -> dict[str, Any]:
     row["executions"] = [
         execution_view(e, originals[e.id].run_id if e.id in originals else None) for e in executions
     ]
+    for view, e in zip(row["executions"], executions):
+        view["summary_status"] = _summary_status(e, originals.get(e.id))
     row["model_checks"] = model_checks(executions, originals)
     return row
 

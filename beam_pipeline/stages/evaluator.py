@@ -35,7 +35,14 @@ from beam_pipeline.summary import StageReport, StageStatus
 if TYPE_CHECKING:
     from beam_pipeline.metadata import MetadataStore
 
-__all__ = ["EvaluatorStage", "open_store", "skip_without_model"]
+__all__ = ["EvaluatorStage", "NO_LABEL_FIX", "open_store", "skip_without_model"]
+
+
+# Why the Evaluator skips a trained model, and the fix (the Pusher repeats it).
+NO_LABEL_FIX = (
+    "records no label; pass --eval_config (a TFMA EvalConfig naming model_specs.label_key) "
+    "to evaluate and bless it"
+)
 
 
 def skip_without_model(
@@ -74,7 +81,8 @@ def _baseline(ctx: StageContext, candidate: str) -> tuple[Optional[str], str]:
             return None, "no metadata store (remote root, no --metadata_url): value thresholds only"
         found = store.latest_blessed_model()
     if found is None or fileio.join(found.uri, "") == fileio.join(stored_uri(candidate), ""):
-        return None, "no blessed model yet: value thresholds only (rubber stamp)"
+        # Not "yet": a reused evaluation's note is read in later runs too, when one is.
+        return None, "no model was blessed before it: value thresholds only (rubber stamp)"
     return found.uri, f"baseline {found.uri}"
 
 
@@ -145,10 +153,7 @@ class EvaluatorStage(Stage):
         facts = evaluator.model_facts(model.uri)  # loaded once for both uses below
         if not e.eval_config and facts.label_key is None:
             # A model exported by the module's own code (TFX's modules) records no label.
-            note = (
-                f"not evaluated: the model in {model.uri} records no label; pass --eval_config "
-                "(a TFMA EvalConfig naming model_specs.label_key) to evaluate and bless it"
-            )
+            note = f"not evaluated: the model in {model.uri} {NO_LABEL_FIX}"
             return StageResult([StageReport("Evaluator", StageStatus.SKIPPED, note=note)])
         schema_artifact = inputs.get(Schema)
         schema = read_schema(schema_artifact.file) if schema_artifact is not None else None

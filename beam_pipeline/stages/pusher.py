@@ -18,7 +18,7 @@ from beam_pipeline.artifacts import InfraBlessing, Model, ModelBlessing, PushedM
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
-from beam_pipeline.stages.evaluator import skip_without_model
+from beam_pipeline.stages.evaluator import NO_LABEL_FIX, skip_without_model
 from beam_pipeline.summary import StageReport, StageStatus
 
 __all__ = ["PusherStage", "EXIT_NOT_BLESSED", "PUSHED_FILE"]
@@ -27,14 +27,17 @@ EXIT_NOT_BLESSED = 4
 PUSHED_FILE = "pushed.json"
 
 
-def _why_not(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> str:
+def _why_not(inputs: Mapping[type[TypedArtifact], TypedArtifact], ctx: StageContext) -> str:
     """Why the model may not be pushed ('' when it may)."""
     from beam_pipeline.evaluator import read_blessing
     from beam_pipeline.infra_validator import read_infra_result
 
     blessing = inputs.get(ModelBlessing)
-    if blessing is None:
+    if blessing is None and not ctx.config.evaluator.enabled:
         return "the Evaluator did not run (--no_evaluator)"
+    if blessing is None:
+        # The Evaluator's one other reason to skip a trained model (stages/evaluator.py).
+        return f"the Evaluator did not evaluate it: the model {NO_LABEL_FIX}"
     verdict = read_blessing(blessing.uri)
     if verdict is None or not verdict.blessed:
         return f"the Evaluator did not bless it ({verdict.why() if verdict else 'no verdict'})"
@@ -72,7 +75,7 @@ class PusherStage(Stage):
             return skipped
 
         destination = ctx.config.pusher.destination
-        why_not = _why_not(inputs)
+        why_not = _why_not(inputs, ctx)
         record: dict[str, Any] = {"pushed": False, "destination": destination or None}
         if why_not:
             record["reason"] = why_not

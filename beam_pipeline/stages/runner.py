@@ -145,12 +145,15 @@ def _reusable(execution: Optional[Execution]) -> Optional[Execution]:
 
 
 def _cached_rows(execution: Execution, run_id: str) -> list[StageReport]:
-    """An earlier execution's summary rows, as CACHED (SKIPPED ones stay: decided again)."""
+    """An earlier execution's summary rows, as CACHED: the run reuses what it made, as the
+    metadata store records it (``runs show``). A SKIPPED row of an execution that made
+    nothing stays SKIPPED (a stage turned off: nothing is reused); one that made an
+    artifact (the Pusher's record of a model it did not push) is CACHED."""
     rows = []
     for earlier in execution.reports:
         row = StageReport.from_json(earlier.to_json())
         row.seconds = 0.0
-        if row.status is not StageStatus.SKIPPED:
+        if row.status is not StageStatus.SKIPPED or execution.outputs:
             row.status = StageStatus.CACHED
             if execution.run_id == run_id:
                 note = f"kept from an earlier attempt of run {execution.run_id}"

@@ -27,7 +27,9 @@ from beam_pipeline.beam_options import is_direct
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
-from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, run_tuning_stage
+from beam_pipeline.summary import StageReport, StageStatus
+from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, STAGE, run_tuning_stage
+from trainer.module_loader import ModuleKind, load_trainer_module
 
 __all__ = ["TunerStage", "default_tuner_pool"]
 
@@ -63,6 +65,22 @@ def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerP
     return LocalWorkerPool(workers, threads_per_worker=max(1, cores // workers))
 
 
+def _nothing_to_train(ctx: StageContext) -> str:
+    """Why the run's module gives the search no model to tune ('' when it trains one)."""
+    config = ctx.config
+    if not config.tuner.enabled or not config.module_file:
+        return ""  # run_tuning_stage says why it skips
+    loaded = load_trainer_module(
+        config.module_file, entry_point=config.trainer.entry_point, staged=ctx.staged
+    )  # loaded already by the run's checks: not executed again
+    if loaded.kind is not ModuleKind.NONE:
+        return ""
+    return (
+        f"{config.module_file} defines no run_fn or TrainSpec subclass, so there is no model "
+        "to tune"
+    )
+
+
 class TunerStage(Stage):
     """TransformGraph + TransformedExamples (+ Schema) -> Hyperparameters."""
 
@@ -77,6 +95,10 @@ class TunerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        untrained = _nothing_to_train(ctx)
+        if untrained:
+            # Hyperparameters that nothing trains with are no result: the search is not run.
+            return StageResult([StageReport(STAGE, StageStatus.SKIPPED, note=untrained)])
         # The early-started pool (if any) serves this search and is stopped after it.
         with ctx.tuner_pool:
             report, best = run_tuning_stage(

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import posixpath
 import types
 from collections.abc import Mapping, Sequence
 
@@ -58,19 +59,33 @@ def detect_format(
     """
     if data_format is not DataFormat.AUTO:
         return data_format
-    kinds = set()
+    kinds, unclaimed, endings = set(), [], set()
     for f in files:
         name = basename(f).lower()
+        compression = ""
         for suffix in COMPRESSION_SUFFIXES:
-            name = name.removesuffix(suffix)
+            if name.endswith(suffix):
+                name, compression = name.removesuffix(suffix), suffix
         kind = next((key for key, fmt in formats.items() if fmt.claims(name)), None)
         if kind is None:
-            names = " nor ".join(fmt.suffix for fmt in formats.values())
-            flags = " or ".join(f"--data_format={key.value}" for key in formats)
-            raise PipelineError(
-                f"Input file {f} is neither {names} by name; rename it or pass {flags}."
-            )
+            unclaimed.append(f)
+            continue
         kinds.add(kind)
+        endings.add(posixpath.splitext(basename(f).removesuffix(compression))[1] + compression)
+    if unclaimed and len(kinds) == 1 and len(endings) == 1:
+        # A folder of data files and others (a README.md): the data files alone, by a glob.
+        folder = unclaimed[0][: -len(basename(unclaimed[0]))]
+        pattern = f"{folder}*{endings.pop()}"
+        raise PipelineError(
+            f"Input file {unclaimed[0]} is not {formats[kinds.pop()].title} by name, unlike "
+            f"the other files beside it; read only those with a glob: --data '{pattern}'."
+        )
+    if unclaimed:
+        names = " nor ".join(fmt.suffix for fmt in formats.values())
+        flags = " or ".join(f"--data_format={key.value}" for key in formats)
+        raise PipelineError(
+            f"Input file {unclaimed[0]} is neither {names} by name; rename it or pass {flags}."
+        )
     if len(kinds) > 1:
         mixed = " and ".join(fmt.title for key, fmt in formats.items() if key in kinds)
         raise PipelineError(
