@@ -267,6 +267,9 @@ class TunerConfig:
         renewed it for this long is re-issued to another worker.
       search_space: a search space declared in the YAML config (``search_space:``), used
         with a TrainSpec module that has no ``tuner_fn``.
+      gpus_per_trial: on a host with several GPUs, each local trial worker process gets
+        this many GPUs of its own (``CUDA_VISIBLE_DEVICES``); 0: every worker sees every
+        GPU (on one GPU the trials share it, each with memory growth).
     """
 
     enabled: bool = True
@@ -279,9 +282,11 @@ class TunerConfig:
     min_ram: Optional[str] = None
     lease_seconds: int = 120
     search_space: Optional[SearchSpace] = None
+    gpus_per_trial: int = 0
 
     def __post_init__(self):
         _check_int("tuner_parallel_trials", self.parallel_trials, 1)
+        _check_int("gpus_per_trial", self.gpus_per_trial, 0)
         _check_int("tuner_lease_seconds", self.lease_seconds, 1)
         if self.max_trials is not None:
             _check_int("tuner_max_trials", self.max_trials, 1)

@@ -89,6 +89,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "tuner_min_ram": ("tuner", "min_ram"),
     "tuner_lease_seconds": ("tuner", "lease_seconds"),
     "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
+    "gpus_per_trial": ("tuner", "gpus_per_trial"),
     "evaluator": ("evaluator", "enabled"),
     "eval_config": ("evaluator", "eval_config"),
     "eval_split": ("evaluator", "eval_split"),
@@ -212,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="search_job: a trial whose worker stopped renewing it this long is re-issued.",
     )
     g.add_argument("--no_tuner", dest="tuner", action="store_false")
+    g.add_argument(
+        "--gpus_per_trial",
+        type=int,
+        help="GPUs of its own for each local trial worker on a multi-GPU host (default 0: shared).",
+    )
     g = p.add_argument_group("evaluator, infra validator, pusher")
     g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")
     g.add_argument("--eval_split", help="Split to evaluate and validate on (default eval).")

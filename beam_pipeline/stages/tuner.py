@@ -60,7 +60,11 @@ def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerP
         return None
     cores = os.cpu_count() or 1
     workers = max(1, min(config.tuner.parallel_trials, cores))
-    return LocalWorkerPool(workers, threads_per_worker=max(1, cores // workers))
+    return LocalWorkerPool(
+        workers,
+        threads_per_worker=max(1, cores // workers),
+        gpus_per_worker=config.tuner.gpus_per_trial,
+    )
 
 
 class TunerStage(Stage):
