@@ -66,9 +66,24 @@ def host_gpus(env: Optional[Mapping[str, str]] = None) -> tuple[str, ...]:
         return tuple(d.strip() for d in visible.split(",") if d.strip())
     try:
         count = len(os.listdir(_DRIVER_GPUS))
-    except OSError:  # no NVIDIA driver here
-        return ()
+    except OSError:  # no driver folder (some containers): ask the driver's own tool
+        count = _nvidia_smi_count()
     return tuple(str(i) for i in range(count))
+
+
+def _nvidia_smi_count() -> int:
+    """The GPUs ``nvidia-smi -L`` lists (one ``GPU i: ...`` line each); 0 without it."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return 0
+    try:
+        done = subprocess.run([tool, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
 
 
 def check_gpus_per_trial(gpus_per_trial: int, workers: int, gpus: Sequence[str]) -> None:
