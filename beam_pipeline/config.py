@@ -230,6 +230,9 @@ class TrainerConfig:
       custom_config: JSON object text reaching ``fn_args.custom_config`` as a dict.
       entry_point: the module's ``run_fn``-like function or TrainSpec subclass to train
         with (default: ``run_fn``, else the module's only TrainSpec subclass).
+      mixed_precision: a TrainSpec's model computes in float16 on GPUs, bfloat16 on CPUs
+        (training and tuning); a ``run_fn`` gets the policy's name in
+        ``fn_args.mixed_precision`` (see :mod:`trainer.precision`).
     """
 
     enabled: bool = True
@@ -241,6 +244,7 @@ class TrainerConfig:
     min_ram: Optional[str] = None
     custom_config: str = "{}"
     entry_point: Optional[str] = None
+    mixed_precision: bool = False
 
     def __post_init__(self):
         if self.base_model:  # 0 steps: export the warm-started model as it is

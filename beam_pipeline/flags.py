@@ -79,6 +79,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "custom_config": ("trainer", "custom_config"),
     "trainer": ("trainer", "enabled"),
     "trainer_entry_point": ("trainer", "entry_point"),
+    "mixed_precision": ("trainer", "mixed_precision"),
     "tuner": ("tuner", "enabled"),
     "tuner_parallel_trials": ("tuner", "parallel_trials"),
     "tuner_schedule": ("tuner", "schedule"),
@@ -191,6 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run_fn-like function or TrainSpec class of the module to train with.",
     )
     g.add_argument("--no_trainer", dest="trainer", action="store_false")
+    g.add_argument(
+        "--mixed_precision",
+        action="store_true",
+        help="Train in float16 on GPUs, bfloat16 on CPUs (TrainSpec; fn_args.mixed_precision).",
+    )
     g = p.add_argument_group("tuner")
     g.add_argument("--tuner_parallel_trials", type=int)
     g.add_argument(

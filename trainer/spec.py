@@ -171,9 +171,13 @@ def make_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> TrainSpec:
 
 
 def compile_model(spec: TrainSpec, hp: keras_tuner.HyperParameters) -> keras.Model:
-    """The spec's model for ``hp``, compiled with its optimizer, loss and metrics."""
-    model = spec.model(hp)
-    model.compile(optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp))
+    """The spec's model for ``hp``, compiled with its optimizer, loss and metrics; built
+    under ``fn_args.mixed_precision``'s policy when set (its layers keep it)."""
+    from trainer.precision import policy_scope
+
+    with policy_scope(spec.fn_args.mixed_precision):
+        model = spec.model(hp)
+        model.compile(optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp))
     return model
 
 
