@@ -58,7 +58,9 @@ def kind(pid: int, root: int, tree: dict[int, tuple[int, str]]) -> str:
     if pid not in tree:
         return "not this run"
     ppid, cmdline = tree[pid]
-    if " -m beam_pipeline" in cmdline or pid == root and "beam_pipeline" in cmdline:
+    if os.path.basename(cmdline.split(" ", 1)[0]) == "timeout":
+        return "timeout (the launcher's wrapper)"
+    if " -m beam_pipeline" in cmdline:
         return "launcher"
     if "serving_sandbox" in cmdline:
         return "InfraValidator sandbox"
@@ -151,6 +153,13 @@ def main(argv=None) -> int:
             round(sum(utilization) / len(utilization), 1) if utilization else None
         ),
     }
+    verdict = "yes" if summary["launcher_under_limit"] else "NO"
+    if tool is None:
+        verdict = "not measured"
+    elif peak and all(e["kind"] == "not this run" for e in peak.values()):
+        verdict = "unknown (nvidia-smi lists no pid of this run: another PID namespace?)"
+    if tool is None or verdict.startswith("unknown"):
+        summary["launcher_under_limit"] = None
     with open(args.out + ".summary.json", "w") as f:
         json.dump(summary, f, indent=2)
     print(f"GPU memory per process ({samples} samples of nvidia-smi over {summary['seconds']} s):")
@@ -161,12 +170,6 @@ def main(argv=None) -> int:
     for pid, e in sorted(peak.items(), key=lambda item: -item[1]["max_mib"]):
         print(f"  {e['max_mib']:>9.0f} MiB  pid {pid:<8} {e['kind']}")
     print(f"process kinds in the run's tree: {', '.join(summary['process_kinds_seen'])}")
-    verdict = "yes" if summary["launcher_under_limit"] else "NO"
-    if peak and all(e["kind"] == "not this run" for e in peak.values()):
-        verdict = "unknown (nvidia-smi lists no pid of this run: another PID namespace?)"
-        summary["launcher_under_limit"] = None
-        with open(args.out + ".summary.json", "w") as f:
-            json.dump(summary, f, indent=2)
     print(
         f"launcher peak {summary['launcher_max_mib']:.0f} MiB; under "
         f"{args.launcher_limit_mib:.0f} MiB: {verdict}"
