@@ -284,7 +284,9 @@ def main(argv=None) -> dict:
     )
     rates: dict = {}
     epoch = int(fn_args.num_examples["train"]) // batch  # batches in one pass
-    rates["input_first_pass"] = rate_of(train_ds, min(args.input_batches, epoch - 1), batch, 1)
+    # The whole first pass, its first batch included: the runner's shuffle of the cached
+    # batches holds one pass, so the first batch comes once the pass is read.
+    rates["input_first_pass"] = rate_of(train_ds, epoch, batch, warmup=0)
     with gpu.sample(utilization, "input"):
         # After a whole pass (training runs many): what the steps get from then on.
         rates["input"] = rate_of(train_ds, args.input_batches, batch, warmup=epoch + 1)

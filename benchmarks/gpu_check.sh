@@ -122,7 +122,9 @@ done
 
 # 3. MirroredStrategy over 2 logical GPUs split from one.
 say "3. 2-logical-GPU MirroredStrategy test"
-timeout $(( 150 * SLOW )) "$PY" -m pytest -o addopts="" -p no:cacheprovider -q -rs \
+# pytest's own process builds the penguin data with TensorFlow (not through the launcher,
+# which would set memory growth): without it, it would hold the GPU the test splits.
+TF_FORCE_GPU_ALLOW_GROWTH=true timeout $(( 150 * SLOW )) "$PY" -m pytest -o addopts="" -p no:cacheprovider -q -rs \
   tests/test_trainer_distributed.py -k two_logical_gpus > "$OUTDIR/logical_gpus.log" 2>&1
 say "2-logical-GPU test exit code $? (0: passed; 5: none ran); its summary:"
 tail -n 6 "$OUTDIR/logical_gpus.log"
