@@ -155,11 +155,11 @@ def watched_run(tmp_path_factory):
     output = launcher.communicate()[0]
     assert launcher.returncode == 0, output[-4000:]
     records = {p.name: json.loads(p.read_text()) for p in env_dir.iterdir()}
-    return seen, records
+    return seen, records, (tmp / "root" / "runs" / "gpu_env" / "run.log").read_text()
 
 
 def test_every_process_the_run_starts_has_gpu_memory_growth_in_its_environment(watched_run):
-    seen, _ = watched_run
+    seen, _, _ = watched_run
     kinds = {}
     for cmdline, env in seen.values():
         kinds.setdefault(_kind(cmdline), []).append(env.get(ALLOW_GROWTH))
@@ -170,7 +170,7 @@ def test_every_process_the_run_starts_has_gpu_memory_growth_in_its_environment(w
 
 
 def test_each_trial_worker_sees_its_own_gpus_and_the_trainer_sees_all(watched_run):
-    _, records = watched_run
+    _, records, _ = watched_run
     trials = [r for name, r in records.items() if name.startswith("tuner_fn-")]
     training = [r for name, r in records.items() if name.startswith("run_fn-")]
     # The launcher's own tuner_fn call (the oracle) sees the run's four ids; the two trial
@@ -178,6 +178,14 @@ def test_each_trial_worker_sees_its_own_gpus_and_the_trainer_sees_all(watched_ru
     assert sorted(r[VISIBLE_DEVICES] for r in trials) == ["0,1", "0,1,2,3", "2,3"]
     assert [r[VISIBLE_DEVICES] for r in training] == ["0,1,2,3"]
     assert {r[ALLOW_GROWTH] for r in trials + training} == {"true"}
+
+
+def test_a_launcher_whose_stages_all_run_in_workers_hides_its_gpus(watched_run):
+    """multi_processing: every stage runs in worker processes, so the launcher's own
+    TensorFlow (the tuner's oracle builds the model) is kept off the GPUs (CPU here:
+    the log line says it was done before TensorFlow started)."""
+    _, _, log = watched_run
+    assert "GPUs hidden from this process: the run's stages run in worker processes." in log
 
 
 def test_the_launcher_sets_memory_growth_before_tensorflow_is_imported(tmp_path):
