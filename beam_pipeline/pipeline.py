@@ -50,7 +50,7 @@ from beam_pipeline.stages import StageContext, StageName, run_stages
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
 from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
-from beam_pipeline.stages.tuner import default_tuner_pool
+from beam_pipeline.stages.tuner import check_trial_gpus, default_tuner_pool
 from beam_pipeline.summary import RunSummary, write_summary
 from beam_pipeline.tuning_stage import with_schedule
 from trainer import load_trainer_module
@@ -148,6 +148,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
         tunes = callable(getattr(user_module.module, "tuner_fn", None)) or bool(
             config.tuner.search_space
         )
+        if tunes:  # the host's GPUs for --gpus_per_trial, before anything is written
+            check_trial_gpus(config, options)
         # Read (and its folder's size checked) before the run directory exists.
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
         if not _stages_run_here(options):
