@@ -7,7 +7,7 @@
 # On the offline GPU machine of ../shared/device-kit (README there), after its parts are
 # set up: this script sources .devkit/scripts/env.sh itself when it is there, and puts
 # the wheels of GPU_CHECK_WHEELS (default .devkit/extra: the packages the kit lacks,
-# SQLAlchemy, Alembic, Mako, Jinja2, greenlet, pytest, pluggy, iniconfig) on the path.
+# SQLAlchemy, Alembic, Mako, Jinja2, pytest, pluggy, iniconfig) on the path.
 #
 # It prints, and writes under $OUT (else ./gpu_check_out):
 #   1. each process's GPU memory through the bundled run with tuning (nvidia-smi's
