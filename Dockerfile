@@ -42,12 +42,20 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /opt/beam_pipeline
 COPY requirements.lock ./
 RUN pip install -r requirements.lock
+# XLA (Keras 3 jit-compiles a model's steps on GPU by default) needs ptxas and libdevice,
+# which the CUDA runtime image lacks: NVIDIA's nvcc wheel for the same CUDA 12.5 carries
+# both, and XLA_FLAGS points XLA at them (ptxas also on PATH).
+RUN pip install nvidia-cuda-nvcc-cu12==12.5.82
+ENV XLA_FLAGS=--xla_gpu_cuda_data_dir=/opt/venv/lib/python3.11/site-packages/nvidia/cuda_nvcc \
+    PATH=/opt/venv/lib/python3.11/site-packages/nvidia/cuda_nvcc/bin:$PATH
 COPY setup.py ./
 COPY beam_pipeline ./beam_pipeline
 COPY transforms ./transforms
 COPY trainer ./trainer
 RUN pip install --no-deps . \
-    && python -c "import apache_beam, tensorflow, beam_pipeline, transforms, trainer"
+    && python -c "import apache_beam, tensorflow, beam_pipeline, transforms, trainer" \
+    && ptxas --version \
+    && test -f "${XLA_FLAGS#*=}/nvvm/libdevice/libdevice.10.bc"
 COPY --from=beam_sdk /opt/apache/beam /opt/apache/beam
 ENTRYPOINT ["/opt/apache/beam/boot"]
 

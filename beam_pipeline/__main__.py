@@ -5,12 +5,15 @@ The working directory is first on ``sys.path`` here, so before anything imports
 a folder of that name there does not take their place.
 """
 
+import os
 import sys
 
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.gpus import gpu_environment
 from beam_pipeline.shadowing import check_shadowing
 
 if __name__ == "__main__":
+    gpu_environment(os.environ)  # before anything imports TensorFlow; children inherit it
     try:
         check_shadowing()
     except PipelineError as e:

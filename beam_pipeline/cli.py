@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -23,6 +24,7 @@ from typing import Any, Optional
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents, RunLog
 from beam_pipeline.core.errors import PipelineError, user_error
+from beam_pipeline.core.gpus import gpu_environment
 from beam_pipeline.core.secrets import mask
 from beam_pipeline.flags import build_parser, parse_config, parse_output
 from beam_pipeline.progress import ProgressDisplay
@@ -72,6 +74,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     path is the last line printed.
     """
     argv = sys.argv[1:] if argv is None else argv
+    # GPU memory growth for this process and every one it starts, set before TensorFlow is
+    # imported (the ``beam-pipeline`` script enters here, not through ``__main__``).
+    gpu_environment(os.environ)
     if argv and argv[0] == "runs":  # the run history (beam_pipeline.history), not a run
         from beam_pipeline.history import main as runs_main
 

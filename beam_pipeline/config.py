@@ -230,6 +230,9 @@ class TrainerConfig:
       custom_config: JSON object text reaching ``fn_args.custom_config`` as a dict.
       entry_point: the module's ``run_fn``-like function or TrainSpec subclass to train
         with (default: ``run_fn``, else the module's only TrainSpec subclass).
+      mixed_precision: a TrainSpec's model computes in float16 on GPUs, bfloat16 on CPUs
+        (training and tuning); a ``run_fn`` gets the policy's name in
+        ``fn_args.mixed_precision`` (see :mod:`trainer.precision`).
     """
 
     enabled: bool = True
@@ -241,6 +244,7 @@ class TrainerConfig:
     min_ram: Optional[str] = None
     custom_config: str = "{}"
     entry_point: Optional[str] = None
+    mixed_precision: bool = False
 
     def __post_init__(self):
         if self.base_model:  # 0 steps: export the warm-started model as it is
@@ -267,6 +271,9 @@ class TunerConfig:
         renewed it for this long is re-issued to another worker.
       search_space: a search space declared in the YAML config (``search_space:``), used
         with a TrainSpec module that has no ``tuner_fn``.
+      gpus_per_trial: on a host with several GPUs, each local trial worker process gets
+        this many GPUs of its own (``CUDA_VISIBLE_DEVICES``); 0: every worker sees every
+        GPU (on one GPU the trials share it, each with memory growth).
     """
 
     enabled: bool = True
@@ -279,9 +286,11 @@ class TunerConfig:
     min_ram: Optional[str] = None
     lease_seconds: int = 120
     search_space: Optional[SearchSpace] = None
+    gpus_per_trial: int = 0
 
     def __post_init__(self):
         _check_int("tuner_parallel_trials", self.parallel_trials, 1)
+        _check_int("gpus_per_trial", self.gpus_per_trial, 0)
         _check_int("tuner_lease_seconds", self.lease_seconds, 1)
         if self.max_trials is not None:
             _check_int("tuner_max_trials", self.max_trials, 1)

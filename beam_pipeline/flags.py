@@ -81,6 +81,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "custom_config": ("trainer", "custom_config"),
     "trainer": ("trainer", "enabled"),
     "trainer_entry_point": ("trainer", "entry_point"),
+    "mixed_precision": ("trainer", "mixed_precision"),
     "tuner": ("tuner", "enabled"),
     "tuner_parallel_trials": ("tuner", "parallel_trials"),
     "tuner_schedule": ("tuner", "schedule"),
@@ -91,6 +92,7 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "tuner_min_ram": ("tuner", "min_ram"),
     "tuner_lease_seconds": ("tuner", "lease_seconds"),
     "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
+    "gpus_per_trial": ("tuner", "gpus_per_trial"),
     "evaluator": ("evaluator", "enabled"),
     "eval_config": ("evaluator", "eval_config"),
     "eval_split": ("evaluator", "eval_split"),
@@ -236,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="Do not train (nor evaluate or push): the data stages, Transform and tuning run.",
     )
+    g.add_argument(
+        "--mixed_precision",
+        action="store_true",
+        help="Train in float16 on GPUs, bfloat16 on CPUs (TrainSpec; fn_args.mixed_precision).",
+    )
     g = p.add_argument_group("tuner")
     g.add_argument(
         "--tuner_parallel_trials", type=int, help="Trials that run at once, each on a worker."
@@ -268,6 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
         dest="tuner",
         action="store_false",
         help="Do not tune: train with --hyperparameters or the module's own.",
+    )
+    g.add_argument(
+        "--gpus_per_trial",
+        type=int,
+        help="GPUs of its own for each local trial worker on a multi-GPU host (default 0: shared).",
     )
     g = p.add_argument_group("evaluator, infra validator, pusher")
     g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.gpus import gpu_environment
 
 __all__ = [
     "BATCH_SIZES",
@@ -202,6 +203,7 @@ def validate_model(
         _write_requests(requests, input_name, examples)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        gpu_environment(env)  # a GPU serving host: the sandbox takes what it needs only
         # The sandbox runs in a folder of its own: a relative model path (the default
         # pipeline root is relative) is made absolute first.
         served = model_dir if fileio.is_remote(model_dir) else os.path.abspath(model_dir)

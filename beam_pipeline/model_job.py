@@ -61,4 +61,5 @@ def model_job_fields(
         custom_config=custom_config,
         entry_point=entry_point,
         staged=staged,
+        mixed_precision=config.trainer.mixed_precision,
     )

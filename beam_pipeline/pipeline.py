@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Optional
 
 from beam_pipeline.beam_options import is_multi_processing, parse_beam_args
@@ -36,19 +37,20 @@ from beam_pipeline.code_digest import transform_code
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
+from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
 from beam_pipeline.fingerprint import pipeline_code
 from beam_pipeline.manifest import RunManifest, run_identity
 from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
 from beam_pipeline.metadata.launcher import this_launcher
-from beam_pipeline.remote import check_remote_paths
+from beam_pipeline.remote import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.stages import StageContext, StageName, run_stages
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
 from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
-from beam_pipeline.stages.tuner import default_tuner_pool
+from beam_pipeline.stages.tuner import check_trial_gpus, default_tuner_pool
 from beam_pipeline.summary import RunSummary, write_summary
 from beam_pipeline.tuning_stage import with_schedule
 from trainer import ModuleKind, load_trainer_module
@@ -58,6 +60,15 @@ from transforms import example_gen as eg
 __all__ = ["run"]
 
 _LOG = logging.getLogger(__name__)
+
+
+def _stages_run_here(options) -> bool:
+    """Whether a stage may run in this process: every runner but the DirectRunner's
+    multi_processing mode (worker processes) and Dataflow. A portable runner's LOOPBACK
+    workers run in this process, hence the short list."""
+    return not is_multi_processing(options) and runner_family(options) is not (
+        RunnerFamily.DATAFLOW
+    )
 
 
 def _open_store(config: PipelineConfig) -> Optional[MetadataStore]:
@@ -102,6 +113,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     """
     from beam_pipeline.schema_gen import read_schema
 
+    gpu_environment(os.environ)  # the Python API's callers too: see beam_pipeline.core.gpus
     options = parse_beam_args(config.beam_args)
     # The runner's tuner schedule when none was given: recorded in the run's identity.
     config = with_schedule(config, options)
@@ -141,8 +153,15 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             callable(getattr(user_module.module, "tuner_fn", None))
             or bool(config.tuner.search_space)
         )
+        if tunes:  # the host's GPUs for --gpus_per_trial, before anything is written
+            check_trial_gpus(config, options)
         # Read (and its folder's size checked) before the run directory exists.
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
+        if not _stages_run_here(options):
+            # The launcher's own TensorFlow work (the tuner's oracle builds the model to
+            # learn its search space) must not take a GPU its workers need. A module file
+            # imports TensorFlow anyway; without one nothing here would import it.
+            hide_gpus("the run's stages run in worker processes")
     user_schema = read_schema(config.data.schema) if config.data.schema else None
 
     pool_checked()

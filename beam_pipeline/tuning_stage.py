@@ -321,7 +321,13 @@ def run_tuning_stage(
             size = local_pool_size(options, parallel) if pool is None else 0
             if size:
                 threads = max(1, (os.cpu_count() or 1) // size)
-                pool = stack.enter_context(LocalWorkerPool(size, threads_per_worker=threads))
+                pool = stack.enter_context(
+                    LocalWorkerPool(
+                        size,
+                        threads_per_worker=threads,
+                        gpus_per_worker=config.tuner.gpus_per_trial,
+                    )
+                )
             threads = pool.threads_per_worker if pool is not None else 0
             job = build_tuning_job(
                 config,

@@ -58,6 +58,7 @@ from apache_beam.runners.worker.worker_pool_main import (
 from apache_beam.utils import thread_pool_executor
 
 from beam_pipeline.console import quiet_environment
+from beam_pipeline.core.gpus import gpu_environment
 from beam_pipeline.runtime.inspection import SPARE_NAME, ZYGOTE_NAME
 
 __all__ = ["WorkerPoolServicer", "main", "serve"]
@@ -384,6 +385,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     # The workers inherit it: TensorFlow's C++ INFO/WARNING lines stay out of the pool's log
     # (unless the user set a level).
     quiet_environment(os.environ)
+    gpu_environment(os.environ)  # GPU memory growth in every worker: beam_pipeline.core.gpus
     address, server, service = serve(args.port, args.container_executable, args.spare_workers)
     _LOG.info("Worker pool serving at %s (workers run %s)", address, sys.executable)
     try:

@@ -185,13 +185,16 @@ def classify_accuracy(model_dir: str, raw_examples: list[bytes]) -> float:
     return float(np.mean(np.argmax(scores.numpy(), axis=1) == np.array(truth)))
 
 
-def run_python(code: str, *args: str, timeout: float = 240) -> dict:
-    """Runs ``code`` in a fresh Python process (repo and tests importable).
+def run_python(code: str, *args: str, timeout: float = 240, env: dict | None = None) -> dict:
+    """Runs ``code`` in a fresh Python process (repo and tests importable), with ``env``
+    added to this process's environment.
 
     Returns:
       the JSON object printed on the last line of its standard output.
     """
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
+    # An existing PYTHONPATH is kept after ours (a machine whose packages come that way).
+    path = [REPO, os.path.join(REPO, "tests"), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join(p for p in path if p))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],

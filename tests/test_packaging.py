@@ -97,6 +97,26 @@ def test_gpu_stage_matches_tensorflows_cuda_build_and_uses_the_beam_boot_entrypo
     assert stages["cpu"].splitlines()[0].startswith("FROM beam_sdk")
 
 
+def test_gpu_stage_has_what_xla_needs_ptxas_and_libdevice_of_tensorflows_cuda():
+    """Keras 3 jit-compiles on GPU; XLA then needs ptxas and libdevice, which the CUDA
+    runtime image lacks: the GPU stage installs NVIDIA's nvcc wheel of TensorFlow's CUDA
+    version and points XLA (and PATH) at it, and the build checks both are there."""
+    import tensorflow as tf
+
+    gpu = _stages()["gpu"]
+    nvcc = re.search(r"pip install nvidia-cuda-nvcc-cu12==(\d+)\.(\d+)\.\d+", gpu)
+    assert nvcc, "the GPU stage does not install nvidia-cuda-nvcc-cu12 (ptxas, libdevice)"
+    cuda = tf.sysconfig.get_build_info()["cuda_version"].split(".")[:2]
+    assert list(nvcc.groups()) == cuda
+    site = f"/opt/venv/lib/python{_python_minor()}/site-packages/nvidia/cuda_nvcc"
+    assert f"XLA_FLAGS=--xla_gpu_cuda_data_dir={site}" in gpu
+    assert f"PATH={site}/bin:$PATH" in gpu
+    assert "ptxas --version" in gpu and "nvvm/libdevice/libdevice.10.bc" in gpu
+    # Installed after the lock, before the project: in the image's venv.
+    assert gpu.index("pip install -r requirements.lock") < nvcc.start()
+    assert nvcc.start() < gpu.index("pip install --no-deps .")
+
+
 @pytest.mark.parametrize("stage", ["gpu", "cpu"])
 def test_each_image_installs_the_lock_then_the_project_without_dependencies(stage):
     text = _stages()[stage]

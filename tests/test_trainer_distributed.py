@@ -1,4 +1,5 @@
-"""MirroredStrategy over two logical CPU devices: training, export, metric aggregation.
+"""MirroredStrategy over two logical CPU devices: training, export, metric aggregation;
+and over two logical GPUs split from one GPU, where there is a GPU.
 
 Logical devices must be configured before TensorFlow initializes, so the training runs in
 one fresh process (``run_python``) and the tests assert on what it reports.
@@ -10,6 +11,8 @@ import json
 
 import conftest_trainer
 import pytest
+
+from beam_pipeline.core.gpus import host_gpus
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
@@ -155,3 +158,71 @@ def test_auc_comes_from_merged_confusion_counts(two_replica_runs):
     result = two_replica_runs["auc"]
     assert result["num_replicas"] == 2
     assert result["metrics"]["auc"] == pytest.approx(overall, abs=1e-3)
+
+
+_GPU_SCRIPT = """
+import dataclasses, json, sys
+from trainer import choose_strategy, run_trainer
+
+choose_strategy(logical_gpus=2)  # first, before TensorFlow initializes
+import keras
+from beam_pipeline.run_dir import RunDirectory
+from beam_pipeline.training_stage import build_training_job
+import conftest_trainer
+
+out = {}
+for name, root, entry in json.loads(sys.argv[1]):
+    run_dir = RunDirectory(root, conftest_trainer.RUN_ID)
+    config = conftest_trainer.penguin_config(train_steps=100, eval_steps=2)
+    job = build_training_job(config, run_dir, entry_point=entry)
+    keras.utils.set_random_seed(0)
+    result = run_trainer(dataclasses.replace(job, logical_gpus=2))
+    out[name] = dataclasses.asdict(result)
+    out[name]["accuracy"] = conftest_trainer.classify_accuracy(
+        result.serving_model_dir, conftest_trainer.read_raw_examples(run_dir))
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def two_logical_gpu_runs(penguin_run_dir, tmp_path_factory):
+    """One fresh process with the first GPU split in 2 logical GPUs: run_fn and PenguinSpec."""
+    tmp = tmp_path_factory.mktemp("mirrored_gpu")
+    cases = []
+    for name, entry in [("run_fn", None), ("spec", "PenguinSpec")]:
+        root = str(tmp / name)
+        conftest_trainer.copy_run_dir(penguin_run_dir, root)
+        cases.append((name, root, entry))
+    return conftest_trainer.run_python(_GPU_SCRIPT, json.dumps(cases), timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not host_gpus(),
+    reason="no GPU on this machine: this test splits one GPU into 2 logical GPUs "
+    "(benchmarks/gpu_check.sh runs it on a GPU machine)",
+)
+@pytest.mark.parametrize("form", ["run_fn", "spec"])
+def test_two_logical_gpus_train_and_export(two_logical_gpu_runs, form):
+    result = two_logical_gpu_runs[form]
+    assert result["error"] is None
+    assert result["strategy"] == "MirroredStrategy"
+    assert result["num_replicas"] == 2
+    assert [d.rsplit("/", 1)[-1] for d in result["devices"]] == ["device:GPU:0", "device:GPU:1"]
+    assert result["metrics"]["sparse_categorical_accuracy"] >= METRIC_FLOOR
+    assert result["accuracy"] >= SERVED_FLOOR
+
+
+def test_two_logical_gpus_without_a_gpu_is_an_error_not_a_cpu_run():
+    out = conftest_trainer.run_python(
+        "import json\n"
+        "from trainer import choose_strategy\n"
+        "try:\n"
+        "    choose_strategy(logical_gpus=2)\n"
+        "    print(json.dumps({'error': None}))\n"
+        "except RuntimeError as e:\n"
+        "    print(json.dumps({'error': str(e)}))\n",
+        # No GPU for TensorFlow, also on a GPU machine.
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert out["error"] == "Cannot split a GPU into 2 logical GPUs: TensorFlow sees none."

@@ -60,6 +60,7 @@ class TrainingJob(ModelJob):
       hyperparameters: a Keras Tuner HyperParameters config, or None.
       base_model: a SavedModel folder to warm-start from, or None.
       logical_cpus: for tests: mirror over this many logical CPU devices when no GPU.
+      logical_gpus: for tests: split the first GPU into this many logical GPUs.
     """
 
     serving_model_dir: str
@@ -67,6 +68,7 @@ class TrainingJob(ModelJob):
     hyperparameters: Optional[Mapping[str, Any]] = None
     base_model: Optional[str] = None
     logical_cpus: int = 0
+    logical_gpus: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,7 +307,7 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
     if fileio.exists(job.serving_model_dir):
         # Left by an attempt killed while exporting: the next export must start clean.
         fileio.rmtree(job.serving_model_dir)
-    strategy = choose_strategy(job.logical_cpus)
+    strategy = choose_strategy(job.logical_cpus, job.logical_gpus)
     info = describe(strategy)
     _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))
     fn_args = _fn_args(job, strategy)

@@ -70,6 +70,16 @@ def model_input_names(model: keras.Model) -> Optional[list[str]]:
     return list(inputs) if isinstance(inputs, Mapping) else None
 
 
+def _float32(tensor):
+    """A mixed-precision model's float16/bfloat16 output as float32: what a server expects
+    of the same model trained without ``--mixed_precision``."""
+    import tensorflow as tf
+
+    if tensor.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(tensor, tf.float32)
+    return tensor
+
+
 def export_serving_model(
     model: keras.Model,
     tf_transform_output: tft.TFTransformOutput,
@@ -114,7 +124,7 @@ def export_serving_model(
         parsed = tf.io.parse_example(serialized, spec)
         transformed = model.tft_layer(parsed)
         inputs = {k: transformed[k] for k in names} if names is not None else transformed
-        return dict(to_outputs(model(inputs, training=False)))
+        return {k: _float32(v) for k, v in to_outputs(model(inputs, training=False)).items()}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
     def transform_features(serialized):

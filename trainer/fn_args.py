@@ -111,6 +111,10 @@ class FnArgs:
       strategy: the distribution strategy the runner chose for this worker
         (MirroredStrategy over the local GPUs, the default strategy on CPU). Module files
         may ignore it and create their own, as TFX module files do.
+      mixed_precision: the Keras dtype policy of ``--mixed_precision`` for this worker
+        (``mixed_float16`` on GPU, ``mixed_bfloat16`` on CPU), or None (off). The runner
+        applies it to a TrainSpec; a ``run_fn`` applies it itself, e.g.
+        ``keras.config.set_dtype_policy(fn_args.mixed_precision)`` before building.
     """
 
     working_dir: Optional[str] = None
@@ -131,6 +135,7 @@ class FnArgs:
     custom_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     num_examples: Mapping[str, int] = dataclasses.field(default_factory=dict)
     strategy: Optional[tf.distribute.Strategy] = None
+    mixed_precision: Optional[str] = None
 
     def __post_init__(self) -> None:
         twins = (("schema_path", "schema_file"), ("transform_graph_path", "transform_output"))

@@ -23,6 +23,7 @@ from beam_pipeline.core.module_staging import StagedModule
 from trainer.data_accessor import DataAccessor
 from trainer.fn_args import ExampleCounts, FnArgs
 from trainer.module_loader import TrainerModule, load_trainer_module
+from trainer.precision import CUSTOM_CONFIG_KEY, precision_policy
 
 __all__ = ["ModelJob", "common_fn_args"]
 
@@ -43,6 +44,7 @@ class ModelJob:
       custom_config: reaches ``fn_args.custom_config``.
       entry_point: the run_fn-like function or TrainSpec class to use (default: run_fn,
         else the only TrainSpec subclass).
+      mixed_precision: compute in 16 bits (see :mod:`trainer.precision`).
     """
 
     module_file: str
@@ -56,6 +58,7 @@ class ModelJob:
     custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     entry_point: Optional[str] = None
     staged: Optional[StagedModule] = None
+    mixed_precision: bool = False
 
     def load_module(self) -> TrainerModule:
         """Loads the job's module file (its staged copy, else its text, else its path).
@@ -89,6 +92,10 @@ def common_fn_args(
       **fields: the job's own ``FnArgs`` fields (training: ``serving_model_dir``,
         ``model_run_dir``, ``hyperparameters``...).
     """
+    policy = precision_policy(job.mixed_precision)
+    custom_config = dict(job.custom_config)
+    if policy is not None:  # a TFX module's FnArgs has no field for it
+        custom_config.setdefault(CUSTOM_CONFIG_KEY, policy)
     return FnArgs(
         working_dir=working_dir,
         train_files=list(job.train_files),
@@ -98,8 +105,9 @@ def common_fn_args(
         schema_path=job.schema_path,
         transform_graph_path=job.transform_graph_path,
         data_accessor=data_accessor or DataAccessor(),
-        custom_config=dict(job.custom_config),
+        custom_config=custom_config,
         num_examples=ExampleCounts({"train": job.train_files, "eval": job.eval_files}),
         strategy=strategy,
+        mixed_precision=policy,
         **fields,
     )

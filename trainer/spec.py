@@ -57,6 +57,7 @@ __all__ = [
     "make_spec",
     "model_datasets",
     "run_spec",
+    "steps_per_execution",
 ]
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -75,6 +76,13 @@ class TrainSpec:
       raw_label_keys: raw features that serving requests do not carry (the raw label).
       batch_size / eval_batch_size: global batch sizes (split across replicas).
       checkpoint_every: training steps between checkpoints.
+      cache_max_mib: the default training dataset is kept in memory, parsed, after its
+        first pass when the split's files take at most this many MiB on disk (0: never):
+        later passes cost neither decompression nor parsing, and the order of its
+        batches is reshuffled every pass (their contents are those of the first pass).
+      steps_per_execution: training steps per call into TensorFlow (Keras's
+        ``steps_per_execution``), fewer Python round trips per step; None: the largest
+        divisor of the checkpoint interval up to 32 (each ``fit`` covers whole calls).
     """
 
     label_key: ClassVar[Optional[str]] = None
@@ -82,6 +90,8 @@ class TrainSpec:
     batch_size: ClassVar[int] = 64
     eval_batch_size: ClassVar[int] = 64
     checkpoint_every: ClassVar[int] = 100
+    cache_max_mib: ClassVar[int] = 256
+    steps_per_execution: ClassVar[Optional[int]] = None
 
     fn_args: FnArgs
     tf_transform_output: tft.TFTransformOutput
@@ -128,9 +138,39 @@ class TrainSpec:
             self.tf_transform_output.transformed_metadata.schema,
         )
 
+    def _cached_dataset(self, files: Sequence[str], batch_size: int, batches: int):
+        import tensorflow as tf
+        from tfx_bsl.public import tfxio
+
+        # One pass (TFXIO's reading, shuffling and parsing), then the parsed batches from
+        # memory: a gzip file is decompressed by one thread, which bounds a fast
+        # accelerator's step rate, and parsing again each pass buys nothing.
+        once = self.fn_args.data_accessor.tf_dataset_factory(
+            files,
+            tfxio.TensorFlowDatasetOptions(
+                batch_size=batch_size,
+                label_key=self.label_key,
+                num_epochs=1,
+                drop_final_batch=True,
+            ),
+            self.tf_transform_output.transformed_metadata.schema,
+        )
+        return (
+            once.cache()
+            .shuffle(batches, reshuffle_each_iteration=True)
+            .repeat()
+            .prefetch(tf.data.AUTOTUNE)
+        )
+
     def train_dataset(self, hp: keras_tuner.HyperParameters) -> tf.data.Dataset:
-        """Endless batches of (features, label) for training (global batch size)."""
-        return self._dataset(self.fn_args.train_files, self.batch_size)
+        """Endless batches of (features, label) for training (global batch size); kept in
+        memory after the first pass when the split is small (see ``cache_max_mib``)."""
+        files = self.fn_args.train_files
+        if self.label_key and _files_mib(files) <= self.cache_max_mib:
+            examples = self.fn_args.num_examples.get("train", 0)
+            if examples >= self.batch_size:
+                return self._cached_dataset(files, self.batch_size, examples // self.batch_size)
+        return self._dataset(files, self.batch_size)
 
     def eval_dataset(self, hp: keras_tuner.HyperParameters) -> tf.data.Dataset:
         """Batches of (features, label) for evaluation; ``eval_steps`` of them are read."""
@@ -171,9 +211,13 @@ def make_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> TrainSpec:
 
 
 def compile_model(spec: TrainSpec, hp: keras_tuner.HyperParameters) -> keras.Model:
-    """The spec's model for ``hp``, compiled with its optimizer, loss and metrics."""
-    model = spec.model(hp)
-    model.compile(optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp))
+    """The spec's model for ``hp``, compiled with its optimizer, loss and metrics; built
+    under ``fn_args.mixed_precision``'s policy when set (its layers keep it)."""
+    from trainer.precision import policy_scope
+
+    with policy_scope(spec.fn_args.mixed_precision):
+        model = spec.model(hp)
+        model.compile(optimizer=spec.optimizer(hp), loss=spec.loss(hp), metrics=spec.metrics(hp))
     return model
 
 
@@ -188,6 +232,36 @@ def model_datasets(
         _select_inputs(spec.train_dataset(hp), names),
         _select_inputs(spec.eval_dataset(hp), names),
     )
+
+
+def _files_mib(patterns: Sequence[str]) -> float:
+    """Total size in MiB of the files matching ``patterns``."""
+    from beam_pipeline.core import fileio
+
+    return sum(fileio.size(f) for p in patterns for f in fileio.glob(p)) / 2**20
+
+
+def steps_per_execution(spec: TrainSpec, *lengths: int) -> int:
+    """The spec's ``steps_per_execution``, or the largest divisor up to 32 of every fit's
+    length (Keras runs whole calls: a call that crossed the end of a fit would train
+    steps past a checkpoint boundary).
+
+    Raises:
+      ValueError: the spec's own value does not divide a fit's length.
+    """
+    import math
+
+    lengths = tuple(n for n in lengths if n > 0) or (1,)
+    whole = math.gcd(*lengths)
+    if spec.steps_per_execution is not None:
+        if whole % spec.steps_per_execution:
+            raise ValueError(
+                f"{type(spec).__name__}.steps_per_execution={spec.steps_per_execution} does "
+                f"not divide the training's fit lengths {list(lengths)} (checkpoint_every and "
+                "train_steps); pick a divisor of them or leave it None."
+            )
+        return spec.steps_per_execution
+    return max(d for d in range(1, min(32, whole) + 1) if whole % d == 0)
 
 
 def _select_inputs(dataset: tf.data.Dataset, names: Optional[list[str]]) -> tf.data.Dataset:
@@ -268,6 +342,8 @@ def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
     # Epochs are checkpoint intervals, so a restored step is always an epoch boundary and
     # Keras resumes at `initial_epoch`; a last, shorter interval is a second fit call.
     full_epochs, remainder = divmod(train_steps, interval)
+    # Set before the first fit builds its train function (evaluation below goes back to 1).
+    model.steps_per_execution = steps_per_execution(spec, interval, remainder)
     if start_step < full_epochs * interval:
         model.fit(
             train_ds,
@@ -288,6 +364,7 @@ def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
         )
     final_step = int(model.optimizer.iterations.numpy())
 
+    model.steps_per_execution = 1  # evaluate exactly eval_steps batches
     results = model.evaluate(eval_ds, steps=fn_args.eval_steps, return_dict=True, verbose=0)
     metrics = {k: float(v) for k, v in results.items()}
     _write_eval_summaries(os.path.join(fn_args.model_run_dir, EVAL_LOG_SUBDIR), metrics, final_step)

@@ -3,8 +3,9 @@
 On a worker with GPUs: GPU memory growth is turned on (so TensorFlow does not grab all
 device memory up front) and a ``MirroredStrategy`` spans every local GPU. Without GPUs:
 the default (single-device) strategy. For tests, ``logical_cpus=N`` splits the CPU into N
-logical devices and mirrors over them; this must run before TensorFlow initializes its
-devices, so do it first thing in a fresh process.
+logical devices and mirrors over them, and ``logical_gpus=N`` splits the first GPU into N
+(multi-GPU code paths on a one-GPU machine); this must run before TensorFlow initializes
+its devices, so do it first thing in a fresh process.
 
 Example::
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["StrategyInfo", "configure_devices", "choose_strategy", "describe"]
 
 _LOG = logging.getLogger(__name__)
+# Each logical GPU's share when one GPU is split (a logical GPU needs a memory limit).
+LOGICAL_GPU_MEMORY_MB = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,25 +46,32 @@ class StrategyInfo:
     devices: tuple[str, ...]
 
 
-def configure_devices(logical_cpus: int = 0) -> None:
-    """Turns GPU memory growth on and, when asked, splits the CPU into logical devices.
+def configure_devices(logical_cpus: int = 0, logical_gpus: int = 0) -> None:
+    """Turns GPU memory growth on and, when asked, splits the CPU or a GPU into logical devices.
 
     Args:
       logical_cpus: when above 1 and there is no GPU, the number of logical CPU devices.
+      logical_gpus: when above 1, the first GPU becomes this many logical GPUs of
+        :data:`LOGICAL_GPU_MEMORY_MB` each (the others are hidden).
 
     Raises:
-      RuntimeError: ``logical_cpus`` was asked for after TensorFlow initialized its devices
-        with another count (configure them first thing in a fresh process).
+      RuntimeError: a split was asked for after TensorFlow initialized its devices with
+        another count (configure them first thing in a fresh process), or ``logical_gpus``
+        on a machine without a GPU.
     """
     import tensorflow as tf
 
-    for gpu in tf.config.list_physical_devices("GPU"):
+    gpus = tf.config.list_physical_devices("GPU")
+    if logical_gpus > 1:
+        _split_first_gpu(tf, gpus, logical_gpus)
+        return
+    for gpu in gpus:
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
         except RuntimeError:
             # Devices already initialized in this process (an earlier stage used them).
             _LOG.info("GPU %s already initialized; memory growth left as it was.", gpu.name)
-    if logical_cpus > 1 and not tf.config.list_physical_devices("GPU"):
+    if logical_cpus > 1 and not gpus:
         cpu = tf.config.list_physical_devices("CPU")[0]
         try:
             tf.config.set_logical_device_configuration(
@@ -76,18 +86,37 @@ def configure_devices(logical_cpus: int = 0) -> None:
                 ) from None
 
 
-def choose_strategy(logical_cpus: int = 0) -> tf.distribute.Strategy:
+def _split_first_gpu(tf, gpus: list, count: int) -> None:
+    if not gpus:
+        raise RuntimeError(f"Cannot split a GPU into {count} logical GPUs: TensorFlow sees none.")
+    try:
+        tf.config.set_visible_devices(gpus[0], "GPU")
+        tf.config.set_logical_device_configuration(
+            gpus[0],
+            [tf.config.LogicalDeviceConfiguration(LOGICAL_GPU_MEMORY_MB) for _ in range(count)],
+        )
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("GPU"))
+        if have != count:
+            raise RuntimeError(
+                f"Cannot split the GPU into {count} logical GPUs: TensorFlow already "
+                f"initialized {have}; configure them first in a fresh process."
+            ) from None
+
+
+def choose_strategy(logical_cpus: int = 0, logical_gpus: int = 0) -> tf.distribute.Strategy:
     """MirroredStrategy over all local GPUs; the default strategy on a CPU-only host.
 
     Args:
       logical_cpus: for tests: with no GPU, mirror over this many logical CPU devices.
+      logical_gpus: for tests: split the first GPU into this many and mirror over them.
 
     Returns:
       a ``tf.distribute.Strategy``.
     """
     import tensorflow as tf
 
-    configure_devices(logical_cpus)
+    configure_devices(logical_cpus, logical_gpus)
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     if gpus:
         return tf.distribute.MirroredStrategy(devices=gpus)

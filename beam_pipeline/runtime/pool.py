@@ -49,6 +49,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.beam_options import is_direct, new_options
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.gpus import (
+    VISIBLE_DEVICES,
+    check_gpus_per_trial,
+    gpu_environment,
+    host_gpus,
+    worker_gpus,
+)
 
 __all__ = [
     "LocalWorkerPool",
@@ -289,11 +296,15 @@ def _answer(conn) -> None:
 class _Child:
     """One pool process: a fork of the pool's fork server, its log file and its address."""
 
-    def __init__(self, index: int, threads: int, log_dir: str, label: str) -> None:
+    def __init__(
+        self, index: int, threads: int, log_dir: str, label: str, gpus: Optional[str] = None
+    ) -> None:
         self.index = index
         self.label = label
         self.log_path = os.path.join(log_dir, f"worker-{index}.log")
-        env = quiet_environment(dict(os.environ))
+        env = gpu_environment(quiet_environment(dict(os.environ)))
+        if gpus is not None:  # its own GPUs (--gpus_per_trial), applied before CUDA starts
+            env[VISIBLE_DEVICES] = gpus
         self._conn, child_conn = _fork_context().Pipe()
         _OPEN_CONNS.add(self._conn)
         self.process = start_forked(
@@ -402,9 +413,20 @@ class LocalWorkerPool:
       threads_per_worker: TensorFlow intra-op threads of each (0: TensorFlow's default).
       label: what messages call its processes ("Tuner worker process 1 exited ...") and
         the prefix of its log folder; the Tuner stage's pool by default.
+      gpus_per_worker: on a host with several GPUs, each process gets this many of its own
+        (``CUDA_VISIBLE_DEVICES``); 0, or one GPU: every process sees every GPU.
+
+    Raises:
+      PipelineError: fewer than one worker, or fewer GPUs than the workers' shares.
     """
 
-    def __init__(self, num_workers: int, threads_per_worker: int = 0, label: str = "Tuner") -> None:
+    def __init__(
+        self,
+        num_workers: int,
+        threads_per_worker: int = 0,
+        label: str = "Tuner",
+        gpus_per_worker: int = 0,
+    ) -> None:
         if num_workers < 1:
             raise PipelineError(
                 f"A local worker pool needs at least one worker, not {num_workers}; pass "
@@ -413,6 +435,9 @@ class LocalWorkerPool:
         self.num_workers = num_workers
         self.threads_per_worker = threads_per_worker
         self.label = label
+        gpus = host_gpus()
+        check_gpus_per_trial(gpus_per_worker, num_workers, gpus)
+        self._gpus = [worker_gpus(i, gpus_per_worker, gpus) for i in range(num_workers)]
         self._log_dir = tempfile.mkdtemp(prefix=f"beam_pipeline_{label.lower()}_workers_")
         self._children: list[_Child] = []
         self._dispatcher: Optional[_Dispatcher] = None
@@ -423,7 +448,7 @@ class LocalWorkerPool:
         """Starts the processes (they get ready in the background); returns self."""
         if not self._children:
             self._children = [
-                _Child(i, self.threads_per_worker, self._log_dir, self.label)
+                _Child(i, self.threads_per_worker, self._log_dir, self.label, self._gpus[i])
                 for i in range(self.num_workers)
             ]
             self._dispatcher = _Dispatcher(self)
@@ -467,7 +492,9 @@ class LocalWorkerPool:
     def _replace(self, index: int, kill: bool = False) -> None:
         """Stops process ``index`` (``kill``: at once) and starts a fresh one in its place."""
         self._children[index].close(kill=kill)
-        self._children[index] = _Child(index, self.threads_per_worker, self._log_dir, self.label)
+        self._children[index] = _Child(
+            index, self.threads_per_worker, self._log_dir, self.label, self._gpus[index]
+        )
 
     def stop_jobs(self, indexes: Sequence[int]) -> None:
         """Kills processes ``indexes`` mid-job and puts fresh ones in their place.

@@ -17,8 +17,10 @@ import gc
 import os
 
 from beam_pipeline.console import quiet_environment
+from beam_pipeline.core.gpus import gpu_environment
 
 quiet_environment(os.environ)
+gpu_environment(os.environ)  # its forks inherit it (a launcher of the Python API too)
 _null = os.open(os.devnull, os.O_WRONLY)
 os.dup2(_null, 1)
 os.dup2(_null, 2)

@@ -25,13 +25,14 @@ from beam_pipeline.artifacts import (
 )
 from beam_pipeline.beam_options import is_direct
 from beam_pipeline.config import PipelineConfig
-from beam_pipeline.runtime.pool import LocalWorkerPool
+from beam_pipeline.core.gpus import check_gpus_per_trial, host_gpus
+from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.summary import StageReport, StageStatus
 from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, STAGE, run_tuning_stage
 from trainer.module_loader import ModuleKind, load_trainer_module
 
-__all__ = ["TunerStage", "default_tuner_pool"]
+__all__ = ["TunerStage", "check_trial_gpus", "default_tuner_pool"]
 
 # The model stages read Transform's two outputs (one producing stage, so one key) and the
 # schema, whose key the transform graph's already holds.
@@ -46,6 +47,33 @@ def model_inputs(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> ModelIn
     return ModelInputs(inputs[TransformGraph], inputs[TransformedExamples], inputs.get(Schema))
 
 
+def _default_pool_workers(config: PipelineConfig, options) -> int:
+    """The processes of :func:`default_tuner_pool`'s pool; 0 where it makes none."""
+    if (
+        not config.tuner.enabled
+        or not is_direct(options)
+        or config.tuner.parallel_trials < 2
+        or any(a.startswith("--direct_running_mode") for a in config.beam_args)
+    ):
+        return 0
+    return max(1, min(config.tuner.parallel_trials, os.cpu_count() or 1))
+
+
+def check_trial_gpus(config: PipelineConfig, options) -> None:
+    """Refuses a ``--gpus_per_trial`` this host's GPUs cannot give every local trial
+    worker process, before the run writes anything (the pool would refuse it later).
+
+    Raises:
+      PipelineError: several GPUs, fewer than the workers' shares.
+    """
+    if not config.tuner.gpus_per_trial:
+        return
+    parallel = config.tuner.parallel_trials
+    workers = _default_pool_workers(config, options) or local_pool_size(options, parallel)
+    if workers:
+        check_gpus_per_trial(config.tuner.gpus_per_trial, workers, host_gpus())
+
+
 def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerPool]:
     """Worker processes for the trials when the user left the DirectRunner's mode unset.
 
@@ -53,16 +81,15 @@ def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerP
     (at most one per core) in worker processes, although the data stages run in_memory. A
     ``--direct_running_mode`` the user gives decides instead (see ``run_tuning_stage``).
     """
-    if (
-        not config.tuner.enabled
-        or not is_direct(options)
-        or config.tuner.parallel_trials < 2
-        or any(a.startswith("--direct_running_mode") for a in config.beam_args)
-    ):
+    workers = _default_pool_workers(config, options)
+    if not workers:
         return None
     cores = os.cpu_count() or 1
-    workers = max(1, min(config.tuner.parallel_trials, cores))
-    return LocalWorkerPool(workers, threads_per_worker=max(1, cores // workers))
+    return LocalWorkerPool(
+        workers,
+        threads_per_worker=max(1, cores // workers),
+        gpus_per_worker=config.tuner.gpus_per_trial,
+    )
 
 
 def _nothing_to_train(ctx: StageContext) -> str:

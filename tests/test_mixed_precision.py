@@ -1,0 +1,152 @@
+"""``--mixed_precision``: a TrainSpec trains in bfloat16 on CPU (float16 on a GPU), a run_fn
+gets the policy's name, and the exported model still serves float32.
+
+The training runs in a fresh process: Keras's dtype policy is global to a process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import conftest_trainer
+import pytest
+
+from beam_pipeline.flags import parse_config
+from trainer.fn_args import FnArgs
+from trainer.job import ModelJob, common_fn_args
+
+penguin_run_dir = conftest_trainer.penguin_run_dir
+
+# Appended to a copy of the bundled module: a PenguinSpec that records, while the runner
+# builds its model, the global policy, the one fn_args names, and its layers' policies.
+_RECORDING_SPEC = """
+
+import json as _json
+import os as _os
+
+
+class MixedSpec(PenguinSpec):
+    def model(self, hp):
+        model = super().model(hp)
+        seen = {
+            "global": keras.config.dtype_policy().name,
+            "fn_args": self.fn_args.mixed_precision,
+            "custom_config": self.fn_args.custom_config.get("mixed_precision"),
+            "dense_layers": sorted(
+                {layer.dtype_policy.name for layer in model.layers if "dense" in layer.name}
+            ),
+        }
+        with open(_os.path.join(self.fn_args.model_run_dir, "policy.json"), "w") as f:
+            _json.dump(seen, f)
+        return model
+"""
+
+_SCRIPT = """
+import json, os, sys
+import keras
+import tensorflow as tf
+import conftest_trainer
+from beam_pipeline.flags import parse_config
+from beam_pipeline.run_dir import RunDirectory
+from beam_pipeline.training_stage import build_training_job
+from trainer import run_trainer
+
+root, module, flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+run_dir = RunDirectory(root, conftest_trainer.RUN_ID)
+config = parse_config([f"--module_file={module}", "--data=unused.csv", *flags])
+job = build_training_job(config, run_dir, entry_point="MixedSpec")
+keras.utils.set_random_seed(0)
+result = run_trainer(job)
+assert result.error is None, result.error
+serve = tf.saved_model.load(result.serving_model_dir).signatures["serving_default"]
+raw = conftest_trainer.read_raw_examples(run_dir)
+outputs = serve(examples=tf.constant(raw[:8]))
+(name, spec), = serve.structured_input_signature[1].items()
+with open(os.path.join(job.model_run_dir, "policy.json")) as f:
+    policy = json.load(f)
+print(json.dumps({
+    "policy": policy,
+    "after": keras.config.dtype_policy().name,
+    "input": [name, spec.dtype.name],
+    "outputs": {k: v.dtype.name for k, v in outputs.items()},
+    "accuracy": conftest_trainer.classify_accuracy(result.serving_model_dir, raw),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def module_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mixed_module")
+    module = folder / "penguin_module.py"
+    shutil.copy(conftest_trainer.PENGUIN_MODULE, module)
+    module.write_text(module.read_text() + _RECORDING_SPEC)
+    return str(module)
+
+
+def _train(penguin_run_dir, tmp_path, module_file, *flags) -> dict:
+    root = str(tmp_path / "root")
+    conftest_trainer.copy_run_dir(penguin_run_dir, root)
+    flags = ["--train_steps=100", "--eval_steps=2", *flags]
+    return conftest_trainer.run_python(_SCRIPT, root, module_file, json.dumps(flags), timeout=300)
+
+
+@pytest.mark.slow
+def test_a_trainspec_trains_in_bfloat16_on_cpu_and_serves_float32(
+    penguin_run_dir, tmp_path, module_file
+):
+    out = _train(penguin_run_dir, tmp_path, module_file, "--mixed_precision")
+    assert out["policy"] == {
+        "global": "mixed_bfloat16",
+        "fn_args": "mixed_bfloat16",
+        "custom_config": "mixed_bfloat16",
+        "dense_layers": ["mixed_bfloat16"],
+    }
+    assert out["after"] == "float32"  # the runner put the process's policy back
+    # Serialized tf.Examples in, float32 out: what a server expected of the float32 model.
+    assert out["input"] == ["examples", "string"]
+    assert out["outputs"] and set(out["outputs"].values()) == {"float32"}
+    assert out["accuracy"] >= 0.9
+
+
+@pytest.mark.slow
+def test_without_the_flag_the_model_is_float32(penguin_run_dir, tmp_path, module_file):
+    out = _train(penguin_run_dir, tmp_path, module_file)
+    assert out["policy"] == {
+        "global": "float32",
+        "fn_args": None,
+        "custom_config": None,
+        "dense_layers": ["float32"],
+    }
+
+
+def _job(**fields) -> ModelJob:
+    return ModelJob(
+        module_file="m.py",
+        module_source="",
+        train_files=("t*",),
+        eval_files=("e*",),
+        transform_graph_path="tg",
+        schema_path=None,
+        train_steps=1,
+        eval_steps=1,
+        **fields,
+    )
+
+
+def test_a_run_fn_gets_the_policy_in_fn_args_and_a_tfx_module_in_custom_config():
+    import tensorflow as tf
+
+    policy = "mixed_float16" if tf.config.list_logical_devices("GPU") else "mixed_bfloat16"
+    fn_args = common_fn_args(_job(mixed_precision=True, custom_config={"a": 1}), "w")
+    assert fn_args.mixed_precision == policy
+    assert fn_args.custom_config == {"a": 1, "mixed_precision": policy}
+    plain = common_fn_args(_job(), "w")
+    assert (plain.mixed_precision, plain.custom_config) == (None, {})
+    assert FnArgs().mixed_precision is None
+
+
+def test_the_flag_is_off_by_default_and_reaches_the_trainer_config():
+    base = ["--data=x.csv", "--module_file=m.py"]
+    assert parse_config(base).trainer.mixed_precision is False
+    assert parse_config([*base, "--mixed_precision"]).trainer.mixed_precision is True
