@@ -38,6 +38,7 @@ from typing import Any, Optional
 from beam_pipeline.artifacts import TypedArtifact
 from beam_pipeline.contents import changed, describe
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import first_line, user_error
 from beam_pipeline.fingerprint import pipeline_code
 from beam_pipeline.stages.base import Outputs, Stage, StageContext, StageFailed, StageResult
 from beam_pipeline.stages.execution import Execution, ExecutionRecords, cache_key
@@ -47,6 +48,9 @@ __all__ = ["run_stages"]
 
 # The artifact property that records its files when published (beam_pipeline.contents).
 FILES_PROPERTY = "files"
+
+# The longest error note of a failed stage's row.
+_MAX_NOTE = 500
 
 # The artifacts produced so far: type -> (the artifact, the key of the producing stage).
 _Available = dict[type[TypedArtifact], tuple[TypedArtifact, str]]
@@ -92,7 +96,9 @@ def run_stages(
             try:
                 result = _run(stage, ctx, inputs, summary)
             except BaseException as error:
-                _announce(ctx, summary.stages[first:])  # a failed stage's rows, if any
+                if len(summary.stages) == first:  # a row for the failed stage all the same
+                    summary.stages.append(_failed_row(stage, ctx, error, started))
+                _announce(ctx, summary.stages[first:])  # a failed stage's rows
                 records.stop(stage.name, error)
                 raise
             shown = _noted(result.reports, damaged)
@@ -117,6 +123,25 @@ def run_stages(
         for artifact in execution.outputs:
             available[type(artifact)] = (artifact, key)
         stage.check(ctx, execution.outcome)
+
+
+def _failed_row(
+    stage: Stage, ctx: StageContext, error: BaseException, started: datetime.datetime
+) -> StageReport:
+    """The summary row of a stage that failed without one: its error in one line (the
+    sentence the CLI prints for it, when it has one)."""
+    if isinstance(error, KeyboardInterrupt):
+        note = "interrupted"
+    else:
+        sentence = user_error(error, ctx.config.pipeline_root)
+        note = str(sentence) if sentence is not None else f"{type(error).__name__}: "
+        note = note if sentence is not None else note + first_line(error)
+        if len(note) > _MAX_NOTE:
+            note = note[: _MAX_NOTE - 3] + "..."
+    seconds = round((datetime.datetime.now() - started).total_seconds(), 3)
+    # ExampleGen+Statistics fails as its first stage: ExampleGen.
+    name = stage.name.value.split("+", 1)[0]
+    return StageReport(name, StageStatus.FAILED, seconds=seconds, note=note)
 
 
 def _announce(ctx: StageContext, rows: Sequence[StageReport]) -> None:
