@@ -167,6 +167,28 @@ class _ForTheUser(logging.Filter):
         return True
 
 
+class _LogFile(logging.FileHandler):
+    """The log file's handler: one that cannot write (a full disk) stops writing.
+
+    logging's default prints "--- Logging error ---" and a traceback to the terminal for
+    every record that fails, hundreds of lines on a full disk; the run's own error says
+    what to fix, so the file logging stops quietly instead.
+    """
+
+    failed: Optional[BaseException] = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failed is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            self.failed = error
+            return
+        super().handleError(record)
+
+
 class RunLog:
     """The terminal's and the log file's handlers, and descriptor 2, for one run.
 
@@ -208,7 +230,7 @@ class RunLog:
         terminal.setLevel(logging.INFO if verbose else logging.WARNING)
         if not verbose:
             terminal.addFilter(_ForTheUser())
-        to_file = logging.FileHandler(self._tmp_path, encoding="utf-8")
+        to_file = _LogFile(self._tmp_path, encoding="utf-8")
         to_file.setFormatter(logging.Formatter(_FILE_FORMAT))
         to_file.setLevel(logging.INFO)
         self._handlers = [terminal, to_file]
