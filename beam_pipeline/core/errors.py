@@ -71,6 +71,18 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         todo += [e.__cause__, e.__context__]
 
 
+def no_room(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk or quota, also as the text of a
+    wrapped error (TensorFlow's, SQLite's "database or disk is full")."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            return True
+        text = str(e)
+        if any(os.strerror(n) in text for n in _NO_ROOM) or "database or disk is full" in text:
+            return True
+    return False
+
+
 def filesystem_error(exc: BaseException, pipeline_root: str) -> Optional[PipelineError]:
     """The one-sentence error for a full disk or a path that cannot be written, if ``exc``
     (or what caused it) is one; None otherwise.
