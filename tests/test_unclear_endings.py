@@ -165,3 +165,25 @@ def test_runs_show_says_a_tuner_turned_off_was_skipped(tmp_path, capsys):
     statuses = {e["stage"]: e["status"] for e in shown["executions"]}
     assert statuses["Tuner"] == "skipped" and statuses["Trainer"] == "skipped"
     assert statuses["Transform"] == "complete"
+
+
+def test_a_transform_adding_to_the_analyzer_cache_keeps_stderr_empty(tmp_path, capsys):
+    """tf.Transform rewrites the cache entry's METADATA when a changed preprocessing_fn adds
+    analyzers to it; Beam's sink announces the rewrite as a warning, which is the log's."""
+    module = os.path.join(PENGUIN_DIR, "penguin_module.py")
+    with open(module) as f:
+        text = f.read()
+    anchor = "    return outputs\n\n\n# ---"
+    assert anchor in text
+    changed = tmp_path / "more_analyzers.py"
+    added = '    outputs["year_xf"] = _dense(tft.scale_by_min_max(_to_float(inputs["year"])), 0.0)'
+    changed.write_text(text.replace(anchor, f"{added}\n{anchor}"))
+    root = str(tmp_path / "root")
+    args = [f"--data={_PENGUINS}", "--csv_null_values=,NA", "--no_tuner", "--no_trainer"]
+    args.append(f"--pipeline_root={root}")
+    assert cli.main([*args, f"--module_file={module}", "--run_id=a"]) == 0
+    capsys.readouterr()
+    assert cli.main([*args, f"--module_file={changed}", "--run_id=b"]) == 0
+    assert capsys.readouterr().err == ""
+    note = _summary(root, "b")["Transform"]["details"]["analyzer_cache"]
+    assert note == "partly reused (1 entries added)"

@@ -133,7 +133,8 @@ def _failed_row(
     if isinstance(error, KeyboardInterrupt):
         note = "interrupted"
     else:
-        sentence = user_error(error, ctx.config.pipeline_root)
+        root = ctx.config.pipeline_root if ctx.config is not None else None
+        sentence = user_error(error, root) if root is not None else None
         note = str(sentence) if sentence is not None else f"{type(error).__name__}: "
         note = note if sentence is not None else note + first_line(error)
         if len(note) > _MAX_NOTE:
