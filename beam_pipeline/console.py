@@ -77,6 +77,8 @@ NOT_FOR_THE_USER: tuple[tuple[str, str], ...] = (
     # to it (in the entry's private copy: beam_pipeline.transform_cache); every other sink
     # of a run writes into a fresh folder, where nothing exists to delete.
     ("apache_beam.io.filebasedsink", r"^Deleting \d+ existing files in target path matching"),
+    # Each multi_processing worker's start-up notice about a folder only Dataflow has.
+    ("apache_beam.runners.portability.local_job_service", r"No semi_persistent_directory found"),
 )
 
 

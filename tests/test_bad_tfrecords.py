@@ -67,8 +67,17 @@ def _summary(tmp_path) -> list[dict]:
         return json.load(f)["stages"]
 
 
-@pytest.mark.parametrize("damage", ["truncated", "checksum", "truncated gzip"])
-def test_a_damaged_tfrecord_file_names_the_file_and_the_record(tmp_path, capsys, damage):
+@pytest.mark.parametrize(
+    "damage, mode",
+    [
+        ("truncated", "in_memory"),
+        ("checksum", "in_memory"),
+        ("truncated gzip", "in_memory"),
+        # A worker process's error reaches the launcher as its traceback's text.
+        ("checksum", "multi_processing"),
+    ],
+)
+def test_a_damaged_tfrecord_file_names_the_file_and_the_record(tmp_path, capsys, damage, mode):
     records, ends = _records()
     data = _frame(records)
     cut = (ends[199] + ends[200]) // 2  # in the middle of record 201
@@ -89,7 +98,8 @@ def test_a_damaged_tfrecord_file_names_the_file_and_the_record(tmp_path, capsys,
         number = 201
     assert 1 < number <= _RECORDS
     capsys.readouterr()
-    assert _run(tmp_path, str(path)) == 2
+    workers = ["--direct_num_workers=2"] if mode == "multi_processing" else []
+    assert _run(tmp_path, str(path), f"--direct_running_mode={mode}", *workers) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith(
