@@ -107,10 +107,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return code
 
 
+# 128 + SIGINT, as a shell reports a command Ctrl-C ended.
+EXIT_INTERRUPTED = 130
+
+
+def _is_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` is a KeyboardInterrupt re-raised wrapped (by Beam's runner)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt) or str(error).startswith("KeyboardInterrupt"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _interrupted(events: RunEvents, running: Sequence[str]) -> str:
+    """The one sentence of an interrupted run: where, and how to go on from there."""
+    during = f" during {running[-1]}" if running else ""
+    if not events.run_dir:
+        return f"the run was interrupted{during} before it started; nothing was written."
+    run_id = os.path.basename(os.path.normpath(events.run_dir))
+    return (
+        f"the run was interrupted{during}; what its finished stages published is kept: run "
+        f"the same command with --run_id={run_id} to resume it."
+    )
+
+
 def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Optional[Any], str]:
     """The run itself: (exit code, the summary of a run that succeeded, the error)."""
     config: Optional[PipelineConfig] = None
     quiet = _HandledWorkerErrors()
+    running: list[str] = []  # the stages started, for an interrupt's message
+    events.subscribe(stage_started=running.append)
     beam_loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
     for logger in beam_loggers:
         logger.addFilter(quiet)
@@ -124,7 +153,13 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
         summary = run(config, events=events)
     except PipelineError as e:
         return e.exit_code, None, mask(str(e))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED, None, _interrupted(events, running)
     except Exception as e:
+        if _is_interrupt(e):
+            # Ctrl-C caught in a Beam thread and raised again wrapped, user code's
+            # file in its traceback: an interrupt all the same, not an error to fix.
+            return EXIT_INTERRUPTED, None, _interrupted(events, running)
         # A full disk or a folder that cannot be written, on the launcher or a worker, or an
         # exception raised in the user's code on a worker: one sentence naming the path and
         # the cause. Anything else is a bug: its traceback.

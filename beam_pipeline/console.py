@@ -87,6 +87,12 @@ NOT_FOR_THE_USER: tuple[tuple[str, str], ...] = (
     ("apache_beam", r"Discarding unparseable args|is experimental|Make sure that locally"),
     # Deprecation notices of the stack about itself (protobuf, TensorFlow, Keras, tf.Transform).
     ("py.warnings", r"DeprecationWarning: "),
+    # tf.Transform rewriting its analyzer cache entry's METADATA file when it adds entries
+    # to it (in the entry's private copy: beam_pipeline.transform_cache); every other sink
+    # of a run writes into a fresh folder, where nothing exists to delete.
+    ("apache_beam.io.filebasedsink", r"^Deleting \d+ existing files in target path matching"),
+    # Each multi_processing worker's start-up notice about a folder only Dataflow has.
+    ("apache_beam.runners.portability.local_job_service", r"No semi_persistent_directory found"),
 )
 
 
@@ -181,6 +187,28 @@ class _ForTheUser(logging.Filter):
         return True
 
 
+class _LogFile(logging.FileHandler):
+    """The log file's handler: one that cannot write (a full disk) stops writing.
+
+    logging's default prints "--- Logging error ---" and a traceback to the terminal for
+    every record that fails, hundreds of lines on a full disk; the run's own error says
+    what to fix, so the file logging stops quietly instead.
+    """
+
+    failed: Optional[BaseException] = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failed is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            self.failed = error
+            return
+        super().handleError(record)
+
+
 class RunLog:
     """The terminal's and the log file's handlers, and descriptors 1 and 2, for one run.
 
@@ -232,7 +260,7 @@ class RunLog:
         terminal.setLevel(logging.INFO if verbose else logging.WARNING)
         if not verbose:
             terminal.addFilter(_ForTheUser())
-        to_file = logging.FileHandler(self._tmp_path, encoding="utf-8")
+        to_file = _LogFile(self._tmp_path, encoding="utf-8")
         to_file.setFormatter(_MaskingFormatter(_FILE_FORMAT))
         to_file.setLevel(logging.INFO)
         self._handlers = [terminal, to_file]

@@ -37,6 +37,7 @@ from beam_pipeline.code_digest import transform_code
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import no_room
 from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
@@ -246,4 +247,6 @@ def _finish(store: Optional[MetadataStore], run, status: RunStatus) -> None:
     try:
         store.finish_run(run, status)
     except Exception as e:  # noqa: BLE001 - the run's own error is the one to raise
-        _LOG.warning("The metadata store could not record the end of run %s: %s", run.run_id, e)
+        # A full disk is what the run's own error says already: the log only.
+        level = logging.INFO if no_room(e) else logging.WARNING
+        _LOG.log(level, "The metadata store could not record the end of run %s: %s", run.run_id, e)

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import shutil
@@ -82,6 +83,17 @@ def _claim_version(partial: str, destination: str, version: int) -> str:
     )
 
 
+def _no_room(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a full disk or quota."""
+    while error is not None:
+        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if os.strerror(errno.ENOSPC) in str(error):  # TensorFlow's file errors: as text
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def push_model(model_dir: str, destination: str) -> str:
     """Copies ``model_dir`` to ``destination/<next version>/`` and returns that folder.
 
@@ -101,14 +113,25 @@ def push_model(model_dir: str, destination: str) -> str:
             fileio.write_file(fileio.join(final, PUBLISHED_MARKER), "")
             return final
         partial = fileio.join(destination, f".{version}.partial-{uuid.uuid4().hex[:8]}")
-        for src in files:
-            dst = fileio.join(partial, posixpath.relpath(src, model_dir))
-            fileio.makedirs(posixpath.dirname(dst))
-            fileio.copy(src, dst)
-        return _claim_version(partial, destination, version)
+        try:
+            for src in files:
+                dst = fileio.join(partial, posixpath.relpath(src, model_dir))
+                fileio.makedirs(posixpath.dirname(dst))
+                fileio.copy(src, dst)
+            return _claim_version(partial, destination, version)
+        except BaseException:
+            # A copy that failed half-way (a full disk) is never left: it is not a version.
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
     except Exception as e:  # noqa: BLE001  tf.errors.OpError is not an OSError
         if isinstance(e, PipelineError):
             raise
+        if _no_room(e):
+            raise PipelineError(
+                f"--push_destination {destination} is full ({first_line(e)}); free space there "
+                "or pick another destination and rerun with the same --run_id: the model "
+                "stays blessed and only the Pusher runs again."
+            ) from None
         raise PipelineError(
             f"--push_destination {destination} is not writable ({type(e).__name__}: "
             f"{first_line(e)}); fix its permissions or pick another destination and rerun with "

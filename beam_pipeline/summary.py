@@ -165,7 +165,7 @@ def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional
     """
     import tensorflow as tf  # lazily: the CLI checks flags before importing TensorFlow
 
-    from beam_pipeline.core.errors import PipelineError
+    from beam_pipeline.core.errors import PipelineError, no_room
 
     path = fileio.join(summary.run_dir, SUMMARY_FILE)
     try:
@@ -176,7 +176,9 @@ def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional
     except (OSError, tf.errors.OpError) as e:
         cause = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e)
         if after_error:
-            _LOG.warning("The run summary %s could not be written (%s).", path, cause)
+            # A full disk is what the run's own error says already: the log only.
+            level = logging.INFO if no_room(e) else logging.WARNING
+            _LOG.log(level, "The run summary %s could not be written (%s).", path, cause)
             return None
         raise PipelineError(
             f"The run summary {path} could not be written ({cause}); free space or fix the "

@@ -335,8 +335,10 @@ def test_bad_tfrecord_is_rejected_not_dropped(tmp_path):
         result = p | eg.ReadTFRecordExamples([path], eg.HashSplitter(fixed_split=Split.TRAIN))
         rows = result.batches | beam.Map(lambda sb: sb.batch.num_rows) | beam.CombineGlobally(sum)
         assert_that(rows, equal_to([2]), label="good rows")
-        reasons = result.rejected | beam.Map(lambda r: r.reason.split(" (")[0])
-        assert_that(reasons, equal_to(["record is not a valid tf.Example"]), label="rejected")
+        # Named by its number in the file (the rejected rows' "line"), from 1.
+        reasons = result.rejected | beam.Map(lambda r: (r.line, r.reason.split(" (")[0]))
+        expected = [(2, "record 2 is not a valid tf.Example")]
+        assert_that(reasons, equal_to(expected), label="rejected")
 
 
 @pytest.mark.parametrize(

@@ -71,6 +71,18 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         todo += [e.__cause__, e.__context__]
 
 
+def no_room(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk or quota, also as the text of a
+    wrapped error (TensorFlow's, SQLite's "database or disk is full")."""
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            return True
+        text = str(e)
+        if any(os.strerror(n) in text for n in _NO_ROOM) or "database or disk is full" in text:
+            return True
+    return False
+
+
 def filesystem_error(exc: BaseException, pipeline_root: str) -> Optional[PipelineError]:
     """The one-sentence error for a full disk or a path that cannot be written, if ``exc``
     (or what caused it) is one; None otherwise.
@@ -120,7 +132,15 @@ def user_error(exc: BaseException, pipeline_root: str) -> Optional[PipelineError
     error (a bug)."""
     for e in _chain(exc):
         if isinstance(e, PipelineError):
-            return e
+            # Beam's in-process runner appends the step to the message it re-raises.
+            text = _STEP.sub("", str(e)).strip()
+            return e if text == str(e) else PipelineError(text, e.exit_code)
+    for e in _chain(exc):
+        # A worker process's PipelineError arrives as its traceback's text (the
+        # multi_processing and portable runners): its last line is the sentence.
+        found = _WORKER_PIPELINE_ERROR.findall(str(e))
+        if found:
+            return PipelineError(_STEP.sub("", found[-1]).strip())
     return filesystem_error(exc, pipeline_root) or code_error(exc)
 
 
@@ -131,6 +151,9 @@ def user_error(exc: BaseException, pipeline_root: str) -> Optional[PipelineError
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in ')
 _STEP = re.compile(r" ?\[while running '([^']*)'\]")
+_WORKER_PIPELINE_ERROR = re.compile(
+    r"^(?:beam_pipeline\.core\.errors\.)?PipelineError: (.+)$", re.M
+)
 # beam_pipeline/core/errors.py -> the folder holding the three packages.
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _PACKAGE_DIRS = tuple(

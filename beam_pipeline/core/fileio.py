@@ -189,13 +189,17 @@ def write_atomic(path: str, data: str | bytes) -> None:
     """
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode) as f:
-        f.write(data)
     try:
+        with open(tmp, mode) as f:
+            f.write(data)
         rename(tmp, path, overwrite=True)
     except BaseException:
-        if exists(tmp):
-            remove(tmp)
+        # A write that failed (a full disk) leaves no partial sibling behind either.
+        try:
+            if exists(tmp):
+                remove(tmp)
+        except OSError:
+            pass
         raise
 
 

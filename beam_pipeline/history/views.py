@@ -64,12 +64,23 @@ def artifact_view(a: ArtifactRecord) -> dict[str, Any]:
     }
 
 
+def _execution_status(e: ExecutionRecord) -> str:
+    """An execution's status as shown: ``skipped`` for a complete one whose summary rows
+    all say the stage was skipped (``--no_tuner``: recorded complete, as its decision is
+    what a resume reuses, but it did nothing)."""
+    reports = e.properties.get("reports") or []
+    if e.status is ExecutionStatus.COMPLETE and reports:
+        if all(r.get("status") == "skipped" for r in reports):
+            return "skipped"
+    return e.status.value
+
+
 def execution_view(e: ExecutionRecord, cached_from_run: Optional[str] = None) -> dict[str, Any]:
     return {
         "id": e.id,
         "stage": e.stage,
         "run_id": e.run_id,
-        "status": e.status.value,
+        "status": _execution_status(e),
         "start": _time(e.start_time),
         "end": _time(e.end_time),
         "cache_key": e.cache_key,

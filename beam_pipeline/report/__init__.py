@@ -21,6 +21,7 @@ import os
 from typing import Optional
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import no_room
 from beam_pipeline.report.data import ReportData, collect
 from beam_pipeline.report.svg import bars, lines, matrix, overlaid_histograms, scatter
 
@@ -211,7 +212,10 @@ def write_report(run_dir: str) -> Optional[str]:
     path = fileio.join(run_dir, REPORT_FILE)
     try:
         fileio.write_atomic(path, render_report(run_dir))
-    except Exception:  # noqa: BLE001 - a report never fails the run
-        _LOG.warning("The run report %s could not be written.", path, exc_info=True)
+    except Exception as e:  # noqa: BLE001 - a report never fails the run
+        # On a full disk the run's own error said so already (and the CLI prints that
+        # the report was not written): the log only.
+        level = logging.INFO if no_room(e) else logging.WARNING
+        _LOG.log(level, "The run report %s could not be written.", path, exc_info=True)
         return None
     return path

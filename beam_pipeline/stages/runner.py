@@ -8,14 +8,16 @@ For each stage the runner:
    (:func:`beam_pipeline.stages.execution.cache_key`);
 3. looks up an earlier execution with that key (:class:`ExecutionRecords.lookup`: this
    run's earlier attempt, or any earlier run in the metadata store) whose outputs are all
-   still published: a hit reuses them (``reuse`` records it) and reports the stage
-   ``cached``;
+   still published and hold the files recorded when they were published (sizes, and
+   digests of the small files: :mod:`beam_pipeline.contents`): a hit reuses them
+   (``reuse`` records it) and reports the stage ``cached``; a damaged one is a miss whose
+   rerun's row says which run's artifact changed;
 4. on a miss: forgets this stage and every later one in the records and removes what they
    had published in the run directory (a stage marked ``keeps_outputs_on_rerun`` keeps its
    own when it is the one rerunning: the Trainer's checkpoints), records that it
    ``begin``s, makes a staging folder per output, runs the stage, publishes the outputs it
-   returned (marker last) and discards the other folders, or discards them all when it
-   fails (``stop`` records the failure);
+   returned (marker last), recording their files, and discards the other folders, or
+   discards them all when it fails (``stop`` records the failure);
 5. times it, adds its summary rows, and records the execution;
 6. calls the stage's :meth:`Stage.check` (which may stop the run, e.g. on blocking
    anomalies) and stops after a stage that halts the run.
@@ -27,19 +29,28 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from beam_pipeline.artifacts import TypedArtifact
+from beam_pipeline.contents import changed, describe
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import first_line, user_error
 from beam_pipeline.fingerprint import pipeline_code
 from beam_pipeline.stages.base import Outputs, Stage, StageContext, StageFailed, StageResult
 from beam_pipeline.stages.execution import Execution, ExecutionRecords, cache_key
 from beam_pipeline.summary import RunSummary, StageReport, StageStatus
 
 __all__ = ["run_stages"]
+
+# The artifact property that records its files when published (beam_pipeline.contents).
+FILES_PROPERTY = "files"
+
+# The longest error note of a failed stage's row.
+_MAX_NOTE = 500
 
 # The artifacts produced so far: type -> (the artifact, the key of the producing stage).
 _Available = dict[type[TypedArtifact], tuple[TypedArtifact, str]]
@@ -67,7 +78,7 @@ def run_stages(
     for index, stage in enumerate(graph):
         inputs, built_from = _resolve(stage, ctx, available)
         key = cache_key(stage.name, built_from)
-        execution = _reusable(records.lookup(stage.name, key))
+        execution, damaged = _reusable(records.lookup(stage.name, key))
         if execution is not None:
             records.reuse(execution)
             cached = _cached_rows(execution, ctx.run_dir.run_id)
@@ -85,11 +96,14 @@ def run_stages(
             try:
                 result = _run(stage, ctx, inputs, summary)
             except BaseException as error:
-                _announce(ctx, summary.stages[first:])  # a failed stage's rows, if any
+                if len(summary.stages) == first:  # a row for the failed stage all the same
+                    summary.stages.append(_failed_row(stage, ctx, error, started))
+                _announce(ctx, summary.stages[first:])  # a failed stage's rows
                 records.stop(stage.name, error)
                 raise
-            summary.stages.extend(result.reports)
-            _announce(ctx, result.reports)
+            shown = _noted(result.reports, damaged)
+            summary.stages.extend(shown)
+            _announce(ctx, shown)
             if result.halt:
                 records.stop(stage.name, None, result.reports)
                 return
@@ -109,6 +123,26 @@ def run_stages(
         for artifact in execution.outputs:
             available[type(artifact)] = (artifact, key)
         stage.check(ctx, execution.outcome)
+
+
+def _failed_row(
+    stage: Stage, ctx: StageContext, error: BaseException, started: datetime.datetime
+) -> StageReport:
+    """The summary row of a stage that failed without one: its error in one line (the
+    sentence the CLI prints for it, when it has one)."""
+    if isinstance(error, KeyboardInterrupt):
+        note = "interrupted"
+    else:
+        root = ctx.config.pipeline_root if ctx.config is not None else None
+        sentence = user_error(error, root) if root is not None else None
+        note = str(sentence) if sentence is not None else f"{type(error).__name__}: "
+        note = note if sentence is not None else note + first_line(error)
+        if len(note) > _MAX_NOTE:
+            note = note[: _MAX_NOTE - 3] + "..."
+    seconds = round((datetime.datetime.now() - started).total_seconds(), 3)
+    # ExampleGen+Statistics fails as its first stage: ExampleGen.
+    name = stage.name.value.split("+", 1)[0]
+    return StageReport(name, StageStatus.FAILED, seconds=seconds, note=note)
 
 
 def _announce(ctx: StageContext, rows: Sequence[StageReport]) -> None:
@@ -137,11 +171,45 @@ def _resolve(
     return inputs, built_from
 
 
-def _reusable(execution: Optional[Execution]) -> Optional[Execution]:
-    """The execution when every output of it is still published (else a miss)."""
+def _reusable(execution: Optional[Execution]) -> tuple[Optional[Execution], str]:
+    """The execution when every output of it is still published and holds what it held
+    when published (else a miss), and why a published one is not reused ("" if none).
+
+    Each output's files were recorded when it was published (:func:`_with_contents`); a
+    file missing, added, of another size, or a small one with other content is a damaged
+    artifact (a full disk, a hand edit, a partial copy), which must never reach a later
+    stage: the stage is recomputed and its summary row says why. An output recorded
+    without its files (by an older version) is checked for its marker only.
+    """
     if execution is None or not all(a.is_published() for a in execution.outputs):
-        return None
-    return execution
+        return None, ""
+    for artifact in execution.outputs:
+        recorded = artifact.properties.get(FILES_PROPERTY)
+        problem = changed(artifact.uri, recorded) if recorded is not None else None
+        if problem is not None:
+            return None, (
+                f"run {execution.run_id}'s {artifact.FOLDER.value} changed since it was "
+                f"published ({problem}); recomputed"
+            )
+    return execution, ""
+
+
+def _noted(rows: Sequence[StageReport], note: str) -> list[StageReport]:
+    """The rows for this run's summary, the first one saying why the stage reran (a copy:
+    the execution's own rows, which a later run may reuse, do not say it)."""
+    if not note or not rows:
+        return list(rows)
+    first = StageReport.from_json(rows[0].to_json())
+    first.note = f"{note}; {first.note}" if first.note else note
+    return [first, *rows[1:]]
+
+
+def _with_contents(artifact: TypedArtifact) -> TypedArtifact:
+    """The published artifact with its files recorded (what :func:`_reusable` checks)."""
+    if not fileio.isdir(artifact.uri):
+        return artifact
+    files = describe(artifact.uri)
+    return dataclasses.replace(artifact, properties={**artifact.properties, FILES_PROPERTY: files})
 
 
 def _cached_rows(execution: Execution, run_id: str) -> list[StageReport]:
@@ -210,6 +278,8 @@ def _run(
             run_dir.publish(artifact.FOLDER, folder)
         else:
             run_dir.discard(folder)
+    if not result.halt:
+        result = dataclasses.replace(result, outputs=[_with_contents(a) for a in result.outputs])
     _time(result.reports, started)
     return result
 

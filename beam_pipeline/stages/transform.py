@@ -34,6 +34,7 @@ from beam_pipeline.remote import wait_for_job
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.stages.jobs import announce_job, counter, job_note
 from beam_pipeline.summary import StageReport, StageStatus
+from beam_pipeline.transform_cache import AnalyzerCache
 
 __all__ = ["build_transform_pipeline", "TransformStage"]
 
@@ -88,13 +89,6 @@ def build_transform_pipeline(
         )
 
 
-def _cache_entries(cache_dir: Optional[str], key: str) -> set[str]:
-    """The files of one dataset key in tf.Transform's analyzer cache."""
-    if cache_dir is None:
-        return set()
-    return set(fileio.glob(fileio.join(cache_dir, f"{key}*", "*")))
-
-
 class TransformStage(Stage):
     """Examples + Schema -> TransformGraph + TransformedExamples (needs a module file)."""
 
@@ -126,10 +120,15 @@ class TransformStage(Stage):
         schema = read_schema(inputs[Schema].file)
         graph_tmp = out.folder(TransformGraph)
         examples_tmp = out.folder(TransformedExamples)
-        cache_dir = run_dir.cache_path("transform") if config.transform.analyzer_cache else None
-        cache_key = dataset_cache_key(fingerprint).key
-        cache_before = _cache_entries(cache_dir, cache_key)
+        cache = None
+        if config.transform.analyzer_cache:
+            cache = AnalyzerCache(
+                run_dir.cache_path("transform"), dataset_cache_key(fingerprint).key
+            )
         try:
+            # The job reads and writes a private copy of the cache entry, published only
+            # when the job succeeded: a killed job never leaves a partial one to be read.
+            cache_dir = cache.open() if cache is not None else None
             with tft_beam.Context(temp_dir=fileio.join(run_dir.root, ".staging", "tft-tmp")):
                 p = create_pipeline(ctx.options)
                 build_transform_pipeline(
@@ -146,12 +145,16 @@ class TransformStage(Stage):
                 beam_result = run_pipeline(p, "Transform", config.worker_start_timeout)
                 announce_job(ctx, beam_result)
                 job = wait_for_job(beam_result, ctx.options, "Transform")
+            if cache is not None:
+                cache.publish()
             # The raw data's metadata beside the graph, as TFX's Transform writes it, so
             # tft.TFTransformOutput(...).raw_feature_spec() works for ported module files.
             metadata_io.write_metadata(
                 dataset_metadata.DatasetMetadata(schema), fileio.join(graph_tmp, "metadata")
             )
         except BaseException as e:
+            if cache is not None:
+                cache.discard()
             # An op of preprocessing_fn that failed on the data, on any runner: one sentence
             # naming the module file and TensorFlow's message, not Beam's traceback.
             error = transform_error(e, config.module_file)
@@ -160,14 +163,15 @@ class TransformStage(Stage):
             raise
         rows = {s.value: counter(beam_result, f"transform.rows_out.{s.value}") for s in splits}
         cache_note = "off"
-        if cache_dir is not None:
-            cache_after = _cache_entries(cache_dir, cache_key)
-            if not cache_before:
-                cache_note = f"written to {cache_dir}"
-            elif cache_after == cache_before:
+        if cache is not None:
+            if not cache.before:
+                cache_note = f"written to {cache.cache_dir}"
+            elif not cache.after or cache.after == cache.before:
                 cache_note = "reused (no analyzer recomputed)"
             else:
-                cache_note = f"partly reused ({len(cache_after - cache_before)} entries added)"
+                cache_note = f"partly reused ({len(cache.after - cache.before)} entries added)"
+            if cache.removed:
+                cache_note = f"{cache_note} (a damaged entry removed: {cache.removed})"
         graph = out.artifact(TransformGraph)
         transformed = out.artifact(
             TransformedExamples, split_names=[s.value for s in splits], rows=rows

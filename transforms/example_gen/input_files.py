@@ -16,6 +16,11 @@ from beam_pipeline.core.errors import PipelineError
 
 __all__ = ["basename", "resolve_input_files"]
 
+# Names (before the first dot, any case) of a folder's documentation files, never data.
+_NOT_DATA = frozenset(
+    ("readme", "license", "licence", "notice", "changelog", "changes", "copying", "authors")
+)
+
 
 def resolve_input_files(pattern: str) -> list[str]:
     """The input files of ``--data``: a file, a folder (its non-hidden files) or a glob.
@@ -44,6 +49,16 @@ def resolve_input_files(pattern: str) -> list[str]:
             f"--data {pattern!r} matches no file; pass an existing CSV/TFRecord file, folder "
             "or glob."
         )
+    if glob != pattern:
+        # A folder's files are all read as data: a README or LICENSE beside the data (a
+        # downloaded dataset's folder often has one) would be parsed as rows of it.
+        notes = [f for f in files if basename(f).split(".", 1)[0].lower() in _NOT_DATA]
+        if notes:
+            raise PipelineError(
+                f"--data folder {pattern} holds {basename(notes[0])}, which is not data but "
+                "would be read as data; move it out of the folder or pass a glob of the data "
+                f"files (e.g. --data={glob.rsplit('/', 1)[0]}/*.csv)."
+            )
     sizes = {m.path: m.size_in_bytes for m in metadata}
     empty = [f for f in files if sizes.get(f) == 0]
     if empty:

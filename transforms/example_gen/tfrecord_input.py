@@ -1,8 +1,14 @@
 """The TFRecord input format: (optionally gzip) TFRecord files of ``tf.train.Example``.
 
-Records are read with Beam's ``ReadAllFromTFRecord``, batched, and decoded into Arrow
-RecordBatches by tfx-bsl's C++ decoder (typed by the user's schema when there is one);
-a record that does not decode is rejected with its file, not dropped.
+Each file is read in order (decompressed by its name's suffix) with Beam's TFRecord framing
+(``_TFRecordUtil``, which ``ReadAllFromTFRecord`` uses and which checks each record's
+CRC32C), in batches that know their records' numbers, and decoded into Arrow RecordBatches
+by tfx-bsl's C++ decoder (typed by the user's schema when there is one). Why not
+``ReadAllFromTFRecord`` itself: a damaged file ends its job in Beam's traceback naming
+neither the file nor the record, and its records carry no number; here a file cut short
+or failing its checksum is one sentence naming the file and the record, and a record that
+does not decode is rejected with its file and number (``line`` in the rejected rows: the
+record's number in its file, from 1), not dropped.
 
 Example::
 
@@ -13,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Optional
 
@@ -49,14 +56,14 @@ class _DecodeExamples(beam.DoFn):
             else example_coder.ExamplesToRecordBatchDecoder()
         )
 
-    def process(self, element: tuple[str, list[bytes]]) -> Iterator:
-        path, records = element
+    def process(self, element: tuple[str, int, list[bytes]]) -> Iterator:
+        path, first, records = element
         self._read.inc(len(records))
         try:
             batch = self._decoder.DecodeBatch(records)
         except Exception:  # noqa: BLE001  find the bad records one by one
             good = []
-            for _i, r in enumerate(records):
+            for i, r in enumerate(records):
                 try:
                     self._decoder.DecodeBatch([r])
                     good.append(r)
@@ -65,7 +72,10 @@ class _DecodeExamples(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(
                         "rejected",
                         RejectedRow(
-                            path, -1, f"record is not a valid tf.Example ({e})", r[:200].hex()
+                            path,
+                            first + i,
+                            f"record {first + i} is not a valid tf.Example ({e})",
+                            r[:200].hex(),
                         ),
                     )
             if not good:
@@ -78,6 +88,44 @@ class _DecodeExamples(beam.DoFn):
         else:
             keys = records
         yield from split_batch(batch, keys, self._splitter, self._written)
+
+
+class _ReadRecordBatches(beam.DoFn):
+    """A file's path -> ``(path, number of the first record, records)``, CHUNK_ROWS records
+    at a time, in file order; a damaged file raises one sentence naming it and the record."""
+
+    def process(self, path: str) -> Iterator[tuple[str, int, list[bytes]]]:
+        from apache_beam.io.tfrecordio import _TFRecordUtil
+
+        from beam_pipeline.core.errors import PipelineError
+        from transforms.example_gen.compressed import is_decompression_error, open_binary
+
+        first, records = 1, []
+        try:
+            with open_binary(path) as f:
+                while (record := _TFRecordUtil.read_record(f)) is not None:
+                    records.append(record)
+                    if len(records) == CHUNK_ROWS:
+                        yield path, first, records
+                        first, records = first + len(records), []
+        except (ValueError, OSError, EOFError, zlib.error) as e:
+            number = first + len(records)
+            text = str(e)
+            if "Fewer than" in text or isinstance(e, EOFError):
+                what = "ends in the middle of it (a truncated copy?)"
+            elif "Mismatch of" in text:
+                what = "fails its checksum (damaged bytes)"
+            elif is_decompression_error(e):
+                what = f"cannot be decompressed as the file's name says ({e})"
+            else:
+                raise
+            raise PipelineError(
+                f"Input file {path} is damaged at record {number}: the record {what}; "
+                f"replace the file with an intact copy or leave it out of --data ({number - 1} "
+                "records before it read fine)."
+            ) from None
+        if records:
+            yield path, first, records
 
 
 class ReadTFRecordExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]):
@@ -93,8 +141,9 @@ class ReadTFRecordExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]
         decoded = (
             pbegin
             | "ListFiles" >> beam.Create(self._files)
-            | "ReadRecords" >> beam.io.ReadAllFromTFRecord(with_filename=True)
-            | "Batch" >> beam.GroupIntoBatches(CHUNK_ROWS)
+            # One file per worker at a time (a gzip file cannot be split anyway).
+            | "Reshuffle" >> beam.Reshuffle()
+            | "ReadRecords" >> beam.ParDo(_ReadRecordBatches())
             | "Decode"
             >> beam.ParDo(_DecodeExamples(self._splitter, self._schema_bytes)).with_outputs(
                 "rejected", main="batches"

@@ -1,0 +1,113 @@
+"""A published artifact damaged after its run is never reused: the stage is recomputed and
+its summary row says which run's artifact changed (through the CLI, bundled penguins).
+
+Each artifact's files (sizes, digests of the small ones) are recorded when it is published
+and checked before a later run reuses it (beam_pipeline.contents).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+from conftest import PENGUIN_DIR
+
+from beam_pipeline import cli
+
+_ARGS = [
+    "--runner=DirectRunner",
+    f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+    "--csv_null_values=,NA",
+    f"--module_file={os.path.join(PENGUIN_DIR, 'penguin_module.py')}",
+    "--no_tuner",
+    "--no_infra_validator",
+]
+
+
+def _summary(root: str, run_id: str) -> dict:
+    with open(os.path.join(root, "runs", run_id, "summary.json")) as f:
+        return {s["stage"]: s for s in json.load(f)["stages"]}
+
+
+@pytest.fixture(scope="module")
+def trained_root(tmp_path_factory):
+    """A pipeline root with run ``a``: every stage but the Tuner and the InfraValidator."""
+    root = str(tmp_path_factory.mktemp("damaged"))
+    assert cli.main([*_ARGS, f"--pipeline_root={root}", "--run_id=a"]) == 0
+    return root
+
+
+def test_a_rewritten_vocabulary_is_not_reused(trained_root, capsys):
+    root = trained_root
+    species = os.path.join(
+        root, "runs", "a", "transform_graph", "transform_fn", "assets", "species"
+    )
+    with open(species) as f:
+        names = f.read().splitlines()
+    with open(species, "w") as f:  # the same three names, in another order
+        f.write("\n".join(names[1:] + names[:1]) + "\n")
+    capsys.readouterr()
+    # The model is trained and evaluated again: on the damaged vocabulary, evaluated
+    # against the raw labels, it would be right about a fifth of the time.
+    args = [*_ARGS, f"--pipeline_root={root}", "--run_id=c", "--no_cache=Trainer,Evaluator"]
+    assert cli.main(args) == 0
+    transform = _summary(root, "c")["Transform"]
+    assert transform["status"] == "ok"
+    assert transform["note"].startswith(
+        "run a's transform_graph changed since it was published "
+        "(transform_fn/assets/species's content changed); recomputed; "
+    )
+    assert "run a's transform_graph changed" in capsys.readouterr().out
+    with open(
+        os.path.join(root, "runs", "c", "transform_graph", "transform_fn", "assets", "species")
+    ) as f:
+        assert f.read().splitlines() == names
+    evaluator = _summary(root, "c")["Evaluator"]
+    assert evaluator["details"]["metrics"]["Overall"]["sparse_categorical_accuracy"] >= 0.9
+
+
+def test_a_deleted_eval_split_is_not_reused(trained_root):
+    root = trained_root
+    eval_split = os.path.join(root, "runs", "a", "examples", "eval")
+    (shard,) = (os.path.basename(p) for p in glob.glob(os.path.join(eval_split, "*")))
+    for name in os.listdir(eval_split):
+        os.remove(os.path.join(eval_split, name))
+    os.rmdir(eval_split)
+    # The Evaluator reads the raw eval examples: it runs again, on intact ones.
+    args = [*_ARGS, f"--pipeline_root={root}", "--run_id=e", "--no_cache=Evaluator"]
+    assert cli.main(args) == 0
+    summary = _summary(root, "e")
+    assert summary["ExampleGen"]["status"] == "ok"
+    assert summary["ExampleGen"]["note"].startswith(
+        f"run a's examples changed since it was published (eval/{shard} is missing); recomputed"
+    )
+    assert summary["Evaluator"]["status"] == "ok"
+    assert summary["Evaluator"]["rows_in"] == {"eval": 105}
+
+
+def test_a_truncated_examples_file_is_not_reused(tmp_path):
+    root = str(tmp_path)
+    args = [*_ARGS, "--no_trainer", f"--pipeline_root={root}"]
+    assert cli.main([*args, "--run_id=a"]) == 0
+    (shard,) = glob.glob(os.path.join(root, "runs", "a", "examples", "train", "*"))
+    size = os.path.getsize(shard)
+    with open(shard, "r+b") as f:
+        f.truncate(size // 2)
+    # Transform reads the examples again (not reusing run a's transform).
+    assert cli.main([*args, "--run_id=b", "--no_cache=Transform"]) == 0
+    summary = _summary(root, "b")
+    assert summary["ExampleGen"]["status"] == "ok"
+    assert summary["ExampleGen"]["note"].startswith(
+        f"run a's examples changed since it was published (train/{os.path.basename(shard)} "
+        f"is {size // 2} bytes, not {size}); recomputed"
+    )
+    assert summary["ExampleGen"]["rows_out"] == {"train": 239, "eval": 105}
+    assert summary["Transform"]["status"] == "ok"
+    assert summary["Transform"]["rows_out"] == {"train": 239, "eval": 105}
+    # A third run reuses run b's intact examples, saying nothing of run a's.
+    assert cli.main([*args, "--run_id=c"]) == 0
+    example_gen = _summary(root, "c")["ExampleGen"]
+    assert example_gen["status"] == "cached" and example_gen["note"].startswith("reused from run b")
+    assert "changed" not in example_gen["note"]

@@ -1,0 +1,164 @@
+"""A run killed (SIGKILL) or interrupted (Ctrl-C) anywhere, then rerun, finishes.
+
+Through the CLI on the bundled penguins. Each kill waits for a file that shows the stage
+is under way (never a fixed sleep): tf.Transform writes its analyzer cache's ``MANIFEST``
+when the Transform job is built, before the job writes the shards it names, so a kill
+then is a kill in the middle of writing the cache entry.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import PENGUIN_DIR, REPO
+
+from beam_pipeline import cli
+
+_DATA_ARGS = [
+    "--runner=DirectRunner",
+    f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+    "--csv_null_values=,NA",
+    f"--module_file={os.path.join(PENGUIN_DIR, 'penguin_module.py')}",
+    "--no_tuner",
+]
+
+
+def _summary(root: str, run_id: str) -> dict:
+    with open(os.path.join(root, "runs", run_id, "summary.json")) as f:
+        return {s["stage"]: s for s in json.load(f)["stages"]}
+
+
+def _cache_manifest_written(root: str):
+    """True once tf.Transform wrote an analyzer cache MANIFEST (hidden folders too)."""
+
+    def ready() -> bool:
+        for _, _, files in os.walk(os.path.join(root, "cache", "transform")):
+            if "MANIFEST" in files:
+                return True
+        return False
+
+    return ready
+
+
+def _signal_group_when(proc, ready, sig, what: str) -> None:
+    deadline = time.time() + 600
+    while not ready():
+        assert proc.poll() is None, f"ended before {what}: {proc.stderr}"
+        assert time.time() < deadline, f"no {what} within 600 s"
+        time.sleep(0.01)
+    os.killpg(proc.pid, sig)
+    proc.wait(120)
+
+
+def _kill_cli_when(args, log_dir, ready, what: str) -> None:
+    """``python -m beam_pipeline ARGS`` forked (tests/forked_launch.py), SIGKILLed with its
+    whole process group as soon as ``ready()``."""
+    import forked_launch
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = forked_launch.launch_cli(args, REPO, env, log_dir)
+    _signal_group_when(proc, ready, signal.SIGKILL, what)
+
+
+def test_a_transform_killed_while_writing_its_analyzer_cache_breaks_no_later_run(tmp_path):
+    root = str(tmp_path / "root")
+    args = [*_DATA_ARGS, "--no_trainer", f"--pipeline_root={root}"]
+    _kill_cli_when(
+        [*args, "--run_id=killed"], str(tmp_path / "logs"), _cache_manifest_written(root), "cache"
+    )
+
+    # The killed run resumed, then a new run on the same data: both finish (the new one
+    # runs Transform again, not reusing the resumed run's, to read the analyzer cache).
+    assert cli.main([*args, "--run_id=killed"]) == 0
+    transform = _summary(root, "killed")["Transform"]
+    assert transform["status"] == "ok"
+    assert transform["details"]["analyzer_cache"].startswith("written to ")
+    assert cli.main([*args, "--run_id=fresh", "--no_cache=Transform"]) == 0
+    transform = _summary(root, "fresh")["Transform"]
+    assert transform["status"] == "ok"
+    assert transform["details"]["analyzer_cache"] == "reused (no analyzer recomputed)"
+    # The killed job's private folder was removed: the published entry alone is left.
+    entries = os.listdir(os.path.join(root, "cache", "transform"))
+    assert len(entries) == 1 and entries[0].startswith("train-"), entries
+
+
+def test_an_analyzer_cache_entry_left_half_written_is_removed_and_never_read(tmp_path):
+    """An entry without its listing (what a killed older version left: a MANIFEST naming
+    shards never written) is removed, and the analysis runs anew."""
+    root = str(tmp_path / "root")
+    args = [*_DATA_ARGS, "--no_trainer", f"--pipeline_root={root}"]
+    assert cli.main([*args, "--run_id=first"]) == 0
+    (entry,) = glob.glob(os.path.join(root, "cache", "transform", "train-*"))
+    for name in os.listdir(entry):
+        if name != "MANIFEST":
+            os.remove(os.path.join(entry, name))
+    assert cli.main([*args, "--run_id=second", "--no_cache=Transform"]) == 0
+    note = _summary(root, "second")["Transform"]["details"]["analyzer_cache"]
+    assert note.startswith("written to ") and "a damaged entry removed: it was never" in note
+    assert os.path.exists(os.path.join(entry, "_COMPLETE"))
+
+
+def _sigint_cli(args, ready, what: str) -> subprocess.CompletedProcess:
+    """``python -m beam_pipeline ARGS`` as a terminal's Ctrl-C reaches it: SIGINT to its
+    process group once ``ready()``."""
+    out = subprocess.PIPE
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_pipeline", *args],
+        cwd=REPO,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        stdout=out,
+        stderr=out,
+        text=True,
+        start_new_session=True,
+        # A pytest worker may ignore SIGINT; a terminal's command does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    deadline = time.time() + 600
+    while not ready():
+        assert proc.poll() is None, f"ended before {what}: {proc.communicate()[1][-3000:]}"
+        assert time.time() < deadline, f"no {what} within 600 s"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def test_ctrl_c_during_transform_says_the_run_was_interrupted_and_how_to_resume(tmp_path):
+    root = str(tmp_path / "root")
+    args = [*_DATA_ARGS, "--no_trainer", f"--pipeline_root={root}", "--run_id=stopped"]
+    proc = _sigint_cli(args, _cache_manifest_written(root), "the Transform job")
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: the run was interrupted during Transform; what its finished stages published "
+        "is kept: run the same command with --run_id=stopped to resume it."
+    ]
+    assert "KeyboardInterrupt" not in proc.stdout + proc.stderr
+    assert os.listdir(os.path.join(root, "cache", "transform")) == []
+    # The resume finishes, keeping what the interrupted attempt had published.
+    assert cli.main(args) == 0
+    statuses = {s: r["status"] for s, r in _summary(root, "stopped").items()}
+    assert statuses["ExampleGen"] == "cached" and statuses["Transform"] == "ok"
+
+
+def test_a_run_killed_during_the_evaluator_finishes_when_rerun(tmp_path):
+    root = str(tmp_path / "root")
+    args = [*_DATA_ARGS, "--train_steps=20", "--no_infra_validator", f"--pipeline_root={root}"]
+    run = os.path.join(root, "runs", "killed")
+
+    def evaluating() -> bool:
+        return bool(glob.glob(os.path.join(run, ".staging", "evaluation-*")))
+
+    _kill_cli_when([*args, "--run_id=killed"], str(tmp_path / "logs"), evaluating, "Evaluator")
+    assert not os.path.exists(os.path.join(run, "evaluation", "_PUBLISHED"))
+    assert cli.main([*args, "--run_id=fresh"]) == 0
+    assert cli.main([*args, "--run_id=killed"]) == 0
+    assert _summary(root, "fresh")["Evaluator"]["status"] == "ok"
+    # The resume kept its own Trainer and reused the new run's evaluation (same inputs).
+    statuses = {s: r["status"] for s, r in _summary(root, "killed").items()}
+    assert statuses["Trainer"] == "cached" and statuses["Evaluator"] == "cached"
