@@ -37,8 +37,8 @@ def test_a_data_folder_holding_a_readme_is_refused_not_read_as_data(tmp_path, ca
     assert code == 2
     assert capsys.readouterr().err.strip() == (
         f"error: --data folder {folder} holds README.txt, which is not data but would be read "
-        f"as data; move it out of the folder or pass a glob of the data files (e.g. "
-        f"--data={folder}/*.csv)."
+        f"as data; move it out of the folder or pass a glob of the data files: "
+        f"--data '{folder}/*.csv'."
     )
     # The glob it suggests reads the data alone.
     root = str(tmp_path / "root")

@@ -54,10 +54,14 @@ def resolve_input_files(pattern: str) -> list[str]:
         # downloaded dataset's folder often has one) would be parsed as rows of it.
         notes = [f for f in files if basename(f).split(".", 1)[0].lower() in _NOT_DATA]
         if notes:
+            # The glob names the data files' own ending when they share one (as the
+            # format check's hint for other files beside the data does).
+            endings = {basename(f).partition(".")[2] for f in files if f not in notes}
+            ending = "." + endings.pop() if len(endings) == 1 and "" not in endings else ".csv"
             raise PipelineError(
                 f"--data folder {pattern} holds {basename(notes[0])}, which is not data but "
                 "would be read as data; move it out of the folder or pass a glob of the data "
-                f"files (e.g. --data={glob.rsplit('/', 1)[0]}/*.csv)."
+                f"files: --data '{glob.rsplit('/', 1)[0]}/*{ending}'."
             )
     sizes = {m.path: m.size_in_bytes for m in metadata}
     empty = [f for f in files if sizes.get(f) == 0]
