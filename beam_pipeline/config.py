@@ -36,6 +36,7 @@ __all__ = [
     "TunerConfig",
     "EvaluatorConfig",
     "PusherConfig",
+    "BulkInferrerConfig",
     "PipelineConfig",
     "BUNDLED_EXAMPLE_DIR",
     "BUNDLED_CONFIG",
@@ -354,6 +355,33 @@ class PusherConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class BulkInferrerConfig:
+    """Settings of the BulkInferrer stage (scoring new data with a model).
+
+    Attributes:
+      data: a file, folder or glob of raw examples (CSV or TFRecord, read as ``--data``
+        is) to score; empty: the stage does not run.
+      model: which model scores them: ``blessed`` (this run's model when the Evaluator
+        blessed it), ``latest_blessed`` (the pipeline's newest blessed model, from the
+        metadata store) or a SavedModel folder.
+      max_batch_size: the most examples one model call scores.
+      output_examples: also write the examples with the predictions joined as features.
+    """
+
+    data: str = ""
+    model: str = "blessed"
+    max_batch_size: int = 1024
+    output_examples: bool = False
+
+    def __post_init__(self):
+        _check_int("infer_max_batch_size", self.max_batch_size, 1)
+        if not self.model:
+            raise PipelineError(
+                "--infer_model is empty; pass blessed, latest_blessed or a SavedModel folder."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class PipelineConfig:
     """The whole run's configuration.
 
@@ -382,6 +410,7 @@ class PipelineConfig:
     tuner: TunerConfig = TunerConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()
     pusher: PusherConfig = PusherConfig()
+    bulk_inferrer: BulkInferrerConfig = BulkInferrerConfig()
     beam_args: tuple[str, ...] = ()
     worker_start_timeout: float = 120.0
     metadata_url: str = ""

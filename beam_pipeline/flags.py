@@ -30,6 +30,7 @@ from typing import Any
 
 from beam_pipeline.config import (
     BUNDLED_CONFIG,
+    BulkInferrerConfig,
     DataConfig,
     EvaluatorConfig,
     PipelineConfig,
@@ -101,6 +102,13 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "push_destination": ("pusher", "destination"),
     "require_blessing": ("pusher", "require_blessing"),
 }
+# The BulkInferrer's flags (scoring new data).
+_FIELDS.update(
+    infer_data=("bulk_inferrer", "data"),
+    infer_model=("bulk_inferrer", "model"),
+    infer_max_batch_size=("bulk_inferrer", "max_batch_size"),
+    infer_output_examples=("bulk_inferrer", "output_examples"),
+)
 # Keys of a YAML config file whose paths are read relative to the file.
 _PATH_KEYS = {
     "data",
@@ -111,6 +119,7 @@ _PATH_KEYS = {
     "pipeline_root",
     "eval_config",
     "push_destination",
+    "infer_data",
 }
 
 
@@ -236,8 +245,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Exit non-zero when the model is not blessed.",
     )
+    _add_bulk_inferrer_flags(p.add_argument_group("bulk inferrer"))
     _add_output_flags(p.add_argument_group("output"))
     return p
+
+
+def _add_bulk_inferrer_flags(g) -> None:
+    g.add_argument(
+        "--infer_data",
+        help="CSV or TFRecord file, folder or glob of new examples to score (PredictionLogs).",
+    )
+    g.add_argument(
+        "--infer_model",
+        help="blessed (this run's model if blessed, the default), latest_blessed (the "
+        "pipeline's newest blessed model) or a SavedModel folder.",
+    )
+    g.add_argument(
+        "--infer_max_batch_size", type=int, help="Most examples per model call (default 1024)."
+    )
+    g.add_argument(
+        "--infer_output_examples",
+        action="store_true",
+        help="Also write the examples with the predictions joined as features.",
+    )
 
 
 def _add_output_flags(g) -> None:
@@ -444,6 +474,7 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         "tuner": {},
         "evaluator": {},
         "pusher": {},
+        "bulk_inferrer": {},
     }
     for key, value in settings.items():
         section, field = _FIELDS[key]
@@ -456,6 +487,7 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         tuner=TunerConfig(**sections["tuner"]),
         evaluator=EvaluatorConfig(**sections["evaluator"]),
         pusher=PusherConfig(**sections["pusher"]),
+        bulk_inferrer=BulkInferrerConfig(**sections["bulk_inferrer"]),
         beam_args=tuple(beam_args + extra),
         **sections[""],
     )

@@ -45,6 +45,7 @@ from beam_pipeline.metadata.launcher import this_launcher
 from beam_pipeline.remote import check_remote_paths
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.stages import StageContext, StageName, run_stages
+from beam_pipeline.stages.bulk_inferrer import check_infer_inputs
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
 from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
@@ -123,6 +124,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
         config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes
     )
     inputs = check_data(config, csv_format)
+    # The BulkInferrer's files and model, checked now rather than after the training.
+    check_infer_inputs(config, csv_format)
     preprocessing_fn = None
     tunes = False
     bundle = None

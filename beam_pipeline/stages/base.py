@@ -66,6 +66,7 @@ class StageName(str, enum.Enum):
     EVALUATOR = "Evaluator"
     INFRA_VALIDATOR = "InfraValidator"
     PUSHER = "Pusher"
+    BULK_INFERRER = "BulkInferrer"
 
 
 @dataclasses.dataclass(frozen=True)
