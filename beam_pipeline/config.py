@@ -141,6 +141,11 @@ class DataConfig:
       ignore_anomalies: report blocking anomalies but go on.
       csv_max_field_bytes: a CSV row with a field longer than this (UTF-8 bytes) is
         rejected.
+      drift_threshold: the drift threshold of every feature whose schema sets no
+        ``drift_comparator`` (L-infinity distance for categorical features, approximate
+        Jensen-Shannon divergence for numeric ones) against the previous run's statistics;
+        None: the schema's thresholds only.
+      skew_threshold: the same for ``skew_comparator``: eval (and test) against train.
     """
 
     data: str = ""
@@ -156,8 +161,18 @@ class DataConfig:
     max_string_domain_size: int = 100
     ignore_anomalies: bool = False
     csv_max_field_bytes: int = DEFAULT_CSV_MAX_FIELD_BYTES
+    drift_threshold: Optional[float] = None
+    skew_threshold: Optional[float] = None
 
     def __post_init__(self):
+        for flag in ("drift_threshold", "skew_threshold"):
+            t = getattr(self, flag)
+            if t is not None and (
+                isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 1
+            ):
+                raise PipelineError(
+                    f"--{flag}={t!r} is out of range: pass a distance from 0 to 1, e.g. 0.1."
+                )
         # Checked here, when flags become config, so that a bad value stops the run before
         # any file is written or any Beam job runs.
         f = self.max_rejected_fraction

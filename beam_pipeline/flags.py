@@ -102,6 +102,10 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "push_destination": ("pusher", "destination"),
     "require_blessing": ("pusher", "require_blessing"),
 }
+# Drift and skew thresholds (Validation).
+_FIELDS.update(
+    drift_threshold=("data", "drift_threshold"), skew_threshold=("data", "skew_threshold")
+)
 # The BulkInferrer's flags (scoring new data).
 _FIELDS.update(
     infer_data=("bulk_inferrer", "data"),
@@ -157,6 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no_infer_feature_shape", dest="infer_feature_shape", action="store_false")
     g.add_argument("--max_string_domain_size", type=int)
     g.add_argument("--ignore_anomalies", action="store_true", help="Report anomalies, go on.")
+    g.add_argument(
+        "--drift_threshold",
+        type=float,
+        help="Drift threshold of every feature without a schema drift_comparator, against "
+        "the previous run (L-infinity for categorical, Jensen-Shannon for numeric).",
+    )
+    g.add_argument(
+        "--skew_threshold",
+        type=float,
+        help="The same for skew_comparator: eval against train.",
+    )
     g = p.add_argument_group("pipeline")
     g.add_argument("--module_file", help="Python file with preprocessing_fn / run_fn / tuner_fn.")
     g.add_argument(

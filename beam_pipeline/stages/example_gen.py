@@ -89,6 +89,8 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         input_splits=tuple((split, "") for split, _ in d.input_splits),
         schema=file_digest(d.schema) if d.schema else None,
         ignore_anomalies=False,
+        drift_threshold=None,  # Validation's settings, not ExampleGen's
+        skew_threshold=None,
     )
     fingerprint = json_digest(
         {
