@@ -246,6 +246,8 @@ class TrainerConfig:
       custom_config: JSON object text reaching ``fn_args.custom_config`` as a dict.
       entry_point: the module's ``run_fn``-like function or TrainSpec subclass to train
         with (default: ``run_fn``, else the module's only TrainSpec subclass).
+      warm_start: ``latest_blessed`` or ``latest``: ``fn_args.base_model`` is that model of
+        this pipeline, found in the metadata store (instead of a ``base_model`` path).
     """
 
     enabled: bool = True
@@ -257,8 +259,18 @@ class TrainerConfig:
     min_ram: Optional[str] = None
     custom_config: str = "{}"
     entry_point: Optional[str] = None
+    warm_start: Optional[str] = None
 
     def __post_init__(self):
+        if self.warm_start not in (None, "latest_blessed", "latest"):
+            raise PipelineError(
+                f"--warm_start={self.warm_start!r} is not a choice; pass latest_blessed or "
+                "latest (or --base_model PATH for a given SavedModel)."
+            )
+        if self.warm_start and self.base_model:
+            raise PipelineError(
+                "--warm_start and --base_model both name the model to start from; pass one."
+            )
         if self.base_model:  # 0 steps: export the warm-started model as it is
             _check_int("train_steps", self.train_steps, 0)
         else:

@@ -102,6 +102,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "push_destination": ("pusher", "destination"),
     "require_blessing": ("pusher", "require_blessing"),
 }
+# Warm start from a model of this pipeline (Trainer).
+_FIELDS.update(warm_start=("trainer", "warm_start"))
 # Drift and skew thresholds (Validation).
 _FIELDS.update(
     drift_threshold=("data", "drift_threshold"), skew_threshold=("data", "skew_threshold")
@@ -204,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eval_steps", type=int)
     g.add_argument("--hyperparameters", help="Keras Tuner HyperParameters config JSON file.")
     g.add_argument("--base_model", help="SavedModel folder to warm-start from.")
+    g.add_argument(
+        "--warm_start",
+        choices=["latest_blessed", "latest"],
+        help="Warm-start from this pipeline's latest blessed (or latest) model, found in the "
+        "metadata store (fn_args.base_model).",
+    )
     g.add_argument(
         "--trainer_accelerator", help="e.g. type:nvidia-l4;count:1;install-nvidia-driver"
     )

@@ -213,6 +213,12 @@ class Stage(abc.ABC):
         """The settings (JSON values) its outputs depend on besides its inputs: its key's."""
         return {}
 
+    def resolved_inputs(self, ctx: StageContext) -> tuple[TypedArtifact, ...]:
+        """Artifacts of earlier runs it reads, found in the metadata store (TFX's Resolver,
+        e.g. the Trainer's ``--warm_start`` model): recorded as its inputs, in its key, and
+        handed to :meth:`run` with the others."""
+        return ()
+
     @abc.abstractmethod
     def run(
         self,
