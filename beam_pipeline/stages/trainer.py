@@ -59,7 +59,8 @@ class TrainerStage(Stage):
         base = inputs.get(Model)
         if base is not None:  # --warm_start: the model the store resolved
             config = dataclasses.replace(
-                config, trainer=dataclasses.replace(config.trainer, base_model=base.uri)
+                config,
+                trainer=dataclasses.replace(config.trainer, base_model=base.uri, warm_start=None),
             )
         report = run_training_stage(
             config,
