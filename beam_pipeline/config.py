@@ -146,6 +146,8 @@ class DataConfig:
         Jensen-Shannon divergence for numeric ones) against the previous run's statistics;
         None: the schema's thresholds only.
       skew_threshold: the same for ``skew_comparator``: eval (and test) against train.
+      span_window: with ``{SPAN}`` in ``data``: how many of the latest spans are read.
+      spans: with ``{SPAN}`` in ``data``: the spans read, (first, last), instead.
     """
 
     data: str = ""
@@ -163,8 +165,21 @@ class DataConfig:
     csv_max_field_bytes: int = DEFAULT_CSV_MAX_FIELD_BYTES
     drift_threshold: Optional[float] = None
     skew_threshold: Optional[float] = None
+    span_window: int = 1
+    spans: Optional[tuple[int, int]] = None
 
     def __post_init__(self):
+        _check_int("span_window", self.span_window, 1)
+        if self.spans is not None and not 0 <= self.spans[0] <= self.spans[1]:
+            raise PipelineError(
+                f"--spans={self.spans[0]}:{self.spans[1]} is not a range of spans; pass "
+                "FIRST:LAST with FIRST <= LAST, e.g. --spans=1:3."
+            )
+        if (self.spans is not None or self.span_window != 1) and "{SPAN}" not in self.data:
+            raise PipelineError(
+                "--spans and --span_window need {SPAN} in --data (e.g. "
+                "--data='root/span-{SPAN}/*.csv'); add it or drop them."
+            )
         for flag in ("drift_threshold", "skew_threshold"):
             t = getattr(self, flag)
             if t is not None and (

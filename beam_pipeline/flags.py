@@ -104,6 +104,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
 }
 # Warm start from a model of this pipeline (Trainer).
 _FIELDS.update(warm_start=("trainer", "warm_start"))
+# Spans of --data (ExampleGen).
+_FIELDS.update(span_window=("data", "span_window"), spans=("data", "spans"))
 # Drift and skew thresholds (Validation).
 _FIELDS.update(
     drift_threshold=("data", "drift_threshold"), skew_threshold=("data", "skew_threshold")
@@ -163,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no_infer_feature_shape", dest="infer_feature_shape", action="store_false")
     g.add_argument("--max_string_domain_size", type=int)
     g.add_argument("--ignore_anomalies", action="store_true", help="Report anomalies, go on.")
+    g.add_argument(
+        "--span_window",
+        type=int,
+        help="With {SPAN} in --data: read the N latest spans (default 1, the latest).",
+    )
+    g.add_argument("--spans", help="With {SPAN} in --data: read spans FIRST:LAST, e.g. 1:3.")
     g.add_argument(
         "--drift_threshold",
         type=float,
@@ -413,6 +421,19 @@ def _no_cache(value: Any) -> tuple:
     return tuple(stages)
 
 
+def _span_range(value: Any) -> tuple[int, int]:
+    """``--spans FIRST:LAST`` as (FIRST, LAST)."""
+    first, sep, last = str(value).partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(first), int(last)
+    except ValueError:
+        raise PipelineError(
+            f"--spans={value!r} is not FIRST:LAST; pass two span numbers, e.g. --spans=1:3."
+        ) from None
+
+
 def _convert(key: str, value: Any) -> Any:
     if key == "run_id":
         # Given but empty is refused (left out, a timestamp is generated); the rest of the
@@ -463,6 +484,8 @@ def _convert(key: str, value: Any) -> Any:
                 f"tuner_schedule: {value!r} is not a schedule; use one of "
                 f"{', '.join(s.value for s in TunerSchedule)}."
             ) from None
+    if key == "spans":
+        return _span_range(value)
     if key == "custom_config":
         text = value if isinstance(value, str) else json.dumps(value)
         parse_custom_config(text)  # checked here, parsed again where fn_args is built

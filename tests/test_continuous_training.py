@@ -286,3 +286,59 @@ def test_drift_stops_the_drifted_run_naming_feature_distance_and_threshold(tmp_p
     # Without the flag nothing is compared: the drifted data passes.
     proc = _cli(f"--data={drifted}", "--run_id=s4", *common)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _span_folders(tmp_path, sizes=(50, 60, 70)) -> str:
+    """span-1/, span-2/, span-3/ with 50, 60 and 70 penguin rows; the {SPAN} pattern."""
+    header, body = _rows()
+    for span, n in enumerate(sizes, start=1):
+        folder = tmp_path / "spans" / f"span-{span}"
+        folder.mkdir(parents=True)
+        with open(folder / "data.csv", "w", newline="") as f:
+            csv.writer(f).writerows([header, *body[:n]])
+    return str(tmp_path / "spans" / "span-{SPAN}" / "*.csv")
+
+
+@pytest.mark.parametrize(
+    "flags, spans, rows",
+    [
+        ([], "span 3", 70),
+        (["--span_window=2"], "spans 2-3", 130),
+        (["--spans=1:2"], "spans 1-2", 110),
+    ],
+)
+def test_span_pattern_reads_the_latest_span_a_window_or_a_range(tmp_path, flags, spans, rows):
+    pattern = _span_folders(tmp_path)
+    root = str(tmp_path / "root")
+    proc = _cli(
+        f"--data={pattern}", f"--pipeline_root={root}", "--run_id=r", "--csv_null_values=,NA",
+        "--no_trainer", "--no_tuner", *flags,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    example_gen = _summary(root, "r")["ExampleGen"]
+    assert example_gen["rows_in"] == {"all": rows}
+    assert example_gen["note"].startswith(spans)
+
+
+def test_span_errors_are_one_sentence(tmp_path):
+    from beam_pipeline.core.errors import PipelineError
+    from transforms.example_gen.input_files import resolve_spans
+
+    pattern = _span_folders(tmp_path)
+    proc = _cli(f"--data={pattern}", f"--pipeline_root={tmp_path / 'root'}", "--spans=2:5")
+    assert proc.returncode != 0
+    assert "has no span 4 (spans found: 1, 2, 3), a gap in spans 2 to 5" in proc.stderr
+    assert not (tmp_path / "root").exists()  # refused before anything is written
+    with pytest.raises(PipelineError, match="--span_window 4 asks for 4 spans but"):
+        resolve_spans(pattern, 4)
+    with pytest.raises(PipelineError, match="matches no span"):
+        resolve_spans(str(tmp_path / "nothing-{SPAN}" / "*.csv"))
+    (tmp_path / "spans" / "span-03").mkdir()
+    (tmp_path / "spans" / "span-03" / "data.csv").write_text("a\n1\n")
+    with pytest.raises(PipelineError, match=r"two matches for span 3 \(03 and 3\)"):
+        resolve_spans(pattern)
+    odd = tmp_path / "odd" / "q-1"
+    odd.mkdir(parents=True)
+    (odd / "part-2.csv").write_text("a\n1\n")
+    with pytest.raises(PipelineError, match="reads spans 1 and 2 in its"):
+        resolve_spans(str(tmp_path / "odd" / "q-{SPAN}" / "part-{SPAN}.csv"))
