@@ -48,7 +48,7 @@ def previous_statistics(ctx: StageContext) -> Optional[str]:
     return None
 
 
-def _compares(ctx: StageContext, schema, comparator: str, default: Optional[float]) -> bool:
+def _compares(schema, comparator: str, default: Optional[float] = None) -> bool:
     """Whether any feature has a ``comparator`` threshold (the schema's or the flag's)."""
     return default is not None or any(f.HasField(comparator) for f in schema.feature)
 
@@ -65,8 +65,14 @@ class ValidationStage(Stage):
         return {
             "drift_threshold": d.drift_threshold,
             "skew_threshold": d.skew_threshold,
-            # The drift baseline: another run's statistics give another verdict.
-            "drift_baseline": previous_statistics(ctx),
+            # The drift baseline: another run's statistics give another verdict. Only
+            # comparators of the flag or of a --schema exist (inferred schemas set none).
+            "drift_baseline": (
+                previous_statistics(ctx)
+                if d.drift_threshold is not None
+                or (ctx.user_schema is not None and _compares(ctx.user_schema, "drift_comparator"))
+                else None
+            ),
         }
 
     def run(
@@ -88,7 +94,7 @@ class ValidationStage(Stage):
         d = ctx.config.data
         notes = []
         previous = None
-        if _compares(ctx, schema, "drift_comparator", d.drift_threshold):
+        if _compares(schema, "drift_comparator", d.drift_threshold):
             where = previous_statistics(ctx)
             if where is None:
                 notes.append("drift: no baseline (the first complete run of this pipeline)")
@@ -99,7 +105,7 @@ class ValidationStage(Stage):
                     if fileio.exists(fileio.join(where, s.value, "FeatureStats.pb"))
                 }
                 notes.append(f"drift checked against {where}")
-        skew = _compares(ctx, schema, "skew_comparator", d.skew_threshold)
+        skew = _compares(schema, "skew_comparator", d.skew_threshold)
         texts, by_split = [], {}
         for split, split_stats in stats.items():
             baseline = stats[Split.TRAIN] if split is not Split.TRAIN else None
