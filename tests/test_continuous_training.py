@@ -32,8 +32,9 @@ PENGUINS = os.path.join(BUNDLED_EXAMPLE_DIR, "penguins.csv")
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
+    quiet = [] if argv[0] == "runs" else ["--no_progress"]
     return subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *argv, "--no_progress"],
+        [sys.executable, "-m", "beam_pipeline", *argv, *quiet],
         capture_output=True,
         text=True,
         timeout=900,
