@@ -99,6 +99,8 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         ignore_anomalies=False,
         drift_threshold=None,  # Validation's settings, not ExampleGen's
         skew_threshold=None,
+        span_window=1,  # which spans: the files' content above says
+        spans=None,
     )
     fingerprint = json_digest(
         {
