@@ -82,7 +82,7 @@ def test_bundled_run_publishes_every_data_artifact(bundled_run):
     ]
     assert not os.path.exists(os.path.join(bundled_run, ".staging"))
     stages = _summary(bundled_run)
-    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 5
+    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 6
     # --no_tuner --no_trainer, and no model to check or push
     assert list(stages)[-6:] == [
         "Tuner", "Trainer", "Evaluator", "InfraValidator", "Pusher", "BulkInferrer",
