@@ -343,3 +343,37 @@ def test_span_errors_are_one_sentence(tmp_path):
     (odd / "part-2.csv").write_text("a\n1\n")
     with pytest.raises(PipelineError, match="reads spans 1 and 2 in its"):
         resolve_spans(str(tmp_path / "odd" / "q-{SPAN}" / "part-{SPAN}.csv"))
+
+
+def test_schema_comparators_skew_blocks_and_numeric_drift_uses_jensen_shannon(tmp_path):
+    """Thresholds written in the schema (tfmd FeatureComparator), no flag: island's skew
+    (eval against train, L-infinity) and body_mass_g's drift (Jensen-Shannon)."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    root = str(tmp_path / "root")
+    first, undrifted, _ = _spans(tmp_path)
+    common = [f"--pipeline_root={root}", "--csv_null_values=,NA", "--no_trainer", "--no_tuner"]
+    proc = _cli(f"--data={first}", "--run_id=s1", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schema = schema_pb2.Schema()
+    with open(os.path.join(root, "runs", "s1", "schema", "schema.pbtxt")) as f:
+        text_format.Parse(f.read(), schema)
+    features = {f.name: f for f in schema.feature}
+    features["island"].skew_comparator.infinity_norm.threshold = 0.001
+    features["body_mass_g"].drift_comparator.jensen_shannon_divergence.threshold = 0.001
+    path = tmp_path / "schema.pbtxt"
+    path.write_text(text_format.MessageToString(schema))
+
+    proc = _cli(f"--data={undrifted}", f"--schema={path}", "--run_id=s2", *common)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert re.search(
+        r"eval island: The L-infinity distance between 'eval' and the baseline 'train' is "
+        r"[0-9.]+, above the threshold 0\.001 \(train/eval skew\)",
+        proc.stderr,
+    ), proc.stderr[-3000:]
+    assert re.search(
+        r"train body_mass_g: The approximate Jensen-Shannon divergence between 'train' and the "
+        r"baseline 'train' is [0-9.]+, above the threshold 0\.001 \(drift from the previous run\)",
+        proc.stderr,
+    ), proc.stderr[-3000:]
