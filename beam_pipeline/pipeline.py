@@ -49,6 +49,7 @@ from beam_pipeline.stages.bulk_inferrer import check_infer_inputs
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
 from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
+from beam_pipeline.stages.trainer import check_warm_start
 from beam_pipeline.stages.tuner import default_tuner_pool
 from beam_pipeline.summary import RunSummary, write_summary
 from beam_pipeline.tuning_stage import with_schedule
@@ -152,6 +153,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     # Opened before anything is written: a bad --metadata_url stops the run here.
     store = _open_store(config)
     try:
+        if config.trainer.warm_start and config.trainer.enabled:
+            check_warm_start(store, config, config.run_id)  # before the run directory exists
         # A rerun of a --run_id resumes it, or is refused before anything is written.
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
         run = None

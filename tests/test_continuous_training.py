@@ -236,6 +236,27 @@ def test_warm_start_without_a_model_is_one_sentence(tmp_path):
     )
     assert proc.returncode != 0
     assert "--warm_start latest_blessed found no latest blessed model" in proc.stderr
+    assert os.listdir(tmp_path / "root" / "runs") == []  # refused before any run directory
+
+
+def test_a_remote_runner_refuses_local_infer_data_and_model():
+    from beam_pipeline.beam_options import parse_beam_args
+    from beam_pipeline.config import BulkInferrerConfig, DataConfig, PipelineConfig
+    from beam_pipeline.core.errors import PipelineError
+    from beam_pipeline.remote import check_remote_paths
+
+    options = parse_beam_args(["--runner=DataflowRunner", "--project=p", "--region=r"])
+    for inferrer, flag in (
+        (BulkInferrerConfig(data="/local/new/*.csv"), "--infer_data /local/new/"),
+        (BulkInferrerConfig(data="gs://b/new/*.csv", model="/local/model"), "--infer_model /l"),
+    ):
+        config = PipelineConfig(
+            data=DataConfig(data="gs://b/data/*.csv"),
+            pipeline_root="gs://b/root",
+            bulk_inferrer=inferrer,
+        )
+        with pytest.raises(PipelineError, match=f"^{re.escape(flag)}.* is on this machine's disk"):
+            check_remote_paths(config, options)
 
 
 def _spans(tmp_path) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Optional
 
 from beam_pipeline.artifacts import Hyperparameters, Model, ModelRun, Schema, TypedArtifact
 from beam_pipeline.core.errors import PipelineError
@@ -18,7 +19,7 @@ from beam_pipeline.stages.tuner import MODEL_INPUTS, model_inputs
 from beam_pipeline.summary import StageStatus
 from beam_pipeline.training_stage import run_training_stage
 
-__all__ = ["TrainerStage"]
+__all__ = ["TrainerStage", "check_warm_start"]
 
 
 class TrainerStage(Stage):
@@ -42,13 +43,10 @@ class TrainerStage(Stage):
         which = ctx.config.trainer.warm_start
         if not which or not ctx.config.trainer.enabled:
             return ()
-        uri = _warm_start_model(ctx, which)
-        if uri is None:
-            raise PipelineError(
-                f"--warm_start {which} found no {which.replace('_', ' ')} model of this "
-                f"pipeline in the metadata store of {ctx.config.pipeline_root}; run once "
-                "without --warm_start first, or pass --base_model PATH."
-            )
+        from beam_pipeline.stages.evaluator import open_store
+
+        with open_store(ctx) as store:
+            uri = check_warm_start(store, ctx.config, ctx.run_dir.run_id)
         return (Model(uri, {"warm_start": which}),)
 
     def run(
@@ -77,23 +75,46 @@ class TrainerStage(Stage):
         return StageResult([report], outputs=outputs)
 
 
-def _warm_start_model(ctx: StageContext, which: str):
+def check_warm_start(store, config, run_id: str = "") -> str:
+    """``--warm_start``'s model (its uri), checked before anything of the run is written.
+
+    Args:
+      store: the run's metadata store, or None (a remote root without ``--metadata_url``).
+      config: the run's configuration.
+      run_id: this run's id (its own model is not a base model).
+
+    Raises:
+      PipelineError: there is no store, or no such model in it.
+    """
+    which = config.trainer.warm_start
+    if store is None:
+        raise PipelineError(
+            f"--warm_start {which} looks the model up in the metadata store, and this run has "
+            "none (a remote --pipeline_root); pass --metadata_url or --base_model PATH."
+        )
+    uri = _warm_start_model(store, which, run_id)
+    if uri is None:
+        raise PipelineError(
+            f"--warm_start {which} found no {which.replace('_', ' ')} model of this "
+            f"pipeline in the metadata store of {config.pipeline_root}; run once "
+            "without --warm_start first, or pass --base_model PATH."
+        )
+    return uri
+
+
+def _warm_start_model(store, which: str, run_id: str) -> Optional[str]:
     """The uri of this pipeline's latest blessed (or latest) model still on disk, made by
     another run; None if there is none."""
     from beam_pipeline.metadata.store import is_available
-    from beam_pipeline.stages.evaluator import open_store
 
-    with open_store(ctx) as store:
-        if store is None:
-            return None
-        if which == "latest_blessed":
-            found = store.latest_blessed_model()
-            return found.uri if found is not None else None
-        for run in store.list_runs():  # newest first
-            if run.run_id == ctx.run_dir.run_id:
-                continue
-            for execution in store.run_executions(run.run_id) or ():
-                for artifact in execution.outputs.values():
-                    if artifact.type_name == Model.__name__ and is_available(artifact):
-                        return artifact.uri
+    if which == "latest_blessed":
+        found = store.latest_blessed_model()
+        return found.uri if found is not None else None
+    for run in store.list_runs():  # newest first
+        if run.run_id == run_id:
+            continue
+        for execution in store.run_executions(run.run_id) or ():
+            for artifact in execution.outputs.values():
+                if artifact.type_name == Model.__name__ and is_available(artifact):
+                    return artifact.uri
     return None
