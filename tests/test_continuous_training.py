@@ -217,6 +217,10 @@ def test_warm_start_records_run_ones_blessed_model_as_the_trainers_input(trained
         "--train_steps=5",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # fn_args.base_model reached the module (the bundled run_fn loads its weights): five
+    # steps from run 1's model keep its accuracy, which five steps from scratch do not reach.
+    trainer_row = _summary(root, "warm")["Trainer"]
+    assert trainer_row["details"]["metrics"]["sparse_categorical_accuracy"] >= 0.9, trainer_row
     lineage = _cli("runs", "lineage", os.path.join(root, "runs", "warm", "model"),
                    f"--pipeline_root={root}", "--json")  # fmt: skip
     assert lineage.returncode == 0, lineage.stderr
