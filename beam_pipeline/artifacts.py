@@ -41,6 +41,9 @@ __all__ = [
     "ModelBlessing",
     "InfraBlessing",
     "PushedModel",
+    "InferenceResult",
+    "InferredExamples",
+    "InferenceRejectedRows",
     "ModelInputs",
     "SCHEMA_FILE",
 ]
@@ -213,6 +216,27 @@ class PushedModel(TypedArtifact):
     FOLDER = Artifact.PUSHED_MODEL
 
 
+class InferenceResult(TypedArtifact):
+    """The BulkInferrer's PredictionLog TFRecords, ``prediction_logs-*.gz`` (TFX's
+    ``InferenceResult``); properties ``rows`` (scored), ``model`` (the model's folder)."""
+
+    FOLDER = Artifact.INFERENCE_RESULT
+
+
+class InferredExamples(TypedArtifact):
+    """The scored examples with each prediction output joined as a feature
+    ``prediction_<output>`` (TFX's ``output_example_spec``), ``examples-*.tfrecord.gz``."""
+
+    FOLDER = Artifact.INFERRED_EXAMPLES
+
+
+class InferenceRejectedRows(TypedArtifact):
+    """The rows the BulkInferrer could not score, one JSON object per row (file, line,
+    reason), as ExampleGen's rejected rows; property ``rows``."""
+
+    FOLDER = Artifact.INFERENCE_REJECTED
+
+
 _TYPES: Mapping[str, type[TypedArtifact]] = {
     cls.__name__: cls
     for cls in (
@@ -230,6 +254,9 @@ _TYPES: Mapping[str, type[TypedArtifact]] = {
         ModelBlessing,
         InfraBlessing,
         PushedModel,
+        InferenceResult,
+        InferredExamples,
+        InferenceRejectedRows,
     )
 }
 

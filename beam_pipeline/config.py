@@ -36,6 +36,7 @@ __all__ = [
     "TunerConfig",
     "EvaluatorConfig",
     "PusherConfig",
+    "BulkInferrerConfig",
     "PipelineConfig",
     "BUNDLED_EXAMPLE_DIR",
     "BUNDLED_CONFIG",
@@ -140,6 +141,13 @@ class DataConfig:
       ignore_anomalies: report blocking anomalies but go on.
       csv_max_field_bytes: a CSV row with a field longer than this (UTF-8 bytes) is
         rejected.
+      drift_threshold: the drift threshold of every feature whose schema sets no
+        ``drift_comparator`` (L-infinity distance for categorical features, approximate
+        Jensen-Shannon divergence for numeric ones) against the previous run's statistics;
+        None: the schema's thresholds only.
+      skew_threshold: the same for ``skew_comparator``: eval (and test) against train.
+      span_window: with ``{SPAN}`` in ``data``: how many of the latest spans are read.
+      spans: with ``{SPAN}`` in ``data``: the spans read, (first, last), instead.
     """
 
     data: str = ""
@@ -155,8 +163,31 @@ class DataConfig:
     max_string_domain_size: int = 100
     ignore_anomalies: bool = False
     csv_max_field_bytes: int = DEFAULT_CSV_MAX_FIELD_BYTES
+    drift_threshold: Optional[float] = None
+    skew_threshold: Optional[float] = None
+    span_window: int = 1
+    spans: Optional[tuple[int, int]] = None
 
     def __post_init__(self):
+        _check_int("span_window", self.span_window, 1)
+        if self.spans is not None and not 0 <= self.spans[0] <= self.spans[1]:
+            raise PipelineError(
+                f"--spans={self.spans[0]}:{self.spans[1]} is not a range of spans; pass "
+                "FIRST:LAST with FIRST <= LAST, e.g. --spans=1:3."
+            )
+        if (self.spans is not None or self.span_window != 1) and "{SPAN}" not in self.data:
+            raise PipelineError(
+                "--spans and --span_window need {SPAN} in --data (e.g. "
+                "--data='root/span-{SPAN}/*.csv'); add it or drop them."
+            )
+        for flag in ("drift_threshold", "skew_threshold"):
+            t = getattr(self, flag)
+            if t is not None and (
+                isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 1
+            ):
+                raise PipelineError(
+                    f"--{flag}={t!r} is out of range: pass a distance from 0 to 1, e.g. 0.1."
+                )
         # Checked here, when flags become config, so that a bad value stops the run before
         # any file is written or any Beam job runs.
         f = self.max_rejected_fraction
@@ -233,6 +264,8 @@ class TrainerConfig:
       mixed_precision: a TrainSpec's model computes in float16 on GPUs, bfloat16 on CPUs
         (training and tuning); a ``run_fn`` gets the policy's name in
         ``fn_args.mixed_precision`` (see :mod:`trainer.precision`).
+      warm_start: ``latest_blessed`` or ``latest``: ``fn_args.base_model`` is that model of
+        this pipeline, found in the metadata store (instead of a ``base_model`` path).
     """
 
     enabled: bool = True
@@ -245,8 +278,18 @@ class TrainerConfig:
     custom_config: str = "{}"
     entry_point: Optional[str] = None
     mixed_precision: bool = False
+    warm_start: Optional[str] = None
 
     def __post_init__(self):
+        if self.warm_start not in (None, "latest_blessed", "latest"):
+            raise PipelineError(
+                f"--warm_start={self.warm_start!r} is not a choice; pass latest_blessed or "
+                "latest (or --base_model PATH for a given SavedModel)."
+            )
+        if self.warm_start and self.base_model:
+            raise PipelineError(
+                "--warm_start and --base_model both name the model to start from; pass one."
+            )
         if self.base_model:  # 0 steps: export the warm-started model as it is
             _check_int("train_steps", self.train_steps, 0)
         else:
@@ -363,6 +406,33 @@ class PusherConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class BulkInferrerConfig:
+    """Settings of the BulkInferrer stage (scoring new data with a model).
+
+    Attributes:
+      data: a file, folder or glob of raw examples (CSV or TFRecord, read as ``--data``
+        is) to score; empty: the stage does not run.
+      model: which model scores them: ``blessed`` (this run's model when the Evaluator
+        blessed it), ``latest_blessed`` (the pipeline's newest blessed model, from the
+        metadata store) or a SavedModel folder.
+      max_batch_size: the most examples one model call scores.
+      output_examples: also write the examples with the predictions joined as features.
+    """
+
+    data: str = ""
+    model: str = "blessed"
+    max_batch_size: int = 1024
+    output_examples: bool = False
+
+    def __post_init__(self):
+        _check_int("infer_max_batch_size", self.max_batch_size, 1)
+        if not self.model:
+            raise PipelineError(
+                "--infer_model is empty; pass blessed, latest_blessed or a SavedModel folder."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class PipelineConfig:
     """The whole run's configuration.
 
@@ -391,6 +461,7 @@ class PipelineConfig:
     tuner: TunerConfig = TunerConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()
     pusher: PusherConfig = PusherConfig()
+    bulk_inferrer: BulkInferrerConfig = BulkInferrerConfig()
     beam_args: tuple[str, ...] = ()
     worker_start_timeout: float = 120.0
     metadata_url: str = ""

@@ -32,6 +32,7 @@ from typing import Any
 
 from beam_pipeline.config import (
     BUNDLED_CONFIG,
+    BulkInferrerConfig,
     DataConfig,
     EvaluatorConfig,
     PipelineConfig,
@@ -114,7 +115,25 @@ _SECTIONS: dict[str, type] = {
     "tuner": TunerConfig,
     "evaluator": EvaluatorConfig,
     "pusher": PusherConfig,
+    "bulk_inferrer": BulkInferrerConfig,
 }
+
+
+# Warm start from a model of this pipeline (Trainer).
+_FIELDS.update(warm_start=("trainer", "warm_start"))
+# Spans of --data (ExampleGen).
+_FIELDS.update(span_window=("data", "span_window"), spans=("data", "spans"))
+# Drift and skew thresholds (Validation).
+_FIELDS.update(
+    drift_threshold=("data", "drift_threshold"), skew_threshold=("data", "skew_threshold")
+)
+# The BulkInferrer's flags (scoring new data).
+_FIELDS.update(
+    infer_data=("bulk_inferrer", "data"),
+    infer_model=("bulk_inferrer", "model"),
+    infer_max_batch_size=("bulk_inferrer", "max_batch_size"),
+    infer_output_examples=("bulk_inferrer", "output_examples"),
+)
 # Keys of a YAML config file whose paths are read relative to the file.
 _PATH_KEYS = {
     "data",
@@ -125,6 +144,7 @@ _PATH_KEYS = {
     "pipeline_root",
     "eval_config",
     "push_destination",
+    "infer_data",
 }
 
 
@@ -182,6 +202,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="A string feature with more distinct values gets no domain in the schema.",
     )
     g.add_argument("--ignore_anomalies", action="store_true", help="Report anomalies, go on.")
+    g.add_argument(
+        "--span_window",
+        type=int,
+        help="With {SPAN} in --data: read the N latest spans (default 1, the latest).",
+    )
+    g.add_argument("--spans", help="With {SPAN} in --data: read spans FIRST:LAST, e.g. 1:3.")
+    g.add_argument(
+        "--drift_threshold",
+        type=float,
+        help="Drift threshold of every feature without a schema drift_comparator, against "
+        "the previous run (L-infinity for categorical, Jensen-Shannon for numeric).",
+    )
+    g.add_argument(
+        "--skew_threshold",
+        type=float,
+        help="The same for skew_comparator: eval against train.",
+    )
     g = p.add_argument_group("pipeline")
     g.add_argument("--module_file", help="Python file with preprocessing_fn / run_fn / tuner_fn.")
     g.add_argument(
@@ -223,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--hyperparameters", help="Keras Tuner HyperParameters config JSON file.")
     g.add_argument("--base_model", help="SavedModel folder to warm-start from.")
+    g.add_argument(
+        "--warm_start",
+        choices=["latest_blessed", "latest"],
+        help="Warm-start from this pipeline's latest blessed (or latest) model, found in the "
+        "metadata store (fn_args.base_model).",
+    )
     g.add_argument(
         "--trainer_accelerator", help="e.g. type:nvidia-l4;count:1;install-nvidia-driver"
     )
@@ -315,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Exit non-zero when the model is not blessed.",
     )
+    _add_bulk_inferrer_flags(p.add_argument_group("bulk inferrer"))
     _add_output_flags(p.add_argument_group("output"))
     return p
 
@@ -386,6 +430,26 @@ class _HelpFormatter(argparse.HelpFormatter):
         if shown == "":
             shown = "''"
         return f"{text[:-1] if text.endswith('.') else text} (default {shown})."
+
+
+def _add_bulk_inferrer_flags(g) -> None:
+    g.add_argument(
+        "--infer_data",
+        help="CSV or TFRecord file, folder or glob of new examples to score (PredictionLogs).",
+    )
+    g.add_argument(
+        "--infer_model",
+        help="blessed (this run's model if blessed, the default), latest_blessed (the "
+        "pipeline's newest blessed model) or a SavedModel folder.",
+    )
+    g.add_argument(
+        "--infer_max_batch_size", type=int, help="Most examples per model call (default 1024)."
+    )
+    g.add_argument(
+        "--infer_output_examples",
+        action="store_true",
+        help="Also write the examples with the predictions joined as features.",
+    )
 
 
 def _add_output_flags(g) -> None:
@@ -538,6 +602,19 @@ def _no_cache(value: Any) -> tuple:
     return tuple(stages)
 
 
+def _span_range(value: Any) -> tuple[int, int]:
+    """``--spans FIRST:LAST`` as (FIRST, LAST)."""
+    first, sep, last = str(value).partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(first), int(last)
+    except ValueError:
+        raise PipelineError(
+            f"--spans={value!r} is not FIRST:LAST; pass two span numbers, e.g. --spans=1:3."
+        ) from None
+
+
 def _convert(key: str, value: Any) -> Any:
     if key == "run_id":
         # Given but empty is refused (left out, a timestamp is generated); the rest of the
@@ -588,6 +665,8 @@ def _convert(key: str, value: Any) -> Any:
                 f"tuner_schedule: {value!r} is not a schedule; use one of "
                 f"{', '.join(s.value for s in TunerSchedule)}."
             ) from None
+    if key == "spans":
+        return _span_range(value)
     if key == "custom_config":
         text = value if isinstance(value, str) else json.dumps(value)
         parse_custom_config(text)  # checked here, parsed again where fn_args is built
@@ -638,6 +717,7 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         "tuner": {},
         "evaluator": {},
         "pusher": {},
+        "bulk_inferrer": {},
     }
     for key, value in settings.items():
         section, field = _FIELDS[key]
@@ -650,6 +730,7 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         tuner=TunerConfig(**sections["tuner"]),
         evaluator=EvaluatorConfig(**sections["evaluator"]),
         pusher=PusherConfig(**sections["pusher"]),
+        bulk_inferrer=BulkInferrerConfig(**sections["bulk_inferrer"]),
         beam_args=tuple(beam_args + extra),
         **sections[""],
     )

@@ -48,9 +48,11 @@ from beam_pipeline.metadata.launcher import this_launcher
 from beam_pipeline.remote import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.stages import StageContext, StageName, run_stages
+from beam_pipeline.stages.bulk_inferrer import check_infer_inputs
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
 from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
+from beam_pipeline.stages.trainer import check_warm_start
 from beam_pipeline.stages.tuner import check_trial_gpus, default_tuner_pool
 from beam_pipeline.summary import RunSummary, write_summary
 from beam_pipeline.tuning_stage import with_schedule
@@ -137,6 +139,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
         config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes
     )
     inputs = check_data(config, csv_format)
+    # The BulkInferrer's files and model, checked now rather than after the training.
+    check_infer_inputs(config, csv_format)
     preprocessing_fn = None
     tunes = False
     bundle = None
@@ -174,6 +178,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     # Opened before anything is written: a bad --metadata_url stops the run here.
     store = _open_store(config)
     try:
+        if config.trainer.warm_start and config.trainer.enabled:
+            check_warm_start(store, config, config.run_id)  # before the run directory exists
         # A rerun of a --run_id resumes it, or is refused before anything is written.
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
         run = None

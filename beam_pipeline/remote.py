@@ -221,8 +221,9 @@ def check_remote_paths(config, options) -> None:
 
     Call it right after parsing the Beam flags, before creating the run directory or any
     Beam job. Checked, when the runner is remote (:func:`remote_runner_reason`):
-    ``--pipeline_root``, ``--data`` (or every ``--input_splits`` pattern) and
-    ``--base_model``, which workers read or write. ``--module_file``, ``--schema`` and
+    ``--pipeline_root``, ``--data`` (or every ``--input_splits`` pattern),
+    ``--base_model``, ``--infer_data`` and an ``--infer_model`` folder, which workers read or
+    write. ``--module_file``, ``--schema`` and
     ``--hyperparameters`` may stay local: the launcher reads them (the module file is
     then staged into the run directory by :func:`stage_module_file`).
 
@@ -243,6 +244,10 @@ def check_remote_paths(config, options) -> None:
     else:
         paths.append(("--data", data.data))
     paths.append(("--base_model", config.trainer.base_model or ""))
+    # The BulkInferrer's workers read the new examples and the model too.
+    paths.append(("--infer_data", config.bulk_inferrer.data))
+    if config.bulk_inferrer.model not in ("blessed", "latest_blessed"):
+        paths.append(("--infer_model", config.bulk_inferrer.model))
     for flag, value in paths:
         path = value.split("=", 1)[1] if flag == "--input_splits" else value
         if path and is_local_path(path):

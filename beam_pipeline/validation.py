@@ -53,7 +53,7 @@ from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_p
 
 from beam_pipeline.feature_stats import common_stats, feature_name, single_dataset, string_values
 
-__all__ = ["validate_statistics"]
+__all__ = ["compare_distributions", "merge_anomalies", "validate_statistics"]
 
 _Info = anomalies_pb2.AnomalyInfo
 _StatsType = statistics_pb2.FeatureNameStatistics.Type
@@ -387,3 +387,158 @@ def validate_statistics(
                 )
     reasons.to_proto(anomalies)
     return anomalies
+
+
+# --- drift and skew: one split's distributions against another's ----------------------
+
+
+def _l_infinity(current: dict[str, float], baseline: dict[str, float]) -> float:
+    """TFDV's L-infinity distance: the largest change of one value's share of the rows."""
+    total_c, total_b = sum(current.values()), sum(baseline.values())
+    if total_c <= 0 or total_b <= 0:
+        return 0.0
+    return max(
+        abs(current.get(v, 0.0) / total_c - baseline.get(v, 0.0) / total_b)
+        for v in set(current) | set(baseline)
+    )
+
+
+def _standard_histogram(feature: statistics_pb2.FeatureNameStatistics):
+    if feature.WhichOneof("stats") != "num_stats":
+        return None
+    for histogram in feature.num_stats.histograms:
+        if histogram.type == statistics_pb2.Histogram.STANDARD and histogram.buckets:
+            return histogram
+    return None
+
+
+def _rebucket(histogram, edges: list[float]) -> list[float]:
+    """The histogram's counts spread over ``edges``' buckets, uniformly within each of its
+    own buckets (TFDV's approximation: the sketches keep no finer shape)."""
+    out = [0.0] * (len(edges) - 1)
+    for b in histogram.buckets:
+        width = b.high_value - b.low_value
+        for i in range(len(out)):
+            lo, hi = max(edges[i], b.low_value), min(edges[i + 1], b.high_value)
+            if width <= 0:
+                if edges[i] <= b.low_value <= edges[i + 1]:
+                    out[i] += b.sample_count
+                    break
+            elif hi > lo:
+                out[i] += b.sample_count * (hi - lo) / width
+    return out
+
+
+def _jensen_shannon(current, baseline) -> float:
+    """TFDV's approximate Jensen-Shannon divergence (base 2, in [0, 1]) of two numeric
+    features, from their equal-width histograms put on their joint bucket edges."""
+    import math
+
+    edges = sorted(
+        {b.low_value for h in (current, baseline) for b in h.buckets}
+        | {b.high_value for h in (current, baseline) for b in h.buckets}
+    )
+    if len(edges) < 2:
+        return 0.0
+    p, q = _rebucket(current, edges), _rebucket(baseline, edges)
+    sp, sq = sum(p), sum(q)
+    if sp <= 0 or sq <= 0:
+        return 0.0
+    p, q = [x / sp for x in p], [x / sq for x in q]
+
+    def kl(a, m):
+        return sum(x * math.log2(x / y) for x, y in zip(a, m) if x > 0)
+
+    m = [(x + y) / 2 for x, y in zip(p, q)]
+    return max(0.0, min(1.0, 0.5 * kl(p, m) + 0.5 * kl(q, m)))
+
+
+def compare_distributions(
+    stats: statistics_pb2.DatasetFeatureStatisticsList,
+    baseline_stats: statistics_pb2.DatasetFeatureStatisticsList,
+    schema: schema_pb2.Schema,
+    comparator: str,
+    default_threshold: Optional[float] = None,
+) -> anomalies_pb2.Anomalies:
+    """Drift or skew, as TFDV's ``drift_comparator`` / ``skew_comparator``: each feature
+    with a threshold is compared with the baseline split; beyond it is an ERROR.
+
+    Categorical features (strings, or ints with an ``int_domain.is_categorical``) are
+    compared by the L-infinity distance of their value shares (``infinity_norm``), numeric
+    ones by the approximate Jensen-Shannon divergence of their histograms
+    (``jensen_shannon_divergence``).
+
+    Args:
+      stats: statistics of the split to check (one dataset).
+      baseline_stats: statistics of the baseline (the previous run's split for drift,
+        train for skew), one dataset.
+      schema: its features' ``<comparator>`` thresholds are used.
+      comparator: ``drift_comparator`` or ``skew_comparator``.
+      default_threshold: the threshold of every feature the schema gives none (None: only
+        the schema's).
+
+    Returns:
+      The anomalies; each names the feature, the distance and the threshold.
+    """
+    dataset = single_dataset(stats, "stats", "compare_distributions")
+    baseline = single_dataset(baseline_stats, "baseline_stats", "compare_distributions")
+    current = {feature_name(f): f for f in dataset.features}
+    before = {feature_name(f): f for f in baseline.features}
+    what = "drift from the previous run" if comparator == "drift_comparator" else "train/eval skew"
+    reasons = _Reasons()
+    for feature in schema.feature:
+        name = feature.name
+        if _is_deprecated(feature) or name not in current or name not in before:
+            continue
+        configured = getattr(feature, comparator) if feature.HasField(comparator) else None
+        categorical = current[name].WhichOneof("stats") == "string_stats" or (
+            feature.HasField("int_domain") and feature.int_domain.is_categorical
+        )
+        if categorical:
+            threshold = (
+                configured.infinity_norm.threshold
+                if configured is not None and configured.HasField("infinity_norm")
+                else default_threshold
+            )
+            if threshold is None:
+                continue
+            distance = _l_infinity(string_values(current[name]), string_values(before[name]))
+            reason, measure = _Info.COMPARATOR_L_INFTY_HIGH, "L-infinity distance"
+        else:
+            threshold = (
+                configured.jensen_shannon_divergence.threshold
+                if configured is not None and configured.HasField("jensen_shannon_divergence")
+                else default_threshold
+            )
+            h_now, h_before = _standard_histogram(current[name]), _standard_histogram(before[name])
+            if threshold is None or h_now is None or h_before is None:
+                continue
+            distance = _jensen_shannon(h_now, h_before)
+            reason = _Info.COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH
+            measure = "approximate Jensen-Shannon divergence"
+        if distance > threshold:
+            reasons.add(
+                name,
+                _Info.ERROR,
+                reason,
+                f"High {measure} ({what})",
+                f"The {measure} between {dataset.name!r} and the baseline {baseline.name!r} "
+                f"is {distance:.4g}, above the threshold {threshold:g} ({what}).",
+            )
+    anomalies = anomalies_pb2.Anomalies()
+    reasons.to_proto(anomalies)
+    return anomalies
+
+
+def merge_anomalies(into: anomalies_pb2.Anomalies, more: anomalies_pb2.Anomalies) -> None:
+    """Adds ``more``'s feature anomalies to ``into``'s (a feature in both keeps every
+    reason, the worse severity)."""
+    for name, info in more.anomaly_info.items():
+        if name not in into.anomaly_info:
+            into.anomaly_info[name].CopyFrom(info)
+            continue
+        target = into.anomaly_info[name]
+        target.reason.extend(info.reason)
+        target.severity = max(target.severity, info.severity)
+        target.short_description = "Multiple errors"
+        target.description = f"{target.description} {info.description}"

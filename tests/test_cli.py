@@ -82,9 +82,11 @@ def test_bundled_run_publishes_every_data_artifact(bundled_run):
     ]
     assert not os.path.exists(os.path.join(bundled_run, ".staging"))
     stages = _summary(bundled_run)
-    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 5
+    assert [s["status"] for s in stages.values()] == ["ok"] * 5 + ["skipped"] * 6
     # --no_tuner --no_trainer, and no model to check or push
-    assert list(stages)[-5:] == ["Tuner", "Trainer", "Evaluator", "InfraValidator", "Pusher"]
+    assert list(stages)[-6:] == [
+        "Tuner", "Trainer", "Evaluator", "InfraValidator", "Pusher", "BulkInferrer",
+    ]  # fmt: skip
     eg = stages["ExampleGen"]
     assert eg["rows_in"] == {"all": 344}
     assert sum(eg["rows_out"].values()) == 344 and eg["rows_rejected"] == 0
@@ -331,6 +333,7 @@ def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run, se
         "Evaluator": "skipped",
         "InfraValidator": "skipped",
         "Pusher": "skipped",
+        "BulkInferrer": "skipped",
     }
     assert stages["Transform"]["note"].startswith(f"reused from run {first}")
     assert _published(again) == []  # the first run's folders are reused, nothing copied
@@ -343,7 +346,7 @@ def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run, se
         reused = store.run_executions("again")
     assert [e.stage for e in made] == [e.stage for e in reused] == [
         "ExampleGen+Statistics", "Schema", "Validation", "Transform", "Tuner", "Trainer",
-        "Evaluator", "InfraValidator", "Pusher",
+        "Evaluator", "InfraValidator", "Pusher", "BulkInferrer",
     ]  # fmt: skip
     assert all(e.status is ExecutionStatus.COMPLETE for e in made)
     assert [(e.status, e.cached_from) for e in reused] == [
@@ -370,7 +373,7 @@ def test_runs_list_show_and_lineage_on_the_two_bundled_runs(bundled_run, second_
     rows = {r["run_id"]: r for r in json.loads(out)}
     assert rows["again"]["cached"] == [
         "ExampleGen+Statistics", "Schema", "Validation", "Transform", "Tuner", "Trainer",
-        "Evaluator", "InfraValidator", "Pusher",
+        "Evaluator", "InfraValidator", "Pusher", "BulkInferrer",
     ]  # fmt: skip
     assert rows[first]["cached"] == [] and rows[first]["status"] == "complete"
     assert rows[first]["data"] == rows["again"]["data"] and len(rows[first]["data"]) == 64

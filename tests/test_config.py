@@ -137,7 +137,7 @@ def test_an_unknown_no_cache_stage_is_refused(tmp_path, capsys):
     assert err == (
         "error: --no_cache names stage 'Deployer', which is not one; pass all or some of "
         "ExampleGen+Statistics,Schema,Validation,Transform,Tuner,Trainer,Evaluator,"
-        "InfraValidator,Pusher (or no value: all)."
+        "InfraValidator,Pusher,BulkInferrer (or no value: all)."
     )
 
 

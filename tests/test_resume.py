@@ -264,6 +264,7 @@ def test_each_kill_keeps_what_was_published_and_the_rerun_finishes(killed_run):
         "Evaluator": "skipped",  # --no_evaluator --no_infra_validator: nothing to push
         "InfraValidator": "skipped",
         "Pusher": "skipped",
+        "BulkInferrer": "skipped",
     }
     assert not os.path.exists(os.path.join(seen["run"], ".staging"))
 
@@ -292,6 +293,7 @@ def test_each_killed_execution_is_abandoned_in_the_metadata_store(killed_run):
         "Evaluator": ["complete"],  # --no_evaluator --no_infra_validator: skipped, recorded
         "InfraValidator": ["complete"],
         "Pusher": ["complete"],
+        "BulkInferrer": ["complete"],
     }
     abandoned = [e for e in executions if e.status is ExecutionStatus.ABANDONED]
     assert len(abandoned) == 4

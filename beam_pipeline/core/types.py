@@ -58,3 +58,6 @@ class Artifact(str, enum.Enum):
     BLESSING = "blessing"
     INFRA_BLESSING = "infra_blessing"
     PUSHED_MODEL = "pushed_model"
+    INFERENCE_RESULT = "inference_result"
+    INFERRED_EXAMPLES = "inferred_examples"
+    INFERENCE_REJECTED = "inference_rejected"

@@ -66,6 +66,7 @@ class StageName(str, enum.Enum):
     EVALUATOR = "Evaluator"
     INFRA_VALIDATOR = "InfraValidator"
     PUSHER = "Pusher"
+    BULK_INFERRER = "BulkInferrer"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +212,12 @@ class Stage(abc.ABC):
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         """The settings (JSON values) its outputs depend on besides its inputs: its key's."""
         return {}
+
+    def resolved_inputs(self, ctx: StageContext) -> tuple[TypedArtifact, ...]:
+        """Artifacts of earlier runs it reads, found in the metadata store (TFX's Resolver,
+        e.g. the Trainer's ``--warm_start`` model): recorded as its inputs, in its key, and
+        handed to :meth:`run` with the others."""
+        return ()
 
     @abc.abstractmethod
     def run(

@@ -42,6 +42,7 @@ from beam_pipeline.stages.base import (
 from beam_pipeline.stages.jobs import announce_job, counter, job_note
 from beam_pipeline.summary import StageReport, StageStatus
 from transforms import example_gen as eg
+from transforms.example_gen.input_files import SPAN, resolve_spans
 
 __all__ = ["DataInputs", "check_data", "build_data_pipeline", "reading_note", "ExampleGenStage"]
 
@@ -58,12 +59,14 @@ class DataInputs:
       header: the CSV header (empty for TFRecord).
       fingerprint: a digest of the input files' content (not their paths or times) and of
         every setting that shapes the examples; the analyzer cache's dataset key.
+      spans: with ``{SPAN}`` in ``--data``, the spans read (ascending).
     """
 
     files: tuple[tuple[Optional[Split], tuple[str, ...]], ...]
     data_format: DataFormat
     header: tuple[str, ...]
     fingerprint: str
+    spans: tuple[int, ...] = ()
 
 
 def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
@@ -73,7 +76,12 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
       PipelineError: no input files, an unknown format, or a bad CSV header.
     """
     d = config.data
-    if d.input_splits:
+    spans: tuple[int, ...] = ()
+    if SPAN in d.data:
+        files, picked = resolve_spans(d.data, d.span_window, d.spans)
+        sources = ((None, tuple(files)),)
+        spans = tuple(picked)
+    elif d.input_splits:
         # DataConfig checked that a train split is named.
         sources = tuple((split, tuple(eg.resolve_input_files(p))) for split, p in d.input_splits)
     else:
@@ -89,6 +97,10 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         input_splits=tuple((split, "") for split, _ in d.input_splits),
         schema=file_digest(d.schema) if d.schema else None,
         ignore_anomalies=False,
+        drift_threshold=None,  # Validation's settings, not ExampleGen's
+        skew_threshold=None,
+        span_window=1,  # which spans: the files' content above says
+        spans=None,
     )
     fingerprint = json_digest(
         {
@@ -98,7 +110,7 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
             "settings": repr(settings),
         }
     )
-    return DataInputs(sources, data_format, header, fingerprint)
+    return DataInputs(sources, data_format, header, fingerprint, spans)
 
 
 def build_data_pipeline(
@@ -241,9 +253,20 @@ class ExampleGenStage(Stage):
             split_names=[s.value for s in splits],
             rows=rows,
             fingerprint=ctx.data.fingerprint,
+            spans=list(ctx.data.spans),
         )
         statistics = out.artifact(Statistics, split_names=[s.value for s in splits])
         note = f"{rejected_n} rejected rows listed in {rejected_dir}" if rejected_n else ""
+        spans = ctx.data.spans
+        if spans:
+            note = "; ".join(
+                n
+                for n in (
+                    f"spans {spans[0]}-{spans[-1]}" if len(spans) > 1 else f"span {spans[0]}",
+                    note,
+                )
+                if n
+            )
         note = "; ".join(n for n in (note, reading_note(result), job_note(job)) if n)
         reports = [
             StageReport(

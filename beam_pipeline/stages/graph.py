@@ -9,6 +9,7 @@ artifacts of the earlier ones by type.
 from __future__ import annotations
 
 from beam_pipeline.stages.base import Stage
+from beam_pipeline.stages.bulk_inferrer import BulkInferrerStage
 from beam_pipeline.stages.evaluator import EvaluatorStage
 from beam_pipeline.stages.example_gen import ExampleGenStage
 from beam_pipeline.stages.infra_validator import InfraValidatorStage
@@ -31,4 +32,5 @@ STAGE_GRAPH: tuple[Stage, ...] = (
     EvaluatorStage(),  # Model, Examples, Schema -> ModelEvaluation, ModelBlessing
     InfraValidatorStage(),  # Model, Examples -> InfraBlessing (+ the model's warm-up file)
     PusherStage(),  # Model, ModelBlessing, InfraBlessing -> PushedModel
+    BulkInferrerStage(),  # Model, ModelBlessing, Schema, --infer_data -> InferenceResult
 )

@@ -89,7 +89,7 @@ def run_stages(
             started = datetime.datetime.now()
             used = tuple(
                 a for a, _ in (available[i.type] for i in stage.inputs if i.type in available)
-            )
+            ) + tuple(a for a in inputs.values() if a.type_name in built_from.get("resolved", {}))
             records.begin(stage.name, key, built_from, used)
             first = len(summary.stages)
             ctx.events.stage_started(stage.name.value)
@@ -165,6 +165,12 @@ def _resolve(
         if spec.key is not None:
             built_from[spec.key] = found[1] if found is not None else None
     built_from.update(stage.parameters(ctx))
+    # Artifacts of earlier runs found in the store (Stage.resolved_inputs): by type and uri.
+    resolved = stage.resolved_inputs(ctx)
+    for artifact in resolved:
+        inputs[type(artifact)] = artifact
+    if resolved:
+        built_from["resolved"] = {a.type_name: a.uri for a in resolved}
     # The code that runs it: another version's (or an edited checkout's) result is not
     # this code's result (beam_pipeline.fingerprint.pipeline_code).
     built_from["pipeline_code"] = pipeline_code()

@@ -7,6 +7,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import Optional
+
 # Beam's FileSystems, not beam_pipeline.core.fileio (tf.io.gfile): --data is a Beam glob
 # (``**`` matches across folders, which gfile's glob does not), and one Beam listing gives
 # every match's size, where gfile needs a call per file; Beam's IOs read the same patterns.
@@ -14,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.core.errors import PipelineError
 
-__all__ = ["basename", "resolve_input_files"]
+__all__ = ["SPAN", "basename", "resolve_input_files", "resolve_spans"]
 
 # Names (before the first dot, any case) of a folder's documentation files, never data.
 _NOT_DATA = frozenset(
@@ -84,3 +86,81 @@ def _is_dir(path: str) -> bool:
     if "://" not in path:
         return os.path.isdir(path)
     return FileSystems.exists(path.rstrip("/") + "/") and not FileSystems.exists(path)
+
+
+# --- spans: ``{SPAN}`` in --data, as TFX's ExampleGen input_config ------------------------
+
+SPAN = "{SPAN}"
+
+
+def resolve_spans(
+    pattern: str, window: int = 1, span_range: Optional[tuple[int, int]] = None
+) -> tuple[list[str], list[int]]:
+    """The files of the spans ``pattern`` selects: the ``window`` latest spans (default the
+    latest one), or every span of ``span_range`` (both ends included).
+
+    ``{SPAN}`` stands for a span number (digits) wherever it appears in the pattern, a
+    folder's name or a file's; each occurrence of one path must read the same number.
+
+    Returns:
+      (the files, sorted; the spans they belong to, ascending).
+
+    Raises:
+      PipelineError: no span matches, two spellings of one span (``span-1`` and
+        ``span-01``), the occurrences of one path disagree, or a span of the window or
+        range is missing (a gap).
+    """
+    import re
+
+    try:
+        files = resolve_input_files(pattern.replace(SPAN, "*"))
+    except PipelineError:
+        files = []
+    parts = [re.escape(p).replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+             for p in pattern.split(SPAN)]  # fmt: skip
+    regex = re.compile("(\\d+)".join(parts) + "$")
+    spans: dict[int, set[str]] = {}
+    by_span: dict[int, list[str]] = {}
+    for path in files:
+        found = regex.search(path)
+        if found is None:
+            continue  # the glob's * matched more than digits
+        numbers = set(found.groups())
+        if len({int(n) for n in numbers}) > 1:
+            raise PipelineError(
+                f"--data {pattern!r}: {path} reads spans {' and '.join(sorted(numbers))} in "
+                "its {SPAN} places; one path must name one span."
+            )
+        text = found.group(1)
+        spans.setdefault(int(text), set()).add(text)
+        by_span.setdefault(int(text), []).append(path)
+    if not by_span:
+        raise PipelineError(
+            f"--data {pattern!r} matches no span: no file has digits where {SPAN} is; check "
+            "the pattern against the folders."
+        )
+    for span, texts in spans.items():
+        if len(texts) > 1:
+            raise PipelineError(
+                f"--data {pattern!r} has two matches for span {span} "
+                f"({' and '.join(sorted(texts))}); keep one spelling of each span."
+            )
+    if span_range is not None:
+        wanted = list(range(span_range[0], span_range[1] + 1))
+    else:
+        latest = max(by_span)
+        wanted = list(range(latest - window + 1, latest + 1))
+    missing = [s for s in wanted if s not in by_span]
+    if span_range is None and wanted[0] < min(by_span):
+        raise PipelineError(
+            f"--span_window {window} asks for {window} spans but --data {pattern!r} has "
+            f"{len(by_span)}; lower --span_window."
+        )
+    if missing:
+        have = ", ".join(str(s) for s in sorted(by_span))
+        raise PipelineError(
+            f"--data {pattern!r} has no span {missing[0]} (spans found: {have}), a gap in "
+            f"spans {wanted[0]} to {wanted[-1]}; add it, or pick spans that exist with "
+            "--spans A:B or --span_window."
+        )
+    return sorted(p for s in wanted for p in by_span[s]), wanted

@@ -1,0 +1,404 @@
+"""Continuous training through the CLI: the BulkInferrer, drift checks, warm start.
+
+- BulkInferrer: ``--infer_data`` scored with the run's blessed model, on the DirectRunner
+  in both modes; PredictionLogs = rows scored, a bad row rejected, rows read = scored +
+  rejected; a row the model refuses is rejected alone (not its batch); an offline
+  Dataflow job graph holds Beam's RunInference step.
+- Drift: the first run has no baseline and says so; an undrifted second run passes; a
+  third whose ``island`` shares moved stops at Validation with feature, distance and
+  threshold.
+- Warm start: ``--warm_start latest_blessed`` trains from run 1's blessed model, which
+  ``runs lineage`` shows as the Trainer's input.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+
+from beam_pipeline.config import BUNDLED_EXAMPLE_DIR
+
+pytestmark = pytest.mark.slow
+
+PENGUINS = os.path.join(BUNDLED_EXAMPLE_DIR, "penguins.csv")
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    quiet = [] if argv[0] == "runs" else ["--no_progress"]
+    return subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *argv, *quiet],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _summary(root: str, run_id: str) -> dict:
+    with open(os.path.join(root, "runs", run_id, "summary.json")) as f:
+        return {s["stage"]: s for s in json.load(f)["stages"]}
+
+
+def _records(pattern: str) -> list[bytes]:
+    import tensorflow as tf
+
+    files = sorted(glob.glob(pattern))
+    assert files, pattern
+    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def _rows() -> tuple[list[str], list[list[str]]]:
+    with open(PENGUINS, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(pipeline root, new data file): the bundled run (blessed model) with 60 new rows and
+    one short row to score."""
+    tmp = tmp_path_factory.mktemp("ct")
+    header, body = _rows()
+    new = tmp / "new.csv"
+    with open(new, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(body[:60])
+        f.write("Adelie,Torgersen,39.1\n")  # line 62: too few fields
+    root = str(tmp / "root")
+    proc = _cli(
+        f"--pipeline_root={root}",
+        "--run_id=first",
+        "--no_tuner",
+        "--no_infra_validator",
+        f"--infer_data={new}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, str(new)
+
+
+def _check_scored(root: str, run_id: str) -> dict:
+    row = _summary(root, run_id)["BulkInferrer"]
+    assert row["status"] == "ok", row
+    d = row["details"]
+    assert (d["rows_read"], d["rows_scored"], d["rows_rejected"]) == (61, 60, 1)
+    assert row["rows_in"] == {"all": 61} and row["rows_out"] == {"scored": 60}
+    run_dir = os.path.join(root, "runs", run_id)
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    logs = [
+        prediction_log_pb2.PredictionLog.FromString(r)
+        for r in _records(os.path.join(run_dir, "inference_result", "prediction_logs-*.gz"))
+    ]
+    assert len(logs) == d["rows_scored"]
+    log = logs[0].predict_log
+    assert log.request.model_spec.signature_name == "serving_default"
+    assert len(log.request.inputs["examples"].string_val) == 1
+    assert [dim.size for dim in log.response.outputs["scores"].tensor_shape.dim] == [1, 3]
+    (rejected_file,) = glob.glob(os.path.join(run_dir, "inference_rejected", "rejected-*"))
+    with open(rejected_file) as f:
+        rejected = [json.loads(line) for line in f]
+    assert [(r["line"], r["text"]) for r in rejected] == [(62, "Adelie,Torgersen,39.1")]
+    return d
+
+
+def test_new_data_is_scored_by_the_runs_blessed_model(trained):
+    root, _ = trained
+    stages = _summary(root, "first")
+    assert stages["Evaluator"]["details"]["blessed"] is True
+    details = _check_scored(root, "first")
+    assert details["model"] == os.path.join(root, "runs", "first", "model")
+
+
+def test_multi_processing_scores_the_same_and_joins_predictions_to_examples(trained):
+    import tensorflow as tf
+
+    root, new = trained
+    proc = _cli(
+        f"--pipeline_root={root}",
+        "--run_id=mp",
+        "--no_tuner",
+        "--no_infra_validator",
+        f"--infer_data={new}",
+        "--infer_model=latest_blessed",
+        "--infer_max_batch_size=7",
+        "--infer_output_examples",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    details = _check_scored(root, "mp")
+    assert details["model"] == os.path.join(root, "runs", "first", "model")
+    joined = [
+        tf.train.Example.FromString(r)
+        for r in _records(os.path.join(root, "runs", "mp", "inferred_examples", "*.tfrecord.gz"))
+    ]
+    assert len(joined) == 60
+    for example in joined:
+        features = example.features.feature
+        assert len(features["prediction_scores"].float_list.value) == 3
+        assert features["island"].bytes_list.value  # the example's own features stay
+
+
+def test_a_row_the_model_refuses_is_rejected_alone_not_its_batch(trained):
+    """The handler scores a refused batch again row by row (real model, real TF)."""
+    import tensorflow as tf
+
+    from transforms.bulk_inferrer import SavedModelHandler, _Refused
+
+    root, _ = trained
+    good = _records(os.path.join(root, "runs", "first", "examples", "eval", "*.tfrecord.gz"))[:3]
+    bad = tf.train.Example().SerializeToString()  # none of the features the model parses
+    handler = SavedModelHandler(os.path.join(root, "runs", "first", "model"))
+    model = handler.load_model()
+    results = list(handler.run_inference([good[0], bad, good[1], good[2]], model))
+    refused = [r for r in results if isinstance(r.inference, _Refused)]
+    assert [r.example for r in refused] == [bad]
+    assert refused[0].inference.reason.startswith("the model refused it: ")
+    assert [r.example for r in results if r not in refused] == [good[0], good[1], good[2]]
+
+
+def test_dataflow_job_graph_holds_run_inference(tmp_path):
+    """Built offline (--dry_run) from the stage's own builder, as test_runners does."""
+    from beam_pipeline.artifacts import InferenceRejectedRows, InferenceResult, InferredExamples
+    from beam_pipeline.beam_options import create_pipeline, parse_beam_args
+    from beam_pipeline.core.types import DataFormat
+    from beam_pipeline.stages.bulk_inferrer import InferInputs, build_inference_pipeline
+    from transforms import example_gen as eg
+
+    header, _ = _rows()
+    inputs = InferInputs((PENGUINS,), DataFormat.CSV, tuple(header))
+    staging = {
+        a: str(tmp_path / a.FOLDER.value)
+        for a in (InferenceResult, InferenceRejectedRows, InferredExamples)
+    }
+    p = create_pipeline(
+        parse_beam_args(
+            [
+                "--runner=DataflowRunner",
+                "--dry_run=True",
+                "--project=placeholder-project",
+                "--region=us-central1",
+                "--temp_location=gs://placeholder-bucket/tmp",
+            ]
+        )
+    )
+    settings = eg.ReadSettings(csv=eg.CsvFormat(null_values=("", "NA")))
+    build_inference_pipeline(p, inputs, settings, "gs://placeholder-bucket/model", 512, staging)
+    p.run().wait_until_finish()
+    names = {t.unique_name for t in p.runner.proto_pipeline.components.transforms.values()}
+    for step in (
+        "Read",
+        "Score/RunInference",
+        "Score/RunInference/BeamML_RunInference",
+        "WritePredictionLogs",
+        "WriteRejected",
+        "WriteExamples",
+    ):
+        assert any(n == step or n.startswith(step + "/") for n in names), (step, sorted(names))
+
+
+def test_warm_start_records_run_ones_blessed_model_as_the_trainers_input(trained):
+    root, _ = trained
+    proc = _cli(
+        f"--pipeline_root={root}",
+        "--run_id=warm",
+        "--no_tuner",
+        "--no_infra_validator",
+        "--no_evaluator",
+        "--warm_start=latest_blessed",
+        "--train_steps=5",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # fn_args.base_model reached the module (the bundled run_fn loads its weights): five
+    # steps from run 1's model keep its accuracy, which five steps from scratch do not reach.
+    trainer_row = _summary(root, "warm")["Trainer"]
+    assert trainer_row["details"]["metrics"]["sparse_categorical_accuracy"] >= 0.9, trainer_row
+    lineage = _cli("runs", "lineage", os.path.join(root, "runs", "warm", "model"),
+                   f"--pipeline_root={root}", "--json")  # fmt: skip
+    assert lineage.returncode == 0, lineage.stderr
+    upstream = json.loads(lineage.stdout)["upstream"]
+    trainer = next(e for e in upstream if e["stage"] == "Trainer" and e["run_id"] == "warm")
+    first_model = os.path.join(root, "runs", "first", "model")
+    assert trainer["inputs"]["Model"]["uri"] == first_model, trainer["inputs"]
+    # Run 1's Trainer is upstream too: the warm-started model descends from it.
+    assert any(e["stage"] == "Trainer" and e["run_id"] == "first" for e in upstream)
+
+
+def test_warm_start_without_a_model_is_one_sentence(tmp_path):
+    proc = _cli(
+        f"--pipeline_root={tmp_path / 'root'}",
+        "--no_tuner",
+        "--warm_start=latest_blessed",
+    )
+    assert proc.returncode != 0
+    assert "--warm_start latest_blessed found no latest blessed model" in proc.stderr
+    assert os.listdir(tmp_path / "root" / "runs") == []  # refused before any run directory
+
+
+def test_a_remote_runner_refuses_local_infer_data_and_model():
+    from beam_pipeline.beam_options import parse_beam_args
+    from beam_pipeline.config import BulkInferrerConfig, DataConfig, PipelineConfig
+    from beam_pipeline.core.errors import PipelineError
+    from beam_pipeline.remote import check_remote_paths
+
+    options = parse_beam_args(["--runner=DataflowRunner", "--project=p", "--region=r"])
+    for inferrer, flag in (
+        (BulkInferrerConfig(data="/local/new/*.csv"), "--infer_data /local/new/"),
+        (BulkInferrerConfig(data="gs://b/new/*.csv", model="/local/model"), "--infer_model /l"),
+    ):
+        config = PipelineConfig(
+            data=DataConfig(data="gs://b/data/*.csv"),
+            pipeline_root="gs://b/root",
+            bulk_inferrer=inferrer,
+        )
+        with pytest.raises(PipelineError, match=f"^{re.escape(flag)}.* is on this machine's disk"):
+            check_remote_paths(config, options)
+
+
+def _spans(tmp_path) -> list[str]:
+    """Three halves of penguins.csv: two samples of one distribution, then the second with
+    two thirds of its islands moved to Torgersen (drift)."""
+    header, body = _rows()
+    random.Random(1).shuffle(body)
+    drifted = [list(r) for r in body[1::2]]
+    for i, row in enumerate(drifted):
+        if i % 3:
+            row[1] = "Torgersen"
+    paths = []
+    for i, rows in enumerate((body[::2], body[1::2], drifted), start=1):
+        path = tmp_path / f"span{i}.csv"
+        with open(path, "w", newline="") as f:
+            csv.writer(f).writerows([header, *rows])
+        paths.append(str(path))
+    return paths
+
+
+def test_drift_stops_the_drifted_run_naming_feature_distance_and_threshold(tmp_path):
+    root = str(tmp_path / "root")
+    common = [f"--pipeline_root={root}", "--csv_null_values=,NA", "--no_trainer", "--no_tuner"]
+    first, undrifted, drifted = _spans(tmp_path)
+
+    proc = _cli(f"--data={first}", "--run_id=s1", "--drift_threshold=0.1", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "drift: no baseline" in _summary(root, "s1")["Validation"]["note"]
+
+    proc = _cli(f"--data={undrifted}", "--run_id=s2", "--drift_threshold=0.1", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    note = _summary(root, "s2")["Validation"]["note"]
+    assert "drift checked against " + os.path.join(root, "runs", "s1", "statistics") in note
+    assert "Split 'train': no anomalies." in note
+
+    proc = _cli(f"--data={drifted}", "--run_id=s3", "--drift_threshold=0.1", *common)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    found = re.search(
+        r"train island: The L-infinity distance between 'train' and the baseline 'train' is "
+        r"([0-9.]+), above the threshold 0\.1",
+        proc.stderr,
+    )
+    assert found, proc.stderr[-3000:]
+    assert float(found.group(1)) > 0.3
+    # Only island moved: no other feature is named.
+    assert "split train: island (High L-infinity distance" in proc.stderr
+    assert "split eval" not in proc.stderr
+
+    # Without the flag nothing is compared: the drifted data passes.
+    proc = _cli(f"--data={drifted}", "--run_id=s4", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _span_folders(tmp_path, sizes=(50, 60, 70)) -> str:
+    """span-1/, span-2/, span-3/ with 50, 60 and 70 penguin rows; the {SPAN} pattern."""
+    header, body = _rows()
+    for span, n in enumerate(sizes, start=1):
+        folder = tmp_path / "spans" / f"span-{span}"
+        folder.mkdir(parents=True)
+        with open(folder / "data.csv", "w", newline="") as f:
+            csv.writer(f).writerows([header, *body[:n]])
+    return str(tmp_path / "spans" / "span-{SPAN}" / "*.csv")
+
+
+@pytest.mark.parametrize(
+    "flags, spans, rows",
+    [
+        ([], "span 3", 70),
+        (["--span_window=2"], "spans 2-3", 130),
+        (["--spans=1:2"], "spans 1-2", 110),
+    ],
+)
+def test_span_pattern_reads_the_latest_span_a_window_or_a_range(tmp_path, flags, spans, rows):
+    pattern = _span_folders(tmp_path)
+    root = str(tmp_path / "root")
+    proc = _cli(
+        f"--data={pattern}", f"--pipeline_root={root}", "--run_id=r", "--csv_null_values=,NA",
+        "--no_trainer", "--no_tuner", *flags,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    example_gen = _summary(root, "r")["ExampleGen"]
+    assert example_gen["rows_in"] == {"all": rows}
+    assert example_gen["note"].startswith(spans)
+
+
+def test_span_errors_are_one_sentence(tmp_path):
+    from beam_pipeline.core.errors import PipelineError
+    from transforms.example_gen.input_files import resolve_spans
+
+    pattern = _span_folders(tmp_path)
+    proc = _cli(f"--data={pattern}", f"--pipeline_root={tmp_path / 'root'}", "--spans=2:5")
+    assert proc.returncode != 0
+    assert "has no span 4 (spans found: 1, 2, 3), a gap in spans 2 to 5" in proc.stderr
+    assert not (tmp_path / "root").exists()  # refused before anything is written
+    with pytest.raises(PipelineError, match="--span_window 4 asks for 4 spans but"):
+        resolve_spans(pattern, 4)
+    with pytest.raises(PipelineError, match="matches no span"):
+        resolve_spans(str(tmp_path / "nothing-{SPAN}" / "*.csv"))
+    (tmp_path / "spans" / "span-03").mkdir()
+    (tmp_path / "spans" / "span-03" / "data.csv").write_text("a\n1\n")
+    with pytest.raises(PipelineError, match=r"two matches for span 3 \(03 and 3\)"):
+        resolve_spans(pattern)
+    odd = tmp_path / "odd" / "q-1"
+    odd.mkdir(parents=True)
+    (odd / "part-2.csv").write_text("a\n1\n")
+    with pytest.raises(PipelineError, match="reads spans 1 and 2 in its"):
+        resolve_spans(str(tmp_path / "odd" / "q-{SPAN}" / "part-{SPAN}.csv"))
+
+
+def test_schema_comparators_skew_blocks_and_numeric_drift_uses_jensen_shannon(tmp_path):
+    """Thresholds written in the schema (tfmd FeatureComparator), no flag: island's skew
+    (eval against train, L-infinity) and body_mass_g's drift (Jensen-Shannon)."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    root = str(tmp_path / "root")
+    first, undrifted, _ = _spans(tmp_path)
+    common = [f"--pipeline_root={root}", "--csv_null_values=,NA", "--no_trainer", "--no_tuner"]
+    proc = _cli(f"--data={first}", "--run_id=s1", *common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    schema = schema_pb2.Schema()
+    with open(os.path.join(root, "runs", "s1", "schema", "schema.pbtxt")) as f:
+        text_format.Parse(f.read(), schema)
+    features = {f.name: f for f in schema.feature}
+    features["island"].skew_comparator.infinity_norm.threshold = 0.001
+    features["body_mass_g"].drift_comparator.jensen_shannon_divergence.threshold = 0.001
+    path = tmp_path / "schema.pbtxt"
+    path.write_text(text_format.MessageToString(schema))
+
+    proc = _cli(f"--data={undrifted}", f"--schema={path}", "--run_id=s2", *common)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert re.search(
+        r"eval island: The L-infinity distance between 'eval' and the baseline 'train' is "
+        r"[0-9.]+, above the threshold 0\.001 \(train/eval skew\)",
+        proc.stderr,
+    ), proc.stderr[-3000:]
+    assert re.search(
+        r"train body_mass_g: The approximate Jensen-Shannon divergence between 'train' and the "
+        r"baseline 'train' is [0-9.]+, above the threshold 0\.001 \(drift from the previous run\)",
+        proc.stderr,
+    ), proc.stderr[-3000:]
