@@ -89,6 +89,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "tuner_min_ram": ("tuner", "min_ram"),
     "tuner_lease_seconds": ("tuner", "lease_seconds"),
     "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
+    "trainer_timeout": ("", "trainer_timeout"),
+    "trial_timeout": ("", "trial_timeout"),
     "evaluator": ("evaluator", "enabled"),
     "eval_config": ("evaluator", "eval_config"),
     "eval_split": ("evaluator", "eval_split"),
@@ -212,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="search_job: a trial whose worker stopped renewing it this long is re-issued.",
     )
     g.add_argument("--no_tuner", dest="tuner", action="store_false")
+    g.add_argument(
+        "--trial_timeout",
+        type=float,
+        help="Seconds a tuning trial may run; past it, it is stopped and recorded as timed "
+        "out (default: no limit).",
+    )
+    g.add_argument(
+        "--trainer_timeout",
+        type=float,
+        help="Seconds run_fn may train before the run fails (default: no limit).",
+    )
     g = p.add_argument_group("evaluator, infra validator, pusher")
     g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")
     g.add_argument("--eval_split", help="Split to evaluate and validate on (default eval).")

@@ -85,10 +85,11 @@ from beam_pipeline.tuner.report import (
     write_text,
     write_trials,
 )
-from beam_pipeline.tuner.rolling import run_rolling
+from beam_pipeline.tuner.rolling import TIMED_OUT, run_rolling
 from beam_pipeline.tuner.rounds import run_rounds
 from beam_pipeline.tuner.search import Search, TrialJobs
 from beam_pipeline.tuner.search_job import run_search_job
+from trainer.isolation import ProcessHost
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
 
@@ -207,30 +208,62 @@ def _schedule(
     return schedule
 
 
+def _make_driver(job: TuningJob, slots: int, max_trials: Optional[int], doing=None) -> OracleDriver:
+    """The search's oracle driver: ``tuner_fn`` (and the hypermodel's ``build``, which
+    keras-tuner calls to learn the search space) run here, in the oracle's own process."""
+    if doing is not None:
+        what = "the search space's TrainSpec" if job.search_space is not None else "tuner_fn"
+        doing(f"{what} in {job.module_file} (or its hypermodel's build)")
+    tuner = load_tuner(job, job.tuner_dir)
+    return OracleDriver(tuner.tuner, slots, max_trials, job.module_file)
+
+
 def _search(
     config: PipelineConfig,
     job: TuningJob,
     options: PipelineOptions,
     pool: Optional[LocalWorkerPool],
+    stack: contextlib.ExitStack,
 ) -> Search:
-    """Runs the search: the launcher's tuner_fn, then its schedule until the oracle stops."""
+    """Runs the search: tuner_fn in the oracle's process, then its schedule until it stops.
+
+    The oracle lives in a process of its own (a :class:`ProcessHost` that ``stack``
+    closes): ``tuner_fn`` and the hypermodel's ``build`` are the user's code, and an exit
+    call or a crash in them must end that process, not the launcher.
+    """
     started = time.time()
     schedule = _schedule(config, options, pool)
     runners = shared.Shared()  # workers keep their loaded tuner from job to job
-    tuner = load_tuner(job, job.tuner_dir)
     # A rolling slot or a search job's loop is a pool process; a round asks for
     # --tuner_parallel_trials trials.
     one_per_process = schedule in (TunerSchedule.ROLLING, TunerSchedule.SEARCH_JOB)
     on_pool = pool is not None and one_per_process
     slots = pool.num_workers if on_pool else config.tuner.parallel_trials
-    oracle = OracleDriver(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
+    host = ProcessHost(
+        _make_driver,
+        (job, slots, config.tuner.max_trials),
+        what=f"tuner_fn in {job.module_file}",
+        name="tuner-oracle",
+    )
+    stack.enter_context(host)
+    oracle = host.proxy
     search = Search(oracle, {}, True, round(time.time() - started, 3), schedule)
     jobs = TrialJobs(job, config, options, pool, runners)
     if schedule is TunerSchedule.ROLLING:
         run_rolling(search, jobs)
     elif schedule is TunerSchedule.SEARCH_JOB:
+        if config.trial_timeout is not None:
+            raise PipelineError(
+                "--trial_timeout works with the rolling schedule only; pass "
+                "--tuner_schedule=rolling with it, or leave it out."
+            )
         run_search_job(search, jobs)
     else:
+        if config.trial_timeout is not None:
+            raise PipelineError(
+                "--trial_timeout works with the rolling schedule only; pass "
+                "--tuner_schedule=rolling with it, or leave it out."
+            )
         run_rounds(search, jobs)
     return search
 
@@ -315,6 +348,7 @@ def run_tuning_stage(
             f"{config.tuner.max_trials} are out of range; pass values of at least 1."
         )
     staging = run_dir.new_staging(Artifact.TUNER)
+    oracle_host = contextlib.ExitStack()  # open until the search's records are read
     try:
         with contextlib.ExitStack() as stack:
             pool = worker_pool
@@ -333,12 +367,31 @@ def run_tuning_stage(
                 staged=staged,
                 inputs=inputs,
             )
-            search = _search(config, job, options, pool)
+            search = _search(config, job, options, pool, oracle_host)
             workers = pool.num_workers if pool is not None else None
             restarts = pool.restarts if pool is not None else 0
     except BaseException:
+        oracle_host.close()
         run_dir.discard(staging)
         raise
+    with oracle_host:
+        return _finish_search(
+            config, run_dir, options, module_file, staging, search, workers, restarts, started
+        )
+
+
+def _finish_search(
+    config: PipelineConfig,
+    run_dir: RunDirectory,
+    options: PipelineOptions,
+    module_file: str,
+    staging: str,
+    search: Search,
+    workers: Optional[int],
+    restarts: int,
+    started: float,
+) -> tuple[StageReport, Optional[str]]:
+    """Writes and publishes the search's artifact (or says why there is none)."""
     if not search.ran:
         run_dir.discard(staging)
         configured = with_schedule(config, options).tuner.schedule
@@ -358,6 +411,14 @@ def run_tuning_stage(
     records = oracle.records()
     objective, direction = oracle.objective
     best = oracle.best_hyperparameters()
+    timed_out = [r for r in records if (r.error or "").startswith(TIMED_OUT)]
+    if best is None and records and len(timed_out) == len(records):
+        run_dir.discard(staging)
+        raise PipelineError(
+            f"All {len(records)} tuning trials ran past --trial_timeout="
+            f"{config.trial_timeout:g} s and were stopped; raise --trial_timeout, or make "
+            "the trials shorter (--tuner_train_steps)."
+        )
     if best is None:
         run_dir.discard(staging)
         raise PipelineError(

@@ -33,6 +33,8 @@ import os
 import sys
 import threading
 
+from beam_pipeline.core.forked import InheritedFd
+
 __all__ = ["install", "serve_sdk_worker"]
 
 _BEAM_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
@@ -49,24 +51,6 @@ def _stop_live() -> None:
     Beam started, never held up the launcher's exit."""
     for worker in list(_live):
         worker.kill()
-
-
-class _InheritedFd:
-    """A file descriptor of the launcher that the fork gets as its own: pickled while
-    multiprocessing starts the process (``DupFd`` sends it along with the fork request),
-    unpickled in the fork as the descriptor's number there."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __reduce__(self):
-        from multiprocessing.reduction import DupFd
-
-        return _detach, (DupFd(self.fd),)
-
-
-def _detach(dup_fd) -> int:
-    return dup_fd.detach()
 
 
 def serve_sdk_worker(env: dict, cwd: str, stdout: int, stderr: int) -> None:
@@ -130,7 +114,7 @@ def _start(env: dict):
 
     if fork_server_warm():
         try:
-            streams = (_InheritedFd(1), _InheritedFd(2))
+            streams = (InheritedFd(1), InheritedFd(2))
             return _Forked(
                 start_forked(serve_sdk_worker, (env, os.getcwd(), *streams), name="sdk-worker")
             )

@@ -29,17 +29,12 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import io
 import logging
-import multiprocessing
-import multiprocessing.util  # before the atexit handler below: see _release_children
 import os
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
-from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from typing import Optional
 
 import apache_beam as beam
@@ -49,11 +44,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.beam_options import is_direct, new_options
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.forked import fork_context as _fork_context
+from beam_pipeline.core.forked import start_forked
 
 __all__ = [
     "LocalWorkerPool",
     "fork_server_warm",
     "local_pool_size",
+    "quiet_lost_workers",
     "serve_pool_worker",
     "start_forked",
     "warm_fork_server",
@@ -79,6 +77,14 @@ class _DropAbandonedJobNoise(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Failed to read inputs in the data plane" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def quiet_lost_workers():
+    """While a search runs on a pool: no Beam-internal traceback for a job whose worker
+    process exited (the search's watch names the trial and the exit code instead)."""
+    with _quiet_abandoned_jobs():
+        yield
 
 
 @contextlib.contextmanager
@@ -159,7 +165,6 @@ def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
     server.stop(0)
 
 
-_FORK_LOCK = threading.Lock()
 _OPEN_CONNS: set = set()
 
 
@@ -173,59 +178,6 @@ def _release_children() -> None:
         conn.close()
 
 
-class _PoolPopen(popen_forkserver.Popen):
-    """multiprocessing's forkserver launch, minus re-running the launcher's main script.
-
-    multiprocessing makes every child import the parent's ``__main__`` file again (as
-    ``__mp_main__``), so that functions defined there unpickle. A pool process runs
-    :func:`serve_pool_worker` of this package and needs nothing of it, and a user's script
-    that calls the pipeline without an ``if __name__ == "__main__":`` guard would start a
-    pool in each of its pool processes. multiprocessing has no switch for this, so this is
-    ``popen_forkserver.Popen._launch`` (Python 3.10-3.13, identical) with the main
-    module's entries left out of the preparation data.
-    """
-
-    def _launch(self, process_obj):
-        prep_data = spawn.get_preparation_data(process_obj._name)
-        prep_data.pop("init_main_from_path", None)
-        prep_data.pop("init_main_from_name", None)
-        buf = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-        _parent_w = os.dup(w)  # the child's sentinel of its parent, as multiprocessing keeps
-        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _PoolProcess(ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj):  # noqa: N802  multiprocessing's name
-        return _PoolPopen(process_obj)
-
-
-def _fork_context():
-    """multiprocessing's ``forkserver`` context, its server preloading the ML stack.
-
-    One server per launcher process, started on first use and kept until it exits (every
-    pool of the run, and of a test session, forks from it). Why multiprocessing and not
-    ``subprocess``: a fresh interpreter per pool process paid TensorFlow's imports (about
-    6 s of CPU) each time; why ``forkserver`` and not ``fork``: the launcher runs gRPC
-    servers and Beam threads, which a fork of it would copy half-held, while the server
-    only imported modules and started nothing.
-    """
-    ctx = multiprocessing.get_context("forkserver")
-    with _FORK_LOCK:
-        ctx.set_forkserver_preload(["beam_pipeline.runtime.pool_zygote"])
-    return ctx
-
-
 # Set once a pool process of this launcher answered: the fork server has imported the ML
 # stack (multiprocessing's server handles a request only after its preload), so a fork
 # from it is ready at once.
@@ -235,19 +187,6 @@ _server_warm = threading.Event()
 def fork_server_warm() -> bool:
     """Whether the fork server of :func:`start_forked` is up with its imports done."""
     return _server_warm.is_set()
-
-
-def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerProcess:
-    """Starts ``target(*args)`` in a fork of the pool's fork server (the ML stack already
-    imported) and returns the started process; not a daemon, so it may start processes of
-    its own. The pool's workers start this way, and so do the tests' killed-run launches,
-    which need a whole CLI run in a process of its own without paying a fresh
-    interpreter's imports."""
-    _fork_context()
-    process = _PoolProcess(target=target, args=args, name=name, daemon=False)
-    with _FORK_LOCK:
-        process.start()
-    return process
 
 
 _warm_up_started = threading.Event()
@@ -453,6 +392,11 @@ class LocalWorkerPool:
         """Indexes of processes that exited."""
         return [c.index for c in self._children if not c.alive]
 
+    def exit_code(self, index: int) -> Optional[int]:
+        """How process ``index`` ended: its exit code, minus the signal that killed it, or
+        None while it runs."""
+        return self._children[index].process.exitcode
+
     def restart(self) -> None:
         """Replaces every process (after one exited: a survivor may still run its trial)."""
         for i in range(len(self._children)):
@@ -536,13 +480,18 @@ class LocalWorkerPool:
 
 
 def local_pool_size(options: PipelineOptions, parallel: int) -> int:
-    """Worker processes for a pool: 0 (no pool) unless the DirectRunner's multi_processing mode.
+    """Worker processes for a pool: 0 (no pool) unless the DirectRunner.
 
-    ``--direct_num_workers`` processes (0: one per core), never more than ``parallel``, the
-    work items that run at once (the tuner's parallel trials).
+    ``multi_processing`` mode: ``--direct_num_workers`` processes (0: one per core), never
+    more than ``parallel``, the work items that run at once (the tuner's parallel trials).
+    ``in_memory`` mode: one process, so the trials still run one at a time as that mode
+    runs everything, but not in the launcher: a trial is the user's code, and an exit
+    call or a crash in it must end a pool process (replaced), not the run.
     """
     direct = options.view_as(po.DirectOptions)
-    if not is_direct(options) or direct.direct_running_mode != "multi_processing":
+    if not is_direct(options):
         return 0
+    if direct.direct_running_mode != "multi_processing":
+        return 1
     workers = direct.direct_num_workers or os.cpu_count() or 1
     return max(1, min(workers, parallel))
