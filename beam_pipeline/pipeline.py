@@ -44,6 +44,7 @@ from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
 from beam_pipeline.metadata.launcher import this_launcher
 from beam_pipeline.remote import check_remote_paths
 from beam_pipeline.runtime.preflight import start_worker_pool_check
+from beam_pipeline.runtime.scratch import run_temp_dir
 from beam_pipeline.stages import StageContext, StageName, run_stages
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
@@ -148,9 +149,13 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     )
     # Opened before anything is written: a bad --metadata_url stops the run here.
     store = _open_store(config)
+    scratch = contextlib.ExitStack()
     try:
         # A rerun of a --run_id resumes it, or is refused before anything is written.
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
+        # What the run's processes write through tempfile (autograph's files, the pool's
+        # logs, unpacked modules) goes to a folder of the run's own, removed at its end.
+        scratch.enter_context(run_temp_dir(config.pipeline_root))
         run = None
         if store is not None:
             properties = {
@@ -176,7 +181,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             # stages run, instead of after them; they are stopped before training.
             pool = None
             if tunes and not manifest.has(StageName.TUNER):
-                pool = default_tuner_pool(config, options)
+                pool = default_tuner_pool(config, options, run_dir)
             if pool is not None:
                 tuner_pool.enter_context(pool)
             ctx = StageContext(
@@ -211,6 +216,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             store.finish_run(run, RunStatus.COMPLETE)
         return summary
     finally:
+        scratch.close()
         if store is not None:
             store.close()
 

@@ -355,7 +355,12 @@ def run_tuning_stage(
             size = local_pool_size(options, parallel) if pool is None else 0
             if size:
                 threads = max(1, (os.cpu_count() or 1) // size)
-                pool = stack.enter_context(LocalWorkerPool(size, threads_per_worker=threads))
+                # The logs of a lost process stay in the run directory (the run's
+                # temporary folder is removed at its end).
+                log_parent = None if fileio.is_remote(run_dir.root) else run_dir.root
+                pool = stack.enter_context(
+                    LocalWorkerPool(size, threads_per_worker=threads, log_parent=log_parent)
+                )
             threads = pool.threads_per_worker if pool is not None else 0
             job = build_tuning_job(
                 config,

@@ -308,3 +308,29 @@ def test_a_run_fn_past_trainer_timeout_fails_the_trainer_with_one_sentence(hosti
         "--trainer_timeout, or make it do less (fewer steps)."
     )
     _assert_failed_run(proc, run_dir, hostile[1], "Trainer", sentence)
+
+
+@pytest.mark.slow
+def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(tmp_path):
+    # TensorFlow's autograph files, the tuner pool's log folders, unpacked modules: they
+    # went to the shared /tmp and stayed there. Everything now goes to a folder of the
+    # run's own under the pipeline root, removed when the run ends.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    root = tmp_path / "root"
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = _cli(
+        [
+            f"--pipeline_root={root}",
+            "--tuner_max_trials=2",
+            "--tuner_train_steps=2",
+            "--tuner_eval_steps=1",
+            "--train_steps=2",
+            "--eval_steps=1",
+        ],
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert "Tuner: ok" in proc.stdout and "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
+    assert os.listdir(tmp) == []
+    assert not os.path.exists(root / "tmp")

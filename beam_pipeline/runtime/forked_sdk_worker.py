@@ -31,6 +31,7 @@ import atexit
 import multiprocessing.util  # noqa: F401  before the atexit handler below: see _stop_live
 import os
 import sys
+import tempfile
 import threading
 
 from beam_pipeline.core.forked import InheritedFd
@@ -69,6 +70,7 @@ def serve_sdk_worker(env: dict, cwd: str, stdout: int, stderr: int) -> None:
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # the fork server's may be cached: Beam's TMPDIR now
     from apache_beam.runners.worker import sdk_worker_main
 
     sys.argv = [sdk_worker_main.__file__]

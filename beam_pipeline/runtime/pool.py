@@ -149,6 +149,7 @@ def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
     os.dup2(log, 2)
     os.close(log)
     os.environ.update(env)
+    tempfile.tempdir = None  # the fork server's may be cached: the launcher's TMPDIR now
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
 
@@ -341,9 +342,17 @@ class LocalWorkerPool:
       threads_per_worker: TensorFlow intra-op threads of each (0: TensorFlow's default).
       label: what messages call its processes ("Tuner worker process 1 exited ...") and
         the prefix of its log folder; the Tuner stage's pool by default.
+      log_parent: the folder that holds its log folder (the run directory, so the logs of
+        a lost process outlive the run's temporary folder); default: the temporary folder.
     """
 
-    def __init__(self, num_workers: int, threads_per_worker: int = 0, label: str = "Tuner") -> None:
+    def __init__(
+        self,
+        num_workers: int,
+        threads_per_worker: int = 0,
+        label: str = "Tuner",
+        log_parent: Optional[str] = None,
+    ) -> None:
         if num_workers < 1:
             raise PipelineError(
                 f"A local worker pool needs at least one worker, not {num_workers}; pass "
@@ -352,7 +361,9 @@ class LocalWorkerPool:
         self.num_workers = num_workers
         self.threads_per_worker = threads_per_worker
         self.label = label
-        self._log_dir = tempfile.mkdtemp(prefix=f"beam_pipeline_{label.lower()}_workers_")
+        self._log_dir = tempfile.mkdtemp(
+            prefix=f"beam_pipeline_{label.lower()}_workers_", dir=log_parent
+        )
         self._children: list[_Child] = []
         self._dispatcher: Optional[_Dispatcher] = None
         self._filter = _DropWorkerCountWarning()

@@ -25,6 +25,8 @@ from beam_pipeline.artifacts import (
 )
 from beam_pipeline.beam_options import is_direct
 from beam_pipeline.config import PipelineConfig
+from beam_pipeline.core.fileio import is_remote
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.tuning_stage import BEST_HYPERPARAMETERS_FILE, run_tuning_stage
@@ -44,7 +46,9 @@ def model_inputs(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> ModelIn
     return ModelInputs(inputs[TransformGraph], inputs[TransformedExamples], inputs.get(Schema))
 
 
-def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerPool]:
+def default_tuner_pool(
+    config: PipelineConfig, options, run_dir: Optional[RunDirectory] = None
+) -> Optional[LocalWorkerPool]:
     """Worker processes for the trials when the user left the DirectRunner's mode unset.
 
     Trials are heavy elements: by default they run ``--tuner_parallel_trials`` at a time
@@ -60,7 +64,10 @@ def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerP
         return None
     cores = os.cpu_count() or 1
     workers = max(1, min(config.tuner.parallel_trials, cores))
-    return LocalWorkerPool(workers, threads_per_worker=max(1, cores // workers))
+    log_parent = run_dir.root if run_dir is not None and not is_remote(run_dir.root) else None
+    return LocalWorkerPool(
+        workers, threads_per_worker=max(1, cores // workers), log_parent=log_parent
+    )
 
 
 class TunerStage(Stage):
