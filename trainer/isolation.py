@@ -46,10 +46,17 @@ class UserCodeTimeout(PipelineError):
     """The user's code ran past its time limit and its process was killed."""
 
 
-def _exit_words(code: Optional[int]) -> str:
+def _ended(what: str, code: Optional[int]) -> str:
+    """One sentence: how the process running ``what`` ended, and the fix."""
     if code is not None and code < 0:
-        return f"was killed by signal {-code} (out of memory, or killed from outside)"
-    return f"ended its process with exit code {code} (an os._exit or sys.exit call, or a crash)"
+        return (
+            f"{what} was killed by signal {-code} before it returned (out of memory, most "
+            "likely); give it more memory, or make the model or its batches smaller."
+        )
+    return (
+        f"{what} ended its process with exit code {code} (an os._exit or sys.exit call, or a "
+        "crash) before it returned; remove that call (or see the run's log for the crash)."
+    )
 
 
 def _child_setup(stderr: int, env: dict) -> None:
@@ -110,10 +117,7 @@ def _wait(process, conn, what: str, timeout: Optional[float], timeout_flag: str)
         if kind == "exit":
             process.join()
             code = process.exitcode if value is None else value
-            raise UserCodeExit(
-                f"{what} {_exit_words(code)} before it returned; remove that call (or see "
-                "the run's log for the crash)."
-            )
+            raise UserCodeExit(_ended(what, code))
         return kind, value, what
 
 
