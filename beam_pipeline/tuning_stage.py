@@ -28,7 +28,8 @@ cores, serving every job as Beam EXTERNAL workers (a rolling slot's jobs on its 
 process). Beam's own multi-processing mode starts fresh worker processes for every job,
 which would cost each trial seconds of imports; the schedules also replace a pool process
 that died and rerun its trial (the FnApiRunner would wait for it forever). In
-``in_memory`` mode the trials run one after another in the launching process. On other
+``in_memory`` mode the trials run one after another on a pool of one process (never in
+the launcher: a trial is the user's code). On other
 runners (Dataflow, Flink, Spark) the whole search is one job of that runner by default
 (search_job), or each trial (rolling) or round is one when asked for.
 
@@ -194,8 +195,9 @@ def _schedule(
 ) -> TunerSchedule:
     """Rolling needs jobs that can run side by side: a pool's processes or a real runner.
 
-    In the DirectRunner's in_memory mode every trial runs in the launching process, one at
-    a time, so there is nothing to roll; a dry run builds the first round's graph only.
+    Without a pool on the DirectRunner (a caller's choice: the stage makes one) the trials
+    run in the launching process, one at a time, so there is nothing to roll; a dry run
+    builds the first round's graph only.
     """
     schedule = with_schedule(config, options).tuner.schedule
     if options.view_as(po.TestOptions).dry_run:
@@ -233,6 +235,12 @@ def _search(
     """
     started = time.time()
     schedule = _schedule(config, options, pool)
+    if config.trial_timeout is not None and schedule is not TunerSchedule.ROLLING:
+        # Only the rolling loop watches each trial's job (and can stop one).
+        raise PipelineError(
+            f"--trial_timeout works with the rolling schedule only, not {schedule.value}; "
+            "pass --tuner_schedule=rolling with it, or leave it out."
+        )
     runners = shared.Shared()  # workers keep their loaded tuner from job to job
     # A rolling slot or a search job's loop is a pool process; a round asks for
     # --tuner_parallel_trials trials.
@@ -252,18 +260,8 @@ def _search(
     if schedule is TunerSchedule.ROLLING:
         run_rolling(search, jobs)
     elif schedule is TunerSchedule.SEARCH_JOB:
-        if config.trial_timeout is not None:
-            raise PipelineError(
-                "--trial_timeout works with the rolling schedule only; pass "
-                "--tuner_schedule=rolling with it, or leave it out."
-            )
         run_search_job(search, jobs)
     else:
-        if config.trial_timeout is not None:
-            raise PipelineError(
-                "--trial_timeout works with the rolling schedule only; pass "
-                "--tuner_schedule=rolling with it, or leave it out."
-            )
         run_rounds(search, jobs)
     return search
 

@@ -72,6 +72,17 @@ def _child_setup(stderr: int, env: dict) -> None:
     )
 
 
+def _raised(conn, e: BaseException) -> None:
+    """Sends an exception to the caller (a PipelineError as it is; any other, whose
+    traceback stays in this process's log, as a RuntimeError if it does not pickle)."""
+    if not isinstance(e, PipelineError):
+        logging.getLogger(__name__).exception("Raised in a user-code process")
+    try:
+        conn.send(("raise", e))
+    except Exception:  # noqa: BLE001  an exception that does not pickle
+        conn.send(("raise", RuntimeError(f"{type(e).__name__}: {e}")))
+
+
 def _serve_call(target: Callable, args: tuple, conn, stderr: int, env: dict) -> None:
     _child_setup(stderr, env)
 
@@ -80,10 +91,10 @@ def _serve_call(target: Callable, args: tuple, conn, stderr: int, env: dict) -> 
 
     try:
         value = target(*args, doing=doing)
-    except PipelineError as e:
-        conn.send(("raise", e))
     except SystemExit as e:
         conn.send(("exit", e.code if isinstance(e.code, int) else 1))
+    except BaseException as e:  # noqa: BLE001  raised again in the caller
+        _raised(conn, e)
     else:
         conn.send(("return", value))
     conn.close()
@@ -144,7 +155,7 @@ def run_isolated(
       name: the process's name.
 
     Raises:
-      PipelineError: the one ``target`` raised.
+      PipelineError: the one ``target`` raised (any other exception too, as raised).
       UserCodeExit: the process ended without an answer (its exit code in the message).
       UserCodeTimeout: it ran past ``timeout``.
     """
@@ -175,11 +186,11 @@ def _serve_object(factory: Callable, args: tuple, conn, stderr: int, env: dict) 
 
     try:
         hosted = factory(*args, doing=doing)
-    except PipelineError as e:
-        conn.send(("raise", e))
-        return
     except SystemExit as e:
         conn.send(("exit", e.code if isinstance(e.code, int) else 1))
+        return
+    except BaseException as e:  # noqa: BLE001  raised again in the caller
+        _raised(conn, e)
         return
     conn.send(("return", None))
     while True:
@@ -202,7 +213,8 @@ def _serve_object(factory: Callable, args: tuple, conn, stderr: int, env: dict) 
             conn.send(("exit", e.code if isinstance(e.code, int) else 1))
             return
         except BaseException as e:  # noqa: BLE001  raised again in the caller
-            answer = ("raise", e)
+            _raised(conn, e)
+            continue
         conn.send(answer)
 
 
