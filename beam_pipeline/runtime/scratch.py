@@ -45,7 +45,9 @@ def run_temp_dir(pipeline_root: str) -> Iterator[str]:
     multiprocessing.util.get_temp_dir()
     parent = None
     if not fileio.is_remote(pipeline_root):
-        parent = os.path.join(pipeline_root, TEMP_DIR)
+        # Absolute: processes started with another working directory (the InfraValidator's
+        # sandbox) read TMPDIR too.
+        parent = os.path.abspath(os.path.join(pipeline_root, TEMP_DIR))
         os.makedirs(parent, exist_ok=True)
     folder = tempfile.mkdtemp(prefix="run-", dir=parent)
     saved_env, saved = os.environ.get("TMPDIR"), tempfile.tempdir
