@@ -449,6 +449,11 @@ class PipelineConfig:
         ``<pipeline_root>/metadata.sqlite``.
       no_cache: the stages (:class:`~beam_pipeline.stages.base.StageName`) that run even
         when an earlier execution's outputs could be reused.
+      trainer_timeout: seconds the Trainer's ``run_fn`` (or TrainSpec) may run before it is
+        stopped and the run fails; None (the default): no limit. Not part of the run's
+        identity: how long one may wait changes no result.
+      trial_timeout: seconds one tuning trial may run before it is stopped and recorded as
+        timed out (the search goes on); None (the default): no limit.
     """
 
     data: DataConfig = DataConfig()
@@ -466,10 +471,23 @@ class PipelineConfig:
     worker_start_timeout: float = 120.0
     metadata_url: str = ""
     no_cache: tuple[StageName, ...] = ()
+    trainer_timeout: Optional[float] = None
+    trial_timeout: Optional[float] = None
 
     def __post_init__(self):
         if self.run_id:  # empty: a timestamp is generated
             check_run_id(self.run_id)
+        for flag in ("trainer_timeout", "trial_timeout"):
+            limit = getattr(self, flag)
+            if limit is not None and (
+                isinstance(limit, bool)
+                or not isinstance(limit, (int, float))
+                or not 0 < limit < math.inf
+            ):
+                raise PipelineError(
+                    f"--{flag}={limit} is not a positive number of seconds; pass e.g. "
+                    f"--{flag}=3600, or leave it out for no limit."
+                )
         mib = self.max_module_folder_mib
         if isinstance(mib, bool) or not isinstance(mib, (int, float)) or not 0 < mib < math.inf:
             raise PipelineError(

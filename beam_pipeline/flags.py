@@ -94,6 +94,8 @@ _FIELDS: dict[str, tuple[str, str]] = {
     "tuner_lease_seconds": ("tuner", "lease_seconds"),
     "search_space": ("tuner", "search_space"),  # YAML only: a nested mapping
     "gpus_per_trial": ("tuner", "gpus_per_trial"),
+    "trainer_timeout": ("", "trainer_timeout"),
+    "trial_timeout": ("", "trial_timeout"),
     "evaluator": ("evaluator", "enabled"),
     "eval_config": ("evaluator", "eval_config"),
     "eval_split": ("evaluator", "eval_split"),
@@ -323,6 +325,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus_per_trial",
         type=int,
         help="GPUs of its own for each local trial worker on a multi-GPU host (default 0: shared).",
+    )
+    g.add_argument(
+        "--trial_timeout",
+        type=float,
+        help="Seconds a tuning trial may run; past it, it is stopped and recorded as timed "
+        "out (default: no limit).",
+    )
+    g.add_argument(
+        "--trainer_timeout",
+        type=float,
+        help="Seconds run_fn may train before the run fails (default: no limit).",
     )
     g = p.add_argument_group("evaluator, infra validator, pusher")
     g.add_argument("--eval_config", help="TFMA EvalConfig file (text or JSON); default: derived.")

@@ -47,6 +47,7 @@ from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
 from beam_pipeline.metadata.launcher import this_launcher
 from beam_pipeline.remote import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.preflight import start_worker_pool_check
+from beam_pipeline.runtime.scratch import run_temp_dir
 from beam_pipeline.stages import StageContext, StageName, run_stages
 from beam_pipeline.stages.bulk_inferrer import check_infer_inputs
 from beam_pipeline.stages.example_gen import check_data
@@ -177,11 +178,15 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     )
     # Opened before anything is written: a bad --metadata_url stops the run here.
     store = _open_store(config)
+    scratch = contextlib.ExitStack()
     try:
         if config.trainer.warm_start and config.trainer.enabled:
             check_warm_start(store, config, config.run_id)  # before the run directory exists
         # A rerun of a --run_id resumes it, or is refused before anything is written.
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
+        # What the run's processes write through tempfile (autograph's files, the pool's
+        # logs, unpacked modules) goes to a folder of the run's own, removed at its end.
+        scratch.enter_context(run_temp_dir(config.pipeline_root))
         run = None
         if store is not None:
             properties = {
@@ -207,7 +212,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             # stages run, instead of after them; they are stopped before training.
             pool = None
             if tunes and not manifest.has(StageName.TUNER):
-                pool = default_tuner_pool(config, options)
+                pool = default_tuner_pool(config, options, run_dir)
             if pool is not None:
                 tuner_pool.enter_context(pool)
             ctx = StageContext(
@@ -242,6 +247,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             store.finish_run(run, RunStatus.COMPLETE)
         return summary
     finally:
+        scratch.close()
         if store is not None:
             store.close()
 

@@ -125,7 +125,12 @@ def _run_pipeline(
     """Runs the training step; returns its result (None on a dry run) and its counters."""
     outcome_dir = run_dir.path(Artifact.MODEL_RUN, f".outcome-{uuid.uuid4().hex[:8]}")
     outcome = outcome_dir + "/result.json"
-    train = TrainModel(job, accelerator=config.trainer.accelerator, min_ram=config.trainer.min_ram)
+    train = TrainModel(
+        job,
+        accelerator=config.trainer.accelerator,
+        min_ram=config.trainer.min_ram,
+        timeout=config.trainer_timeout,
+    )
     p = create_pipeline(options)
     _ = (
         p

@@ -28,7 +28,8 @@ cores, serving every job as Beam EXTERNAL workers (a rolling slot's jobs on its 
 process). Beam's own multi-processing mode starts fresh worker processes for every job,
 which would cost each trial seconds of imports; the schedules also replace a pool process
 that died and rerun its trial (the FnApiRunner would wait for it forever). In
-``in_memory`` mode the trials run one after another in the launching process. On other
+``in_memory`` mode the trials run one after another on a pool of one process (never in
+the launcher: a trial is the user's code). On other
 runners (Dataflow, Flink, Spark) the whole search is one job of that runner by default
 (search_job), or each trial (rolling) or round is one when asked for.
 
@@ -85,10 +86,11 @@ from beam_pipeline.tuner.report import (
     write_text,
     write_trials,
 )
-from beam_pipeline.tuner.rolling import run_rolling
+from beam_pipeline.tuner.rolling import TIMED_OUT, run_rolling
 from beam_pipeline.tuner.rounds import run_rounds
 from beam_pipeline.tuner.search import Search, TrialJobs
 from beam_pipeline.tuner.search_job import run_search_job
+from trainer.isolation import ProcessHost
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
 
@@ -193,8 +195,9 @@ def _schedule(
 ) -> TunerSchedule:
     """Rolling needs jobs that can run side by side: a pool's processes or a real runner.
 
-    In the DirectRunner's in_memory mode every trial runs in the launching process, one at
-    a time, so there is nothing to roll; a dry run builds the first round's graph only.
+    Without a pool on the DirectRunner (a caller's choice: the stage makes one) the trials
+    run in the launching process, one at a time, so there is nothing to roll; a dry run
+    builds the first round's graph only.
     """
     schedule = with_schedule(config, options).tuner.schedule
     if options.view_as(po.TestOptions).dry_run:
@@ -207,23 +210,51 @@ def _schedule(
     return schedule
 
 
+def _make_driver(job: TuningJob, slots: int, max_trials: Optional[int], doing=None) -> OracleDriver:
+    """The search's oracle driver: ``tuner_fn`` (and the hypermodel's ``build``, which
+    keras-tuner calls to learn the search space) run here, in the oracle's own process."""
+    if doing is not None:
+        what = "the search space's TrainSpec" if job.search_space is not None else "tuner_fn"
+        doing(f"{what} in {job.module_file} (or its hypermodel's build)")
+    tuner = load_tuner(job, job.tuner_dir)
+    return OracleDriver(tuner.tuner, slots, max_trials, job.module_file)
+
+
 def _search(
     config: PipelineConfig,
     job: TuningJob,
     options: PipelineOptions,
     pool: Optional[LocalWorkerPool],
+    stack: contextlib.ExitStack,
 ) -> Search:
-    """Runs the search: the launcher's tuner_fn, then its schedule until the oracle stops."""
+    """Runs the search: tuner_fn in the oracle's process, then its schedule until it stops.
+
+    The oracle lives in a process of its own (a :class:`ProcessHost` that ``stack``
+    closes): ``tuner_fn`` and the hypermodel's ``build`` are the user's code, and an exit
+    call or a crash in them must end that process, not the launcher.
+    """
     started = time.time()
     schedule = _schedule(config, options, pool)
+    if config.trial_timeout is not None and schedule is not TunerSchedule.ROLLING:
+        # Only the rolling loop watches each trial's job (and can stop one).
+        raise PipelineError(
+            f"--trial_timeout works with the rolling schedule only, not {schedule.value}; "
+            "pass --tuner_schedule=rolling with it, or leave it out."
+        )
     runners = shared.Shared()  # workers keep their loaded tuner from job to job
-    tuner = load_tuner(job, job.tuner_dir)
     # A rolling slot or a search job's loop is a pool process; a round asks for
     # --tuner_parallel_trials trials.
     one_per_process = schedule in (TunerSchedule.ROLLING, TunerSchedule.SEARCH_JOB)
     on_pool = pool is not None and one_per_process
     slots = pool.num_workers if on_pool else config.tuner.parallel_trials
-    oracle = OracleDriver(tuner.tuner, slots, config.tuner.max_trials, job.module_file)
+    host = ProcessHost(
+        _make_driver,
+        (job, slots, config.tuner.max_trials),
+        what=f"tuner_fn in {job.module_file}",
+        name="tuner-oracle",
+    )
+    stack.enter_context(host)
+    oracle = host.proxy
     search = Search(oracle, {}, True, round(time.time() - started, 3), schedule)
     jobs = TrialJobs(job, config, options, pool, runners)
     if schedule is TunerSchedule.ROLLING:
@@ -315,17 +346,22 @@ def run_tuning_stage(
             f"{config.tuner.max_trials} are out of range; pass values of at least 1."
         )
     staging = run_dir.new_staging(Artifact.TUNER)
+    oracle_host = contextlib.ExitStack()  # open until the search's records are read
     try:
         with contextlib.ExitStack() as stack:
             pool = worker_pool
             size = local_pool_size(options, parallel) if pool is None else 0
             if size:
                 threads = max(1, (os.cpu_count() or 1) // size)
+                # The logs of a lost process stay in the run directory (the run's
+                # temporary folder is removed at its end).
+                log_parent = None if fileio.is_remote(run_dir.root) else run_dir.root
                 pool = stack.enter_context(
                     LocalWorkerPool(
                         size,
                         threads_per_worker=threads,
                         gpus_per_worker=config.tuner.gpus_per_trial,
+                        log_parent=log_parent,
                     )
                 )
             threads = pool.threads_per_worker if pool is not None else 0
@@ -339,12 +375,31 @@ def run_tuning_stage(
                 staged=staged,
                 inputs=inputs,
             )
-            search = _search(config, job, options, pool)
+            search = _search(config, job, options, pool, oracle_host)
             workers = pool.num_workers if pool is not None else None
             restarts = pool.restarts if pool is not None else 0
     except BaseException:
+        oracle_host.close()
         run_dir.discard(staging)
         raise
+    with oracle_host:
+        return _finish_search(
+            config, run_dir, options, module_file, staging, search, workers, restarts, started
+        )
+
+
+def _finish_search(
+    config: PipelineConfig,
+    run_dir: RunDirectory,
+    options: PipelineOptions,
+    module_file: str,
+    staging: str,
+    search: Search,
+    workers: Optional[int],
+    restarts: int,
+    started: float,
+) -> tuple[StageReport, Optional[str]]:
+    """Writes and publishes the search's artifact (or says why there is none)."""
     if not search.ran:
         run_dir.discard(staging)
         configured = with_schedule(config, options).tuner.schedule
@@ -364,6 +419,14 @@ def run_tuning_stage(
     records = oracle.records()
     objective, direction = oracle.objective
     best = oracle.best_hyperparameters()
+    timed_out = [r for r in records if (r.error or "").startswith(TIMED_OUT)]
+    if best is None and records and len(timed_out) == len(records):
+        run_dir.discard(staging)
+        raise PipelineError(
+            f"All {len(records)} tuning trials ran past --trial_timeout="
+            f"{config.trial_timeout:g} s and were stopped; raise --trial_timeout, or make "
+            "the trials shorter (--tuner_train_steps)."
+        )
     if best is None:
         run_dir.discard(staging)
         raise PipelineError(

@@ -110,6 +110,7 @@ def feature_value(example, name: str):
 _FILE_SECONDS = {  # a whole suite at commit 41fb00c, -n 3 (test_tfx_portable: a fresh-clone run)
     "test_tuner_stage.py": 233,
     "test_cli_runs.py": 203,
+    "test_user_code.py": 200,  # 250 s alone at -n 0 (h/usercode)
     "test_tuner.py": 95,
     "test_docs.py": 90,  # an estimate (the getting-started tutorial's whole run): not yet measured
     "test_cli.py": 87,

@@ -180,10 +180,10 @@ def test_a_training_worker_killed_for_memory_fails_the_stage(penguin_run_dir, tm
     out = forked_launch.run_code(
         _TRAIN_MULTI_PROCESSING, root, str(module), log_dir=str(tmp_path / "launch"), timeout=180
     )
+    # run_fn runs in a process of its own (trainer.isolation), which is what was killed.
     assert out["error"] == (
-        "A worker process of the Trainer job was killed while the job ran (out of memory, "
-        "most likely); rerun with a smaller --direct_num_workers, with "
-        "--direct_running_mode=in_memory, or on a machine with more memory."
+        f"run_fn in {module} was killed by signal 9 before it returned (out of memory, most "
+        "likely); give it more memory, or make the model or its batches smaller."
     )
     assert out["published"] is False
 

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
@@ -243,9 +243,10 @@ def _fn_args(job: TrainingJob, strategy) -> FnArgs:
     )
 
 
-def _run_user_code(loaded: TrainerModule, fn_args: FnArgs):
+def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str], None]):
     """Runs run_fn or the spec; an exception in user code becomes one actionable line."""
     what = "run_fn" if loaded.kind is ModuleKind.RUN_FN else loaded.spec_class.__name__
+    doing(f"{what} in {loaded.path}")
     try:
         if loaded.kind is ModuleKind.RUN_FN:
             return loaded.run_fn(fn_args)
@@ -280,8 +281,18 @@ def _is_keras_save(e: Exception) -> bool:
     return isinstance(e, ValueError) and any(m in str(e) for m in _KERAS_SAVE_ERRORS)
 
 
-def run_trainer(job: TrainingJob) -> TrainingResult:
+def _nothing(what: str) -> None:
+    pass
+
+
+def run_trainer(job: TrainingJob, doing: Callable[[str], None] = _nothing) -> TrainingResult:
     """Runs one training job to a checked serving SavedModel.
+
+    Args:
+      job: what to train.
+      doing: told what user code runs next ("run_fn in m.py"), so that a caller that runs
+        this in a process of its own (:func:`trainer.isolation.run_isolated`) can name it
+        when that process ends or times out.
 
     Returns:
       the :class:`TrainingResult` (``reused=True`` when a finished attempt was found).
@@ -297,6 +308,7 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
         return dataclasses.replace(previous, reused=True)
 
     start = time.time()
+    doing(f"Module file {job.module_file}, while being imported,")
     loaded = job.load_module()
     if loaded.kind is ModuleKind.NONE:
         raise PipelineError(
@@ -312,7 +324,8 @@ def run_trainer(job: TrainingJob) -> TrainingResult:
     _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))
     fn_args = _fn_args(job, strategy)
     backup = _keras_backup(job.model_run_dir) if loaded.kind is ModuleKind.RUN_FN else None
-    returned = _run_user_code(loaded, fn_args)
+    returned = _run_user_code(loaded, fn_args, doing)
+    doing(f"The export check of {job.serving_model_dir}")
     export.check_serving_model(job.serving_model_dir, job.module_file)
 
     start_step = final_step = None

@@ -25,6 +25,7 @@ import apache_beam as beam
 
 from beam_pipeline.core.errors import PipelineError
 from trainer import TrainingJob, TrainingResult, run_trainer
+from trainer.isolation import run_isolated
 from transforms.hints import resource_hints
 from transforms.metrics import NAMESPACE
 
@@ -34,9 +35,16 @@ __all__ = ["TrainModel"]
 @beam.typehints.with_input_types(TrainingJob)
 @beam.typehints.with_output_types(TrainingResult)
 class _TrainDoFn(beam.DoFn):
-    """Runs :func:`trainer.run_trainer` on one job; counts jobs, reuses, errors and steps."""
+    """Runs :func:`trainer.run_trainer` on one job; counts jobs, reuses, errors and steps.
 
-    def __init__(self) -> None:
+    The job runs in a process of its own (:func:`trainer.isolation.run_isolated`), on every
+    runner: an exit call or a crash in ``run_fn`` ends that process, not the worker (on the
+    DirectRunner, the launcher), and becomes the job's error, as does a ``run_fn`` that
+    runs past ``timeout`` seconds.
+    """
+
+    def __init__(self, timeout: Optional[float] = None) -> None:
+        self._timeout = timeout
         self._jobs = beam.metrics.Metrics.counter(NAMESPACE, "trainer.jobs")
         self._reused = beam.metrics.Metrics.counter(NAMESPACE, "trainer.jobs_reused")
         self._errors = beam.metrics.Metrics.counter(NAMESPACE, "trainer.user_errors")
@@ -46,7 +54,14 @@ class _TrainDoFn(beam.DoFn):
     def process(self, job: TrainingJob) -> Iterator[TrainingResult]:
         self._jobs.inc()
         try:
-            result = run_trainer(job)
+            result = run_isolated(
+                run_trainer,
+                (job,),
+                what=f"The training code of {job.module_file}",
+                timeout=self._timeout,
+                timeout_flag="--trainer_timeout",
+                name="trainer",
+            )
         except PipelineError as e:
             self._errors.inc()
             yield TrainingResult.failed(job, str(e))
@@ -66,6 +81,7 @@ class TrainModel(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrainingRe
       job: what to train (plain values; see :class:`trainer.TrainingJob`).
       accelerator: Beam accelerator hint, e.g. ``type:nvidia-l4;count:1;install-nvidia-driver``.
       min_ram: Beam min_ram hint, e.g. ``16GB``.
+      timeout: seconds the training may run before it is stopped and fails (None: no limit).
 
     Raises:
       PipelineError: a hint value Beam cannot parse.
@@ -76,13 +92,15 @@ class TrainModel(beam.PTransform[beam.pvalue.PBegin, beam.PCollection[TrainingRe
         job: TrainingJob,
         accelerator: Optional[str] = None,
         min_ram: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> None:
         super().__init__()
         self._job = job
+        self._timeout = timeout
         self._hints = resource_hints("trainer", accelerator, min_ram)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[TrainingResult]:
-        train = beam.ParDo(_TrainDoFn())
+        train = beam.ParDo(_TrainDoFn(self._timeout))
         if self._hints:
             train = train.with_resource_hints(**self._hints)
         return (

@@ -28,9 +28,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import logging
 import os
 import posixpath
 import shutil
+import stat
 import tempfile
 import uuid
 import zipfile
@@ -38,6 +40,7 @@ from typing import Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.user_module import is_installed_code
 
 __all__ = [
     "DEFAULT_MAX_MODULE_FOLDER_MIB",
@@ -52,6 +55,8 @@ __all__ = [
     "stage_module_file",
 ]
 
+_LOG = logging.getLogger(__name__)
+
 # Folder of the run directory that holds the staged module files, one per sha256.
 MODULE_DIR = "module"
 # File name of the staged archive of the module file's folder (in its own sha256 folder).
@@ -61,6 +66,9 @@ MODULE_FOLDER_ARCHIVE = "module_folder.zip"
 DEFAULT_MAX_MODULE_FOLDER_MIB = 20.0
 # Not staged from the module's folder: caches and hidden folders (.git, .venv, ...).
 _SKIPPED_NAMES = ("__pycache__",)
+# Not staged either: TensorFlow's autograph writes each converted function's source as a
+# temporary ``__autograph_generated_file*.py`` (hundreds of them in a shared /tmp).
+_TEMP_PREFIXES = ("__autograph_generated_file",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +128,16 @@ def _folder_python_files(folder: str, module_name: str, limit: int) -> dict[str,
         files[rel] = path
 
     def visible(name: str) -> bool:
-        return not name.startswith(".") and name not in _SKIPPED_NAMES
+        return (
+            not name.startswith(".")
+            and name not in _SKIPPED_NAMES
+            and not name.startswith(_TEMP_PREFIXES)
+        )
+
+    def own_code(path: str) -> bool:
+        # A folder of the interpreter's libraries is never the user's code, whatever
+        # folder the module file sits in (a venv without a dot in its name, say).
+        return "://" in path or not is_installed_code(path)
 
     def walk_package(rel_dir: str, path: str) -> None:
         for name in sorted(fileio.listdir(path)):
@@ -130,7 +147,7 @@ def _folder_python_files(folder: str, module_name: str, limit: int) -> dict[str,
             child = fileio.join(path, name)
             rel = f"{rel_dir}/{name}"
             if fileio.isdir(child):
-                if fileio.exists(fileio.join(child, "__init__.py")):
+                if own_code(child) and fileio.exists(fileio.join(child, "__init__.py")):
                     walk_package(rel, child)
             elif name.endswith(".py"):
                 add(rel, child)
@@ -141,7 +158,7 @@ def _folder_python_files(folder: str, module_name: str, limit: int) -> dict[str,
             continue
         child = fileio.join(folder, name)
         if fileio.isdir(child):
-            if fileio.exists(fileio.join(child, "__init__.py")):
+            if own_code(child) and fileio.exists(fileio.join(child, "__init__.py")):
                 walk_package(name, child)
         elif name.endswith(".py"):
             add(name, child)
@@ -273,6 +290,49 @@ def stage_module_file(
     return bundle_module_file(module_file, max_folder_mib).stage(run_root)
 
 
+_CACHE_PREFIX = "beam_pipeline_modules"
+
+
+def _private_dir(local_dir: Optional[str]) -> str:
+    """A folder to unpack verified module copies into that no other user can write.
+
+    ``local_dir`` when given (created 0700 if missing), else
+    ``<tmp>/beam_pipeline_modules-<uid>`` (``<tmp>`` is the run's own temp folder in a
+    run, see :mod:`beam_pipeline.runtime.scratch`). What is there is executed without
+    reading the archive again, so the folder must be this user's alone: a folder of that
+    predictable name that another user made first (or that others may write) could hold
+    their code; then a fresh private folder (``mkdtemp``, mode 0700) is used instead.
+    """
+    if local_dir is None:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        local_dir = os.path.join(tempfile.gettempdir(), f"{_CACHE_PREFIX}-{uid}")
+    try:
+        os.makedirs(local_dir, mode=0o700, exist_ok=True)
+    except OSError:
+        pass  # checked below
+    if _owned_privately(local_dir):
+        return local_dir
+    private = tempfile.mkdtemp(prefix=f"{_CACHE_PREFIX}-")
+    _LOG.warning(
+        "Not using %s for the staged module: another user owns it or may write to it; "
+        "unpacking into %s instead.",
+        local_dir,
+        private,
+    )
+    return private
+
+
+def _owned_privately(folder: str) -> bool:
+    """A real folder (not a link), owned by this user, that no one else can write."""
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode) or info.st_mode & 0o022:
+        return False
+    return not hasattr(os, "getuid") or info.st_uid == os.getuid()
+
+
 def read_staged_module(path: str, sha256: str) -> bytes:
     """The bytes of a staged module file, checked against the run's fingerprint.
 
@@ -298,9 +358,9 @@ def read_staged_module(path: str, sha256: str) -> bytes:
 def fetch_staged_module(path: str, sha256: str, local_dir: Optional[str] = None) -> str:
     """A local copy of a staged module file whose bytes match ``sha256``; on a worker.
 
-    The copy is ``<local_dir>/<sha256>/<file name>`` (``local_dir`` defaults to
-    ``<tmp>/beam_pipeline_modules``); an existing, matching copy is reused, so the many
-    trials of a tuning round on one worker read the staged file once. Loading this copy
+    The copy is ``<local_dir>/<sha256>/<file name>`` (``local_dir`` defaults to a folder
+    of this user's alone, see :func:`_private_dir`); an existing, matching copy is reused,
+    so the many trials of a tuning round on one worker read the staged file once. Loading this copy
     executes exactly the verified bytes (no second read of the shared file).
 
     Args:
@@ -314,7 +374,7 @@ def fetch_staged_module(path: str, sha256: str, local_dir: Optional[str] = None)
     Raises:
       PipelineError: as :func:`read_staged_module`.
     """
-    local_dir = local_dir or os.path.join(tempfile.gettempdir(), "beam_pipeline_modules")
+    local_dir = _private_dir(local_dir)
     folder = os.path.join(local_dir, sha256)
     local = os.path.join(folder, posixpath.basename(path))
     if os.path.exists(local):
@@ -334,16 +394,17 @@ def fetch_module_folder(archive: str, sha256: str, local_dir: Optional[str] = No
     """A local folder holding the staged module folder's files; on a worker.
 
     The archive is read once, checked against ``sha256`` and unpacked into
-    ``<local_dir>/<sha256>/`` (``local_dir`` defaults to ``<tmp>/beam_pipeline_modules``)
-    through a temporary folder renamed into place, so a folder of that name is always
-    complete and the many trials of one worker unpack it once. The caller puts the folder
+    ``<local_dir>/<sha256>/`` (``local_dir`` defaults to a folder of this user's alone,
+    see :func:`_private_dir`, so a folder of that name was unpacked by this user) through
+    a temporary folder renamed into place, so a folder of that name is always complete
+    and the many trials of one worker unpack it once. The caller puts the folder
     on ``sys.path`` (:func:`trainer.load_trainer_module` does), so the module's helper
     modules import as they do beside the user's file.
 
     Args:
       archive: the staged archive (:attr:`StagedModule.folder_archive`, local or gs://).
       sha256: its fingerprint (:attr:`StagedModule.folder_sha256`).
-      local_dir: where to keep unpacked folders.
+      local_dir: where to keep unpacked folders (made mode 0700 when missing).
 
     Returns:
       the local folder.
@@ -351,7 +412,7 @@ def fetch_module_folder(archive: str, sha256: str, local_dir: Optional[str] = No
     Raises:
       PipelineError: the archive is missing or its sha256 differs.
     """
-    local_dir = local_dir or os.path.join(tempfile.gettempdir(), "beam_pipeline_modules")
+    local_dir = _private_dir(local_dir)
     folder = os.path.join(local_dir, sha256)
     if os.path.isdir(folder):
         return folder

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import site
 import sys
+import sysconfig
 import traceback
 import types
 from collections.abc import Callable
@@ -27,6 +29,8 @@ __all__ = [
     "get_preprocessing_fn",
     "error_place",
     "pickle_by_value",
+    "installed_code_roots",
+    "is_installed_code",
 ]
 
 
@@ -117,12 +121,49 @@ def load_module(
     pickle_by_value(module)
     if folder:
         # Its helper modules too: tf.Transform's stages carry the preprocessing_fn, whose
-        # globals may name them, to workers that do not have them on their sys.path.
+        # globals may name them, to workers that do not have them on their sys.path. Only
+        # the user's own code: a folder that also holds the interpreter's libraries (a
+        # project beside its .venv, a module in /tmp with the venv under /tmp) would
+        # otherwise mark TensorFlow itself, which no pickler can carry by value.
+        inside = os.path.join(os.path.abspath(folder), "")
         for helper in set(sys.modules) - before - {name}:
             helper_file = getattr(sys.modules.get(helper), "__file__", None) or ""
-            if os.path.abspath(helper_file).startswith(os.path.join(folder, "")):
+            path = os.path.abspath(helper_file)
+            if helper_file and path.startswith(inside) and not is_installed_code(path):
                 pickle_by_value(sys.modules[helper])
     return module
+
+
+def installed_code_roots() -> tuple[str, ...]:
+    """The folders of the interpreter's own code: stdlib, site-packages, a virtualenv.
+
+    A virtual environment's whole folder counts (``sys.prefix`` when it differs from
+    ``sys.base_prefix``); a system interpreter's prefix does not (``/usr`` would swallow a
+    project in ``/usr/src/app``), only its library folders. Each folder as given and
+    resolved (a ``.venv`` that is a symlink is both), ending in a separator so a prefix
+    test matches whole folder names only.
+    """
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
+    if sys.prefix != sys.base_prefix:
+        roots.add(sys.prefix)
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # an old virtualenv's site module has no getsitepackages
+        pass
+    if site.ENABLE_USER_SITE:
+        roots.add(site.getusersitepackages())
+    roots.update(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))
+    resolved = {os.path.realpath(r) for r in roots}
+    return tuple(sorted({os.path.join(os.path.abspath(r), "") for r in roots | resolved}))
+
+
+def is_installed_code(path: str) -> bool:
+    """Whether ``path`` lies in the interpreter's stdlib, site-packages or prefix folders
+    (never the user's own code, whatever folder the module file sits in)."""
+    roots = installed_code_roots()
+    candidates = {os.path.abspath(path), os.path.realpath(path)}
+    return any(c.startswith(roots) for c in candidates)
 
 
 def pickle_by_value(module: types.ModuleType) -> None:

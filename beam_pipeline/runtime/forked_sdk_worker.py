@@ -31,7 +31,10 @@ import atexit
 import multiprocessing.util  # noqa: F401  before the atexit handler below: see _stop_live
 import os
 import sys
+import tempfile
 import threading
+
+from beam_pipeline.core.forked import InheritedFd
 
 __all__ = ["install", "serve_sdk_worker"]
 
@@ -51,24 +54,6 @@ def _stop_live() -> None:
         worker.kill()
 
 
-class _InheritedFd:
-    """A file descriptor of the launcher that the fork gets as its own: pickled while
-    multiprocessing starts the process (``DupFd`` sends it along with the fork request),
-    unpickled in the fork as the descriptor's number there."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __reduce__(self):
-        from multiprocessing.reduction import DupFd
-
-        return _detach, (DupFd(self.fd),)
-
-
-def _detach(dup_fd) -> int:
-    return dup_fd.detach()
-
-
 def serve_sdk_worker(env: dict, cwd: str, stdout: int, stderr: int) -> None:
     """Runs in the fork: Beam's SDK worker, as ``python -m ...sdk_worker_main`` would.
 
@@ -85,6 +70,7 @@ def serve_sdk_worker(env: dict, cwd: str, stdout: int, stderr: int) -> None:
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # the fork server's may be cached: Beam's TMPDIR now
     from apache_beam.runners.worker import sdk_worker_main
 
     sys.argv = [sdk_worker_main.__file__]
@@ -130,7 +116,7 @@ def _start(env: dict):
 
     if fork_server_warm():
         try:
-            streams = (_InheritedFd(1), _InheritedFd(2))
+            streams = (InheritedFd(1), InheritedFd(2))
             return _Forked(
                 start_forked(serve_sdk_worker, (env, os.getcwd(), *streams), name="sdk-worker")
             )

@@ -29,17 +29,12 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import io
 import logging
-import multiprocessing
-import multiprocessing.util  # before the atexit handler below: see _release_children
 import os
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
-from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from typing import Optional
 
 import apache_beam as beam
@@ -49,6 +44,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.beam_options import is_direct, new_options
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.forked import fork_context as _fork_context
+from beam_pipeline.core.forked import start_forked
 from beam_pipeline.core.gpus import (
     VISIBLE_DEVICES,
     check_gpus_per_trial,
@@ -61,6 +58,7 @@ __all__ = [
     "LocalWorkerPool",
     "fork_server_warm",
     "local_pool_size",
+    "quiet_lost_workers",
     "serve_pool_worker",
     "start_forked",
     "warm_fork_server",
@@ -86,6 +84,14 @@ class _DropAbandonedJobNoise(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Failed to read inputs in the data plane" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def quiet_lost_workers():
+    """While a search runs on a pool: no Beam-internal traceback for a job whose worker
+    process exited (the search's watch names the trial and the exit code instead)."""
+    with _quiet_abandoned_jobs():
+        yield
 
 
 @contextlib.contextmanager
@@ -150,6 +156,7 @@ def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
     os.dup2(log, 2)
     os.close(log)
     os.environ.update(env)
+    tempfile.tempdir = None  # the fork server's may be cached: the launcher's TMPDIR now
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
 
@@ -166,7 +173,6 @@ def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
     server.stop(0)
 
 
-_FORK_LOCK = threading.Lock()
 _OPEN_CONNS: set = set()
 
 
@@ -180,59 +186,6 @@ def _release_children() -> None:
         conn.close()
 
 
-class _PoolPopen(popen_forkserver.Popen):
-    """multiprocessing's forkserver launch, minus re-running the launcher's main script.
-
-    multiprocessing makes every child import the parent's ``__main__`` file again (as
-    ``__mp_main__``), so that functions defined there unpickle. A pool process runs
-    :func:`serve_pool_worker` of this package and needs nothing of it, and a user's script
-    that calls the pipeline without an ``if __name__ == "__main__":`` guard would start a
-    pool in each of its pool processes. multiprocessing has no switch for this, so this is
-    ``popen_forkserver.Popen._launch`` (Python 3.10-3.13, identical) with the main
-    module's entries left out of the preparation data.
-    """
-
-    def _launch(self, process_obj):
-        prep_data = spawn.get_preparation_data(process_obj._name)
-        prep_data.pop("init_main_from_path", None)
-        prep_data.pop("init_main_from_name", None)
-        buf = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-        _parent_w = os.dup(w)  # the child's sentinel of its parent, as multiprocessing keeps
-        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _PoolProcess(ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj):  # noqa: N802  multiprocessing's name
-        return _PoolPopen(process_obj)
-
-
-def _fork_context():
-    """multiprocessing's ``forkserver`` context, its server preloading the ML stack.
-
-    One server per launcher process, started on first use and kept until it exits (every
-    pool of the run, and of a test session, forks from it). Why multiprocessing and not
-    ``subprocess``: a fresh interpreter per pool process paid TensorFlow's imports (about
-    6 s of CPU) each time; why ``forkserver`` and not ``fork``: the launcher runs gRPC
-    servers and Beam threads, which a fork of it would copy half-held, while the server
-    only imported modules and started nothing.
-    """
-    ctx = multiprocessing.get_context("forkserver")
-    with _FORK_LOCK:
-        ctx.set_forkserver_preload(["beam_pipeline.runtime.pool_zygote"])
-    return ctx
-
-
 # Set once a pool process of this launcher answered: the fork server has imported the ML
 # stack (multiprocessing's server handles a request only after its preload), so a fork
 # from it is ready at once.
@@ -242,19 +195,6 @@ _server_warm = threading.Event()
 def fork_server_warm() -> bool:
     """Whether the fork server of :func:`start_forked` is up with its imports done."""
     return _server_warm.is_set()
-
-
-def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerProcess:
-    """Starts ``target(*args)`` in a fork of the pool's fork server (the ML stack already
-    imported) and returns the started process; not a daemon, so it may start processes of
-    its own. The pool's workers start this way, and so do the tests' killed-run launches,
-    which need a whole CLI run in a process of its own without paying a fresh
-    interpreter's imports."""
-    _fork_context()
-    process = _PoolProcess(target=target, args=args, name=name, daemon=False)
-    with _FORK_LOCK:
-        process.start()
-    return process
 
 
 _warm_up_started = threading.Event()
@@ -418,6 +358,8 @@ class LocalWorkerPool:
 
     Raises:
       PipelineError: fewer than one worker, or fewer GPUs than the workers' shares.
+      log_parent: the folder that holds its log folder (the run directory, so the logs of
+        a lost process outlive the run's temporary folder); default: the temporary folder.
     """
 
     def __init__(
@@ -426,6 +368,7 @@ class LocalWorkerPool:
         threads_per_worker: int = 0,
         label: str = "Tuner",
         gpus_per_worker: int = 0,
+        log_parent: Optional[str] = None,
     ) -> None:
         if num_workers < 1:
             raise PipelineError(
@@ -438,7 +381,9 @@ class LocalWorkerPool:
         gpus = host_gpus()
         check_gpus_per_trial(gpus_per_worker, num_workers, gpus)
         self._gpus = [worker_gpus(i, gpus_per_worker, gpus) for i in range(num_workers)]
-        self._log_dir = tempfile.mkdtemp(prefix=f"beam_pipeline_{label.lower()}_workers_")
+        self._log_dir = tempfile.mkdtemp(
+            prefix=f"beam_pipeline_{label.lower()}_workers_", dir=log_parent
+        )
         self._children: list[_Child] = []
         self._dispatcher: Optional[_Dispatcher] = None
         self._filter = _DropWorkerCountWarning()
@@ -477,6 +422,11 @@ class LocalWorkerPool:
     def lost_workers(self) -> list[int]:
         """Indexes of processes that exited."""
         return [c.index for c in self._children if not c.alive]
+
+    def exit_code(self, index: int) -> Optional[int]:
+        """How process ``index`` ended: its exit code, minus the signal that killed it, or
+        None while it runs."""
+        return self._children[index].process.exitcode
 
     def restart(self) -> None:
         """Replaces every process (after one exited: a survivor may still run its trial)."""
@@ -563,13 +513,18 @@ class LocalWorkerPool:
 
 
 def local_pool_size(options: PipelineOptions, parallel: int) -> int:
-    """Worker processes for a pool: 0 (no pool) unless the DirectRunner's multi_processing mode.
+    """Worker processes for a pool: 0 (no pool) unless the DirectRunner.
 
-    ``--direct_num_workers`` processes (0: one per core), never more than ``parallel``, the
-    work items that run at once (the tuner's parallel trials).
+    ``multi_processing`` mode: ``--direct_num_workers`` processes (0: one per core), never
+    more than ``parallel``, the work items that run at once (the tuner's parallel trials).
+    ``in_memory`` mode: one process, so the trials still run one at a time as that mode
+    runs everything, but not in the launcher: a trial is the user's code, and an exit
+    call or a crash in it must end a pool process (replaced), not the run.
     """
     direct = options.view_as(po.DirectOptions)
-    if not is_direct(options) or direct.direct_running_mode != "multi_processing":
+    if not is_direct(options):
         return 0
+    if direct.direct_running_mode != "multi_processing":
+        return 1
     workers = direct.direct_num_workers or os.cpu_count() or 1
     return max(1, min(workers, parallel))

@@ -25,7 +25,9 @@ from beam_pipeline.artifacts import (
 )
 from beam_pipeline.beam_options import is_direct
 from beam_pipeline.config import PipelineConfig
+from beam_pipeline.core.fileio import is_remote
 from beam_pipeline.core.gpus import check_gpus_per_trial, host_gpus
+from beam_pipeline.run_dir import RunDirectory
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
 from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.summary import StageReport, StageStatus
@@ -74,7 +76,9 @@ def check_trial_gpus(config: PipelineConfig, options) -> None:
         check_gpus_per_trial(config.tuner.gpus_per_trial, workers, host_gpus())
 
 
-def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerPool]:
+def default_tuner_pool(
+    config: PipelineConfig, options, run_dir: Optional[RunDirectory] = None
+) -> Optional[LocalWorkerPool]:
     """Worker processes for the trials when the user left the DirectRunner's mode unset.
 
     Trials are heavy elements: by default they run ``--tuner_parallel_trials`` at a time
@@ -85,10 +89,12 @@ def default_tuner_pool(config: PipelineConfig, options) -> Optional[LocalWorkerP
     if not workers:
         return None
     cores = os.cpu_count() or 1
+    log_parent = run_dir.root if run_dir is not None and not is_remote(run_dir.root) else None
     return LocalWorkerPool(
         workers,
         threads_per_worker=max(1, cores // workers),
         gpus_per_worker=config.tuner.gpus_per_trial,
+        log_parent=log_parent,
     )
 
 

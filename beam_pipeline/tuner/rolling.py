@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import queue
@@ -32,12 +33,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.runtime.counters import job_counters
-from beam_pipeline.runtime.pool import LocalWorkerPool
+from beam_pipeline.runtime.pool import LocalWorkerPool, quiet_lost_workers
 from beam_pipeline.tuner.rounds import ROUND_ATTEMPTS
 from beam_pipeline.tuner.search import Search, TrialJobs, gather_results, worker_per_element
-from trainer.tuning import TrialSpec
+from trainer.tuning import TrialResult, TrialSpec, TrialStatus, write_trial_result
 
-__all__ = ["job_options", "run_rolling"]
+__all__ = ["TIMED_OUT", "job_options", "run_rolling"]
+
+# The start of a timed-out trial's error (its status is keras-tuner's FAILED).
+TIMED_OUT = "TimeoutError"
 
 _LOG = logging.getLogger(__name__)
 
@@ -124,7 +128,10 @@ def run_rolling(search: Search, jobs: TrialJobs) -> None:
         threading.Thread(target=run, name=name, daemon=True).start()
 
     try:
-        _roll_until_done(search, pool, done, running, counters, launch)
+        with quiet_lost_workers() if pool is not None else contextlib.nullcontext():
+            _roll_until_done(
+                search, pool, done, running, counters, launch, jobs.config.trial_timeout
+            )
     except BaseException:
         # The search stops here: the other trials' jobs must not run on (on Dataflow, a
         # submitted job would go on costing; on a pool, a trial would go on writing into
@@ -134,6 +141,31 @@ def run_rolling(search: Search, jobs: TrialJobs) -> None:
         if pool is not None and running:
             pool.stop_jobs(sorted(running))
         raise
+
+
+def _lost_message(lost: _TrialJob, slot: int, code: Optional[int], log_dir: str) -> str:
+    """Why a trial's worker process kept exiting, in one sentence: its exit code tells a
+    kill (the kernel's OOM killer sends SIGKILL) from the trial's own exit call or crash."""
+    trial = lost.spec.trial_id
+    if code is not None and code < 0:
+        return (
+            f"Tuner trial {trial} had its worker process {slot} killed by signal {-code} "
+            f"{lost.tries} times (see the logs in {log_dir}); the trial probably runs out of "
+            "memory: shrink the model or pass --direct_num_workers=1."
+        )
+    return (
+        f"Tuner trial {trial} ended its worker process with exit code {code} {lost.tries} "
+        f"times (an os._exit or sys.exit call in the model's code, or a crash: see the logs "
+        f"in {log_dir}); remove that call from the model's code."
+    )
+
+
+def _stop(entry: _TrialJob, pool: Optional[LocalWorkerPool]) -> None:
+    """Stops a trial's job: its pool process killed (and replaced), else the job cancelled."""
+    if pool is not None:
+        pool.stop_jobs([entry.slot])
+    else:
+        _cancel(entry)
 
 
 def _cancel(entry: _TrialJob) -> None:
@@ -152,16 +184,33 @@ def _roll_until_done(
     running: dict[int, _TrialJob],
     counters: collections.Counter,
     launch: Callable[..., None],
+    timeout: Optional[float] = None,
 ) -> None:
     """The rolling schedule's loop (see :func:`run_rolling`): ask, launch, wait, report.
 
     ``running`` maps a slot to its trial's job; ``launch(slot, spec, tries=1)`` starts a
     job and records it there; each job's thread puts ``(entry, counters, error)`` on
-    ``done`` when it ends.
+    ``done`` when it ends. A trial running past ``timeout`` seconds (``--trial_timeout``)
+    is stopped (its pool process killed and replaced; another runner's job cancelled) and
+    reported FAILED as timed out; the search goes on.
     """
     oracle = search.oracle
     slots = oracle.slots
     ask = True
+    reported = timed_out = 0
+
+    def report(results: dict, spec: TrialSpec) -> None:
+        try:
+            oracle.report(results, [spec])
+        except PipelineError:
+            if timed_out and timed_out == reported + 1:
+                raise PipelineError(
+                    f"All {timed_out} tuning trials so far ran past --trial_timeout="
+                    f"{timeout:g} s and were stopped, so the search stopped; raise "
+                    "--trial_timeout, or make the trials shorter (--tuner_train_steps)."
+                ) from None
+            raise
+
     while True:
         if ask:
             free = [slot for slot in range(slots) if slot not in running]
@@ -174,22 +223,38 @@ def _roll_until_done(
         try:
             entry, counts, error = done.get(timeout=0.5)
         except queue.Empty:
+            late = [e for e in running.values() if timeout and time.time() - e.started > timeout]
+            for entry in late:
+                del running[entry.slot]
+                _stop(entry, pool)
+                spec = entry.spec
+                result = TrialResult.failed(
+                    spec,
+                    TrialStatus.FAILED,
+                    f"{TIMED_OUT}: ran past --trial_timeout={timeout:g} s and was stopped",
+                    seconds=round(time.time() - entry.started, 3),
+                    started=round(entry.started, 3),
+                )
+                write_trial_result(spec.project_dir, result)
+                _LOG.warning("Tuner trial %s ran past --trial_timeout; stopped.", spec.trial_id)
+                timed_out += 1
+                report({spec.trial_id: result}, spec)
+                reported += 1
+                search.trial_job_seconds[spec.trial_id] = result.seconds
+                ask = True
             for slot in pool.lost_workers() if pool is not None else []:
+                code = pool.exit_code(slot)
                 pool.restart_worker(slot)
                 lost = running.pop(slot, None)
                 if lost is None:
                     continue
                 if lost.tries >= ROUND_ATTEMPTS:
-                    raise PipelineError(
-                        f"Tuner worker process {slot} kept exiting while it ran trial "
-                        f"{lost.spec.trial_id} (see the logs in {pool.log_dir}); the trial "
-                        "probably runs out of memory: shrink the model or pass "
-                        "--direct_num_workers=1."
-                    ) from None
+                    raise PipelineError(_lost_message(lost, slot, code, pool.log_dir)) from None
                 _LOG.warning(
-                    "Tuner worker process %d exited during trial %s (log in %s); restarted "
-                    "it and rerunning the trial.",
+                    "Tuner worker process %d exited (code %s) during trial %s (log in %s); "
+                    "restarted it and rerunning the trial.",
                     slot,
+                    code,
                     lost.spec.trial_id,
                     pool.log_dir,
                 )
@@ -202,7 +267,8 @@ def _roll_until_done(
             raise error
         counters.update(counts)
         results = gather_results([entry.spec])
-        oracle.report(results, [entry.spec])
+        report(results, entry.spec)
+        reported += 1
         seconds = round(time.time() - entry.started, 3)
         search.trial_job_seconds[entry.spec.trial_id] = seconds
         ask = True

@@ -1,0 +1,338 @@
+"""The user's code through the CLI: what is staged, what runs, and where its files go.
+
+- Module staging stages the user's own code only: a module file whose folder also holds
+  the interpreter's libraries (a project beside its ``.venv``) runs, and its archive holds
+  the user's files only (no TensorFlow, no temporary files).
+- Staged code is verified where it runs: a folder planted at a predictable temp path is
+  never executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+from conftest import PENGUIN_DIR, REPO
+
+from beam_pipeline.core.errors import EXIT_USER_ERROR
+from beam_pipeline.core.module_staging import bundle_module_file
+
+PENGUIN_MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
+
+
+def _cli(args, python=sys.executable, env=None, timeout=600) -> subprocess.CompletedProcess:
+    """``python -m beam_pipeline ARGS`` in a fresh process, as a user runs it."""
+    return subprocess.run(
+        [python, "-m", "beam_pipeline", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env if env is not None else dict(os.environ),
+        timeout=timeout,
+    )
+
+
+def _run_dir(root) -> str:
+    runs = os.path.join(root, "runs")
+    (name,) = os.listdir(runs)
+    return os.path.join(runs, name)
+
+
+@pytest.mark.slow
+def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(tmp_path):
+    # A common layout: the project folder holds the module file and the virtualenv the
+    # pipeline runs with (here the real one, linked in; sys.prefix is then inside the
+    # project). TensorFlow, imported while the module loads, must not be pickled by value
+    # (that failed with "excessively deep recursion") nor archived; neither must the
+    # autograph temp files of a folder such as /tmp.
+    project = tmp_path / "project"
+    project.mkdir()
+    os.symlink(os.path.realpath(sys.prefix), project / ".venv")
+    shutil.copy(PENGUIN_MODULE, project / "m.py")
+    (project / "__autograph_generated_filexyz.py").write_text("x = 1\n")
+    python = str(project / ".venv" / "bin" / "python")
+    root = tmp_path / "root"
+
+    proc = _cli(
+        [
+            f"--module_file={project / 'm.py'}",
+            f"--pipeline_root={root}",
+            "--no_tuner",
+            "--no_trainer",
+        ],
+        python=python,
+    )
+
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    (archive,) = [
+        os.path.join(d, f)
+        for d, _, files in os.walk(os.path.join(_run_dir(root), "module"))
+        for f in files
+        if f == "module_folder.zip"
+    ]
+    with zipfile.ZipFile(archive) as z:
+        assert z.namelist() == ["m.py"]
+
+
+_PLANTED = """
+import json
+import os
+open(os.environ["PLANTED_MARKER"], "w").write("the planted module ran")
+"""
+
+
+@pytest.mark.slow
+def test_a_module_folder_planted_at_the_predictable_path_is_never_executed(tmp_path):
+    # Another local user creates the folder the trainer's copy of the staged module would
+    # be unpacked to (its name comes from the archive's sha256, which anyone can compute
+    # from the module's files), with their code in it: the run must execute the real
+    # module and never the planted one. The Trainer runs in a worker process (the launcher
+    # has the module loaded already and would not load a copy).
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    marker = tmp_path / "planted_ran"
+    module_dir = tmp_path / "user"
+    module_dir.mkdir()
+    module = module_dir / "m.py"
+    shutil.copy(PENGUIN_MODULE, module)
+    bundle = bundle_module_file(str(module))
+    planted_code = module.read_text() + _PLANTED
+    uid = os.getuid()
+    for cache in ("beam_pipeline_modules", f"beam_pipeline_modules-{uid}"):
+        for digest in (bundle.archive_sha256, bundle.sha256):
+            planted = tmp / cache / digest
+            planted.mkdir(parents=True)
+            (planted / "m.py").write_text(planted_code)
+            os.chmod(planted, 0o777)
+        os.chmod(tmp / cache, 0o777)
+    env = dict(os.environ, TMPDIR=str(tmp), PLANTED_MARKER=str(marker))
+
+    proc = _cli(
+        [
+            f"--module_file={module}",
+            f"--pipeline_root={tmp_path / 'root'}",
+            "--no_tuner",
+            "--train_steps=2",
+            "--eval_steps=1",
+            "--direct_running_mode=multi_processing",
+            "--direct_num_workers=1",
+        ],
+        env=env,
+    )
+
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
+    assert not marker.exists()
+
+
+# The bundled module with hostile behaviour chosen by $HOSTILE (read in every process that
+# imports it: the launcher, the Trainer's and the oracle's processes, the trial workers).
+_HOSTILE_CODE = """
+
+import time as _time
+
+_HOSTILE = os.environ.get("HOSTILE", "")
+_MARKER = os.environ.get("HOSTILE_MARKER", "")
+_penguin_build_model = _build_model
+_penguin_run_fn = run_fn
+_penguin_tuner_fn = tuner_fn
+
+
+def _build_model(hparams, tf_transform_output):  # noqa: F811
+    if _HOSTILE == "build_exit":
+        os._exit(1)
+    return _penguin_build_model(hparams, tf_transform_output)
+
+
+def run_fn(fn_args):  # noqa: F811
+    if _HOSTILE.startswith("run_fn_exit_"):
+        os._exit(int(_HOSTILE.rsplit("_", 1)[1]))
+    while _HOSTILE == "run_fn_hang":
+        _time.sleep(0.2)
+    return _penguin_run_fn(fn_args)
+
+
+class _Hostile(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if _HOSTILE == "fit_exit":
+            os._exit(1)
+        # fit_hang: every trial hangs; first_trial_hangs: the first one only.
+        first = _HOSTILE == "first_trial_hangs" and not os.path.exists(_MARKER)
+        if first:
+            open(_MARKER, "w").close()
+        while _HOSTILE == "fit_hang" or first:
+            _time.sleep(0.2)
+
+
+def tuner_fn(fn_args):  # noqa: F811
+    result = _penguin_tuner_fn(fn_args)
+    fit_kwargs = dict(result.fit_kwargs)
+    fit_kwargs["callbacks"] = [*fit_kwargs.get("callbacks", []), _Hostile()]
+    return TunerFnResult(tuner=result.tuner, fit_kwargs=fit_kwargs)
+"""
+
+_SMALL = [
+    "--tuner_max_trials=2",
+    "--tuner_parallel_trials=1",
+    "--tuner_train_steps=2",
+    "--tuner_eval_steps=1",
+    "--train_steps=2",
+    "--eval_steps=1",
+    "--no_evaluator",
+    # The runs share a root (the data stages are reused) and differ only in $HOSTILE,
+    # which no cache key sees: the model stages must run each time.
+    "--no_cache=Tuner,Trainer",
+]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """(the hostile module file, a pipeline root shared by the runs: data stages cached)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    module = folder / "hostile_module.py"
+    with open(PENGUIN_MODULE) as f:
+        module.write_text(f.read() + _HOSTILE_CODE)
+    return str(module), str(folder / "root")
+
+
+def _hostile_run(hostile, tmp_path, behaviour, *flags):
+    module, root = hostile
+    run_id = f"{behaviour}-{os.getpid()}-{len(os.listdir(tmp_path))}"
+    env = dict(os.environ, HOSTILE=behaviour, HOSTILE_MARKER=str(tmp_path / "marker"))
+    args = [f"--module_file={module}", f"--pipeline_root={root}", f"--run_id={run_id}"]
+    proc = _cli([*args, *_SMALL, *flags], env=env)
+    return proc, os.path.join(root, "runs", run_id)
+
+
+def _execution_status(root: str, run_dir: str, stage: str) -> str:
+    """The metadata store's status of ``stage``'s execution in the run (`runs show`)."""
+    import sqlite3
+
+    run_id = os.path.basename(run_dir)
+    with sqlite3.connect(os.path.join(root, "metadata.sqlite")) as db:
+        rows = db.execute(
+            "SELECT e.status FROM executions e JOIN types t ON e.type_id = t.id "
+            "JOIN associations a ON a.execution_id = e.id JOIN contexts c ON a.context_id = c.id "
+            "WHERE t.name = ? AND c.name = ?",
+            (stage, run_id),
+        ).fetchall()
+    return ",".join(sorted(r[0] for r in rows))
+
+
+def _assert_failed_run(proc, run_dir, root, stage, sentence):
+    """Exit 2 with one error sentence, the summary written, the stage failed in the store."""
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert len(errors) == 1 and sentence in errors[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert os.path.exists(os.path.join(run_dir, "summary.json"))
+    assert _execution_status(root, run_dir, stage) == "failed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", [0, 3])
+def test_an_exit_in_run_fn_fails_the_trainer_with_one_sentence(hostile, tmp_path, code):
+    # os._exit in run_fn used to end the launcher itself (on the DirectRunner run_fn ran
+    # there): exit code 0 (a "successful" run with no summary, the Trainer left running in
+    # the store) or 3 (the code of blocking anomalies).
+    proc, run_dir = _hostile_run(hostile, tmp_path, f"run_fn_exit_{code}", "--no_tuner")
+    sentence = (
+        f"run_fn in {hostile[0]} ended its process with exit code {code} (an os._exit or "
+        "sys.exit call, or a crash) before it returned"
+    )
+    _assert_failed_run(proc, run_dir, hostile[1], "Trainer", sentence)
+
+
+@pytest.mark.slow
+def test_an_exit_in_the_hypermodels_build_fails_the_tuner_with_one_sentence(hostile, tmp_path):
+    # keras-tuner builds the model in tuner_fn (to learn the search space); it ran in the
+    # launcher, which an os._exit(1) there ended without a word.
+    proc, run_dir = _hostile_run(hostile, tmp_path, "build_exit")
+    sentence = (
+        f"tuner_fn in {hostile[0]} (or its hypermodel's build) ended its process with exit code 1"
+    )
+    _assert_failed_run(proc, run_dir, hostile[1], "Tuner", sentence)
+
+
+@pytest.mark.slow
+def test_an_exit_in_a_trials_fit_names_the_trial_and_the_exit_code(hostile, tmp_path):
+    # It used to say the trial "probably runs out of memory", under 267 lines of gRPC
+    # tracebacks.
+    proc, run_dir = _hostile_run(hostile, tmp_path, "fit_exit")
+    sentence = "ended its worker process with exit code 1"
+    _assert_failed_run(proc, run_dir, hostile[1], "Tuner", sentence)
+    assert "out of memory" not in proc.stderr and "RpcError" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_trial_past_trial_timeout_is_stopped_and_the_search_goes_on(hostile, tmp_path):
+    # The first trial's callback loops forever; it is stopped, recorded as timed out,
+    # and the second trial completes: the search publishes its best hyperparameters.
+    # The limit is far above what the second trial takes (a few seconds, its process's
+    # tuner_fn included) on a loaded machine: only the hanging trial can reach it.
+    proc, run_dir = _hostile_run(
+        hostile, tmp_path, "first_trial_hangs", "--trial_timeout=60", "--no_trainer"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert (tmp_path / "marker").exists()  # the hanging trial did start
+    with open(os.path.join(run_dir, "tuner", "trials.json")) as f:
+        trials = json.load(f)
+    trials = trials["trials"] if isinstance(trials, dict) else trials
+    statuses = sorted((t["status"], (t.get("error") or "")[:40]) for t in trials)
+    assert statuses == [
+        ("COMPLETED", ""),
+        ("FAILED", "TimeoutError: ran past --trial_timeout=6"),
+    ], statuses
+
+
+@pytest.mark.slow
+def test_a_search_whose_trials_all_time_out_stops_with_one_sentence(hostile, tmp_path):
+    proc, run_dir = _hostile_run(hostile, tmp_path, "fit_hang", "--trial_timeout=20")
+    sentence = (
+        "tuning trials ran past --trial_timeout=20 s and were stopped; raise --trial_timeout, "
+        "or make the trials shorter (--tuner_train_steps)."
+    )
+    _assert_failed_run(proc, run_dir, hostile[1], "Tuner", sentence)
+
+
+@pytest.mark.slow
+def test_a_run_fn_past_trainer_timeout_fails_the_trainer_with_one_sentence(hostile, tmp_path):
+    proc, run_dir = _hostile_run(
+        hostile, tmp_path, "run_fn_hang", "--no_tuner", "--trainer_timeout=45"
+    )
+    sentence = (
+        f"run_fn in {hostile[0]} ran past --trainer_timeout=45 s and was stopped; raise "
+        "--trainer_timeout, or make it do less (fewer steps)."
+    )
+    _assert_failed_run(proc, run_dir, hostile[1], "Trainer", sentence)
+
+
+@pytest.mark.slow
+def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(tmp_path):
+    # TensorFlow's autograph files, the tuner pool's log folders, unpacked modules: they
+    # went to the shared /tmp and stayed there. Everything now goes to a folder of the
+    # run's own under the pipeline root, removed when the run ends.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    root = tmp_path / "root"
+    env = dict(os.environ, TMPDIR=str(tmp))
+    proc = _cli(
+        [
+            f"--pipeline_root={root}",
+            "--tuner_max_trials=2",
+            "--tuner_train_steps=2",
+            "--tuner_eval_steps=1",
+            "--train_steps=2",
+            "--eval_steps=1",
+        ],
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert "Tuner: ok" in proc.stdout and "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
+    assert os.listdir(tmp) == []
+    assert not os.path.exists(root / "tmp")
