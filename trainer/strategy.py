@@ -119,6 +119,12 @@ def choose_strategy(logical_cpus: int = 0, logical_gpus: int = 0) -> tf.distribu
     configure_devices(logical_cpus, logical_gpus)
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     if gpus:
+        if logical_gpus > 1:
+            # Logical GPUs of one physical GPU: NCCL (MirroredStrategy's default all-reduce)
+            # needs distinct physical devices, so the replicas reduce by copies on the GPU.
+            return tf.distribute.MirroredStrategy(
+                devices=gpus, cross_device_ops=tf.distribute.HierarchicalCopyAllReduce()
+            )
         return tf.distribute.MirroredStrategy(devices=gpus)
     cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
     if logical_cpus > 1:
