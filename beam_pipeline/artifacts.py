@@ -62,6 +62,9 @@ class TypedArtifact:
     """
 
     FOLDER: ClassVar[Artifact]
+    # Files (relative paths) a later stage adds to the published folder by design, which
+    # the reuse check (beam_pipeline.contents) leaves out.
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ()
 
     uri: str
     properties: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -180,6 +183,9 @@ class Model(TypedArtifact):
     """The serving SavedModel."""
 
     FOLDER = Artifact.MODEL
+    # The InfraValidator writes TF Serving's warm-up requests into the model it checked
+    # (assets.extra holds files the server reads beside the graph, not part of it).
+    ADDED_LATER = ("assets.extra/tf_serving_warmup_requests",)
 
 
 class ModelRun(TypedArtifact):

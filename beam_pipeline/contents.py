@@ -74,10 +74,12 @@ def changed(
 ) -> Optional[str]:
     """None when ``folder`` holds what ``recorded`` (:func:`describe`) says; else what
     differs, as a few words ("examples/train/data-00000-of-00001.tfrecord.gz is 210
-    bytes, not 4181"); files named in ``ignore`` (relative) are not compared."""
+    bytes, not 4181"); files named in ``ignore`` (relative) are not compared, on disk or
+    in ``recorded``."""
     if not fileio.isdir(folder):
         return "its folder is gone"
     files = _files(folder, frozenset((PUBLISHED_MARKER, *ignore)))
+    recorded = {rel: entry for rel, entry in recorded.items() if rel not in ignore}
     missing = sorted(set(recorded) - set(files))
     if missing:
         return f"{missing[0]} is missing"

@@ -21,6 +21,7 @@ import atexit
 import os
 import runpy
 import sys
+import tempfile
 import time
 from typing import Optional
 
@@ -33,6 +34,9 @@ def _child(argv: list, cwd: str, env: dict, out_path: str, err_path: str, code) 
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    # The fork server may have cached the temporary folder of the run it started in
+    # (removed since): the caller's TMPDIR, as a fresh process would read it.
+    tempfile.tempdir = None
     for fd, path in ((1, out_path), (2, err_path)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)

@@ -294,7 +294,7 @@ def test_drift_stops_the_drifted_run_naming_feature_distance_and_threshold(tmp_p
     assert proc.returncode == 0, proc.stderr[-3000:]
     note = _summary(root, "s2")["Validation"]["note"]
     assert "drift checked against " + os.path.join(root, "runs", "s1", "statistics") in note
-    assert "Split 'train': no anomalies." in note
+    assert "Split 'train': no anomalies;" in note
 
     proc = _cli(f"--data={drifted}", "--run_id=s3", "--drift_threshold=0.1", *common)
     assert proc.returncode == 3, proc.stderr[-3000:]

@@ -140,7 +140,7 @@ def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baselin
     assert first["details"]["blessed"] is True, first["note"]
     assert first["details"]["model_kind"] == "regression"
     assert first["details"]["reason"] == "no thresholds"
-    assert first["note"].startswith("blessed: no thresholds (no blessed model yet")
+    assert first["note"].startswith("blessed: no thresholds (no model was blessed before it")
     assert "Evaluator: blessed: no thresholds" in proc.stdout
     overall = first["details"]["metrics"]["Overall"]
     assert {"mean_squared_error", "mean_absolute_error", "example_count"} <= set(overall)

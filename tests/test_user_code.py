@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 import pytest
@@ -23,6 +25,8 @@ from beam_pipeline.core.errors import EXIT_USER_ERROR
 from beam_pipeline.core.module_staging import bundle_module_file
 
 PENGUIN_MODULE = os.path.join(PENGUIN_DIR, "penguin_module.py")
+# A user's module file needs its data named (only the bundled module has a default).
+PENGUIN_DATA = [f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}", "--csv_null_values=,NA"]
 
 
 def _cli(args, python=sys.executable, env=None, timeout=600) -> subprocess.CompletedProcess:
@@ -61,6 +65,7 @@ def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(tmp_path)
     proc = _cli(
         [
             f"--module_file={project / 'm.py'}",
+            *PENGUIN_DATA,
             f"--pipeline_root={root}",
             "--no_tuner",
             "--no_trainer",
@@ -82,6 +87,7 @@ def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(tmp_path)
 _PLANTED = """
 import json
 import os
+import pathlib
 open(os.environ["PLANTED_MARKER"], "w").write("the planted module ran")
 """
 
@@ -115,6 +121,7 @@ def test_a_module_folder_planted_at_the_predictable_path_is_never_executed(tmp_p
     proc = _cli(
         [
             f"--module_file={module}",
+            *PENGUIN_DATA,
             f"--pipeline_root={tmp_path / 'root'}",
             "--no_tuner",
             "--train_steps=2",
@@ -204,7 +211,8 @@ def _hostile_run(hostile, tmp_path, behaviour, *flags):
     module, root = hostile
     run_id = f"{behaviour}-{os.getpid()}-{len(os.listdir(tmp_path))}"
     env = dict(os.environ, HOSTILE=behaviour, HOSTILE_MARKER=str(tmp_path / "marker"))
-    args = [f"--module_file={module}", f"--pipeline_root={root}", f"--run_id={run_id}"]
+    args = [f"--module_file={module}", *PENGUIN_DATA, f"--pipeline_root={root}"]
+    args.append(f"--run_id={run_id}")
     proc = _cli([*args, *_SMALL, *flags], env=env)
     return proc, os.path.join(root, "runs", run_id)
 
@@ -313,12 +321,14 @@ def test_a_run_fn_past_trainer_timeout_fails_the_trainer_with_one_sentence(hosti
 
 
 @pytest.mark.slow
-def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(tmp_path):
+def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(tmp_path, request):
     # TensorFlow's autograph files, the tuner pool's log folders, unpacked modules: they
     # went to the shared /tmp and stayed there. Everything now goes to a folder of the
     # run's own under the pipeline root, removed when the run ends.
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # A short path: multiprocessing's fork server puts its socket under TMPDIR, and a
+    # socket's path may not be longer than 107 bytes (pytest's own folders can be).
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bp-tmp-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     root = tmp_path / "root"
     env = dict(os.environ, TMPDIR=str(tmp))
     proc = _cli(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import tempfile
 import threading
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
@@ -28,6 +29,27 @@ __all__ = ["InheritedFd", "fork_context", "start_forked"]
 # The server's module: a string, so importing this module imports nothing of Beam's.
 _PRELOAD = "beam_pipeline.runtime.pool_zygote"
 _FORK_LOCK = threading.Lock()
+# The system's temporary folder, kept by beam_pipeline.runtime.scratch while a run's own
+# folder is TMPDIR.
+SYSTEM_TMPDIR = "BEAM_PIPELINE_SYSTEM_TMPDIR"
+
+
+def _pin_multiprocessing_temp_dir() -> None:
+    """multiprocessing's temporary folder in the system's, not the run's.
+
+    The fork server listens on a socket there, and a socket's path may not be longer than
+    107 bytes: a run's folder under a deep pipeline root (``<root>/tmp/run-*``), which a
+    worker process started during the run has as TMPDIR, would make it too long.
+    """
+    system = os.environ.get(SYSTEM_TMPDIR)
+    if not system or multiprocessing.current_process()._config.get("tempdir") is not None:
+        return
+    saved = tempfile.tempdir
+    tempfile.tempdir = system
+    try:
+        util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
 
 
 class _ForkedPopen(popen_forkserver.Popen):
@@ -79,6 +101,7 @@ def fork_context():
     """
     ctx = multiprocessing.get_context("forkserver")
     with _FORK_LOCK:
+        _pin_multiprocessing_temp_dir()
         ctx.set_forkserver_preload([_PRELOAD])
     return ctx
 

@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterator
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.forked import SYSTEM_TMPDIR
 
 __all__ = ["TEMP_DIR", "run_temp_dir"]
 
@@ -51,12 +52,17 @@ def run_temp_dir(pipeline_root: str) -> Iterator[str]:
         os.makedirs(parent, exist_ok=True)
     folder = tempfile.mkdtemp(prefix="run-", dir=parent)
     saved_env, saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    system = os.environ.get(SYSTEM_TMPDIR)
+    if system is None:  # processes started during the run keep multiprocessing's there
+        os.environ[SYSTEM_TMPDIR] = tempfile.gettempdir()
     os.environ["TMPDIR"] = folder
     tempfile.tempdir = folder
     try:
         yield folder
     finally:
         tempfile.tempdir = saved
+        if system is None:
+            os.environ.pop(SYSTEM_TMPDIR, None)
         if saved_env is None:
             os.environ.pop("TMPDIR", None)
         else:

@@ -191,7 +191,11 @@ def _reusable(execution: Optional[Execution]) -> tuple[Optional[Execution], str]
         return None, ""
     for artifact in execution.outputs:
         recorded = artifact.properties.get(FILES_PROPERTY)
-        problem = changed(artifact.uri, recorded) if recorded is not None else None
+        problem = (
+            changed(artifact.uri, recorded, ignore=artifact.ADDED_LATER)
+            if recorded is not None
+            else None
+        )
         if problem is not None:
             return None, (
                 f"run {execution.run_id}'s {artifact.FOLDER.value} changed since it was "
