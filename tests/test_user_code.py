@@ -93,12 +93,16 @@ open(os.environ["PLANTED_MARKER"], "w").write("the planted module ran")
 
 
 @pytest.mark.slow
-def test_a_module_folder_planted_at_the_predictable_path_is_never_executed(tmp_path):
+def test_a_module_folder_planted_at_the_predictable_path_is_never_executed(request):
     # Another local user creates the folder the trainer's copy of the staged module would
     # be unpacked to (its name comes from the archive's sha256, which anyone can compute
     # from the module's files), with their code in it: the run must execute the real
     # module and never the planted one. The Trainer runs in a worker process (the launcher
     # has the module loaded already and would not load a copy).
+    # Short paths: the worker's fork server puts its socket under the run's temporary
+    # folder (<root>/tmp/run-*), and a socket's path may not be longer than 107 bytes.
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="bp-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp_path, ignore_errors=True))
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     marker = tmp_path / "planted_ran"

@@ -125,20 +125,14 @@ def _plain(value: Any) -> str:
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
     if not rows:
         return f"{title}: none"
-    table = Table(title=title, title_justify="left", show_lines=False, pad_edge=False)
-    cells = [[_plain(v) for v in row] for row in rows]
-    for i, c in enumerate(columns):
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for c in columns:
         # Names, statuses and run ids whole; long uris and parameter lists fold; a metric
-        # too long for its column ends in "…" (its value is in --json). A metric column is
-        # at least as wide as its longest word (up to 30), so that a metric's name
-        # (sparse_categorical_accuracy) wraps between words, never inside one.
+        # too long for its column ends in "…" (its value is in --json).
         overflow = "ellipsis" if c == "metrics" else "fold"
-        words = [len(w) for row in cells for w in str(row[i]).split()] if c == "metric" else []
-        table.add_column(
-            c, overflow=overflow, no_wrap=c in _WHOLE, min_width=min(max(words, default=0), 30)
-        )
-    for row in cells:
-        table.add_row(*row)
+        table.add_column(c, overflow=overflow, no_wrap=c in _WHOLE)
+    for row in rows:
+        table.add_row(*(_plain(v) for v in row))
     return table
 
 

@@ -191,8 +191,15 @@ def _create_engine(url: str) -> sa.engine.Engine:
     parsed, connect_args = _pg8000_tls(parsed)
     if sqlite:
         connect_args["timeout"] = BUSY_TIMEOUT_S
+    options = {}
+    if parsed.get_backend_name() in ("mysql", "mariadb"):
+        # MySQL's default (REPEATABLE READ) reads one snapshot for a whole transaction: a
+        # launcher waiting on another's progress (a resume, the tuner's shared state)
+        # would never see it. PostgreSQL's default, READ COMMITTED, is what the store
+        # expects; its writes are serialised by the row lock of _server_settings.
+        options["isolation_level"] = "READ COMMITTED"
     try:
-        engine = sa.create_engine(parsed, connect_args=connect_args)
+        engine = sa.create_engine(parsed, connect_args=connect_args, **options)
     except (exc.NoSuchModuleError, ImportError) as e:
         missing = getattr(e, "name", None) or str(e)
         raise PipelineError(
