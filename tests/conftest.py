@@ -40,6 +40,25 @@ def make_pipeline(*beam_args: str):
     return create_pipeline(PipelineOptions(list(beam_args)))
 
 
+def fn_api_pipeline(*flags: str):
+    """A TestPipeline on Beam's FnApiRunner (the DirectRunner minus its Prism attempt),
+    with ``flags`` as its options (``--direct_running_mode``, ``--direct_num_workers``)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    from apache_beam.testing import test_pipeline
+
+    options = PipelineOptions(list(flags))
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    provision = fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+    )
+    return test_pipeline.TestPipeline(
+        runner=fn_runner.FnApiRunner(provision_info=provision), options=options
+    )
+
+
 def statistics_in_process(
     batches,
     name: str = "train",

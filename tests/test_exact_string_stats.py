@@ -16,13 +16,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.portability.api import beam_provision_api_pb2
-from apache_beam.runners.portability.fn_api_runner import fn_runner
-from apache_beam.runners.portability.portable_runner import JobServiceHandle
-from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that
-from conftest import REPO, read_examples
+from conftest import REPO, fn_api_pipeline, read_examples
 
 from transforms import statistics as st
 
@@ -109,18 +104,6 @@ def test_unique_ids_and_a_plan_column_through_the_cli(tmp_path):
     assert f"Validation: {note}\n" in proc.stdout
 
 
-def _test_pipeline(*flags: str) -> test_pipeline.TestPipeline:
-    """A TestPipeline on Beam's FnApiRunner (the DirectRunner minus its Prism attempt)."""
-    options = PipelineOptions(list(flags))
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    provision = fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
-    )
-    return test_pipeline.TestPipeline(
-        runner=fn_runner.FnApiRunner(provision_info=provision), options=options
-    )
-
-
 def _expected(rows: list[list[bytes]]) -> tuple[int, list[tuple[str, int]]]:
     """(distinct count, the 1000 top (value, count) pairs) by a plain Python count."""
     counts = collections.Counter(v.decode() for row in rows for v in row)
@@ -192,7 +175,7 @@ def test_200k_distinct_values_on_beam_equal_a_python_count(monkeypatch):
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([TESTS_DIR, REPO, os.environ.get("PYTHONPATH", "")])
     )
-    with _test_pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2") as p:
+    with fn_api_pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2") as p:
         stats = (
             p
             | beam.Create(starts)

@@ -16,13 +16,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.portability.api import beam_provision_api_pb2
-from apache_beam.runners.portability.fn_api_runner import fn_runner
-from apache_beam.runners.portability.portable_runner import JobServiceHandle
-from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import REPO, statistics_in_process
+from conftest import REPO, fn_api_pipeline, statistics_in_process
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
@@ -34,18 +29,6 @@ HIST = statistics_pb2.Histogram
 EPS = st._QUANTILES_EPS
 TESTS_DIR = os.path.join(REPO, "tests")
 GOLDEN_SMALL = os.path.join(REPO, "tests", "testdata", "stats_small.pbtxt")
-
-
-def _test_pipeline(*flags: str) -> test_pipeline.TestPipeline:
-    """A TestPipeline on Beam's FnApiRunner (the DirectRunner minus its Prism attempt)."""
-    options = PipelineOptions(list(flags))
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    provision = fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
-    )
-    return test_pipeline.TestPipeline(
-        runner=fn_runner.FnApiRunner(provision_info=provision), options=options
-    )
 
 
 def _combine(batches, **options) -> statistics_pb2.DatasetFeatureStatisticsList:
@@ -287,7 +270,7 @@ def _check_dataset(stats, columns, name="train"):
 @pytest.mark.parametrize("large", [False, True], ids=["list_binary", "large_list_large_binary"])
 def test_two_batches_with_different_columns_and_nulls(large):
     batches, columns = _mixed_dataset(seed=1, large=large)
-    with _test_pipeline() as p:
+    with fn_api_pipeline() as p:
         stats = p | beam.Create(batches) | "Stats" >> st.GenerateStatistics("train")
 
         def check(actual):
@@ -460,7 +443,7 @@ def test_accumulator_pickles_and_keeps_its_state():
 def test_empty_input_gives_one_dataset_with_no_examples():
     expected = statistics_pb2.DatasetFeatureStatisticsList()
     expected.datasets.add(name="eval", num_examples=0)
-    with _test_pipeline() as p:
+    with fn_api_pipeline() as p:
         stats = (
             p
             | beam.Create([], reshuffle=False).with_output_types(pa.RecordBatch)
@@ -497,7 +480,7 @@ def test_multi_processing_direct_runner(monkeypatch):
     batches, columns = _mixed_dataset(seed=5, large=False)
     # Several small batches so that both workers get some.
     pieces = [b.slice(i, 50) for b in batches for i in range(0, b.num_rows, 50)]
-    with _test_pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2") as p:
+    with fn_api_pipeline("--direct_running_mode=multi_processing", "--direct_num_workers=2") as p:
         stats = p | beam.Create(pieces) | "Stats" >> st.GenerateStatistics("train")
         assert_that(stats, _DatasetMatcher(columns))
 
@@ -647,7 +630,7 @@ def test_read_statistics_errors_name_the_file(tmp_path):
 
 def test_counters_count_rows_and_batches():
     batches, _ = _mixed_dataset(seed=8, large=False)
-    p = _test_pipeline()
+    p = fn_api_pipeline()
     _ = p | beam.Create(batches) | st.GenerateStatistics("train")
     result = p.run()
     counters = {
