@@ -143,11 +143,15 @@ def watched_run(tmp_path_factory):
     )
     seen: dict[int, tuple[str, dict]] = {}
     deadline = time.time() + 900
+    own = _read_process(launcher.pid)
     while launcher.poll() is None and time.time() < deadline:
         for pid in _descendants(launcher.pid):
             if pid not in seen:
                 read = _read_process(pid)
-                if read is not None:
+                # A child with the launcher's own command line is a fork that has not
+                # exec'd yet: /proc shows the launcher's starting environment, not its
+                # own; it is read again once it has.
+                if read is not None and (own is None or read[0] != own[0]):
                     seen[pid] = read
         time.sleep(0.05)
     if launcher.poll() is None:
