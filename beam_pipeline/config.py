@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     # For the annotation only: the CLI reads flags into this config before anything heavy
     # loads, and importing the trainer package costs about a second (cli.py imports
     # SearchSpace when a config declares a search space).
-    from beam_pipeline.stages.base import StageName
+    from beam_pipeline.engine.stage import StageName
     from trainer.tuning.search_space import SearchSpace
 
 __all__ = [
@@ -110,7 +110,7 @@ class TunerSchedule(str, enum.Enum):
     compare-and-swap per ask and report), runs it and reports it; a lost worker's trial is
     re-issued when its lease (``lease_seconds``) runs out. No job start-up per trial.
 
-    Left unset, the runner decides (:func:`beam_pipeline.tuning_stage.default_schedule`):
+    Left unset, the runner decides (:func:`beam_pipeline.stages.tuner.tuning.default_schedule`):
     SEARCH_JOB where every job starts workers of its own (Dataflow, Flink, Spark, a portable
     job server), ROLLING on the DirectRunner and Beam's embedded job service.
     """
@@ -306,7 +306,7 @@ class TunerConfig:
       parallel_trials: trials that run at once.
       schedule: rolling (a freed worker gets the next trial at once), synchronous rounds
         or one search job; see :class:`TunerSchedule`. None: the runner decides
-        (:func:`beam_pipeline.tuning_stage.default_schedule`).
+        (:func:`beam_pipeline.stages.tuner.tuning.default_schedule`).
       max_trials: caps the tuner's own ``max_trials`` when given.
       train_steps / eval_steps: the tuning run's ``fn_args.train_steps`` / ``eval_steps``.
       accelerator / min_ram: resource hints of the trial step.
@@ -348,7 +348,7 @@ class EvaluatorConfig:
     Attributes:
       enabled: False (``--no_evaluator``) skips the evaluation (and so the push).
       eval_config: a TFMA EvalConfig file (protobuf text or JSON); default: derived from
-        the model (see :mod:`beam_pipeline.evaluator`).
+        the model (see :mod:`beam_pipeline.stages.evaluator.evaluation`).
       eval_split: the split the model is evaluated and served requests from.
       slice_features: features to slice the metrics by, besides the overall slice.
       baseline: compare with the latest blessed model of the pipeline (from the
@@ -447,7 +447,7 @@ class PipelineConfig:
         may go without a live worker before it is cancelled and the run fails.
       metadata_url: the metadata store's SQLAlchemy URL; empty: the SQLite file
         ``<pipeline_root>/metadata.sqlite``.
-      no_cache: the stages (:class:`~beam_pipeline.stages.base.StageName`) that run even
+      no_cache: the stages (:class:`~beam_pipeline.engine.stage.StageName`) that run even
         when an earlier execution's outputs could be reused.
       trainer_timeout: seconds the Trainer's ``run_fn`` (or TrainSpec) may run before it is
         stopped and the run fails; None (the default): no limit. Not part of the run's

@@ -540,7 +540,7 @@ def _beam_settings(path: str, settings: dict[str, Any]) -> list[str]:
     """
     import difflib
 
-    from beam_pipeline.beam_options import beam_option_names
+    from beam_pipeline.runtime.options import beam_option_names
 
     names = beam_option_names()
     args: list[str] = []
@@ -593,7 +593,7 @@ def _pairs(flag: str, text: Any, value_type: type) -> tuple:
 
 def _no_cache(value: Any) -> tuple:
     """``--no_cache``'s stages: all (the flag alone, ``true``), none, or a list of names."""
-    from beam_pipeline.stages.base import StageName
+    from beam_pipeline.engine.stage import StageName
 
     if value is True or str(value).strip().lower() == "all":
         return tuple(StageName)

@@ -9,15 +9,15 @@ A run has phases because tf.Transform must know the schema when it builds its gr
 2. *Transform phase*, one Beam job: tf.Transform analyze (train) + transform (all splits).
 3. *Model phase*: tuning and training, each a Beam job whose heavy work runs on workers.
 
-Each stage is a typed unit (:mod:`beam_pipeline.stages`), declared once in
+Each stage is a typed unit (:mod:`beam_pipeline.engine`), declared once in
 :data:`beam_pipeline.stages.graph.STAGE_GRAPH` and run by one runner loop
-(:func:`beam_pipeline.stages.runner.run_stages`). Everything a run needs is checked here
+(:func:`beam_pipeline.engine.runner.run_stages`). Everything a run needs is checked here
 before the first Beam job starts (flags, input files, CSV header, module file, schema,
 the metadata store's URL), and every artifact is published atomically. A rerun with the
 same run id resumes: the stages an earlier attempt finished are kept, the rest run (see
-:mod:`beam_pipeline.manifest`); one with other inputs or flags is refused. Every
+:mod:`beam_pipeline.engine.manifest`); one with other inputs or flags is refused. Every
 execution is recorded in the metadata store, where a stage is also looked up by its cache
-key across runs (:mod:`beam_pipeline.stages.records`).
+key across runs (:mod:`beam_pipeline.engine.records`).
 
 Example::
 
@@ -32,8 +32,6 @@ import logging
 import os
 from typing import Optional
 
-from beam_pipeline.beam_options import is_multi_processing, parse_beam_args
-from beam_pipeline.code_digest import transform_code
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
@@ -41,22 +39,24 @@ from beam_pipeline.core.errors import no_room
 from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
-from beam_pipeline.fingerprint import pipeline_code
-from beam_pipeline.manifest import RunManifest, run_identity
+from beam_pipeline.engine import StageContext, StageName, run_stages
+from beam_pipeline.engine.code_digest import transform_code
+from beam_pipeline.engine.fingerprint import pipeline_code
+from beam_pipeline.engine.manifest import RunManifest, run_identity
+from beam_pipeline.engine.records import DATA_TYPE, RunRecords, stored_uri
+from beam_pipeline.engine.summary import RunSummary, write_summary
 from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
 from beam_pipeline.metadata.launcher import this_launcher
-from beam_pipeline.remote import RunnerFamily, check_remote_paths, runner_family
+from beam_pipeline.runtime.options import is_multi_processing, parse_beam_args
 from beam_pipeline.runtime.preflight import start_worker_pool_check
+from beam_pipeline.runtime.runners import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.scratch import run_temp_dir
-from beam_pipeline.stages import StageContext, StageName, run_stages
 from beam_pipeline.stages.bulk_inferrer import check_infer_inputs
 from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH
-from beam_pipeline.stages.records import DATA_TYPE, RunRecords, stored_uri
-from beam_pipeline.stages.trainer import check_warm_start
-from beam_pipeline.stages.tuner import check_trial_gpus, default_tuner_pool
-from beam_pipeline.summary import RunSummary, write_summary
-from beam_pipeline.tuning_stage import with_schedule
+from beam_pipeline.stages.trainer.stage import check_warm_start
+from beam_pipeline.stages.tuner.stage import check_trial_gpus, default_tuner_pool
+from beam_pipeline.stages.tuner.tuning import with_schedule
 from trainer import ModuleKind, load_trainer_module
 from trainer.module_loader import check_no_misspelled_run_fn
 from transforms import example_gen as eg
@@ -115,7 +115,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     Raises:
       PipelineError: bad flags, inputs, module file, or data; the message says the fix.
     """
-    from beam_pipeline.schema_gen import read_schema
+    from beam_pipeline.stages.schema.inference import read_schema
 
     gpu_environment(os.environ)  # the Python API's callers too: see beam_pipeline.core.gpus
     options = parse_beam_args(config.beam_args)
@@ -129,7 +129,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     check_remote_paths(config, options)
     if config.evaluator.serving_endpoint and config.evaluator.infra_validator:
         # The serving check's server must answer now, not after the training.
-        from beam_pipeline.serving_endpoint import check_endpoint
+        from beam_pipeline.stages.infra_validator.endpoint import check_endpoint
 
         check_endpoint(config.evaluator.serving_endpoint)
     # A local EXTERNAL worker pool must start a worker that imports this project; checked

@@ -1,4 +1,4 @@
-"""The stage runner with the metadata store (beam_pipeline.stages.records.RunRecords): every
+"""The stage runner with the metadata store (beam_pipeline.engine.records.RunRecords): every
 execution recorded, caching across runs by cache key, --no_cache, failures (a killed run:
 tests/test_resume.py's kill tests).
 
@@ -14,12 +14,12 @@ import shutil
 
 import pytest
 
-from beam_pipeline.artifacts import Examples, Schema
-from beam_pipeline.manifest import RunManifest
+from beam_pipeline.engine import Input, Stage, StageContext, StageName, StageResult, run_stages
+from beam_pipeline.engine.artifacts import Examples, Schema
+from beam_pipeline.engine.manifest import RunManifest
+from beam_pipeline.engine.records import DATA_TYPE, RunRecords
+from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 from beam_pipeline.metadata import ArtifactSpec, ExecutionStatus, MetadataStore
-from beam_pipeline.stages import Input, Stage, StageContext, StageName, StageResult, run_stages
-from beam_pipeline.stages.records import DATA_TYPE, RunRecords
-from beam_pipeline.summary import RunSummary, StageReport, StageStatus
 
 
 class MakeNumber(Stage):
@@ -97,7 +97,7 @@ def test_a_second_run_reuses_every_stage_and_records_where_from(tmp_path):
     assert first[0].inputs["data"].fingerprint == "d"
     assert first[1].inputs["Examples"] == first[0].outputs["Examples"]
     schema = first[1].outputs["Schema"].properties
-    # Its files as published (beam_pipeline.contents), which a reuse checks first.
+    # Its files as published (beam_pipeline.engine.contents), which a reuse checks first.
     assert schema == {"doubled": 42, "files": {"n.txt": [2, schema["files"]["n.txt"][1]]}}
     assert first[1].outputs["Schema"].uri == os.path.join(root, "runs", "r1", "schema")
 
@@ -200,7 +200,7 @@ def test_a_stage_recorded_by_other_code_of_the_pipeline_is_not_reused(tmp_path):
     import subprocess
     import sys
 
-    from beam_pipeline.fingerprint import sources_digest
+    from beam_pipeline.engine.fingerprint import sources_digest
 
     root = str(tmp_path / "root")
     _run(root, "r1", (MakeNumber(21), Double()))

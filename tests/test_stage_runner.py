@@ -14,12 +14,10 @@ import os
 
 import pytest
 
-from beam_pipeline.artifacts import Anomalies, Model, Schema, Statistics
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import PUBLISHED_MARKER
-from beam_pipeline.manifest import RunManifest
-from beam_pipeline.stages import (
+from beam_pipeline.engine import (
     Input,
     Stage,
     StageContext,
@@ -28,7 +26,9 @@ from beam_pipeline.stages import (
     StageResult,
     run_stages,
 )
-from beam_pipeline.summary import RunSummary, StageReport, StageStatus
+from beam_pipeline.engine.artifacts import Anomalies, Model, Schema, Statistics
+from beam_pipeline.engine.manifest import RunManifest
+from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 
 
 class _Write(Stage):

@@ -16,7 +16,7 @@ import conftest_trainer
 import pytest
 
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.training_stage import EXPORT_SUBDIR, build_training_job
+from beam_pipeline.stages.trainer.training import EXPORT_SUBDIR, build_training_job
 from trainer import run_trainer
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
@@ -28,8 +28,8 @@ ACCURACY_FLOOR = 0.9
 
 _SCRIPT = """
 import dataclasses, json, sys
-from beam_pipeline.run_dir import RunDirectory
-from beam_pipeline.training_stage import build_training_job
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.stages.trainer.training import build_training_job
 from trainer import run_trainer
 import conftest_trainer
 

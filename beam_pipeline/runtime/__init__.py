@@ -13,9 +13,9 @@
   back;
 - :mod:`~beam_pipeline.runtime.counters`: what a finished job counted.
 
-``python -m beam_pipeline.worker_pool`` (the EXTERNAL pool users start) stays a top-level
+``python -m beam_pipeline.runtime.worker_pool`` (the EXTERNAL pool users start) stays a top-level
 command. Import the modules themselves: this ``__init__`` imports none of them, because
-:mod:`beam_pipeline.beam_options` imports the watchdog and the pool imports
+:mod:`beam_pipeline.runtime.options` imports the watchdog and the pool imports
 ``beam_options``.
 """
 

@@ -17,7 +17,7 @@ jobs that start before the server answers), the workers are Beam's fresh interpr
 What Beam sees is unchanged: ``run`` below is ``SubprocessSdkWorker.run`` (Beam 2.77,
 pinned in the lock file) with the ``Popen`` replaced, so a worker that exits unasked still
 raises "Worker subprocess exited with return code N" in Beam's ``run_worker`` thread,
-which :func:`beam_pipeline.beam_options.run_pipeline` turns into one sentence (a killed
+which :func:`beam_pipeline.runtime.options.run_pipeline` turns into one sentence (a killed
 worker's code is -9, as a ``Popen``'s). Beam offers no hook for how that worker starts
 (the command line is fixed in ``FnApiRunner.run_pipeline``, and the class is looked up on
 its module when a job starts its workers), hence the subclass installed on that module.

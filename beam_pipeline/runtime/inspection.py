@@ -39,16 +39,16 @@ __all__ = [
     "wait_status",
 ]
 
-# /proc/<pid>/comm of a spare worker of beam_pipeline.worker_pool waiting for a job (at most
+# /proc/<pid>/comm of a spare worker of beam_pipeline.runtime.worker_pool waiting for a job (at most
 # 15 bytes, the kernel's TASK_COMM_LEN): a pool child of that name is no worker yet, so it
 # neither keeps a job alive nor counts as a worker that ended.
 SPARE_NAME = "bp-spare"
-# /proc/<pid>/comm of beam_pipeline.worker_pool's zygote: the pool's child that has imported
+# /proc/<pid>/comm of beam_pipeline.runtime.worker_pool's zygote: the pool's child that has imported
 # the ML stack once and forks the workers; it serves no job, so it is no worker either.
 ZYGOTE_NAME = "bp-zygote"
 
 _STOCK_POOL = "apache_beam.runners.worker.worker_pool_main"
-_OWN_POOL = "beam_pipeline.worker_pool"
+_OWN_POOL = "beam_pipeline.runtime.worker_pool"
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*$")
 _NO_BEAM = "No module named 'apache_beam'"
 
@@ -72,7 +72,7 @@ def environment_of(options) -> tuple[str, str]:
 
 def local_pool_address(options) -> Optional[str]:
     """The EXTERNAL pool's address when the pool and the runner are on this machine."""
-    from beam_pipeline.remote import remote_runner_reason
+    from beam_pipeline.runtime.runners import remote_runner_reason
 
     kind, config = environment_of(options)
     if kind != "EXTERNAL" or not config or remote_runner_reason(options) is not None:
@@ -249,7 +249,7 @@ def pool_pid(address: str) -> Optional[int]:
     """The worker pool process serving ``address`` on this machine, or None.
 
     Only a process whose command line names a worker pool (Beam's ``worker_pool_main``,
-    ``beam_pipeline.worker_pool``) counts: a port forwarded into a container or through a
+    ``beam_pipeline.runtime.worker_pool``) counts: a port forwarded into a container or through a
     tunnel is served by a process whose workers are not its children.
     """
     try:
@@ -316,7 +316,7 @@ def _tail(path: str, size: int = 16384) -> str:
 
 def fix_for(said: str, python: str, from_path: bool, address: str = "localhost:PORT") -> str:
     port = address.rsplit(":", 1)[-1]
-    start = f"`.venv/bin/python -m beam_pipeline.worker_pool --service_port={port}`"
+    start = f"`.venv/bin/python -m beam_pipeline.runtime.worker_pool --service_port={port}`"
     if _NO_BEAM in said or said == "no `python` on the pool's PATH":
         where = f" ({python})" if python else ""
         if from_path:

@@ -41,7 +41,6 @@ import apache_beam as beam
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.beam_options import is_direct, new_options
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.forked import fork_context as _fork_context
@@ -53,6 +52,7 @@ from beam_pipeline.core.gpus import (
     host_gpus,
     worker_gpus,
 )
+from beam_pipeline.runtime.options import is_direct, new_options
 
 __all__ = [
     "LocalWorkerPool",

@@ -35,9 +35,9 @@ try:
     from trainer.process import prewarm
 
     prewarm()  # first, in the order a pool process always imported them (Keras before TFT)
-    import transforms.training  # noqa: F401  the project's Beam steps, which DoFns unpickle
+    import transforms.trainer  # noqa: F401  the project's Beam steps, which DoFns unpickle
     import transforms.transform  # noqa: F401
-    import transforms.tuning  # noqa: F401
+    import transforms.tuner  # noqa: F401
 except Exception:  # noqa: BLE001, S110
     # A broken import must not take the fork server down (every pool start would then fail
     # inside multiprocessing): each forked process imports again and fails in its own log,

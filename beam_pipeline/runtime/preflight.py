@@ -78,7 +78,7 @@ def check_worker_pool(options, timeout: float = DEFAULT_WORKER_START_TIMEOUT) ->
     except grpc.FutureTimeoutError:
         raise PipelineError(
             f"The worker pool at {env} does not answer; start it first, e.g. "
-            f"`.venv/bin/python -m beam_pipeline.worker_pool --service_port="
+            f"`.venv/bin/python -m beam_pipeline.runtime.worker_pool --service_port="
             f"{address.rsplit(':', 1)[-1]} &`, or pass the address it serves at."
         ) from None
     finally:

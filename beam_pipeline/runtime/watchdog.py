@@ -2,7 +2,7 @@
 
 A portable runner's job whose SDK workers die mid-job (killed for memory) or never start
 just sits in RUNNING. :func:`watch` wraps every job the launcher submits (through
-:func:`beam_pipeline.beam_options.run_pipeline`): while the job runs, its workers must show
+:func:`beam_pipeline.runtime.options.run_pipeline`): while the job runs, its workers must show
 life; if none does for ``worker_start_timeout`` seconds the job is cancelled and the run
 fails with one sentence naming the job, the environment, what the worker said last (the
 local pool's log) and the fix. A worker is seen alive when the local pool (found by its
@@ -96,7 +96,7 @@ class _Watched:
             self._result.cancel()
         except Exception:  # noqa: BLE001  runners that cannot cancel; the job is abandoned
             pass
-        from beam_pipeline.remote import describe_job
+        from beam_pipeline.runtime.runners import describe_job
 
         job = describe_job(self._result, self._options)
         env = describe_environment(self._options)

@@ -24,7 +24,11 @@ from typing import Any, Optional
 import apache_beam as beam
 from apache_beam.options.pipeline_options import TestOptions
 
-from beam_pipeline.artifacts import (
+from beam_pipeline.config import PipelineConfig
+from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import DataFormat, Split
+from beam_pipeline.engine.artifacts import (
     InferenceRejectedRows,
     InferenceResult,
     InferredExamples,
@@ -33,17 +37,13 @@ from beam_pipeline.artifacts import (
     Schema,
     TypedArtifact,
 )
-from beam_pipeline.beam_options import create_pipeline, run_pipeline
-from beam_pipeline.config import PipelineConfig
-from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.core.types import DataFormat, Split
-from beam_pipeline.fingerprint import files_digest, folder_digest
-from beam_pipeline.remote import wait_for_job
-from beam_pipeline.stages.base import Input, Outputs, Stage, StageContext, StageName, StageResult
-from beam_pipeline.stages.jobs import announce_job, counter, job_note
-from beam_pipeline.stages.records import stored_uri
-from beam_pipeline.summary import StageReport, StageStatus
+from beam_pipeline.engine.fingerprint import files_digest, folder_digest
+from beam_pipeline.engine.records import stored_uri
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+from beam_pipeline.runtime.runners import wait_for_job
 from transforms import example_gen as eg
 
 __all__ = ["BulkInferrerStage", "InferInputs", "build_inference_pipeline", "check_infer_inputs"]
@@ -130,7 +130,7 @@ def build_inference_pipeline(
 
 
 def _latest_blessed(ctx: StageContext) -> Optional[str]:
-    from beam_pipeline.stages.evaluator import open_store
+    from beam_pipeline.stages.evaluator.stage import open_store
 
     with open_store(ctx) as store:
         found = store.latest_blessed_model() if store is not None else None
@@ -195,7 +195,7 @@ class BulkInferrerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.schema_gen import read_schema
+        from beam_pipeline.stages.schema.inference import read_schema
 
         b = ctx.config.bulk_inferrer
         checked = check_infer_inputs(ctx.config, ctx.csv_format)

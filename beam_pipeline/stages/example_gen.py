@@ -23,15 +23,13 @@ from typing import Optional
 import apache_beam as beam
 from apache_beam.options.pipeline_options import TestOptions
 
-from beam_pipeline.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
-from beam_pipeline.beam_options import create_pipeline, run_pipeline
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact, DataFormat, Split
-from beam_pipeline.fingerprint import file_digest, files_digest, json_digest
-from beam_pipeline.remote import wait_for_job
-from beam_pipeline.stages.base import (
+from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
+from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest
+from beam_pipeline.engine.stage import (
     Outputs,
     Stage,
     StageContext,
@@ -39,8 +37,10 @@ from beam_pipeline.stages.base import (
     StageName,
     StageResult,
 )
-from beam_pipeline.stages.jobs import announce_job, counter, job_note
-from beam_pipeline.summary import StageReport, StageStatus
+from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+from beam_pipeline.runtime.runners import wait_for_job
 from transforms import example_gen as eg
 from transforms.example_gen.input_files import SPAN, resolve_spans
 
@@ -89,7 +89,7 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     all_files = [f for _, fs in sources for f in fs]
     data_format = eg.detect_format(all_files, d.data_format)
     header = eg.FORMATS[data_format].read_columns(all_files, eg.ReadSettings(csv=csv_format))
-    # The content, not the files' names, sizes or times (see beam_pipeline.fingerprint);
+    # The content, not the files' names, sizes or times (see beam_pipeline.engine.fingerprint);
     # with every setting that shapes the examples, its paths replaced by their content.
     settings = dataclasses.replace(
         d,

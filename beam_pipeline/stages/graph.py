@@ -1,24 +1,24 @@
 """The stage graph: every stage of a run, in dependency order.
 
-Adding a stage is one module (a :class:`beam_pipeline.stages.base.Stage` subclass declaring
+Adding a stage is one module (a :class:`beam_pipeline.engine.stage.Stage` subclass declaring
 its inputs, outputs and parameters) and one line here, after the stages whose outputs it
-reads. The runner (:func:`beam_pipeline.stages.runner.run_stages`) hands each stage the
+reads. The runner (:func:`beam_pipeline.engine.runner.run_stages`) hands each stage the
 artifacts of the earlier ones by type.
 """
 
 from __future__ import annotations
 
-from beam_pipeline.stages.base import Stage
+from beam_pipeline.engine.stage import Stage
 from beam_pipeline.stages.bulk_inferrer import BulkInferrerStage
-from beam_pipeline.stages.evaluator import EvaluatorStage
+from beam_pipeline.stages.evaluator.stage import EvaluatorStage
 from beam_pipeline.stages.example_gen import ExampleGenStage
-from beam_pipeline.stages.infra_validator import InfraValidatorStage
-from beam_pipeline.stages.pusher import PusherStage
-from beam_pipeline.stages.schema import SchemaStage
-from beam_pipeline.stages.trainer import TrainerStage
-from beam_pipeline.stages.transform import TransformStage
-from beam_pipeline.stages.tuner import TunerStage
-from beam_pipeline.stages.validation import ValidationStage
+from beam_pipeline.stages.infra_validator.stage import InfraValidatorStage
+from beam_pipeline.stages.pusher.stage import PusherStage
+from beam_pipeline.stages.schema.stage import SchemaStage
+from beam_pipeline.stages.trainer.stage import TrainerStage
+from beam_pipeline.stages.transform.stage import TransformStage
+from beam_pipeline.stages.tuner.stage import TunerStage
+from beam_pipeline.stages.validation.stage import ValidationStage
 
 __all__ = ["STAGE_GRAPH"]
 

@@ -1,0 +1,248 @@
+"""What a stage is: typed inputs and outputs, parameters, and one ``run``.
+
+A stage declares the artifact types it reads (:class:`Input`) and writes (``outputs``), the
+settings its results depend on (:meth:`Stage.parameters`), and does its work in
+:meth:`Stage.run`. Everything stages used to repeat is the runner's
+(:func:`beam_pipeline.engine.runner.run_stages`): the cache key, the look-up of an earlier
+execution, a staging folder per output, publishing them atomically or discarding them on
+failure, timing, the summary rows and the record of the execution.
+
+Example (a stage that copies the schema; one module and one line in ``graph.py``)::
+
+    class CopySchema(Stage):
+        name = StageName.SCHEMA
+        inputs = (Input(Schema, key="schema"),)
+        outputs = (Schema,)
+
+        def run(self, ctx, inputs, out):
+            fileio.copy(inputs[Schema].file, fileio.join(out.folder(Schema), SCHEMA_FILE))
+            report = StageReport("Schema", StageStatus.OK, artifact=out.uri(Schema))
+            return StageResult([report], outputs=(out.artifact(Schema),))
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
+
+from beam_pipeline.config import PipelineConfig
+from beam_pipeline.console import RunEvents
+from beam_pipeline.core.module_staging import StagedModule
+from beam_pipeline.engine.artifacts import TypedArtifact
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.engine.summary import StageReport
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+    from beam_pipeline.stages.example_gen import DataInputs
+    from transforms.example_gen import CsvFormat
+
+__all__ = [
+    "StageName",
+    "Input",
+    "Stage",
+    "StageContext",
+    "StageResult",
+    "StageFailed",
+    "Outputs",
+]
+
+
+class StageName(str, enum.Enum):
+    """The stages of a run (the units a run resumes and caches by), in graph order."""
+
+    DATA = "ExampleGen+Statistics"
+    SCHEMA = "Schema"
+    VALIDATION = "Validation"
+    TRANSFORM = "Transform"
+    TUNER = "Tuner"
+    TRAINER = "Trainer"
+    EVALUATOR = "Evaluator"
+    INFRA_VALIDATOR = "InfraValidator"
+    PUSHER = "Pusher"
+    BULK_INFERRER = "BulkInferrer"
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """An artifact a stage reads, produced by an earlier stage of the graph.
+
+    Attributes:
+      type: the artifact type.
+      key: the name under which the producing stage's cache key enters this stage's
+        (None: implied by another input's, e.g. the schema behind the transform graph).
+      optional: the stage also runs without it (its key is then None).
+    """
+
+    type: type[TypedArtifact]
+    key: Optional[str]
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StageContext:
+    """What every stage of one run may use besides its input artifacts.
+
+    Attributes:
+      config: the run's configuration.
+      options: Beam's pipeline options (the runner each stage's job runs on).
+      run_dir: the run directory.
+      identity: the run's identity (see :func:`beam_pipeline.engine.manifest.run_identity`); its
+        settings sections enter the model stages' keys.
+      data: ExampleGen's checked inputs.
+      csv_format: how CSV input is read.
+      user_schema: the ``--schema`` proto, or None.
+      preprocessing_fn: the module's tf.Transform function, or None without a module.
+      module_digest: the digest of the module and its folder's Python files, or None.
+      transform_code: what Transform's key holds of the code: ``function <digest>`` of
+        what ``preprocessing_fn`` runs (:func:`beam_pipeline.engine.code_digest.function_digest`)
+        or, where that cannot be computed, ``module <module_digest>``; None without a module.
+      staged: the module file as staged in the run directory for the workers, or None.
+      tuner_pool: closes the tuner's early-started worker pool (after tuning, or at the
+        end of the run).
+      pool: that pool, or None.
+      events: hears of each stage as it starts and ends (the CLI's progress display).
+    """
+
+    config: PipelineConfig
+    options: PipelineOptions
+    run_dir: RunDirectory
+    identity: Mapping[str, Any]
+    data: DataInputs
+    csv_format: CsvFormat
+    user_schema: Any = None
+    preprocessing_fn: Optional[Callable] = None
+    module_digest: Optional[str] = None
+    transform_code: Optional[str] = None
+    staged: Optional[StagedModule] = None
+    tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
+    pool: Optional[LocalWorkerPool] = None
+    events: RunEvents = dataclasses.field(default_factory=RunEvents)
+
+
+@dataclasses.dataclass
+class StageResult:
+    """What :meth:`Stage.run` returns.
+
+    Attributes:
+      reports: the stage's summary rows (the first one is timed by the runner).
+      outputs: the artifacts it produced (those in runner-made staging folders are
+        published by the runner; a staging folder without an artifact here is discarded).
+      outcome: facts a later look-up needs besides the artifacts (JSON values).
+      halt: the run stops after this stage (e.g. a ``--dry_run``: later stages need
+        outputs that were not made); a halting execution is not recorded.
+    """
+
+    reports: list[StageReport]
+    outputs: Sequence[TypedArtifact] = ()
+    outcome: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    halt: bool = False
+
+
+class StageFailed(Exception):
+    """A stage failed with summary rows to show and, maybe, outputs to publish anyway.
+
+    The runner appends ``reports`` to the summary, publishes ``publish`` (e.g. the rejected
+    rows that explain the failure), discards the other staging folders and raises ``error``.
+    """
+
+    def __init__(
+        self,
+        error: BaseException,
+        reports: Sequence[StageReport],
+        publish: Sequence[type[TypedArtifact]] = (),
+    ):
+        super().__init__(str(error))
+        self.error = error
+        self.reports = list(reports)
+        self.publish = tuple(publish)
+
+
+class Outputs:
+    """A stage's output folders during its run: staging folders the runner publishes.
+
+    Attributes:
+      run_dir: the run directory.
+      staging: output type -> its staging folder (made by the runner before ``run``).
+    """
+
+    def __init__(self, run_dir: RunDirectory, staging: Mapping[type[TypedArtifact], str]):
+        self.run_dir = run_dir
+        self.staging = dict(staging)
+
+    def folder(self, artifact: type[TypedArtifact]) -> str:
+        """Where the stage writes ``artifact`` (its staging folder)."""
+        return self.staging[artifact]
+
+    def uri(self, artifact: type[TypedArtifact]) -> str:
+        """Where ``artifact`` is published once the stage succeeds."""
+        return self.run_dir.path(artifact.FOLDER)
+
+    def artifact(self, artifact: type[TypedArtifact], **properties: Any) -> TypedArtifact:
+        """The output ``artifact`` at its published place, with ``properties``."""
+        return artifact(self.uri(artifact), properties)
+
+
+class Stage(abc.ABC):
+    """One unit of the graph. Subclasses set the class attributes and define :meth:`run`.
+
+    Attributes:
+      name: the stage's name.
+      inputs: the artifacts it reads, from earlier stages.
+      outputs: the artifact types it may produce.
+      publishes_itself: its ``run`` stages and publishes its outputs itself (the runner
+        makes no staging folders): the Trainer, whose ``model_run/`` is written in place so
+        that a retry resumes from its checkpoints, and the Tuner.
+      keeps_outputs_on_rerun: its published folders stay when it reruns itself (the
+        Trainer's checkpoints); an earlier stage's rerun removes them.
+    """
+
+    name: ClassVar[StageName]
+    inputs: ClassVar[tuple[Input, ...]] = ()
+    outputs: ClassVar[tuple[type[TypedArtifact], ...]] = ()
+    publishes_itself: ClassVar[bool] = False
+    keeps_outputs_on_rerun: ClassVar[bool] = False
+
+    def parameters(self, ctx: StageContext) -> dict[str, Any]:
+        """The settings (JSON values) its outputs depend on besides its inputs: its key's."""
+        return {}
+
+    def resolved_inputs(self, ctx: StageContext) -> tuple[TypedArtifact, ...]:
+        """Artifacts of earlier runs it reads, found in the metadata store (TFX's Resolver,
+        e.g. the Trainer's ``--warm_start`` model): recorded as its inputs, in its key, and
+        handed to :meth:`run` with the others."""
+        return ()
+
+    @abc.abstractmethod
+    def run(
+        self,
+        ctx: StageContext,
+        inputs: Mapping[type[TypedArtifact], TypedArtifact],
+        out: Outputs,
+    ) -> StageResult:
+        """Does the stage's work.
+
+        Args:
+          ctx: the run's context.
+          inputs: input type -> the artifact an earlier stage produced (an optional input
+            that none produced is absent).
+          out: the output staging folders.
+
+        Raises:
+          StageFailed: a failure with summary rows; any other exception: a failure without.
+        """
+
+    def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
+        """Called after the stage ran or was found cached; raises to stop the run.
+
+        Args:
+          ctx: the run's context.
+          outcome: the execution's outcome (:attr:`StageResult.outcome`).
+        """
+        return None  # most stages never stop the run once they finished

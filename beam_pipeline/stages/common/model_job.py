@@ -1,0 +1,65 @@
+"""The launcher's half of :class:`trainer.job.ModelJob`: its fields from the config and run dir.
+
+The Trainer and Tuner stages build their jobs (``TrainingJob``, ``TuningJob``) from the
+same fields: the module file and its text (read from the run's staged copy when there is
+one), the Transform stage's artifacts, ``--custom_config`` and the entry point; each stage
+adds its own folders and step counts.
+
+Example::
+
+    job = TuningJob(**model_job_fields(config, run_dir, "tuner", module_file, staged=staged),
+                    tuner_dir=staging, train_steps=20, eval_steps=5)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from beam_pipeline.config import PipelineConfig, parse_custom_config
+from beam_pipeline.core import fileio
+from beam_pipeline.core.module_staging import StagedModule
+from beam_pipeline.engine.artifacts import ModelInputs
+from beam_pipeline.engine.run_dir import RunDirectory
+
+__all__ = ["model_job_fields"]
+
+
+def model_job_fields(
+    config: PipelineConfig,
+    run_dir: RunDirectory,
+    stage: str,
+    module_file: str,
+    *,
+    entry_point: Optional[str] = None,
+    staged: Optional[StagedModule] = None,
+    inputs: Optional[ModelInputs] = None,
+) -> dict[str, Any]:
+    """The :class:`trainer.job.ModelJob` fields of a run's model job, all but the step counts.
+
+    Args:
+      config: the run's configuration (``config.trainer.custom_config``).
+      run_dir: the run directory holding the Transform stage's artifacts.
+      stage: the stage asking ("trainer", "tuner"), named in errors.
+      module_file: the module file.
+      entry_point: the run_fn-like function or TrainSpec class to use.
+      staged: the module file and its folder as staged in the run directory, which the
+        workers load (None: they load ``module_file`` itself).
+      inputs: the Transform stage's outputs and the schema (default: those published in
+        ``run_dir``).
+
+    Raises:
+      PipelineError: a missing artifact or a bad --custom_config.
+    """
+    fields = (inputs or ModelInputs.in_run(run_dir)).job_fields(stage)
+    custom_config = parse_custom_config(config.trainer.custom_config)
+    with fileio.open(staged.path if staged else module_file) as f:
+        module_source = f.read()
+    return dict(
+        module_file=module_file,
+        module_source=module_source,
+        **fields,
+        custom_config=custom_config,
+        entry_point=entry_point,
+        staged=staged,
+        mixed_precision=config.trainer.mixed_precision,
+    )
