@@ -21,11 +21,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents, RunLog
 from beam_pipeline.core.errors import PipelineError, user_error
 from beam_pipeline.core.gpus import gpu_environment
 from beam_pipeline.core.secrets import mask
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.flags import build_parser, parse_config, parse_output
 from beam_pipeline.progress import ProgressDisplay
 from beam_pipeline.report import write_report
@@ -148,9 +148,10 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
         with contextlib.redirect_stdout(log.stdout), contextlib.redirect_stderr(log.stderr):
             config = parse_config(argv)
         quiet.pipeline_root = config.pipeline_root
-        from beam_pipeline.pipeline import run  # heavy imports only after flags are valid
+        from beam_pipeline.api import run  # heavy imports only after flags are valid
 
-        summary = run(config, events=events)
+        # The report is written below, for a failed run too.
+        summary = run(config, events=events, report=False)
     except PipelineError as e:
         return e.exit_code, None, mask(str(e))
     except KeyboardInterrupt:

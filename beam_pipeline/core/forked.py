@@ -28,6 +28,9 @@ __all__ = ["InheritedFd", "fork_context", "start_forked"]
 
 # The server's module: a string, so importing this module imports nothing of Beam's.
 _PRELOAD = "beam_pipeline.runtime.pool_zygote"
+# The modules the stages' Beam workers import, comma-separated, which the preload imports
+# once for every forked worker (set by the launcher from the stage declarations).
+WORKER_MODULES_ENV = "BEAM_PIPELINE_WORKER_MODULES"
 _FORK_LOCK = threading.Lock()
 # The system's temporary folder, kept by beam_pipeline.runtime.scratch while a run's own
 # folder is TMPDIR.

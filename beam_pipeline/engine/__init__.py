@@ -14,25 +14,27 @@ It imports no stage: the stages (:mod:`beam_pipeline.stages`) build on it.
   run's summary rows.
 """
 
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
 from beam_pipeline.engine.runner import run_stages
 from beam_pipeline.engine.stage import (
     Input,
     Outputs,
+    Preflight,
     Stage,
     StageContext,
     StageFailed,
-    StageName,
     StageResult,
 )
 
 __all__ = [
+    "PipelineConfig",
     "Input",
+    "Preflight",
     "Outputs",
     "Stage",
     "StageContext",
     "StageFailed",
-    "StageName",
     "StageResult",
     "Execution",
     "ExecutionRecords",

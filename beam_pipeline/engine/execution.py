@@ -10,11 +10,11 @@ history).
 
 Example::
 
-    found = records.lookup(StageName.SCHEMA, key)   # None: a miss
+    found = records.lookup("Schema", key)   # None: a miss
     if found is None:
-        records.forget([StageName.SCHEMA, StageName.VALIDATION, ...])
+        records.forget(["Schema", "Validation", ...])
         ...  # run the stage
-        records.record(Execution(StageName.SCHEMA, key, built_from, ...))
+        records.record(Execution("Schema", key, built_from, ...))
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ from typing import Any, Optional, Protocol
 
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.fingerprint import json_digest
-from beam_pipeline.engine.stage import StageName
 from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["Execution", "ExecutionRecords", "cache_key"]
 
 
-def cache_key(stage: StageName, built_from: Mapping[str, Any]) -> str:
+def cache_key(stage: str, built_from: Mapping[str, Any]) -> str:
     """A stage's cache key: the digest of its name and what it is built from."""
-    return json_digest({"stage": stage.value, "built_from": built_from})
+    return json_digest({"stage": stage, "built_from": built_from})
 
 
 @dataclasses.dataclass
@@ -53,7 +52,7 @@ class Execution:
       started / finished: ISO times.
     """
 
-    stage: StageName
+    stage: str
     key: str
     built_from: Mapping[str, Any]
     inputs: Sequence[TypedArtifact]
@@ -74,14 +73,14 @@ class Execution:
 class ExecutionRecords(Protocol):
     """Where the runner looks up earlier executions and records new ones."""
 
-    def lookup(self, stage: StageName, key: str) -> Optional[Execution]:
+    def lookup(self, stage: str, key: str) -> Optional[Execution]:
         """A successful earlier execution of ``stage`` with ``key``, or None.
 
         The runner reuses it only when each of its outputs is still published; a miss is
         never an error.
         """
 
-    def forget(self, stages: Sequence[StageName]) -> None:
+    def forget(self, stages: Sequence[str]) -> None:
         """``stages`` (one that reruns and those after it) are about to be rerun in this
         run: their earlier executions in this run no longer describe its folders."""
 
@@ -93,7 +92,7 @@ class ExecutionRecords(Protocol):
 
     def begin(
         self,
-        stage: StageName,
+        stage: str,
         key: str,
         built_from: Mapping[str, Any],
         inputs: Sequence[TypedArtifact],
@@ -102,7 +101,7 @@ class ExecutionRecords(Protocol):
 
     def stop(
         self,
-        stage: StageName,
+        stage: str,
         error: Optional[BaseException],
         reports: Sequence[StageReport] = (),
     ) -> None:

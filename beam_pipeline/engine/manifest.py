@@ -39,15 +39,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.core.types import Artifact
-from beam_pipeline.engine.artifacts import TypedArtifact
+from beam_pipeline.core.settings import settings_of
+from beam_pipeline.engine.artifacts import TypedArtifact, artifact_types
+from beam_pipeline.engine.config import PipelineConfig, identity_sections
 from beam_pipeline.engine.execution import Execution
 from beam_pipeline.engine.fingerprint import file_digest, folder_digest
 from beam_pipeline.engine.run_dir import RunDirectory
-from beam_pipeline.engine.stage import StageName
 from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["MANIFEST_FILE", "RunManifest", "run_identity"]
@@ -87,21 +86,25 @@ def run_identity(
       module_folder_digest: the SHA-256 of the module's folder's Python files as staged
         for the workers (``ModuleBundle.archive_sha256``: its helper modules).
     """
-    trainer = dataclasses.replace(
-        config.trainer,
-        hyperparameters=(
-            file_digest(config.trainer.hyperparameters) if config.trainer.hyperparameters else None
-        ),
-        base_model=folder_digest(config.trainer.base_model) if config.trainer.base_model else None,
-    )
-    return {
+    identity: dict[str, Any] = {
         "data": data_fingerprint,
         "module_file": module_digest,
         "module_folder": module_folder_digest,
-        "transform": _plain(config.transform),
-        "trainer": _plain(trainer),
-        "tuner": _plain(config.tuner),
     }
+    for key in identity_sections():
+        section = config.section(key)
+        values = {}
+        for name, s in settings_of(type(section)):
+            if not s.identity:
+                continue
+            value = getattr(section, name)
+            if value and s.digest == "file":
+                value = file_digest(value)
+            elif value and s.digest == "folder":
+                value = folder_digest(value)
+            values[name] = _plain(value)
+        identity[key] = values
+    return identity
 
 
 def _difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str:
@@ -112,7 +115,9 @@ def _difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str:
         return "the module file's content"
     if recorded.get("module_folder") != current.get("module_folder"):
         return "the Python files beside the module file (its helper modules)"
-    for section in ("transform", "trainer", "tuner"):
+    for section in sorted(set(recorded) | set(current)):
+        if section in ("data", "module_file", "module_folder"):
+            continue
         old, new = recorded.get(section) or {}, current.get(section) or {}
         for name in sorted(set(old) | set(new)):
             if old.get(name) != new.get(name):
@@ -126,7 +131,7 @@ class RunManifest:
     Attributes:
       run_dir: the run directory.
       identity: the run's identity (see :func:`run_identity`).
-      stages: per finished stage (by :class:`StageName` value), its record.
+      stages: per finished stage (by name), its record.
       resumed: True when the run directory existed already (a rerun).
     """
 
@@ -169,7 +174,8 @@ class RunManifest:
                 # What a killed attempt was writing: never published, never to be read.
                 run_dir.remove_staging()
                 return run_dir, cls(run_dir, identity, recorded.get("stages"), resumed=True)
-            published = [a.value for a in Artifact if run_dir.is_published(a)]
+            folders = sorted({t.folder_name() for t in artifact_types().values()})
+            published = [f for f in folders if run_dir.is_published(f)]
             if published:
                 raise PipelineError(
                     f"Run directory {run_dir.root} holds artifacts ({', '.join(published)}) but "
@@ -182,18 +188,18 @@ class RunManifest:
         manifest._write()
         return run_dir, manifest
 
-    def has(self, stage: StageName) -> bool:
+    def has(self, stage: str) -> bool:
         """Whether ``stage`` finished in an earlier attempt (its artifacts not checked)."""
-        return stage.value in self.stages
+        return stage in self.stages
 
-    def lookup(self, stage: StageName, key: str) -> Optional[Execution]:
+    def lookup(self, stage: str, key: str) -> Optional[Execution]:
         """The stage's execution in an earlier attempt of this run, when its key is ``key``.
 
         Anything else is a miss (None), never an error: no record, another key, or a record
         without typed outputs (written by an older version). The runner checks that its
         outputs are still published.
         """
-        record = self.stages.get(stage.value)
+        record = self.stages.get(stage)
         if record is None or record.get("key") != key or "outputs" not in record:
             return None
         try:
@@ -212,10 +218,10 @@ class RunManifest:
         except (KeyError, TypeError, ValueError):  # a record this version cannot read
             return None
 
-    def forget(self, stages: Sequence[StageName]) -> None:
+    def forget(self, stages: Sequence[str]) -> None:
         """Drops the records of ``stages`` (they rerun) and rewrites the manifest."""
         for stage in stages:
-            self.stages.pop(stage.value, None)
+            self.stages.pop(stage, None)
         self._write()
 
     def record(self, execution: Execution) -> None:
@@ -224,10 +230,10 @@ class RunManifest:
         A skipped stage is recorded too (without outputs), so that what follows it is kept
         on a resume.
         """
-        self.stages[execution.stage.value] = {
+        self.stages[execution.stage] = {
             "key": execution.key,
             "built_from": dict(execution.built_from),
-            "artifacts": [a.FOLDER.value for a in execution.outputs],
+            "artifacts": [a.folder_name() for a in execution.outputs],
             "inputs": [a.to_json() for a in execution.inputs],
             "outputs": [a.to_json() for a in execution.outputs],
             "reports": [r.to_json() for r in execution.reports],

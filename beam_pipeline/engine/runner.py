@@ -92,7 +92,7 @@ def run_stages(
             ) + tuple(a for a in inputs.values() if a.type_name in built_from.get("resolved", {}))
             records.begin(stage.name, key, built_from, used)
             first = len(summary.stages)
-            ctx.events.stage_started(stage.name.value)
+            ctx.events.stage_started(stage.name)
             try:
                 result = _run(stage, ctx, inputs, summary)
             except BaseException as error:
@@ -141,7 +141,7 @@ def _failed_row(
             note = note[: _MAX_NOTE - 3] + "..."
     seconds = round((datetime.datetime.now() - started).total_seconds(), 3)
     # ExampleGen+Statistics fails as its first stage: ExampleGen.
-    name = stage.name.value.split("+", 1)[0]
+    name = stage.name.split("+", 1)[0]
     return StageReport(name, StageStatus.FAILED, seconds=seconds, note=note)
 
 
@@ -159,7 +159,7 @@ def _resolve(
     for spec in stage.inputs:
         found = available.get(spec.type)
         if found is None and not spec.optional:
-            raise RuntimeError(f"{stage.name.value} needs a {spec.type.__name__}; none was made")
+            raise RuntimeError(f"{stage.name} needs a {spec.type.__name__}; none was made")
         if found is not None:
             inputs[spec.type] = found[0]
         if spec.key is not None:
@@ -198,7 +198,7 @@ def _reusable(execution: Optional[Execution]) -> tuple[Optional[Execution], str]
         )
         if problem is not None:
             return None, (
-                f"run {execution.run_id}'s {artifact.FOLDER.value} changed since it was "
+                f"run {execution.run_id}'s {artifact.folder_name()} changed since it was "
                 f"published ({problem}); recomputed"
             )
     return execution, ""

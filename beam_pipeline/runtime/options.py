@@ -91,17 +91,19 @@ def beam_option_names() -> list[str]:
     )
 
 
+# Our own flags (``--data``, ...), told by the command line's parser when it is built
+# (beam_pipeline.flags): this layer is below it and cannot import it.
+OUR_FLAGS: set[str] = set()
+
+
 def _did_you_mean(flag: str) -> str:
     """'did you mean --x? Else ' for the known flag (ours or Beam's) closest to ``flag``."""
     import difflib
 
-    from beam_pipeline.flags import build_parser
-
     name = flag.split("=", 1)[0]
-    known = [
+    known = sorted(OUR_FLAGS) + [
         option
-        for parser in (build_parser(), _beam_parser())
-        for action in parser._actions  # noqa: SLF001  argparse keeps no public list
+        for action in _beam_parser()._actions  # noqa: SLF001  argparse keeps no public list
         for option in action.option_strings
         if option.startswith("--")
     ]

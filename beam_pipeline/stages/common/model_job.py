@@ -13,12 +13,14 @@ Example::
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
-from beam_pipeline.config import PipelineConfig, parse_custom_config
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.engine.artifacts import ModelInputs
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
 
 __all__ = ["model_job_fields"]
@@ -63,3 +65,24 @@ def model_job_fields(
         staged=staged,
         mixed_precision=config.trainer.mixed_precision,
     )
+
+
+def parse_custom_config(text: str) -> dict[str, Any]:
+    """``--custom_config`` text -> the dict ``fn_args.custom_config`` receives.
+
+    Raises:
+      PipelineError: the text is not JSON, or not a JSON object.
+    """
+    try:
+        parsed = json.loads(text or "{}")
+    except json.JSONDecodeError as e:
+        raise PipelineError(
+            f"--custom_config is not valid JSON ({e.msg} at column {e.colno}); pass a JSON "
+            "object such as '{\"epochs\": 3}'."
+        ) from None
+    if not isinstance(parsed, dict):
+        raise PipelineError(
+            f"--custom_config is a JSON {type(parsed).__name__}, not an object; pass a JSON "
+            "object such as '{\"epochs\": 3}'."
+        )
+    return parsed

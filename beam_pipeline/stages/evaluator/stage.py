@@ -13,11 +13,14 @@ this unit adds the verdict to the Model artifact the Trainer's execution recorde
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.settings import setting
+from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import (
     Examples,
     Model,
@@ -29,13 +32,13 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.fingerprint import file_digest
 from beam_pipeline.engine.records import stored_uri
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
 if TYPE_CHECKING:
     from beam_pipeline.metadata import MetadataStore
 
-__all__ = ["EvaluatorStage", "NO_LABEL_FIX", "open_store", "skip_without_model"]
+__all__ = ["EvaluatorConfig", "EvaluatorStage", "NO_LABEL_FIX", "open_store", "skip_without_model"]
 
 
 # Why the Evaluator skips a trained model, and the fix (the Pusher repeats it).
@@ -110,10 +113,64 @@ def metrics_table(metrics: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def _slice_features(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(str(v).strip() for v in items if str(v).strip())
+
+
+def _split(value: Any) -> Split:
+    try:
+        return Split(value)
+    except ValueError:
+        raise PipelineError(
+            f"--eval_split={value!r} is not a split; use one of "
+            f"{', '.join(s.value for s in Split)}."
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorConfig:
+    """Settings of the Evaluator (``eval_config``: a TFMA EvalConfig file, protobuf text or
+    JSON; default: derived from the model, see :mod:`beam_pipeline.stages.evaluator.evaluation`)."""
+
+    enabled: bool = setting(
+        True,
+        flag="evaluator",
+        help="Do not evaluate the model (nor push it: a push needs the Evaluator's blessing).",
+        kind="switch",
+    )
+    eval_config: Optional[str] = setting(
+        None,
+        flag="eval_config",
+        help="TFMA EvalConfig file (text or JSON); default: derived.",
+        path=True,
+    )
+    eval_split: Split = setting(
+        Split.EVAL,
+        flag="eval_split",
+        help="Split to evaluate and validate on (default eval).",
+        parse=_split,
+    )
+    slice_features: tuple[str, ...] = setting(
+        (),
+        flag="eval_slice_features",
+        help="Comma-separated features to slice metrics by.",
+        parse=_slice_features,
+    )
+    baseline: bool = setting(
+        True,
+        flag="eval_baseline",
+        help="Do not compare with the latest blessed model.",
+        kind="switch",
+    )
+
+
 class EvaluatorStage(Stage):
     """Model + Examples + Schema -> ModelEvaluation + ModelBlessing."""
 
-    name = StageName.EVALUATOR
+    name = "Evaluator"
+    Config = EvaluatorConfig
+    config_key = "evaluator"
     inputs = (
         Input(Model, key="model", optional=True),
         Input(Examples, key="examples"),

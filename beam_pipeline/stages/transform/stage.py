@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Optional
 
@@ -21,6 +22,7 @@ import apache_beam as beam
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, transform_error
+from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import (
     Examples,
@@ -29,14 +31,14 @@ from beam_pipeline.engine.artifacts import (
     TransformGraph,
     TypedArtifact,
 )
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.jobs import announce_job, counter, job_note
 from beam_pipeline.runtime.options import create_pipeline, run_pipeline
 from beam_pipeline.runtime.runners import wait_for_job
 from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
 
-__all__ = ["build_transform_pipeline", "TransformStage"]
+__all__ = ["TransformConfig", "build_transform_pipeline", "TransformStage"]
 
 
 def build_transform_pipeline(
@@ -89,10 +91,26 @@ def build_transform_pipeline(
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class TransformConfig:
+    """tf.Transform settings."""
+
+    analyzer_cache: bool = setting(
+        True,
+        flag="analyzer_cache",
+        help="Do not reuse or write tf.Transform's analyzer cache.",
+        kind="switch",
+    )
+
+
 class TransformStage(Stage):
     """Examples + Schema -> TransformGraph + TransformedExamples (needs a module file)."""
 
-    name = StageName.TRANSFORM
+    name = "Transform"
+    Config = TransformConfig
+    config_key = "transform"
+    in_run_identity = True
+    worker_modules = ("transforms.transform",)
     inputs = (Input(Examples, key="examples"), Input(Schema, key="schema"))
     outputs = (TransformGraph, TransformedExamples)
 

@@ -24,10 +24,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from beam_pipeline.config import TunerSchedule
 from beam_pipeline.core import fileio
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.tuner.search import Search
+from beam_pipeline.stages.tuner.settings import TunerSchedule
 from trainer.tuning import TrialRecord, TrialStatus
 
 __all__ = [

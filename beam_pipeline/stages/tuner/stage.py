@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Optional
+from typing import Any, Optional
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.fileio import is_remote
 from beam_pipeline.core.gpus import check_gpus_per_trial, host_gpus
 from beam_pipeline.engine.artifacts import (
@@ -26,15 +25,16 @@ from beam_pipeline.engine.artifacts import (
     TransformGraph,
     TypedArtifact,
 )
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.options import is_direct
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
-from beam_pipeline.stages.tuner.tuning import BEST_HYPERPARAMETERS_FILE, STAGE, run_tuning_stage
+from beam_pipeline.stages.tuner.settings import TunerConfig
 from trainer.module_loader import ModuleKind, load_trainer_module
 
-__all__ = ["TunerStage", "check_trial_gpus", "default_tuner_pool"]
+__all__ = ["TunerConfig", "TunerStage", "check_trial_gpus", "default_tuner_pool"]
 
 # The model stages read Transform's two outputs (one producing stage, so one key) and the
 # schema, whose key the transform graph's already holds.
@@ -117,10 +117,24 @@ def _nothing_to_train(ctx: StageContext) -> str:
 class TunerStage(Stage):
     """TransformGraph + TransformedExamples (+ Schema) -> Hyperparameters."""
 
-    name = StageName.TUNER
+    name = "Tuner"
+    Config = TunerConfig
+    config_key = "tuner"
+    in_run_identity = True
+    worker_modules = ("transforms.tuner",)
     inputs = (*MODEL_INPUTS, Input(Schema, key=None))
     outputs = (Hyperparameters,)
     publishes_itself = True
+
+    def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
+        from beam_pipeline.stages.tuner.tuning import with_schedule
+
+        # The runner's schedule when none was given: recorded in the run's identity.
+        return with_schedule(config, options)
+
+    def preflight(self, run: Preflight) -> None:
+        if run.tunes:  # the host's GPUs for --gpus_per_trial, before anything is written
+            check_trial_gpus(run.config, run.options)
 
     def parameters(self, ctx: StageContext) -> dict:
         return {"module_file": ctx.module_digest, "tuner": ctx.identity["tuner"]}
@@ -128,6 +142,12 @@ class TunerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from beam_pipeline.stages.tuner.tuning import (
+            BEST_HYPERPARAMETERS_FILE,
+            STAGE,
+            run_tuning_stage,
+        )
+
         untrained = _nothing_to_train(ctx)
         if untrained:
             # Hyperparameters that nothing trains with are no result: the search is not run.

@@ -66,12 +66,12 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from beam_pipeline.config import PipelineConfig, TunerSchedule
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.core.types import Artifact
 from beam_pipeline.engine.artifacts import ModelInputs
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.options import is_direct
@@ -90,6 +90,7 @@ from beam_pipeline.stages.tuner.rolling import TIMED_OUT, run_rolling
 from beam_pipeline.stages.tuner.rounds import run_rounds
 from beam_pipeline.stages.tuner.search import Search, TrialJobs
 from beam_pipeline.stages.tuner.search_job import run_search_job
+from beam_pipeline.stages.tuner.settings import TunerSchedule
 from trainer.isolation import ProcessHost
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
@@ -235,7 +236,7 @@ def _search(
     """
     started = time.time()
     schedule = _schedule(config, options, pool)
-    if config.trial_timeout is not None and schedule is not TunerSchedule.ROLLING:
+    if config.tuner.trial_timeout is not None and schedule is not TunerSchedule.ROLLING:
         # Only the rolling loop watches each trial's job (and can stop one).
         raise PipelineError(
             f"--trial_timeout works with the rolling schedule only, not {schedule.value}; "
@@ -424,7 +425,7 @@ def _finish_search(
         run_dir.discard(staging)
         raise PipelineError(
             f"All {len(records)} tuning trials ran past --trial_timeout="
-            f"{config.trial_timeout:g} s and were stopped; raise --trial_timeout, or make "
+            f"{config.tuner.trial_timeout:g} s and were stopped; raise --trial_timeout, or make "
             "the trials shorter (--tuner_train_steps)."
         )
     if best is None:
