@@ -135,12 +135,7 @@ def build_tuning_job(
     Raises:
       PipelineError: a missing artifact, bad step counts, or bad --custom_config.
     """
-    tuner = config.tuner
-    if tuner.train_steps < 1 or tuner.eval_steps < 1:
-        raise PipelineError(
-            f"--tuner_train_steps={tuner.train_steps} / --tuner_eval_steps={tuner.eval_steps} "
-            "are out of range; pass values of at least 1."
-        )
+    tuner = config.tuner  # its step counts' ranges: checked once, by TunerConfig
     fields = model_job_fields(
         config,
         run_dir,
@@ -267,21 +262,6 @@ def _search(
     return search
 
 
-def _cached_report(run_dir: RunDirectory, started: float) -> tuple[StageReport, Optional[str]]:
-    best = run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)
-    exists = fileio.exists(best)
-    return (
-        StageReport(
-            STAGE,
-            StageStatus.CACHED,
-            seconds=round(time.time() - started, 3),
-            artifact=run_dir.path(Artifact.TUNER),
-            note="already tuned in this run directory" + (f"; best: {best}" if exists else ""),
-        ),
-        best if exists else None,
-    )
-
-
 def _module_has_tuner_fn(
     module_file: str, entry_point: Optional[str], staged: Optional[StagedModule]
 ) -> bool:
@@ -318,7 +298,7 @@ def run_tuning_stage(
 
     Returns:
       (the StageReport, the path of ``best_hyperparameters.json`` or None). The report is
-      OK (tuned), CACHED (already published here) or SKIPPED (disabled, no module file,
+      OK (tuned) or SKIPPED (disabled, no module file,
       no ``tuner_fn``, or a dry run).
 
     Raises:
@@ -331,8 +311,7 @@ def run_tuning_stage(
         return StageReport(STAGE, StageStatus.SKIPPED, note="tuning is disabled"), None
     if not module_file:
         return StageReport(STAGE, StageStatus.SKIPPED, note="no module file, nothing to tune"), None
-    if run_dir.is_published(Artifact.TUNER):
-        return _cached_report(run_dir, started)
+    # An earlier execution's result is the runner's to reuse (beam_pipeline.engine.runner).
     if search_space is None and not _module_has_tuner_fn(
         module_file, config.trainer.entry_point, staged
     ):
@@ -340,12 +319,7 @@ def run_tuning_stage(
             StageReport(STAGE, StageStatus.SKIPPED, note=f"{module_file} defines no tuner_fn"),
             None,
         )
-    parallel = config.tuner.parallel_trials
-    if parallel < 1 or (config.tuner.max_trials is not None and config.tuner.max_trials < 1):
-        raise PipelineError(
-            f"--tuner_parallel_trials={parallel} / --tuner_max_trials="
-            f"{config.tuner.max_trials} are out of range; pass values of at least 1."
-        )
+    parallel = config.tuner.parallel_trials  # its range: checked by TunerConfig
     staging = run_dir.new_staging(Artifact.TUNER)
     oracle_host = contextlib.ExitStack()  # open until the search's records are read
     try:
