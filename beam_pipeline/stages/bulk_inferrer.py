@@ -130,7 +130,7 @@ def build_inference_pipeline(
 
 
 def _latest_blessed(ctx: StageContext) -> Optional[str]:
-    from beam_pipeline.stages.evaluator.stage import open_store
+    from beam_pipeline.stages.common.store import open_store
 
     with open_store(ctx) as store:
         found = store.latest_blessed_model() if store is not None else None
@@ -195,7 +195,7 @@ class BulkInferrerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.schema.inference import read_schema
+        from beam_pipeline.stages.common.schema_file import read_schema
 
         b = ctx.config.bulk_inferrer
         checked = check_infer_inputs(ctx.config, ctx.csv_format)

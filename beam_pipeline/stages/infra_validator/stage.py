@@ -17,7 +17,7 @@ from beam_pipeline.core import fileio
 from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, TypedArtifact
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.evaluator.stage import skip_without_model
+from beam_pipeline.stages.common.blessings import skip_without_model
 
 __all__ = ["InfraValidatorStage", "read_examples"]
 

@@ -16,8 +16,8 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, Schema, TypedArtifact
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.engine.summary import StageStatus
+from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs
 from beam_pipeline.stages.trainer.training import run_training_stage
-from beam_pipeline.stages.tuner.stage import MODEL_INPUTS, model_inputs
 
 __all__ = ["TrainerStage", "check_warm_start"]
 
@@ -43,7 +43,7 @@ class TrainerStage(Stage):
         which = ctx.config.trainer.warm_start
         if not which or not ctx.config.trainer.enabled:
             return ()
-        from beam_pipeline.stages.evaluator.stage import open_store
+        from beam_pipeline.stages.common.store import open_store
 
         with open_store(ctx) as store:
             uri = check_warm_start(store, ctx.config, ctx.run_dir.run_id)

@@ -110,7 +110,7 @@ class TransformStage(Stage):
         import tensorflow_transform.beam as tft_beam
         from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
-        from beam_pipeline.stages.schema.inference import read_schema
+        from beam_pipeline.stages.common.schema_file import read_schema
         from transforms.transform import dataset_cache_key
 
         config, run_dir = ctx.config, ctx.run_dir

@@ -20,10 +20,7 @@ from beam_pipeline.core.fileio import is_remote
 from beam_pipeline.core.gpus import check_gpus_per_trial, host_gpus
 from beam_pipeline.engine.artifacts import (
     Hyperparameters,
-    ModelInputs,
     Schema,
-    TransformedExamples,
-    TransformGraph,
     TypedArtifact,
 )
 from beam_pipeline.engine.run_dir import RunDirectory
@@ -31,22 +28,11 @@ from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, Stag
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.options import is_direct
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
+from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs
 from beam_pipeline.stages.tuner.tuning import BEST_HYPERPARAMETERS_FILE, STAGE, run_tuning_stage
 from trainer.module_loader import ModuleKind, load_trainer_module
 
 __all__ = ["TunerStage", "check_trial_gpus", "default_tuner_pool"]
-
-# The model stages read Transform's two outputs (one producing stage, so one key) and the
-# schema, whose key the transform graph's already holds.
-MODEL_INPUTS = (
-    Input(TransformGraph, key="transform"),
-    Input(TransformedExamples, key="transform"),
-)
-
-
-def model_inputs(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> ModelInputs:
-    """The model stages' inputs as the jobs' :class:`ModelInputs`."""
-    return ModelInputs(inputs[TransformGraph], inputs[TransformedExamples], inputs.get(Schema))
 
 
 def _default_pool_workers(config: PipelineConfig, options) -> int:
