@@ -25,11 +25,12 @@ from typing import Any, Optional
 from rich.console import Console
 from rich.table import Table
 
+import beam_pipeline.history.compare as compare
+import beam_pipeline.history.views as views
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.secrets import mask
-from beam_pipeline.history import compare, views
 from beam_pipeline.metadata import MetadataStore, open_for_pipeline
 
 __all__ = ["main"]

@@ -38,12 +38,12 @@ from typing import Any, Optional
 
 import sqlalchemy as sa
 
+import beam_pipeline.metadata.queries as queries
+import beam_pipeline.metadata.schema as s
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.secrets import mask
 from beam_pipeline.core.types import PUBLISHED_MARKER
-from beam_pipeline.metadata import queries
-from beam_pipeline.metadata import schema as s
 from beam_pipeline.metadata.connection import METADATA_FILE, READ_ONLY, default_url, open_engine
 from beam_pipeline.metadata.records import (
     PIPELINE_CONTEXT,

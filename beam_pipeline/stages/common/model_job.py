@@ -1,9 +1,9 @@
 """The launcher's half of :class:`trainer.job.ModelJob`: its fields from the config and run dir.
 
-The Trainer and Tuner stages read the same inputs (:data:`MODEL_INPUTS`) and build their jobs (``TrainingJob``, ``TuningJob``) from the
-same fields: the module file and its text (read from the run's staged copy when there is
-one), the Transform stage's artifacts, ``--custom_config`` and the entry point; each stage
-adds its own folders and step counts.
+The Trainer and Tuner stages read the same inputs (:data:`MODEL_INPUTS`) and build their
+jobs (``TrainingJob``, ``TuningJob``) from the same fields: the module file and its text
+(read from the run's staged copy when there is one), the Transform stage's artifacts,
+``--custom_config`` and the entry point; each stage adds its own folders and step counts.
 
 Example::
 
