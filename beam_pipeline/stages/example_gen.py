@@ -18,10 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Optional
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import TestOptions
+from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
@@ -38,11 +35,11 @@ from beam_pipeline.engine.stage import (
     StageResult,
 )
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.jobs import announce_job, counter, job_note
-from beam_pipeline.runtime.options import create_pipeline, run_pipeline
-from beam_pipeline.runtime.runners import wait_for_job
-from transforms import example_gen as eg
-from transforms.example_gen.input_files import SPAN, resolve_spans
+
+if TYPE_CHECKING:  # Beam is imported where a job is built: --help and `runs` need none
+    import apache_beam as beam
+
+    from transforms import example_gen as eg
 
 __all__ = ["DataInputs", "check_data", "build_data_pipeline", "reading_note", "ExampleGenStage"]
 
@@ -75,6 +72,9 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     Raises:
       PipelineError: no input files, an unknown format, or a bad CSV header.
     """
+    from transforms import example_gen as eg
+    from transforms.example_gen.input_files import SPAN, resolve_spans
+
     d = config.data
     spans: tuple[int, ...] = ()
     if SPAN in d.data:
@@ -133,6 +133,9 @@ def build_data_pipeline(
       user_schema: the ``--schema`` proto, or None.
       staging: the staging folders of EXAMPLES, REJECTED and STATISTICS.
     """
+    import apache_beam as beam
+
+    from transforms import example_gen as eg
     from transforms.statistics import GenerateStatistics, write_statistics
 
     splits = config.data.splits
@@ -169,6 +172,9 @@ def build_data_pipeline(
 def reading_note(result) -> str:
     """How the CSV input was read, for the stage summary: the byte ranges large files were
     read apart in, and the files read whole by one reader each, with why."""
+    from beam_pipeline.runtime.jobs import counter
+    from transforms import example_gen as eg
+
     parts = []
     ranges = counter(result, eg.RANGES_COUNTER)
     if ranges:
@@ -206,6 +212,12 @@ class ExampleGenStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from apache_beam.options.pipeline_options import TestOptions
+
+        from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+        from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+        from beam_pipeline.runtime.runners import wait_for_job
+
         config, options = ctx.config, ctx.options
         splits = config.data.splits
         staging = {a.FOLDER: out.folder(a) for a in self.outputs}

@@ -17,7 +17,6 @@ from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, Sch
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.engine.summary import StageStatus
 from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs
-from beam_pipeline.stages.trainer.training import run_training_stage
 
 __all__ = ["TrainerStage", "check_warm_start"]
 
@@ -52,6 +51,8 @@ class TrainerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from beam_pipeline.stages.trainer.training import run_training_stage
+
         best = inputs.get(Hyperparameters)
         config = ctx.config
         base = inputs.get(Model)

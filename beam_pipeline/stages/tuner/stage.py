@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.fileio import is_remote
@@ -26,17 +26,19 @@ from beam_pipeline.engine.artifacts import (
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.options import is_direct
-from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
 from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs
-from beam_pipeline.stages.tuner.tuning import BEST_HYPERPARAMETERS_FILE, STAGE, run_tuning_stage
 from trainer.module_loader import ModuleKind, load_trainer_module
+
+if TYPE_CHECKING:
+    from beam_pipeline.runtime.pool import LocalWorkerPool
 
 __all__ = ["TunerStage", "check_trial_gpus", "default_tuner_pool"]
 
 
 def _default_pool_workers(config: PipelineConfig, options) -> int:
     """The processes of :func:`default_tuner_pool`'s pool; 0 where it makes none."""
+    from beam_pipeline.runtime.options import is_direct
+
     if (
         not config.tuner.enabled
         or not is_direct(options)
@@ -54,6 +56,8 @@ def check_trial_gpus(config: PipelineConfig, options) -> None:
     Raises:
       PipelineError: several GPUs, fewer than the workers' shares.
     """
+    from beam_pipeline.runtime.pool import local_pool_size
+
     if not config.tuner.gpus_per_trial:
         return
     parallel = config.tuner.parallel_trials
@@ -71,6 +75,8 @@ def default_tuner_pool(
     (at most one per core) in worker processes, although the data stages run in_memory. A
     ``--direct_running_mode`` the user gives decides instead (see ``run_tuning_stage``).
     """
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+
     workers = _default_pool_workers(config, options)
     if not workers:
         return None
@@ -114,6 +120,12 @@ class TunerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from beam_pipeline.stages.tuner.tuning import (
+            BEST_HYPERPARAMETERS_FILE,
+            STAGE,
+            run_tuning_stage,
+        )
+
         untrained = _nothing_to_train(ctx)
         if untrained:
             # Hyperparameters that nothing trains with are no result: the search is not run.
