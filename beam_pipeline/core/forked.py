@@ -101,8 +101,8 @@ def fork_context():
 
     One server per launcher process, started on first use and kept until it exits (every
     pool of the run, and of a test session, forks from it). Why multiprocessing and not
-    ``subprocess``: a fresh interpreter per pool process paid TensorFlow's imports (about
-    6 s of CPU) each time; why ``forkserver`` and not ``fork``: the launcher runs gRPC
+    ``subprocess``: a fresh interpreter per pool process pays TensorFlow's imports (seconds
+    of CPU) each time; why ``forkserver`` and not ``fork``: the launcher runs gRPC
     servers and Beam threads, which a fork of it would copy half-held, while the server
     only imported modules and started nothing.
     """

@@ -2,10 +2,9 @@
 
 Beam's FnApiRunner starts each worker of a ``multi_processing`` job as a fresh
 ``python -m apache_beam.runners.worker.sdk_worker_main`` (its ``SubprocessSdkWorker``), and
-every job gets new ones: each paid Beam's SDK harness import (seconds of CPU) and its
+every job gets new ones: each pays Beam's SDK harness import (seconds of CPU) and its
 steps' imports (tf.Transform's and TensorFlow's for a Transform job)
-before it read a row; in a py-spy profile of the test suite those imports were the
-largest single share of all import time. Here, once the fork server of
+before it reads a row. Here, once the fork server of
 :mod:`beam_pipeline.core.forked` is warm (a pool of this launcher started it, or a
 multi_processing run did, first thing: ``warm_fork_server``; its imports done once: Beam's
 SDK harness, TensorFlow, tf.Transform, the project's steps), a worker is a fork of it that

@@ -225,7 +225,7 @@ def _environment_list_made_once(create):
 
     Every portable or Dataflow job that Beam submits stages a list of the launcher's
     installed packages, for its workers to compare with theirs: the stager makes it with a
-    ``pip freeze`` subprocess, 0.5-1 s of CPU, at every submission (the data stages, the
+    ``pip freeze`` subprocess, most of a second of CPU, at every submission (the data stages, the
     Transform, each trial round, the Trainer, the Evaluator: every job of a run). The
     packages do not change while the launcher runs, so the first list's text is kept and
     each later job stages the same file again, named as Beam names it. Beam offers no

@@ -5,8 +5,8 @@ costs each job seconds of imports (TensorFlow, keras-tuner, tf.Transform). A
 :class:`LocalWorkerPool` starts its processes once, as forks of one server process that
 imported the ML stack (multiprocessing's ``forkserver``, preloading
 :mod:`beam_pipeline.runtime.pool_zygote`): a process is ready in about a second and shares
-the imported pages with its siblings, where a fresh interpreter each paid about 6 s of
-CPU and 0.4 GB. Their TensorFlow thread pools are sized to share the cores; the pool
+the imported pages with its siblings, where a fresh interpreter pays seconds of CPU and
+hundreds of MB each. Their TensorFlow thread pools are sized to share the cores; the pool
 serves every job created with
 :meth:`LocalWorkerPool.pipeline` as Beam EXTERNAL workers, through a gRPC dispatcher of its
 own that hands the k-th worker of each job to process k (or a whole job to one process).
