@@ -114,7 +114,7 @@ def fork_context():
 
 
 def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerProcess:
-    """Starts ``target(*args)`` in a fork of the pool's fork server (the ML stack already
+    """Starts ``target(*args)`` in a fork of the fork server (the ML stack already
     imported) and returns the started process; not a daemon, so it may start processes of
     its own. The pool's workers start this way, the processes that run the user's training
     and tuning code (:mod:`trainer.isolation`), and the tests' killed-run launches,

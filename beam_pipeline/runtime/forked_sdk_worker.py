@@ -1,4 +1,4 @@
-"""The DirectRunner's ``multi_processing`` workers as forks of the pool's fork server.
+"""The DirectRunner's ``multi_processing`` workers as forks of the launcher's fork server.
 
 Beam's FnApiRunner starts each worker of a ``multi_processing`` job as a fresh
 ``python -m apache_beam.runners.worker.sdk_worker_main`` (its ``SubprocessSdkWorker``), and

@@ -145,7 +145,7 @@ def _join_channel_threads() -> None:
 def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
     """One warm worker process: caps TF's threads, serves SDK harnesses until told to stop.
 
-    Runs in a fork of the pool's fork server (:mod:`beam_pipeline.runtime.pool_zygote`
+    Runs in a fork of the fork server (:mod:`beam_pipeline.runtime.pool_zygote`
     imported the ML stack there). Sends its worker-pool address through ``conn``, then
     serves until the launcher closes its end (the pool closed, or the launcher exited).
 
@@ -192,7 +192,7 @@ def _release_children() -> None:
 
 
 class _Child:
-    """One pool process: a fork of the pool's fork server, its log file and its address."""
+    """One pool process: a fork of the fork server, its log file and its address."""
 
     def __init__(
         self, index: int, threads: int, log_dir: str, label: str, gpus: Optional[str] = None

@@ -52,7 +52,7 @@ def _older_objects_frozen():
     frees what earlier trials left, then everything older than this trial is frozen (the
     collector's permanent generation), so keras-tuner's passes only look at what the trial
     itself makes; the objects are unfrozen when it ends. A process that froze its objects
-    already (a fork of the pool's zygote, which froze its imports) is left as it is:
+    already (a fork of the fork server, whose preload froze its imports) is left as it is:
     ``gc.unfreeze`` would undo that.
     """
     if gc.get_freeze_count():
