@@ -336,14 +336,24 @@ def test_no_import_circle(tree):
     assert not found, "\n".join(_describe_circle(c, graph, modules) for c in found)
 
 
-def test_the_engine_imports_no_stage(tree):
+# The orchestration's modules above the run machinery, the Beam runtime and the store.
+_ABOVE_THE_MACHINERY = tuple(
+    f"beam_pipeline.{m}"
+    for m in ("cli", "flags", "history", "pipeline", "progress", "report", "shadowing", "stages")
+)
+
+
+@pytest.mark.parametrize(
+    "package", ["beam_pipeline.engine", "beam_pipeline.runtime", "beam_pipeline.metadata"]
+)
+def test_the_machinery_imports_no_stage_and_nothing_above_it(tree, package):
     _, modules, graph = tree
     bad = [
         f"{modules[m]}:{line} {m} imports {target}"
         for m, targets in graph.items()
-        if _matches(m, ("beam_pipeline.engine",))
+        if _matches(m, (package,))
         for target, (line, _) in targets.items()
-        if _matches(target, ("beam_pipeline.stages",)) and not {m, target} <= _KNOWN_CIRCLE
+        if _matches(target, _ABOVE_THE_MACHINERY) and not {m, target} <= _KNOWN_CIRCLE
     ]
     assert not bad, "\n".join(sorted(bad))
 
@@ -354,17 +364,32 @@ def test_no_stage_imports_a_sibling_stage(tree):
     assert not bad, "\n".join(bad)
 
 
+def named_after_a_stage(names: list[str], stages: list[str]) -> list[str]:
+    """The module names among ``names`` that a stage's own: ``<stage>``, ``<stage>_stage``,
+    ``<stage>s``."""
+    return sorted(n for n in names if any(n in (s, f"{s}_stage", f"{s}s") for s in stages))
+
+
 def test_no_top_level_module_is_named_after_a_stage():
-    stages = _stage_names()
+    folder = os.path.join(REPO, "beam_pipeline")
     names = [
         entry.removesuffix(".py")
-        for entry in os.listdir(os.path.join(REPO, "beam_pipeline"))
-        if entry.endswith(".py") or os.path.isdir(os.path.join(REPO, "beam_pipeline", entry))
+        for entry in os.listdir(folder)
+        if entry.endswith(".py") or os.path.isdir(os.path.join(folder, entry))
     ]
-    bad = [
-        n for n in names if n in stages or any(n == f"{s}_stage" or n == f"{s}s" for s in stages)
-    ]
-    assert not bad, f"beam_pipeline/ has modules named after a stage: {sorted(bad)}"
+    bad = named_after_a_stage(names, _stage_names())
+    assert not bad, f"beam_pipeline/ has modules named after a stage: {bad}"
+
+
+@pytest.mark.parametrize(
+    "names, expected",
+    [
+        (["cli", "evaluator", "pusher_stage", "stages"], ["evaluator", "pusher_stage"]),
+        (["cli", "config", "engine", "runtime"], []),
+    ],
+)
+def test_the_check_tells_a_stage_named_module(names, expected):
+    assert named_after_a_stage(names, ["evaluator", "pusher", "trainer"]) == expected
 
 
 def test_stage_declarations_import_beam_and_tensorflow_only_inside_functions(tree):
