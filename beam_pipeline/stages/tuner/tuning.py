@@ -41,7 +41,7 @@ Artifact ``<run_dir>/tuner/`` (published atomically):
 - ``best_hyperparameters.json``: the best completed trial's ``HyperParameters`` config
   (``keras_tuner.HyperParameters.from_config`` reads it; the trainer gets its path);
 - ``trials.json``, ``trials.csv``, ``objective.svg``: the trials (see
-  :mod:`beam_pipeline.stages.tuner.report`);
+  :mod:`beam_pipeline.stages.tuner.trials`);
 - ``<project_name>/``: keras-tuner's project: ``oracle.json`` (oracle state), per trial
   ``trial.json``, its checkpoint and ``beam_result-<attempt>.json``;
 - ``workers/``: each worker process's ``fn_args.working_dir``.
@@ -78,7 +78,12 @@ from beam_pipeline.runtime.options import is_direct
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
 from beam_pipeline.runtime.runners import RunnerFamily, runner_family
 from beam_pipeline.stages.common.model_job import model_job_fields
-from beam_pipeline.stages.tuner.report import (
+from beam_pipeline.stages.tuner.rolling import TIMED_OUT, run_rolling
+from beam_pipeline.stages.tuner.rounds import run_rounds
+from beam_pipeline.stages.tuner.search import Search, TrialJobs
+from beam_pipeline.stages.tuner.search_job import run_search_job
+from beam_pipeline.stages.tuner.settings import TunerSchedule
+from beam_pipeline.stages.tuner.trials import (
     OBJECTIVE_PLOT,
     STAGE,
     plot_objective,
@@ -86,11 +91,6 @@ from beam_pipeline.stages.tuner.report import (
     write_text,
     write_trials,
 )
-from beam_pipeline.stages.tuner.rolling import TIMED_OUT, run_rolling
-from beam_pipeline.stages.tuner.rounds import run_rounds
-from beam_pipeline.stages.tuner.search import Search, TrialJobs
-from beam_pipeline.stages.tuner.search_job import run_search_job
-from beam_pipeline.stages.tuner.settings import TunerSchedule
 from trainer.isolation import ProcessHost
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
