@@ -235,6 +235,9 @@ class RunManifest:
             "started": execution.started,
             "finished": execution.finished,
         }
+        # In graph order, whatever order stages running at once ended in.
+        order = {s.value: i for i, s in enumerate(StageName)}
+        self.stages = dict(sorted(self.stages.items(), key=lambda kv: order.get(kv[0], len(order))))
         self._write()
 
     def _write(self) -> None:

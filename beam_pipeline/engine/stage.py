@@ -108,6 +108,9 @@ class StageContext:
         end of the run).
       pool: that pool, or None.
       events: hears of each stage as it starts and ends (the CLI's progress display).
+      stage: the stage this context was made for (the runner gives each stage its own,
+        with its own ``options`` where ``--stage_beam_args`` names it); None outside a
+        stage.
     """
 
     config: PipelineConfig
@@ -124,6 +127,7 @@ class StageContext:
     tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
     pool: Optional[LocalWorkerPool] = None
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
+    stage: Optional[StageName] = None
 
 
 @dataclasses.dataclass

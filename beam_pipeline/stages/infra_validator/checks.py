@@ -59,7 +59,7 @@ _SERVING_SIGNATURE = "serving_default"
 
 # The sandbox script, run by path with ``python -I`` (it imports only TensorFlow and TF
 # Serving's protos; as a script it is not imported as part of this package).
-_SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_sandbox.py")
+_SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
 
 
 @dataclasses.dataclass(frozen=True)
