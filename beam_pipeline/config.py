@@ -454,6 +454,9 @@ class PipelineConfig:
         identity: how long one may wait changes no result.
       trial_timeout: seconds one tuning trial may run before it is stopped and recorded as
         timed out (the search goes on); None (the default): no limit.
+      stage_beam_args: per stage (its :class:`~beam_pipeline.engine.stage.StageName`
+        value), Beam flags added after ``beam_args`` for that stage's jobs only (later
+        flags win): see :func:`stage_beam_args` at the end of this module.
     """
 
     data: DataConfig = DataConfig()
@@ -473,6 +476,7 @@ class PipelineConfig:
     no_cache: tuple[StageName, ...] = ()
     trainer_timeout: Optional[float] = None
     trial_timeout: Optional[float] = None
+    stage_beam_args: tuple[tuple[str, tuple[str, ...]], ...] = ()  # stage_beam_args block
 
     def __post_init__(self):
         if self.run_id:  # empty: a timestamp is generated
@@ -499,3 +503,66 @@ class PipelineConfig:
                 f"--worker_start_timeout={t} is not a positive number of seconds; pass e.g. "
                 "--worker_start_timeout=120."
             )
+
+
+# --- stage_beam_args: per-stage Beam flags (issue 33; TFX's with_beam_pipeline_args) ---
+
+
+def stage_beam_args(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``stage_beam_args`` as :class:`PipelineConfig` holds it: ((stage, (flag, ...)), ...),
+    one entry per stage in graph order, each stage's flags in the order given.
+
+    Args:
+      value: a config file's mapping (``{Trainer: ["--machine_type=a2-highgpu-1g"]}``, a
+        single flag as a string), the ``--stage_beam_args=STAGE:--flag=value`` strings,
+        a list of both (the file's first), or the held form.
+
+    Raises:
+      PipelineError: a stage name that is none of the graph's, or a flag that is no
+        ``--flag``.
+    """
+    from beam_pipeline.engine.stage import StageName
+
+    names = {s.value.lower(): s for s in StageName}
+    names.update(examplegen=StageName.DATA, statistics=StageName.DATA)
+    pairs: list[tuple[str, str]] = []
+
+    def add(stage: Any, flags: Any, shown: str) -> None:
+        name = names.get(str(stage).strip().lower())
+        if name is None:
+            raise PipelineError(
+                f"stage_beam_args names stage {str(stage).strip()!r} ({shown}), which is not "
+                f"one; use one of {', '.join(s.value for s in StageName)}."
+            )
+        for flag in [flags] if isinstance(flags, str) else list(flags or ()):
+            if not str(flag).startswith("--"):
+                raise PipelineError(
+                    f"stage_beam_args gives {name.value} {str(flag)!r}, which is no Beam "
+                    f"flag; write it as --flag=value, e.g. "
+                    f"--stage_beam_args={name.value}:--num_workers=4."
+                )
+            pairs.append((name.value, str(flag)))
+
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if isinstance(item, dict):
+            for stage, flags in item.items():
+                add(stage, flags, f"{stage}: {flags}")
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            add(item[0], item[1], f"{item[0]}: {item[1]}")
+        elif item is not None:
+            stage, sep, flag = str(item).partition(":")
+            if not sep:
+                raise PipelineError(
+                    f"--stage_beam_args={item} is not STAGE:--flag=value; pass e.g. "
+                    "--stage_beam_args=Trainer:--machine_type=a2-highgpu-1g."
+                )
+            add(stage, flag, f"--stage_beam_args={item}")
+    order = [s.value for s in StageName]
+    grouped: dict[str, list[str]] = {}
+    for stage, flag in sorted(pairs, key=lambda p: order.index(p[0])):
+        grouped.setdefault(stage, []).append(flag)
+    return tuple((stage, tuple(flags)) for stage, flags in grouped.items())
+
+
+# --- end of the stage_beam_args block ---

@@ -253,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Run these stages (comma-separated, e.g. Tuner,Trainer; all of them without a "
         "value) even when an earlier run's outputs could be reused.",
     )
+    _add_stage_beam_args_flag(g)  # stage_beam_args block
     g = p.add_argument_group("trainer")
     g.add_argument(
         "--train_steps", type=int, help="Steps the Trainer trains (fn_args.train_steps)."
@@ -657,6 +658,8 @@ def _convert(key: str, value: Any) -> Any:
         return SearchSpace.from_mapping(value)
     if key == "no_cache":
         return _no_cache(value)
+    if key == "stage_beam_args":  # stage_beam_args block
+        return _stage_beam_args(value)
     if key == "data_format":
         return DataFormat(value)
     if key == "eval_slice_features":
@@ -721,6 +724,7 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         loaded = _load_yaml(config_path)
         beam_args = [str(a) for a in loaded.pop("beam_args", [])]
         settings.update(loaded)
+    _merge_stage_beam_args(settings, given)  # stage_beam_args block
     settings.update(given)
     sections: dict[str, dict[str, Any]] = {
         "": {},
@@ -747,3 +751,35 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         beam_args=tuple(beam_args + extra),
         **sections[""],
     )
+
+
+# --- stage_beam_args: per-stage Beam flags (issue 33; TFX's with_beam_pipeline_args) ---
+
+_FIELDS.update(stage_beam_args=("", "stage_beam_args"))
+
+
+def _add_stage_beam_args_flag(g) -> None:
+    g.add_argument(
+        "--stage_beam_args",
+        action="append",
+        metavar="STAGE:--FLAG=VALUE",
+        help="A Beam flag for one stage's jobs only, after the run's (later flags win), e.g. "
+        "--stage_beam_args=Trainer:--machine_type=a2-highgpu-1g; repeat it for more. In "
+        "--config: stage_beam_args: {Trainer: [--machine_type=a2-highgpu-1g]}.",
+    )
+
+
+def _stage_beam_args(value: Any) -> tuple:
+    from beam_pipeline.config import stage_beam_args
+
+    return stage_beam_args(value)
+
+
+def _merge_stage_beam_args(settings: dict[str, Any], given: dict[str, Any]) -> None:
+    """The command line's ``--stage_beam_args`` add to the config file's (after them: a
+    flag given in both wins from the command line), as the Beam flags do."""
+    if "stage_beam_args" in settings and "stage_beam_args" in given:
+        given["stage_beam_args"] = [settings["stage_beam_args"], *given["stage_beam_args"]]
+
+
+# --- end of the stage_beam_args block ---

@@ -30,12 +30,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Optional
+from typing import Any, Optional
 
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import no_room
+from beam_pipeline.core.errors import PipelineError, no_room
 from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
@@ -119,6 +119,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
 
     gpu_environment(os.environ)  # the Python API's callers too: see beam_pipeline.core.gpus
     options = parse_beam_args(config.beam_args)
+    # Each stage's own Beam flags, checked now: a bad one stops the run before anything runs.
+    stage_options = _stage_options(config)
     # The runner's tuner schedule when none was given: recorded in the run's identity.
     config = with_schedule(config, options)
     if is_multi_processing(options):  # the DirectRunner's worker processes: see there
@@ -231,7 +233,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
                 pool=pool,
                 events=events,
             )
-            run_stages(STAGE_GRAPH, ctx, records, summary)
+            run_stages(STAGE_GRAPH, ctx, records, summary, stage_options)
         except BaseException:
             tuner_pool.close()
             run_dir.remove_staging()
@@ -250,6 +252,37 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
         scratch.close()
         if store is not None:
             store.close()
+
+
+def _stage_options(config: PipelineConfig) -> dict[StageName, Any]:
+    """The Beam options of each stage ``--stage_beam_args`` names: the run's flags, then
+    the stage's (later flags win), as TFX's ``with_beam_pipeline_args``.
+
+    Raises:
+      PipelineError: a stage that is none of the graph's (the Python API's configs are
+        not checked by the flags), or a flag that is no Beam option.
+    """
+    from beam_pipeline.runtime.options import unknown_beam_flags
+
+    names = {s.value: s for s in StageName}
+    found: dict[StageName, Any] = {}
+    for stage, flags in config.stage_beam_args:
+        if stage not in names:
+            raise PipelineError(
+                f"stage_beam_args names stage {stage!r}, which is not one; use one of "
+                f"{', '.join(names)}."
+            )
+        unknown = unknown_beam_flags(list(flags))
+        if unknown:
+            raise PipelineError(
+                f"--stage_beam_args={stage}:{unknown[0]} is not a Beam pipeline option; check "
+                "its spelling (every Beam flag is --flag=value; --help lists ours)."
+            )
+        try:
+            found[names[stage]] = parse_beam_args([*config.beam_args, *flags])
+        except PipelineError as e:
+            raise PipelineError(f"{stage}'s --stage_beam_args: {e}", exit_code=e.exit_code) from e
+    return found
 
 
 def _finish(store: Optional[MetadataStore], run, status: RunStatus) -> None:

@@ -8,7 +8,9 @@ a stage finishes. It holds:
   beside it (its helpers, staged for the workers with it), and every other flag of ours
   that shapes an artifact (files such as ``--hyperparameters`` by their content). Not in
   it: ``--pipeline_root``, ``--run_id``, ``--ignore_anomalies`` (it decides whether the run
-  goes on, not what any artifact holds) and Beam's own flags (the runner, its workers).
+  goes on, not what any artifact holds) and the run's Beam flags (the runner, its
+  workers). The per-stage Beam flags (``stage_beam_args``) are in it when given: a resume
+  runs the remaining stages where the run was set up to run them.
 - ``stages``: per finished stage (an :class:`~beam_pipeline.engine.execution.Execution`),
   its input and output artifacts (typed, with their properties), ``built_from`` (the
   digests and settings it was made from: upstream stages' keys, the data, the module, its
@@ -20,8 +22,8 @@ anything is written, when its identity differs from the recorded one. The manife
 the first place the stage runner's records
 (:class:`~beam_pipeline.engine.records.RunRecords`) look a stage up in: a stage whose
 record has the same key and whose outputs are all still published is reported ``cached``;
-the first stage that is not is rerun, and what it and the stages after it had published is
-removed first (the trainer's checkpoints excepted when only the trainer itself reruns:
+a stage that is not is rerun, and what it and the stages that depend on it had published
+is removed first (the trainer's checkpoints excepted when only the trainer itself reruns:
 training resumes from them); see :mod:`beam_pipeline.engine.runner`.
 
 Example::
@@ -94,7 +96,7 @@ def run_identity(
         ),
         base_model=folder_digest(config.trainer.base_model) if config.trainer.base_model else None,
     )
-    return {
+    identity = {
         "data": data_fingerprint,
         "module_file": module_digest,
         "module_folder": module_folder_digest,
@@ -102,6 +104,9 @@ def run_identity(
         "trainer": _plain(trainer),
         "tuner": _plain(config.tuner),
     }
+    if config.stage_beam_args:  # only then: the runs before it keep their identity
+        identity["stage_beam_args"] = {s: list(flags) for s, flags in config.stage_beam_args}
+    return identity
 
 
 def _difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str:
@@ -112,6 +117,8 @@ def _difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str:
         return "the module file's content"
     if recorded.get("module_folder") != current.get("module_folder"):
         return "the Python files beside the module file (its helper modules)"
+    if recorded.get("stage_beam_args") != current.get("stage_beam_args"):
+        return "the per-stage Beam flags (stage_beam_args)"
     for section in ("transform", "trainer", "tuner"):
         old, new = recorded.get(section) or {}, current.get(section) or {}
         for name in sorted(set(old) | set(new)):

@@ -46,6 +46,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import datetime
+import logging
 import queue
 import threading
 import time
@@ -72,6 +73,8 @@ if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
 __all__ = ["dependencies", "run_order", "run_stages"]
+
+_LOG = logging.getLogger(__name__)
 
 # The artifact property that records its files when published (beam_pipeline.engine.contents).
 FILES_PROPERTY = "files"
@@ -284,6 +287,13 @@ class _Scheduler:
         _forget(self.graph, run.index, run.ctx, self.records)
         run.started = datetime.datetime.now()
         self.records.begin(run.stage.name, run.key, run.built_from, run.used)
+        if run.stage.name in self.stage_options:  # what its jobs get, in the run's log
+            given = run.ctx.options.get_all_options(drop_default=True)
+            _LOG.info(
+                "%s runs with its own Beam options (the run's and its --stage_beam_args): %s",
+                run.stage.name.value,
+                ", ".join(f"{k}={v}" for k, v in sorted(given.items())),
+            )
         run.ctx.events.stage_started(run.stage.name.value)
 
     # Ending.
