@@ -198,7 +198,8 @@ class Stage(abc.ABC):
 
     Attributes:
       name: the stage's name.
-      inputs: the artifacts it reads, from earlier stages.
+      inputs: the artifacts it reads, from earlier stages: it starts once the stages that
+        produce them ended (optional ones included), beside any stage it does not read.
       outputs: the artifact types it may produce.
       publishes_itself: its ``run`` stages and publishes its outputs itself (the runner
         makes no staging folders): the Trainer, whose ``model_run/`` is written in place so
@@ -243,7 +244,11 @@ class Stage(abc.ABC):
         """
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
-        """Called after the stage ran or was found cached; raises to stop the run.
+        """Called as soon as the stage ran or was found cached; raises to stop the run.
+
+        A stage that overrides it is a gate: every later stage of the graph waits for it
+        (:func:`beam_pipeline.engine.runner.run_order`), so that the run stops before they
+        start; stages that neither read its outputs nor follow a gate run beside it.
 
         Args:
           ctx: the run's context.
