@@ -141,17 +141,19 @@ class RunEvents:
         for callback in self._listeners["stage_started"]:
             callback(stage)
 
-    def job_submitted(self, info, counters) -> None:
-        """The running stage submitted a Beam job.
+    def job_submitted(self, info, counters, stage: Optional[str] = None) -> None:
+        """A running stage submitted a Beam job.
 
         Args:
           info: its :class:`~beam_pipeline.runtime.runners.JobInfo` (id, console link).
           counters: reads the job's counters while it runs
             (:func:`beam_pipeline.runtime.counters.live_counters`), or None where the
             runner reports none before the job ends.
+          stage: the stage that submitted it (as ``stage_started`` named it); None: the
+            one running (several stages may run at once).
         """
         for callback in self._listeners["job_submitted"]:
-            callback(info, counters)
+            callback(info, counters, stage)
 
     def stage_finished(self, report) -> None:
         """A stage's :class:`~beam_pipeline.engine.summary.StageReport` joined the summary."""

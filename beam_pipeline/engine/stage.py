@@ -85,6 +85,9 @@ class StageContext:
         end of the run).
       pool: that pool, or None.
       events: hears of each stage as it starts and ends (the CLI's progress display).
+      stage: the stage this context was made for (the runner gives each stage its own,
+        with its own ``options`` where ``--stage_beam_args`` names it); None outside a
+        stage.
     """
 
     config: PipelineConfig
@@ -101,6 +104,7 @@ class StageContext:
     tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
     pool: Any = None  # beam_pipeline.runtime.pool.LocalWorkerPool
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
+    stage: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -192,7 +196,8 @@ class Stage(abc.ABC):
 
     Attributes:
       name: the stage's name (a string: the unit a run caches, resumes and reports by).
-      inputs: the artifacts it reads, from earlier stages.
+      inputs: the artifacts it reads, from earlier stages: it starts once the stages that
+        produce them ended (optional ones included), beside any stage it does not read.
       outputs: the artifact types it may produce.
       Config: its settings, a frozen dataclass whose fields are
         :func:`~beam_pipeline.core.settings.setting` s (flags, YAML keys, help, defaults
@@ -273,7 +278,11 @@ class Stage(abc.ABC):
         """
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
-        """Called after the stage ran or was found cached; raises to stop the run.
+        """Called as soon as the stage ran or was found cached; raises to stop the run.
+
+        A stage that overrides it is a gate: every later stage of the graph waits for it
+        (:func:`beam_pipeline.engine.runner.run_order`), so that the run stops before they
+        start; stages that neither read its outputs nor follow a gate run beside it.
 
         Args:
           ctx: the run's context.
