@@ -88,8 +88,8 @@ NOT_FOR_THE_USER: tuple[tuple[str, str], ...] = (
     # Deprecation notices of the stack about itself (protobuf, TensorFlow, Keras, tf.Transform).
     ("py.warnings", r"DeprecationWarning: "),
     # tf.Transform rewriting its analyzer cache entry's METADATA file when it adds entries
-    # to it (in the entry's private copy: beam_pipeline.transform_cache); every other sink
-    # of a run writes into a fresh folder, where nothing exists to delete.
+    # to it (in the entry's private copy: see beam_pipeline.stages.transform.analyzer_cache);
+    # every other sink of a run writes into a fresh folder, where nothing exists to delete.
     ("apache_beam.io.filebasedsink", r"^Deleting \d+ existing files in target path matching"),
     # Each multi_processing worker's start-up notice about a folder only Dataflow has.
     ("apache_beam.runners.portability.local_job_service", r"No semi_persistent_directory found"),
@@ -145,7 +145,7 @@ class RunEvents:
         """The running stage submitted a Beam job.
 
         Args:
-          info: its :class:`~beam_pipeline.remote.JobInfo` (id, console link).
+          info: its :class:`~beam_pipeline.runtime.runners.JobInfo` (id, console link).
           counters: reads the job's counters while it runs
             (:func:`beam_pipeline.runtime.counters.live_counters`), or None where the
             runner reports none before the job ends.
@@ -154,7 +154,7 @@ class RunEvents:
             callback(info, counters)
 
     def stage_finished(self, report) -> None:
-        """A stage's :class:`~beam_pipeline.summary.StageReport` joined the summary."""
+        """A stage's :class:`~beam_pipeline.engine.summary.StageReport` joined the summary."""
         for callback in self._listeners["stage_finished"]:
             callback(report)
 

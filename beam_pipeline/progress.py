@@ -14,7 +14,7 @@ or from the runner's service), so no stage code waits on it:
   ``trial.json`` files in the tuner's project (staged or published);
 - Trainer: the latest step and loss from the TensorBoard event files in ``model_run/``;
 - the Beam jobs (ExampleGen+Statistics, Transform), as soon as the stage announces its job
-  (:func:`beam_pipeline.stages.jobs.announce_job`): the job's console link where it has
+  (:func:`beam_pipeline.runtime.jobs.announce_job`): the job's console link where it has
   one (Dataflow: ``https://console.cloud.google.com/dataflow/jobs/<region>/<job id>?
   project=<project>``, also printed as a line of its own), and, on a runner that reports
   counters while the job runs, the rows read, the rows written per split and rows per
@@ -45,7 +45,7 @@ from typing import IO, Optional
 from rich.text import Text
 
 from beam_pipeline.console import RunEvents
-from beam_pipeline.summary import StageReport
+from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["COUNTERS_EVERY_SECONDS", "PLAIN_EVERY_SECONDS", "PROGRESS_PREFIX", "ProgressDisplay"]
 

@@ -4,7 +4,7 @@
   python benchmarks/bench_artifact_check.py PIPELINE_ROOT [--run_id ID] [--repeat N]
 
 For a finished run (e.g. one kept by ``bench_data_stages.py --keep``), times, per published
-artifact, what the stage runner adds (:mod:`beam_pipeline.contents`):
+artifact, what the stage runner adds (:mod:`beam_pipeline.engine.contents`):
 
 - ``describe``: listing its files, their sizes and the digests of the small ones, done
   once when the artifact is published;
@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from beam_pipeline.contents import SMALL_FILE_BYTES, changed, describe  # noqa: E402
+from beam_pipeline.engine.contents import SMALL_FILE_BYTES, changed, describe  # noqa: E402
 
 
 def _best(fn, repeat: int) -> float:

@@ -48,7 +48,7 @@ def _warm_fork_server(options) -> float:
     workers start as forks of the pool's fork server, not as fresh interpreters. Waits
     until it is warm (untimed: in a CLI run it warms while the launcher checks its
     inputs); returns the seconds waited."""
-    from beam_pipeline.beam_options import is_multi_processing
+    from beam_pipeline.runtime.options import is_multi_processing
     from beam_pipeline.runtime.pool import fork_server_warm, warm_fork_server
 
     if not is_multi_processing(options):
@@ -61,11 +61,11 @@ def _warm_fork_server(options) -> float:
 
 
 def _run_once(data: str, beam_args: list[str], fork_server: bool = True) -> dict:
-    from beam_pipeline.beam_options import create_pipeline, parse_beam_args
     from beam_pipeline.config import DataConfig, PipelineConfig
     from beam_pipeline.core.types import Artifact
+    from beam_pipeline.runtime.jobs import counter
+    from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
     from beam_pipeline.stages.example_gen import build_data_pipeline, check_data
-    from beam_pipeline.stages.jobs import counter
     from transforms import example_gen as eg
 
     config = PipelineConfig(data=DataConfig(data=data))

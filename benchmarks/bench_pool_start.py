@@ -29,7 +29,7 @@ _FRESH = (
     "import sys; from trainer.process import limit_threads, prewarm; limit_threads(1); "
     "prewarm(); "
     "from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer; "
-    "import transforms.training, transforms.transform, transforms.tuning; "
+    "import transforms.trainer, transforms.transform, transforms.tuner; "
     "sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.read()"
 )
 

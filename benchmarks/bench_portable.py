@@ -1,6 +1,6 @@
 """The bundled run on the portable runner, timed: before/after comparisons of the launcher.
 
-Starts a worker pool (``beam_pipeline.worker_pool`` or Beam's stock ``worker_pool_main``)
+Starts a worker pool (``beam_pipeline.runtime.worker_pool`` or Beam's stock ``worker_pool_main``)
 for a source tree, runs ``python -m beam_pipeline --runner=PortableRunner
 --job_endpoint=embed --environment_type=EXTERNAL`` on the bundled data and module from that
 tree, and prints one JSON line: the wall time, each stage's seconds from the run's
@@ -33,7 +33,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POOLS = {
-    "own": "beam_pipeline.worker_pool",
+    "own": "beam_pipeline.runtime.worker_pool",
     "stock": "apache_beam.runners.worker.worker_pool_main",
 }
 

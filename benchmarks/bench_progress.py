@@ -46,7 +46,7 @@ _DISPLAY_ONLY = """
 import resource, sys, time
 from beam_pipeline.console import RunEvents
 from beam_pipeline.progress import ProgressDisplay
-from beam_pipeline.remote import JobInfo
+from beam_pipeline.runtime.runners import JobInfo
 
 counts = {"example_gen.rows_read": 1000, "example_gen.rows_out.train": 667,
           "example_gen.rows_out.eval": 333}

@@ -23,7 +23,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.beam_options import create_pipeline
+from beam_pipeline.runtime.options import create_pipeline
 from transforms import statistics as st
 
 BATCH_ROWS = 8192

@@ -217,9 +217,9 @@ def main(argv=None) -> dict:
 
     import tensorflow as tf
 
+    from beam_pipeline.engine.run_dir import RunDirectory
     from beam_pipeline.flags import parse_config
-    from beam_pipeline.run_dir import RunDirectory
-    from beam_pipeline.training_stage import build_training_job
+    from beam_pipeline.stages.trainer.training import build_training_job
     from trainer.job import common_fn_args
     from trainer.spec import (
         compile_model,

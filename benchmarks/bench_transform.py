@@ -41,11 +41,11 @@ def _cpu_seconds() -> float:
 def _build(run_dir: str, module_file: str, beam_args: list[str], root: str, analyze_only: bool):
     import tensorflow_transform.beam as tft_beam
 
-    from beam_pipeline.beam_options import create_pipeline, parse_beam_args
     from beam_pipeline.core.types import Split
     from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
-    from beam_pipeline.schema_gen import read_schema
-    from beam_pipeline.stages.transform import build_transform_pipeline
+    from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
+    from beam_pipeline.stages.schema.inference import read_schema
+    from beam_pipeline.stages.transform.stage import build_transform_pipeline
     from transforms.transform import TransformExamples
 
     schema = read_schema(os.path.join(run_dir, "schema", "schema.pbtxt"))

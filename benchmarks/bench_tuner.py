@@ -2,7 +2,7 @@
 
 (a) sequential: the module's ``tuner_fn`` and ``tuner.search(**fit_kwargs)`` in one
     process, as keras-tuner (and TFX's Tuner) run it: one trial after another.
-(b) stage: :func:`beam_pipeline.tuning_stage.run_tuning_stage` on the DirectRunner in
+(b) stage: :func:`beam_pipeline.stages.tuner.tuning.run_tuning_stage` on the DirectRunner in
     multi_processing mode with 2 workers, 2 trials at a time, trials capped to 1 TF thread,
     per schedule (``--schedules``): rolling (a freed worker starts the next trial at once,
     each trial its own small job), rounds (each round waits for its slowest trial) and
@@ -233,12 +233,12 @@ def _phase_sequential(args, run: str, module: str) -> dict:
 def _phase_stage(args, run: str, module: str) -> dict:
     import dataclasses
 
-    from beam_pipeline.beam_options import parse_beam_args
     from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
     from beam_pipeline.core.types import Artifact
-    from beam_pipeline.run_dir import RunDirectory
+    from beam_pipeline.engine.run_dir import RunDirectory
+    from beam_pipeline.runtime.options import parse_beam_args
     from beam_pipeline.runtime.pool import LocalWorkerPool
-    from beam_pipeline.tuning_stage import run_tuning_stage
+    from beam_pipeline.stages.tuner.tuning import run_tuning_stage
     from trainer.module_loader import load_trainer_module
 
     schedule = TunerSchedule(args.phase.split("-", 1)[1])

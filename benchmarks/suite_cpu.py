@@ -38,12 +38,12 @@ _HZ = os.sysconf("SC_CLK_TCK")
 _KINDS = (
     ("DirectRunner pool: fork server and its forks", "multiprocessing.forkserver"),
     ("Beam sdk_worker_main (fresh interpreter per worker)", "sdk_worker_main"),
-    ("beam_pipeline.worker_pool: zygote and its workers", "socket.recv_fds"),
-    ("beam_pipeline.worker_pool: the service", "beam_pipeline.worker_pool"),
+    ("beam_pipeline.runtime.worker_pool: zygote and its workers", "socket.recv_fds"),
+    ("beam_pipeline.runtime.worker_pool: the service", "beam_pipeline.runtime.worker_pool"),
     ("pytest-xdist workers (tests run in-process)", "exec(eval(sys.stdin.readline()))"),
     ("pytest", "-m pytest"),
     ("CLI runs (python -m beam_pipeline)", "-m beam_pipeline"),
-    ("serving sandbox", "serving_sandbox.py"),
+    ("serving sandbox", "infra_validator/sandbox.py"),
     ("TF Serving stand-in", "tf_serving_standin.py"),
     ("other python -c scripts (fresh interpreters)", " -c "),
 )

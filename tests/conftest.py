@@ -35,7 +35,7 @@ def make_pipeline(*beam_args: str):
     """A Beam pipeline on the DirectRunner (FnApiRunner, no Prism attempt)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.beam_options import create_pipeline
+    from beam_pipeline.runtime.options import create_pipeline
 
     return create_pipeline(PipelineOptions(list(beam_args)))
 

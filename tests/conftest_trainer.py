@@ -33,7 +33,7 @@ if REPO not in sys.path:
 
 from beam_pipeline.config import BUNDLED_EXAMPLE_DIR, PipelineConfig  # noqa: E402
 from beam_pipeline.core.types import Artifact  # noqa: E402
-from beam_pipeline.run_dir import RunDirectory  # noqa: E402
+from beam_pipeline.engine.run_dir import RunDirectory  # noqa: E402
 
 __all__ = [
     "PENGUIN_MODULE",

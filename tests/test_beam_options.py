@@ -13,7 +13,7 @@ from apache_beam.transforms import userstate
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from conftest import make_pipeline
 
-from beam_pipeline.beam_options import new_options, parse_beam_args
+from beam_pipeline.runtime.options import new_options, parse_beam_args
 
 
 def test_each_view_is_built_once_and_shares_the_options_of_every_other_view():

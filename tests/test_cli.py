@@ -114,7 +114,7 @@ def test_examples_statistics_and_summary_agree(bundled_run):
 def test_schema_is_inferred_with_presence_and_domains(bundled_run):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from beam_pipeline.schema_gen import read_schema
+    from beam_pipeline.stages.schema.inference import read_schema
 
     schema = read_schema(os.path.join(bundled_run, "schema", "schema.pbtxt"))
     features = {f.name: f for f in schema.feature}
@@ -436,9 +436,9 @@ def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
+    from beam_pipeline.engine.summary import StageReport, StageStatus
     from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
-    from beam_pipeline.schema_gen import read_schema
-    from beam_pipeline.summary import StageReport, StageStatus
+    from beam_pipeline.stages.schema.inference import read_schema
 
     b_dir = tmp_path / "b"
     shutil.copytree(os.path.join(bundled_run, "schema"), b_dir / "schema")
@@ -536,7 +536,7 @@ def test_a_bad_metadata_url_stops_the_run_before_anything_is_written(
 def test_blocking_anomalies_stop_the_run_with_exit_3(bundled_run, tmp_path, capsys):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from beam_pipeline.schema_gen import read_schema, write_schema
+    from beam_pipeline.stages.schema.inference import read_schema, write_schema
 
     # The bundled run's schema, made to say 'sex' is always present: the data has NA there.
     schema = read_schema(os.path.join(bundled_run, "schema", "schema.pbtxt"))
@@ -597,8 +597,8 @@ def test_yaml_config_and_flags(tmp_path):
         ]
     )
     assert cfg.trainer.entry_point == "PenguinSpec"
-    assert cfg.evaluator.serving_endpoint == "[::1]:8500"
-    assert cfg.evaluator.serving_model_name == "penguin"
+    assert cfg.infra_validator.serving_endpoint == "[::1]:8500"
+    assert cfg.infra_validator.serving_model_name == "penguin"
     assert cfg.tuner.schedule is TunerSchedule.ROUNDS
     assert cli.parse_config([f"--config={config}", "--tuner_schedule=rolling"]).tuner.schedule is (
         TunerSchedule.ROLLING

@@ -16,9 +16,9 @@ from conftest import PENGUIN_DIR, PENGUIN_FEATURES
 from test_cli import MODULE, _run_dir, _summary
 
 from beam_pipeline import cli
-from beam_pipeline.fingerprint import pipeline_code
+from beam_pipeline.engine.fingerprint import pipeline_code
+from beam_pipeline.engine.summary import RunSummary, StageReport
 from beam_pipeline.progress import PROGRESS_PREFIX
-from beam_pipeline.summary import RunSummary, StageReport
 
 pytestmark = pytest.mark.slow
 
@@ -164,7 +164,7 @@ def test_default_run_trains_and_the_model_serves_raw_examples_in_a_fresh_process
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
 
-    from beam_pipeline.run_dir import RunDirectory
+    from beam_pipeline.engine.run_dir import RunDirectory
 
     _, run_dir = default_run
     root, run_id = os.path.dirname(os.path.dirname(run_dir)), os.path.basename(run_dir)

@@ -385,8 +385,8 @@ def recorded(tmp_path_factory):
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
+    from beam_pipeline.engine.summary import StageReport, StageStatus
     from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
-    from beam_pipeline.summary import StageReport, StageStatus
 
     root = tmp_path_factory.mktemp("recorded")
     run_dir = root / "runs" / "a-run-directory-with-a-long-name-20261126-101052-9f8660"

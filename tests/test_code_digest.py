@@ -1,6 +1,7 @@
-"""Transform's cache key holds only the code preprocessing_fn runs (beam_pipeline.code_digest):
-a changed run_fn keeps it, a changed preprocessing_fn, helper function, helper module or
-constant it reads changes it, and what cannot be fingerprinted falls back to the module."""
+"""Transform's cache key holds only the code preprocessing_fn runs
+(beam_pipeline.engine.code_digest): a changed run_fn keeps it, a changed preprocessing_fn, helper
+function, helper module or constant it reads changes it, and what cannot be fingerprinted falls back
+to the module."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import time
 
 import pytest
 
-from beam_pipeline.code_digest import function_digest, transform_code
 from beam_pipeline.core.user_module import get_preprocessing_fn
-from beam_pipeline.fingerprint import file_digest
+from beam_pipeline.engine.code_digest import function_digest, transform_code
+from beam_pipeline.engine.fingerprint import file_digest
 from trainer import load_trainer_module
 
 HELPER = "digest_helper_mod"
@@ -105,10 +106,10 @@ def test_transform_key_changes_only_with_the_code_preprocessing_fn_runs(
 def _stage_keys(folder, source):
     """The cache keys of Transform and Trainer (built from the same inputs) for ``source``:
     the stages' own parameters, as the runner builds them into keys."""
-    from beam_pipeline.stages import StageContext, StageName
-    from beam_pipeline.stages.execution import cache_key
-    from beam_pipeline.stages.trainer import TrainerStage
-    from beam_pipeline.stages.transform import TransformStage
+    from beam_pipeline.engine import StageContext
+    from beam_pipeline.engine.execution import cache_key
+    from beam_pipeline.stages.trainer.stage import TrainerStage
+    from beam_pipeline.stages.transform.stage import TransformStage
 
     code = _key(folder, source)
     ctx = StageContext(
@@ -118,8 +119,8 @@ def _stage_keys(folder, source):
     )  # fmt: skip
     inputs = {"examples": "k-examples", "schema": "k-schema", "transform": "k-transform"}
     return (
-        cache_key(StageName.TRANSFORM, {**inputs, **TransformStage().parameters(ctx)}),
-        cache_key(StageName.TRAINER, {**inputs, **TrainerStage().parameters(ctx)}),
+        cache_key("Transform", {**inputs, **TransformStage().parameters(ctx)}),
+        cache_key("Trainer", {**inputs, **TrainerStage().parameters(ctx)}),
     )
 
 

@@ -26,7 +26,9 @@ with RunLog(output) as log:
     )
     warnings.warn("`shuffle=True` was passed, but will be ignored", UserWarning)
     warnings.warn("an unknown warning", UserWarning)
-    logging.getLogger("beam_pipeline.validation").warning("Split 'eval': feature 'x' is new")
+    logging.getLogger("beam_pipeline.stages.validation.checks").warning(
+        "Split 'eval': feature 'x' is new"
+    )
     logging.getLogger("apache_beam.runners").info("Running pipeline")
     print("error: the user's error", file=log.stderr)  # as the CLI shows its errors
     print("a module's own print", file=sys.stderr)
@@ -41,7 +43,7 @@ print("TF_CPP_MIN_LOG_LEVEL=" + os.environ.get("TF_CPP_MIN_LOG_LEVEL", "unset"))
 
 _USERS = [
     "UserWarning: an unknown warning",
-    "WARNING beam_pipeline.validation: Split 'eval': feature 'x' is new",
+    "WARNING beam_pipeline.stages.validation.checks: Split 'eval': feature 'x' is new",
     "error: the user's error",
 ]
 _NOISE = [

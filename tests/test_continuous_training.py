@@ -185,10 +185,15 @@ def test_a_row_the_model_refuses_is_rejected_alone_not_its_batch(trained):
 
 def test_dataflow_job_graph_holds_run_inference(tmp_path):
     """Built offline (--dry_run) from the stage's own builder, as test_runners does."""
-    from beam_pipeline.artifacts import InferenceRejectedRows, InferenceResult, InferredExamples
-    from beam_pipeline.beam_options import create_pipeline, parse_beam_args
     from beam_pipeline.core.types import DataFormat
-    from beam_pipeline.stages.bulk_inferrer import InferInputs, build_inference_pipeline
+    from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
+    from beam_pipeline.stages.bulk_inferrer import (
+        InferenceRejectedRows,
+        InferenceResult,
+        InferInputs,
+        InferredExamples,
+        build_inference_pipeline,
+    )
     from transforms import example_gen as eg
 
     header, _ = _rows()
@@ -277,10 +282,10 @@ def test_warm_start_without_a_model_is_one_sentence(tmp_path):
 
 
 def test_a_remote_runner_refuses_local_infer_data_and_model():
-    from beam_pipeline.beam_options import parse_beam_args
     from beam_pipeline.config import BulkInferrerConfig, DataConfig, PipelineConfig
     from beam_pipeline.core.errors import PipelineError
-    from beam_pipeline.remote import check_remote_paths
+    from beam_pipeline.runtime.options import parse_beam_args
+    from beam_pipeline.runtime.runners import check_remote_paths
 
     options = parse_beam_args(["--runner=DataflowRunner", "--project=p", "--region=r"])
     for inferrer, flag in (

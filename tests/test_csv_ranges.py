@@ -16,8 +16,8 @@ import apache_beam as beam
 import pytest
 from conftest import make_pipeline
 
+from beam_pipeline.runtime.jobs import counter
 from beam_pipeline.stages.example_gen import reading_note
-from beam_pipeline.stages.jobs import counter
 from transforms import example_gen as eg
 from transforms.example_gen.csv_chunks import (
     RESCANNED_COUNTER,

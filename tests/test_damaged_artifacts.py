@@ -2,7 +2,7 @@
 its summary row says which run's artifact changed (through the CLI, bundled penguins).
 
 Each artifact's files (sizes, digests of the small ones) are recorded when it is published
-and checked before a later run reuses it (beam_pipeline.contents).
+and checked before a later run reuses it (beam_pipeline.engine.contents).
 """
 
 from __future__ import annotations

@@ -16,14 +16,14 @@ import pytest
 from conftest import TESTDATA, free_port, worker_pool_process
 from test_tfx_modules import TFX_EVAL_CONFIG
 
-from beam_pipeline import evaluator
-from beam_pipeline.beam_options import parse_beam_args
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.infra_validator import WARMUP_FILE, describe, validate_model
-from beam_pipeline.pusher import next_version, push_model
-from beam_pipeline.schema_gen import read_schema
-from beam_pipeline.training_stage import run_training_stage
+from beam_pipeline.runtime.options import parse_beam_args
+from beam_pipeline.stages.evaluator import evaluation as evaluator
+from beam_pipeline.stages.infra_validator.checks import WARMUP_FILE, describe, validate_model
+from beam_pipeline.stages.pusher.push import next_version, push_model
+from beam_pipeline.stages.schema.inference import read_schema
+from beam_pipeline.stages.trainer.training import run_training_stage
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
@@ -284,7 +284,7 @@ def test_on_an_object_store_the_pusher_copies_the_graph_after_the_variables(mode
     """gs:// has no folder rename: files appear one by one, so the graph files, which make
     a folder a loadable SavedModel, are copied last (a server that looks early fails to
     load the version and retries instead of reading half its variables)."""
-    from beam_pipeline.pusher import _files, _graph_last
+    from beam_pipeline.stages.pusher.push import _files, _graph_last
 
     files = _files(model[1])
     ordered = [os.path.basename(f) for f in _graph_last(files)]
@@ -314,7 +314,7 @@ def test_blessing_json_names_the_failed_threshold(tmp_path):
     assert evaluator.read_blessing(str(tmp_path)).failures == (failure,)
     # The summary's table: counts whole (a 1M-row taxi run showed 3.334e+05), rates to 4
     # significant digits.
-    from beam_pipeline.stages.evaluator import metrics_table
+    from beam_pipeline.stages.evaluator.stage import metrics_table
 
     table = metrics_table({"Overall": {"example_count": 333447.0, "binary_accuracy": 0.768512}})
     assert table.split("\n")[1].split() == ["Overall", "0.7685", "333447"]
@@ -322,8 +322,8 @@ def test_blessing_json_names_the_failed_threshold(tmp_path):
 
 def _pusher_ctx(tmp_path, **pusher):
     from beam_pipeline.config import PipelineConfig, PusherConfig
-    from beam_pipeline.run_dir import RunDirectory
-    from beam_pipeline.stages.base import StageContext
+    from beam_pipeline.engine.run_dir import RunDirectory
+    from beam_pipeline.engine.stage import StageContext
 
     config = PipelineConfig(pipeline_root=str(tmp_path / "root"), pusher=PusherConfig(**pusher))
     run_dir = RunDirectory.create(config.pipeline_root, "r")
@@ -331,10 +331,10 @@ def _pusher_ctx(tmp_path, **pusher):
 
 
 def test_pusher_stage_pushes_only_a_model_blessed_by_both(model, tmp_path):
-    from beam_pipeline.artifacts import InfraBlessing, Model, ModelBlessing, PushedModel
-    from beam_pipeline.infra_validator import InfraResult, write_infra_result
-    from beam_pipeline.stages.base import Outputs
-    from beam_pipeline.stages.pusher import EXIT_NOT_BLESSED, PusherStage
+    from beam_pipeline.engine.artifacts import InfraBlessing, Model, ModelBlessing, PushedModel
+    from beam_pipeline.engine.stage import Outputs
+    from beam_pipeline.stages.infra_validator.checks import InfraResult, write_infra_result
+    from beam_pipeline.stages.pusher.stage import EXIT_NOT_BLESSED, PusherStage
 
     destination = str(tmp_path / "serving")
     ctx = _pusher_ctx(tmp_path, destination=destination, require_blessing=True)
@@ -371,7 +371,7 @@ def test_pusher_stage_pushes_only_a_model_blessed_by_both(model, tmp_path):
 
 _PUSHER = """
 import os, sys, time
-from beam_pipeline.pusher import push_model
+from beam_pipeline.stages.pusher.push import push_model
 
 model, destination, ready, start = sys.argv[1:5]
 open(ready, "w").close()  # imported: only the copies are left

@@ -16,8 +16,8 @@ import pytest
 from conftest import PENGUIN_DIR
 from test_cli import MODULE, _summary
 
-from beam_pipeline import evaluator
-from beam_pipeline.evaluator import ModelFacts, ModelKind
+from beam_pipeline.stages.evaluator import evaluation as evaluator
+from beam_pipeline.stages.evaluator.evaluation import ModelFacts, ModelKind
 
 _SIGNATURES = ("serving_default", "transform_features")
 

@@ -48,8 +48,8 @@ import keras
 import tensorflow as tf
 import conftest_trainer
 from beam_pipeline.flags import parse_config
-from beam_pipeline.run_dir import RunDirectory
-from beam_pipeline.training_stage import build_training_job
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.stages.trainer.training import build_training_job
 from trainer import run_trainer
 
 root, module, flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])

@@ -20,7 +20,7 @@ _SCRIPT = """
 import sys, time
 from beam_pipeline.console import RunEvents
 from beam_pipeline.progress import ProgressDisplay
-from beam_pipeline.summary import StageReport, StageStatus
+from beam_pipeline.engine.summary import StageReport, StageStatus
 
 events = RunEvents()
 with ProgressDisplay(events, sys.stdout, enabled=sys.argv[1] == "on", plain_every=0.2):
@@ -102,7 +102,7 @@ def test_a_stage_without_its_files_yet_shows_only_its_time(tmp_path, stage):
 
 def test_a_beam_job_shows_its_console_link_at_once_and_only_the_rows_its_runner_reports():
     """What a running Beam job adds to its stage's line, driven by the run's events as a
-    stage sends them (beam_pipeline.stages.jobs.announce_job); the display's thread is not
+    stage sends them (beam_pipeline.runtime.jobs.announce_job); the display's thread is not
     started, so each line is read when the test asks for it."""
     import io
     import re
@@ -110,11 +110,11 @@ def test_a_beam_job_shows_its_console_link_at_once_and_only_the_rows_its_runner_
     from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
     from google.cloud import dataflow as dataflow_api
 
-    from beam_pipeline.beam_options import parse_beam_args
     from beam_pipeline.console import RunEvents
     from beam_pipeline.progress import ProgressDisplay, _job_rows
-    from beam_pipeline.remote import JobInfo, dataflow_console_url, job_info
     from beam_pipeline.runtime.counters import live_counters
+    from beam_pipeline.runtime.options import parse_beam_args
+    from beam_pipeline.runtime.runners import JobInfo, dataflow_console_url, job_info
 
     # A Dataflow job as Beam's DataflowRunner returns it once submitted (offline: this
     # result has no API client, so it has reported no counters yet).

@@ -12,7 +12,7 @@ from conftest import PENGUIN_DIR
 
 from beam_pipeline.config import DataConfig, PipelineConfig
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.summary import (
+from beam_pipeline.engine.summary import (
     SUMMARY_FILE,
     RunSummary,
     StageReport,
@@ -220,8 +220,8 @@ def _train_uninterrupted(run: str, root: str, module: str) -> dict:
     """The same training on a copy of the run's data artifacts, never interrupted."""
     import conftest_trainer
 
-    from beam_pipeline.run_dir import RunDirectory
-    from beam_pipeline.training_stage import build_training_job
+    from beam_pipeline.engine.run_dir import RunDirectory
+    from beam_pipeline.stages.trainer.training import build_training_job
     from trainer import run_trainer
 
     source = RunDirectory(os.path.dirname(os.path.dirname(run)), os.path.basename(run))
@@ -408,7 +408,7 @@ def test_a_staging_folder_that_cannot_be_deleted_is_logged_not_raised(
     delete that fails (a process still writing there) must not replace that error."""
     from beam_pipeline.core import fileio
     from beam_pipeline.core.types import Artifact
-    from beam_pipeline.run_dir import RunDirectory
+    from beam_pipeline.engine.run_dir import RunDirectory
 
     run_dir = RunDirectory(str(tmp_path), "r1")
     staging = run_dir.new_staging(Artifact.TUNER)

@@ -1,4 +1,4 @@
-"""The stage runner with the metadata store (beam_pipeline.stages.records.RunRecords): every
+"""The stage runner with the metadata store (beam_pipeline.engine.records.RunRecords): every
 execution recorded, caching across runs by cache key, --no_cache, failures (a killed run:
 tests/test_resume.py's kill tests).
 
@@ -14,18 +14,18 @@ import shutil
 
 import pytest
 
-from beam_pipeline.artifacts import Examples, Schema
-from beam_pipeline.manifest import RunManifest
+from beam_pipeline.engine import Input, Stage, StageContext, StageResult, run_stages
+from beam_pipeline.engine.artifacts import Examples, Schema
+from beam_pipeline.engine.manifest import RunManifest
+from beam_pipeline.engine.records import DATA_TYPE, RunRecords
+from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 from beam_pipeline.metadata import ArtifactSpec, ExecutionStatus, MetadataStore
-from beam_pipeline.stages import Input, Stage, StageContext, StageName, StageResult, run_stages
-from beam_pipeline.stages.records import DATA_TYPE, RunRecords
-from beam_pipeline.summary import RunSummary, StageReport, StageStatus
 
 
 class MakeNumber(Stage):
     """Writes ``value`` (its parameter) into its Examples folder."""
 
-    name = StageName.DATA
+    name = "ExampleGen+Statistics"
     outputs = (Examples,)
 
     def __init__(self, value: int):
@@ -44,7 +44,7 @@ class MakeNumber(Stage):
 class Double(Stage):
     """Writes twice the number it reads into its Schema folder (or fails)."""
 
-    name = StageName.SCHEMA
+    name = "Schema"
     inputs = (Input(Examples, key="examples"),)
     outputs = (Schema,)
 
@@ -69,7 +69,7 @@ def _run(root: str, run_id: str, graph, no_cache=()) -> RunSummary:
     with MetadataStore.for_pipeline_root(root) as store:
         run = store.start_run(run_id)
         data = ArtifactSpec("/data/numbers.csv", DATA_TYPE, fingerprint="d")
-        records = RunRecords(manifest, store, run, data, no_cache)
+        records = RunRecords(manifest, store, run, data, no_cache, data_stage=MakeNumber.name)
         ctx = StageContext(None, None, run_dir, {}, None, None)
         summary = RunSummary(run_dir.root)
         run_stages(graph, ctx, records, summary)
@@ -97,7 +97,7 @@ def test_a_second_run_reuses_every_stage_and_records_where_from(tmp_path):
     assert first[0].inputs["data"].fingerprint == "d"
     assert first[1].inputs["Examples"] == first[0].outputs["Examples"]
     schema = first[1].outputs["Schema"].properties
-    # Its files as published (beam_pipeline.contents), which a reuse checks first.
+    # Its files as published (beam_pipeline.engine.contents), which a reuse checks first.
     assert schema == {"doubled": 42, "files": {"n.txt": [2, schema["files"]["n.txt"][1]]}}
     assert first[1].outputs["Schema"].uri == os.path.join(root, "runs", "r1", "schema")
 
@@ -124,7 +124,7 @@ def test_no_cache_changed_parameters_and_deleted_outputs_run_again(tmp_path):
     make, double = MakeNumber(21), Double()
     _run(root, "r1", (make, double))
 
-    _run(root, "r2", (make, double), no_cache=(StageName.SCHEMA,))
+    _run(root, "r2", (make, double), no_cache=("Schema",))
     assert (make.runs, double.runs) == (1, 2)  # only the named stage ran
 
     other = MakeNumber(5)
@@ -160,7 +160,7 @@ def test_a_failed_stage_is_recorded_failed_with_its_error_and_never_reused(tmp_p
 class NothingToDo(Stage):
     """Halts the run without a result, as Transform does without a module file."""
 
-    name = StageName.SCHEMA
+    name = "Schema"
     inputs = (Input(Examples, key="examples"),)
     outputs = (Schema,)
 
@@ -200,7 +200,7 @@ def test_a_stage_recorded_by_other_code_of_the_pipeline_is_not_reused(tmp_path):
     import subprocess
     import sys
 
-    from beam_pipeline.fingerprint import sources_digest
+    from beam_pipeline.engine.fingerprint import sources_digest
 
     root = str(tmp_path / "root")
     _run(root, "r1", (MakeNumber(21), Double()))

@@ -31,7 +31,6 @@ import conftest_trainer
 import pytest
 from conftest import PENGUIN_DIR, REPO, TESTDATA
 
-from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import DataConfig, PipelineConfig, TrainerConfig, TunerConfig
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import (
@@ -41,7 +40,8 @@ from beam_pipeline.core.module_staging import (
     stage_module_file,
 )
 from beam_pipeline.core.types import DataFormat, Split
-from beam_pipeline.remote import (
+from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
+from beam_pipeline.runtime.runners import (
     JobInfo,
     check_remote_paths,
     dataflow_console_url,
@@ -435,7 +435,7 @@ def test_direct_and_dry_run_jobs_are_described():
 def test_wait_for_job_returns_the_finished_jobs_info():
     import apache_beam as beam
 
-    from beam_pipeline.remote import wait_for_job
+    from beam_pipeline.runtime.runners import wait_for_job
 
     options = parse_beam_args(["--runner=DirectRunner"])
     p = create_pipeline(options)
@@ -509,16 +509,16 @@ def dataflow_graphs(tmp_path_factory):
 
     from beam_pipeline.core.types import Artifact
     from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
-    from beam_pipeline.run_dir import RunDirectory
-    from beam_pipeline.schema_gen import read_schema
+    from beam_pipeline.engine.run_dir import RunDirectory
     from beam_pipeline.stages.example_gen import DataInputs, build_data_pipeline
-    from beam_pipeline.stages.transform import build_transform_pipeline
-    from beam_pipeline.training_stage import build_training_job
-    from beam_pipeline.tuning_stage import build_tuning_job
+    from beam_pipeline.stages.schema.inference import read_schema
+    from beam_pipeline.stages.trainer.training import build_training_job
+    from beam_pipeline.stages.transform.stage import build_transform_pipeline
+    from beam_pipeline.stages.tuner.tuning import build_tuning_job
     from trainer.tuning import TrialSpec, state_path
     from transforms import example_gen as eg
-    from transforms.training import TrainModel
-    from transforms.tuning import RunSearch, RunTrials
+    from transforms.trainer import TrainModel
+    from transforms.tuner import RunSearch, RunTrials
 
     config = PipelineConfig(
         data=DataConfig(data=PENGUINS, csv_null_values=("", "NA")),
@@ -820,7 +820,7 @@ _WORKER_EXITS = textwrap.dedent(
     import json, os, signal, sys, time
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
-    from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
+    from beam_pipeline.runtime.options import create_pipeline, parse_beam_args, run_pipeline
     from beam_pipeline.core.errors import PipelineError
     from beam_pipeline.config import DataConfig, PipelineConfig
     from beam_pipeline.pipeline import run
@@ -919,7 +919,7 @@ def test_a_dataflow_tuner_job_gets_a_worker_per_trial_or_search_loop(elements):
     import apache_beam as beam
     from apache_beam.options import pipeline_options as po
 
-    from beam_pipeline.tuner.search import worker_per_element
+    from beam_pipeline.stages.tuner.search import worker_per_element
 
     given = parse_beam_args([*DATAFLOW, "--num_workers=20", "--max_num_workers=50"])
     p = create_pipeline(worker_per_element(given, elements))

@@ -20,7 +20,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.schema_gen import infer_schema, read_schema, write_schema
+from beam_pipeline.stages.schema.inference import infer_schema, read_schema, write_schema
 from transforms import statistics as st
 
 GOLDEN_PENGUINS = os.path.join(TESTDATA, "schema_penguins.pbtxt")

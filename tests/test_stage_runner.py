@@ -14,21 +14,20 @@ import os
 
 import pytest
 
-from beam_pipeline.artifacts import Anomalies, Model, Schema, Statistics
 from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import PUBLISHED_MARKER
-from beam_pipeline.manifest import RunManifest
-from beam_pipeline.stages import (
+from beam_pipeline.engine import (
     Input,
     Stage,
     StageContext,
     StageFailed,
-    StageName,
     StageResult,
     run_stages,
 )
-from beam_pipeline.summary import RunSummary, StageReport, StageStatus
+from beam_pipeline.engine.artifacts import Anomalies, Model, Schema, Statistics
+from beam_pipeline.engine.manifest import RunManifest
+from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 
 
 class _Write(Stage):
@@ -48,7 +47,7 @@ class _Write(Stage):
         for artifact in self.outputs:
             with open(os.path.join(out.folder(artifact), "f"), "w") as f:
                 f.write(read + self.text)
-        report = StageReport(self.name.value, StageStatus.OK, note=self.text)
+        report = StageReport(self.name, StageStatus.OK, note=self.text)
         if self.fail == "raise":
             raise PipelineError("bad input; fix it.")
         if self.fail == "stage_failed":
@@ -69,33 +68,33 @@ class _Calls:
         return self.manifest.lookup(stage, key)
 
     def forget(self, stages):
-        self.calls.append(("forget", tuple(s.value for s in stages)))
+        self.calls.append(("forget", tuple(stages)))
         self.manifest.forget(stages)
 
     def begin(self, stage, key, built_from, inputs):
-        self.calls.append(("begin", stage.value))
+        self.calls.append(("begin", stage))
 
     def record(self, execution):
-        self.calls.append(("record", execution.stage.value))
+        self.calls.append(("record", execution.stage))
         self.manifest.record(execution)
 
     def stop(self, stage, error, reports=()):
-        self.calls.append(("stop", stage.value, type(error).__name__))
+        self.calls.append(("stop", stage, type(error).__name__))
 
     def reuse(self, execution):
-        self.calls.append(("reuse", execution.stage.value))
+        self.calls.append(("reuse", execution.stage))
 
 
 def _graph(**kwargs):
-    first = _Write(StageName.SCHEMA, (), (Schema,), text=kwargs.get("first", "a"))
+    first = _Write("Schema", (), (Schema,), text=kwargs.get("first", "a"))
     second = _Write(
-        StageName.VALIDATION,
+        "Validation",
         (Input(Schema, key="schema"),),
         (Anomalies, Statistics),
         fail=kwargs.get("fail"),
         halt=kwargs.get("halt", False),
     )
-    third = _Write(StageName.TRAINER, (Input(Anomalies, key="anomalies"),), (Model,), keep=True)
+    third = _Write("Trainer", (Input(Anomalies, key="anomalies"),), (Model,), keep=True)
     return [first, second] if kwargs.get("two") else [first, second, third]
 
 
@@ -148,7 +147,7 @@ def test_a_stage_kept_outputs_survive_its_own_rerun_only(tmp_path):
     marker = run_dir.path(Model.FOLDER, "checkpoint")
     open(marker, "w").close()
     manifest = RunManifest.open(root, "r1", {"identity": 1})[1]
-    manifest.forget([StageName.TRAINER])  # as if the trainer had not finished
+    manifest.forget(["Trainer"])  # as if the trainer had not finished
     # Its own folder stays for it (a trainer resumes from its checkpoints) ...
     graph = _graph()
     graph[2].publishes_itself = True  # writes in place, as the Trainer does

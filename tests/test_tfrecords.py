@@ -87,7 +87,7 @@ def test_read_example_batches_matches_tfxio_beam_source(tmp_path):
     from tfx_bsl.public import tfxio
 
     from beam_pipeline.core.types import Split
-    from beam_pipeline.schema_gen import infer_schema
+    from beam_pipeline.stages.schema.inference import infer_schema
     from transforms import example_gen as eg
     from transforms.statistics import GenerateStatistics
     from transforms.tfrecords import ReadExampleBatches

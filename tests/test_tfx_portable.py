@@ -84,7 +84,7 @@ def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
     assert served["n"] == 334
     assert served["accuracy"] >= ACCURACY_FLOOR, served
     # One worker per job at least: data, Transform, training, and a job per trial, each a
-    # fork of the pool's zygote (beam_pipeline.worker_pool): a ready spare, or forked on
+    # fork of the pool's zygote (beam_pipeline.runtime.worker_pool): a ready spare, or forked on
     # request when none was ready; none a fresh interpreter ("Starting worker").
     log = log_path.read_text()
     fresh, spares = log.count("Starting worker"), log.count(" is spare worker ")

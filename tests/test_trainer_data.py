@@ -9,7 +9,7 @@ import pytest
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.training_stage import build_training_job
+from beam_pipeline.stages.trainer.training import build_training_job
 from trainer import DataAccessor, FnArgs, TunerFnResult, load_hyperparameters, run_trainer
 
 penguin_run_dir = conftest_trainer.penguin_run_dir

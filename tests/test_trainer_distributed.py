@@ -73,8 +73,8 @@ import keras, numpy as np, tensorflow as tf
 # Deterministic ops, and every case seeded alike below (initializers, the data accessor's
 # shuffle, dropout): the accuracies the tests assert on are the same on every run.
 tf.config.experimental.enable_op_determinism()
-from beam_pipeline.run_dir import RunDirectory
-from beam_pipeline.training_stage import build_training_job
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.stages.trainer.training import build_training_job
 import conftest_trainer
 
 out = {}
@@ -166,8 +166,8 @@ from trainer import choose_strategy, run_trainer
 
 choose_strategy(logical_gpus=2)  # first, before TensorFlow initializes
 import keras
-from beam_pipeline.run_dir import RunDirectory
-from beam_pipeline.training_stage import build_training_job
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.stages.trainer.training import build_training_job
 import conftest_trainer
 
 out = {}

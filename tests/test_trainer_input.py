@@ -15,7 +15,7 @@ import conftest_trainer
 import numpy as np
 import pytest
 
-from beam_pipeline.training_stage import build_training_job
+from beam_pipeline.stages.trainer.training import build_training_job
 from trainer.job import common_fn_args
 from trainer.spec import TrainSpec, make_spec, steps_per_execution
 

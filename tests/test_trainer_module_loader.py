@@ -9,8 +9,8 @@ import pytest
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.summary import StageStatus
-from beam_pipeline.training_stage import build_training_job, run_training_stage
+from beam_pipeline.engine.summary import StageStatus
+from beam_pipeline.stages.trainer.training import build_training_job, run_training_stage
 from trainer import ModuleKind, check_trainer_module, load_trainer_module, run_trainer
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
@@ -177,7 +177,7 @@ def test_bad_trainer_settings(penguin_run_dir, field, value, match):
 
 
 def test_missing_transform_output(tmp_path):
-    from beam_pipeline.run_dir import RunDirectory
+    from beam_pipeline.engine.run_dir import RunDirectory
 
     run_dir = RunDirectory.create(str(tmp_path), "empty")
     with pytest.raises(PipelineError, match="no transform graph.*run the Transform stage"):

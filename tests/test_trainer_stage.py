@@ -10,14 +10,14 @@ import conftest_trainer
 import keras
 import pytest
 
-from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import stage_module_file
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
-from beam_pipeline.summary import StageStatus
-from beam_pipeline.training_stage import build_training_job, run_training_stage
+from beam_pipeline.engine.summary import StageStatus
+from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
+from beam_pipeline.stages.trainer.training import build_training_job, run_training_stage
 from trainer import RESULT_FILE, run_trainer
-from transforms.training import TrainModel
+from transforms.trainer import TrainModel
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
@@ -142,12 +142,12 @@ def test_a_staged_module_imports_its_helpers_and_its_errors_name_the_users_file(
 _TRAIN_MULTI_PROCESSING = """
 import json, sys
 import conftest_trainer
-from beam_pipeline.beam_options import parse_beam_args
+from beam_pipeline.runtime.options import parse_beam_args
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import stage_module_file
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.run_dir import RunDirectory
-from beam_pipeline.training_stage import run_training_stage
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.stages.trainer.training import run_training_stage
 
 run_dir = RunDirectory(sys.argv[1], conftest_trainer.RUN_ID)
 options = parse_beam_args(

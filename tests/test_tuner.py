@@ -18,9 +18,9 @@ import pytest
 from beam_pipeline.config import PipelineConfig, TunerConfig
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
-from beam_pipeline.run_dir import RunDirectory
-from beam_pipeline.summary import StageStatus
-from beam_pipeline.tuning_stage import run_tuning_stage
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.engine.summary import StageStatus
+from beam_pipeline.stages.tuner.tuning import run_tuning_stage
 from trainer.tuning import (
     Claim,
     Direction,
@@ -41,7 +41,7 @@ from trainer.tuning import (
     start_search_state,
     state_path,
 )
-from transforms.tuning import RunTrials
+from transforms.tuner import RunTrials
 
 TINY = os.path.join(os.path.dirname(__file__), "testdata", "tiny_tuner_module.py")
 
@@ -334,8 +334,8 @@ def test_trial_jobs_running_side_by_side_get_their_own_job_names():
         StandardOptions,
     )
 
-    from beam_pipeline.beam_options import parse_beam_args
-    from beam_pipeline.tuner.rolling import job_options
+    from beam_pipeline.runtime.options import parse_beam_args
+    from beam_pipeline.stages.tuner.rolling import job_options
 
     named = parse_beam_args(["--runner=DataflowRunner", "--job_name=Penguin_Tuning"])
     renamed = job_options(named, "07")

@@ -23,16 +23,16 @@ import keras_tuner
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.beam_options import create_pipeline, parse_beam_args
 from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import stage_module_file
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
+from beam_pipeline.engine.summary import StageStatus
+from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
 from beam_pipeline.runtime.pool import LocalWorkerPool
-from beam_pipeline.summary import StageStatus
-from beam_pipeline.training_stage import run_training_stage
-from beam_pipeline.tuner.report import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
-from beam_pipeline.tuning_stage import (
+from beam_pipeline.stages.trainer.training import run_training_stage
+from beam_pipeline.stages.tuner.trials import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
+from beam_pipeline.stages.tuner.tuning import (
     BEST_HYPERPARAMETERS_FILE,
     build_tuning_job,
     default_schedule,
@@ -46,7 +46,7 @@ from trainer.tuning import (
     load_tuner,
 )
 from trainer.tuning.shared_state import open_shared_state
-from transforms.tuning import RunTrials
+from transforms.tuner import RunTrials
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 

@@ -17,9 +17,13 @@ from conftest import TESTDATA, statistics_in_process
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2, statistics_pb2
 
-from beam_pipeline.anomalies import blocking_anomalies, format_anomalies, is_blocking
-from beam_pipeline.schema_gen import infer_schema
-from beam_pipeline.validation import validate_statistics
+from beam_pipeline.stages.schema.inference import infer_schema
+from beam_pipeline.stages.validation.anomalies import (
+    blocking_anomalies,
+    format_anomalies,
+    is_blocking,
+)
+from beam_pipeline.stages.validation.checks import validate_statistics
 from transforms import statistics as st
 
 INFO = anomalies_pb2.AnomalyInfo

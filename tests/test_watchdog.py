@@ -1,6 +1,6 @@
 """No job waits forever: worker pools whose workers cannot start, die, or print a lot.
 
-Real worker pools (Beam's stock ``worker_pool_main`` and ``beam_pipeline.worker_pool``) as
+Real worker pools (Beam's stock ``worker_pool_main`` and ``beam_pipeline.runtime.worker_pool``) as
 separate processes on this machine, real jobs on ``PortableRunner --job_endpoint=embed``.
 Each job that must fail runs in a thread with a generous hang guard: without the watchdog
 Beam waits for its worker forever, and the guard turns that into a test failure.
@@ -19,8 +19,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from conftest import REPO, free_port, worker_pool_process
 
-from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.runtime.options import create_pipeline, parse_beam_args, run_pipeline
 
 _HANG_GUARD_S = 240  # far above the few seconds these failures take; only a hang reaches it
 
@@ -78,14 +78,15 @@ def pool_without_beam(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def own_pool(tmp_path_factory):
-    """``python -m beam_pipeline.worker_pool`` as the README starts it (venv not activated)."""
+    """``python -m beam_pipeline.runtime.worker_pool`` as the README starts it (venv not
+    activated)."""
     folder = tmp_path_factory.mktemp("own_pool")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PATH"] = "/usr/bin:/bin"
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     log = folder / "pool.log"
-    argv = [sys.executable, "-m", "beam_pipeline.worker_pool", f"--service_port={port}"]
+    argv = [sys.executable, "-m", "beam_pipeline.runtime.worker_pool", f"--service_port={port}"]
     with worker_pool_process(argv, log, env=env, cwd=REPO):
         yield f"localhost:{port}", log
 
@@ -117,7 +118,7 @@ def test_run_on_such_a_pool_stops_before_creating_anything_with_the_workers_erro
     assert message.endswith(
         f"the worker pool runs `python` from PATH ({python}) without apache_beam; start it "
         "with the environment's python or activate the venv (e.g. `.venv/bin/python -m "
-        f"beam_pipeline.worker_pool --service_port={address.rsplit(':', 1)[1]}`)."
+        f"beam_pipeline.runtime.worker_pool --service_port={address.rsplit(':', 1)[1]}`)."
     ), message
     assert not root.exists()
 
@@ -268,7 +269,7 @@ def test_the_own_pool_answers_while_its_zygote_still_imports(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(_SLOW_ZYGOTE)
     env = dict(os.environ, PYTHONPATH=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2")
     port = free_port()
-    argv = [sys.executable, "-m", "beam_pipeline.worker_pool", f"--service_port={port}"]
+    argv = [sys.executable, "-m", "beam_pipeline.runtime.worker_pool", f"--service_port={port}"]
     with worker_pool_process(argv, tmp_path / "pool.log", env=env, cwd=REPO) as pool:
         channel = grpc.insecure_channel(f"localhost:{port}")
         try:

@@ -20,11 +20,11 @@ import pytest
 from conftest import TESTDATA
 
 from beam_pipeline import cli
-from beam_pipeline.beam_options import create_pipeline, parse_beam_args, run_pipeline
 from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig
 from beam_pipeline.core.errors import EXIT_USER_ERROR, PipelineError, code_error, user_error
 from beam_pipeline.core.user_module import load_module
-from beam_pipeline.tuning_stage import run_tuning_stage
+from beam_pipeline.runtime.options import create_pipeline, parse_beam_args, run_pipeline
+from beam_pipeline.stages.tuner.tuning import run_tuning_stage
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 

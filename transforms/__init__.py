@@ -4,8 +4,8 @@ One module per concept: ``example_gen`` (read, type, split, write examples; a pa
 with the input format as a plug-in point), ``statistics``, ``transform`` (tf.Transform),
 ``tfrecords`` (the batched TFRecord sink and reader), ``tuning`` (trial fan-out) and
 ``training`` (the training step). Schema inference and validation run on the launcher
-(protos in, a proto out): they are ``beam_pipeline.schema_gen`` and
-``beam_pipeline.validation``.
+(protos in, a proto out): they are ``beam_pipeline.stages.schema.inference`` and
+``beam_pipeline.stages.validation.checks``.
 
 Example::
 
@@ -31,11 +31,11 @@ _WHERE = {
     "read_statistics": "transforms.statistics",
     "write_statistics": "transforms.statistics",
     "WriteTFRecordBatches": "transforms.tfrecords",
-    "TrainModel": "transforms.training",
+    "TrainModel": "transforms.trainer",
     "TransformExamples": "transforms.transform",
     "TransformResult": "transforms.transform",
     "WriteTransformedExamples": "transforms.transform",
-    "RunTrials": "transforms.tuning",
+    "RunTrials": "transforms.tuner",
 }
 
 

@@ -10,7 +10,7 @@ or non-overwriting ``rename`` still uses gfile. Why
 plain processes where it must not need Beam (see DESIGN.md), while TensorFlow is present
 in every process that touches an artifact; gfile also has folders (``makedirs``,
 ``walk``, ``rmtree``, a folder ``rename``), which the atomic publishing of
-:mod:`beam_pipeline.run_dir` needs and
+:mod:`beam_pipeline.engine.run_dir` needs and
 Beam's flat object-store view does not give. TFX's ``tfx.dsl.io.fileio`` made the same
 choice. Beam's IOs (``ReadFromText``, ``WriteToTFRecord``, ...) still read and write the
 data inside Beam jobs; this module is for everything around them.

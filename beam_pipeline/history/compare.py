@@ -28,7 +28,7 @@ from beam_pipeline.history.views import (
     stage_details,
 )
 from beam_pipeline.metadata import ArtifactRecord, ExecutionRecord, MetadataStore
-from beam_pipeline.schema_gen import read_schema
+from beam_pipeline.stages.common.schema_file import read_schema
 
 __all__ = ["diff_runs", "flat", "schema_diff", "statistics_drift"]
 
@@ -146,7 +146,7 @@ def _on_disk(artifact: Optional[ArtifactRecord], inner: str = "") -> Optional[st
 
 
 # What a run is made from: its data's and module's digests, and the pipeline's own code
-# (beam_pipeline.fingerprint.pipeline_code; None for runs recorded before it was).
+# (beam_pipeline.engine.fingerprint.pipeline_code; None for runs recorded before it was).
 _RUN_INPUTS = ("data", "module", "code")
 
 

@@ -214,7 +214,7 @@ def run_rows(store: MetadataStore, limit: Optional[int] = None) -> list[dict[str
 def _summary_status(e: ExecutionRecord, original: Optional[ExecutionRecord]) -> str:
     """The status the run's summary gave the stage: a reused execution is ``cached``, but
     a reused stage that was skipped and made nothing stays ``skipped`` there (as in
-    :func:`beam_pipeline.stages.runner.run_stages`)."""
+    :func:`beam_pipeline.engine.runner.run_stages`)."""
     if e.status is not ExecutionStatus.CACHED or original is None or original.outputs:
         return e.status.value
     reports = original.properties.get("reports") or []

@@ -137,7 +137,7 @@ def _absolute(path: str) -> str:
 def _origins(data: ReportData) -> None:
     """Where each artifact of the run is, from the manifest's record of each finished
     stage: a cached stage's outputs are an earlier run's (``<root>/runs/<run_id>/<name>``)."""
-    from beam_pipeline.manifest import MANIFEST_FILE
+    from beam_pipeline.engine.manifest import MANIFEST_FILE
 
     path = fileio.join(data.run_dir, MANIFEST_FILE)
     if not fileio.exists(path):

@@ -38,7 +38,7 @@ from typing import Optional
 
 from apache_beam.metrics.metric import MetricsFilter
 
-from beam_pipeline.remote import RunnerFamily, runner_family
+from beam_pipeline.runtime.runners import RunnerFamily, runner_family
 from transforms.metrics import NAMESPACE
 
 __all__ = ["job_counters", "live_counters"]

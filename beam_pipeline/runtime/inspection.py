@@ -7,12 +7,12 @@ live and dead worker processes, how the dead ones ended, its log's last error li
 interpreter its workers run and whether that imports Apache Beam and this project. The
 pre-flight check (:mod:`~beam_pipeline.runtime.preflight`) and the watchdog
 (:mod:`~beam_pipeline.runtime.watchdog`) word their errors from it. Hand-written: Beam has
-no such view. Where ``/proc`` cannot be read, the report says less, never something wrong.
+no such view. Where ``/proc`` cannot be read, the state says less, never something wrong.
 
 Example::
 
-    report = inspect_pool("localhost:50000", check_python=True)
-    report.dead, report.ended, report.said, report.fix
+    seen = inspect_pool("localhost:50000", check_python=True)
+    seen.dead, seen.ended, seen.said, seen.fix
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Optional
 __all__ = [
     "SPARE_NAME",
     "ZYGOTE_NAME",
-    "PoolReport",
+    "PoolState",
     "describe_environment",
     "environment_of",
     "fix_for",
@@ -39,16 +39,16 @@ __all__ = [
     "wait_status",
 ]
 
-# /proc/<pid>/comm of a spare worker of beam_pipeline.worker_pool waiting for a job (at most
+# /proc/<pid>/comm of a spare worker of beam_pipeline.runtime.worker_pool waiting for a job (at most
 # 15 bytes, the kernel's TASK_COMM_LEN): a pool child of that name is no worker yet, so it
 # neither keeps a job alive nor counts as a worker that ended.
 SPARE_NAME = "bp-spare"
-# /proc/<pid>/comm of beam_pipeline.worker_pool's zygote: the pool's child that has imported
+# /proc/<pid>/comm of beam_pipeline.runtime.worker_pool's zygote: the pool's child that has imported
 # the ML stack once and forks the workers; it serves no job, so it is no worker either.
 ZYGOTE_NAME = "bp-zygote"
 
 _STOCK_POOL = "apache_beam.runners.worker.worker_pool_main"
-_OWN_POOL = "beam_pipeline.worker_pool"
+_OWN_POOL = "beam_pipeline.runtime.worker_pool"
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*$")
 _NO_BEAM = "No module named 'apache_beam'"
 
@@ -72,7 +72,7 @@ def environment_of(options) -> tuple[str, str]:
 
 def local_pool_address(options) -> Optional[str]:
     """The EXTERNAL pool's address when the pool and the runner are on this machine."""
-    from beam_pipeline.remote import remote_runner_reason
+    from beam_pipeline.runtime.runners import remote_runner_reason
 
     kind, config = environment_of(options)
     if kind != "EXTERNAL" or not config or remote_runner_reason(options) is not None:
@@ -150,7 +150,7 @@ def pool_children(pid: int) -> tuple[list[int], list[int]]:
 
 
 @dataclasses.dataclass(frozen=True)
-class PoolReport:
+class PoolState:
     """What this machine can tell about a local worker pool.
 
     Attributes:
@@ -249,7 +249,7 @@ def pool_pid(address: str) -> Optional[int]:
     """The worker pool process serving ``address`` on this machine, or None.
 
     Only a process whose command line names a worker pool (Beam's ``worker_pool_main``,
-    ``beam_pipeline.worker_pool``) counts: a port forwarded into a container or through a
+    ``beam_pipeline.runtime.worker_pool``) counts: a port forwarded into a container or through a
     tunnel is served by a process whose workers are not its children.
     """
     try:
@@ -261,7 +261,7 @@ def pool_pid(address: str) -> Optional[int]:
     return pid
 
 
-def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
+def inspect_pool(address: str, check_python: bool = False) -> PoolState:
     """What this machine can read about the worker pool at ``address`` (local only).
 
     Args:
@@ -271,7 +271,7 @@ def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
     """
     pid = pool_pid(address)
     if pid is None:
-        return PoolReport(address)
+        return PoolState(address)
     alive, dead = pool_children(pid)
     log = ""
     for fd in (2, 1):
@@ -295,7 +295,7 @@ def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
             "give the workers more memory or make the step smaller (fewer trials at once, a "
             "smaller model or batch), then rerun with the same --run_id"
         )
-    return PoolReport(address, pid, tuple(alive), tuple(dead), log, said, python, ended, fix)
+    return PoolState(address, pid, tuple(alive), tuple(dead), log, said, python, ended, fix)
 
 
 def _cwd(pid: int) -> str:
@@ -316,7 +316,7 @@ def _tail(path: str, size: int = 16384) -> str:
 
 def fix_for(said: str, python: str, from_path: bool, address: str = "localhost:PORT") -> str:
     port = address.rsplit(":", 1)[-1]
-    start = f"`.venv/bin/python -m beam_pipeline.worker_pool --service_port={port}`"
+    start = f"`.venv/bin/python -m beam_pipeline.runtime.worker_pool --service_port={port}`"
     if _NO_BEAM in said or said == "no `python` on the pool's PATH":
         where = f" ({python})" if python else ""
         if from_path:

@@ -2,7 +2,7 @@
 
 A portable runner's job whose SDK workers die mid-job (killed for memory) or never start
 just sits in RUNNING. :func:`watch` wraps every job the launcher submits (through
-:func:`beam_pipeline.beam_options.run_pipeline`): while the job runs, its workers must show
+:func:`beam_pipeline.runtime.options.run_pipeline`): while the job runs, its workers must show
 life; if none does for ``worker_start_timeout`` seconds the job is cancelled and the run
 fails with one sentence naming the job, the environment, what the worker said last (the
 local pool's log) and the fix. A worker is seen alive when the local pool (found by its
@@ -96,25 +96,23 @@ class _Watched:
             self._result.cancel()
         except Exception:  # noqa: BLE001  runners that cannot cancel; the job is abandoned
             pass
-        from beam_pipeline.remote import describe_job
+        from beam_pipeline.runtime.runners import describe_job
 
         job = describe_job(self._result, self._options)
         env = describe_environment(self._options)
         if self._address is not None:
-            report = inspect_pool(self._address)
-            if not report.said and "SIGKILL" not in report.ended:
-                report = inspect_pool(self._address, check_python=True)  # about a second
-            if report.pid is None:
+            seen = inspect_pool(self._address)
+            if not seen.said and "SIGKILL" not in seen.ended:
+                seen = inspect_pool(self._address, check_python=True)  # about a second
+            if seen.pid is None:
                 state = "its worker pool no longer answers"
-            elif report.dead:
-                state = (
-                    f"its workers ended: {report.ended}" if report.ended else ("its workers exited")
-                )
+            elif seen.dead:
+                state = f"its workers ended: {seen.ended}" if seen.ended else ("its workers exited")
             else:
                 state = "the pool started no worker for it"
-            said = f" ({report.said})" if report.said else ""
-            log = f", log {report.log}" if report.log else ""
-            detail = f"{state}{said}{log}; {report.fix}"
+            said = f" ({seen.said})" if seen.said else ""
+            log = f", log {seen.log}" if seen.log else ""
+            detail = f"{state}{said}{log}; {seen.fix}"
         else:
             detail = (
                 "its runner never reported it running; read that job's worker logs (the "

@@ -2,8 +2,8 @@
 
 One module per concept (keras-tuner splits the same concerns into ``engine/oracle.py``,
 ``engine/trial.py``, ``distribute/oracle_chief.py`` and ``oracle_client.py``); none imports
-Beam (the Beam step is :class:`transforms.tuning.RunTrials`, the stage and its schedules are
-in :mod:`beam_pipeline.tuner`):
+Beam (the Beam step is :class:`transforms.tuner.RunTrials`, the stage and its schedules are
+in :mod:`beam_pipeline.stages.tuner`):
 
 - :mod:`~trainer.tuning.search_space`: a search space declared in the pipeline config;
 - :mod:`~trainer.tuning.messages`: the job, a trial, its result, a row of the table;

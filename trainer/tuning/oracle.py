@@ -8,7 +8,7 @@ to the tuner folder), until it stops or ``max_trials`` is reached. A trial that 
 recorded with its error and the search goes on; keras-tuner's
 ``max_consecutive_failed_trials`` still ends a hopeless search, here as a PipelineError.
 How the trials run (a Beam job per round, or per trial as slots free up) is the stage's
-schedule (:mod:`beam_pipeline.tuner`).
+schedule (:mod:`beam_pipeline.stages.tuner`).
 
 Example (a whole search in one process, with :class:`trainer.tuning.TrialRunner`)::
 

@@ -1,7 +1,7 @@
 """The search job's worker side: a long-lived loop that claims a trial, runs it, reports it.
 
 One loop per parallel slot, each on its own worker, all in ONE Beam job per search
-(:class:`transforms.tuning.RunSearch`). The oracle is nowhere in particular: its state
+(:class:`transforms.tuner.RunSearch`). The oracle is nowhere in particular: its state
 (the oracle's own attributes, trials included, and the driver's bookkeeping, see
 :meth:`trainer.tuning.OracleDriver.state`) is one document in the run's shared storage
 (:mod:`trainer.tuning.shared_state`), and every ask and every report is one atomic

@@ -1,0 +1,282 @@
+"""What a stage is: typed inputs and outputs, parameters, and one ``run``.
+
+A stage declares the artifact types it reads (:class:`Input`) and writes (``outputs``), the
+settings its results depend on (:meth:`Stage.parameters`), and does its work in
+:meth:`Stage.run`. Everything stages used to repeat is the runner's
+(:func:`beam_pipeline.engine.runner.run_stages`): the cache key, the look-up of an earlier
+execution, a staging folder per output, publishing them atomically or discarding them on
+failure, timing, the summary rows and the record of the execution.
+
+Example (a stage that copies the schema; one module and one line in ``graph.py``)::
+
+    class CopySchema(Stage):
+        name = "Schema"
+        inputs = (Input(Schema, key="schema"),)
+        outputs = (Schema,)
+
+        def run(self, ctx, inputs, out):
+            fileio.copy(inputs[Schema].file, fileio.join(out.folder(Schema), SCHEMA_FILE))
+            report = StageReport("Schema", StageStatus.OK, artifact=out.uri(Schema))
+            return StageResult([report], outputs=(out.artifact(Schema),))
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Optional
+
+from beam_pipeline.console import RunEvents
+from beam_pipeline.core.module_staging import StagedModule
+from beam_pipeline.engine.artifacts import TypedArtifact
+from beam_pipeline.engine.config import PipelineConfig, register_section
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.engine.summary import StageReport
+
+__all__ = [
+    "Input",
+    "Preflight",
+    "Stage",
+    "StageContext",
+    "StageResult",
+    "StageFailed",
+    "Outputs",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """An artifact a stage reads, produced by an earlier stage of the graph.
+
+    Attributes:
+      type: the artifact type.
+      key: the name under which the producing stage's cache key enters this stage's
+        (None: implied by another input's, e.g. the schema behind the transform graph).
+      optional: the stage also runs without it (its key is then None).
+    """
+
+    type: type[TypedArtifact]
+    key: Optional[str]
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StageContext:
+    """What every stage of one run may use besides its input artifacts.
+
+    Attributes:
+      config: the run's configuration.
+      options: Beam's pipeline options (the runner each stage's job runs on).
+      run_dir: the run directory.
+      identity: the run's identity (see :func:`beam_pipeline.engine.manifest.run_identity`); its
+        settings sections enter the model stages' keys.
+      data: ExampleGen's checked inputs.
+      csv_format: how CSV input is read.
+      user_schema: the ``--schema`` proto, or None.
+      preprocessing_fn: the module's tf.Transform function, or None without a module.
+      module_digest: the digest of the module and its folder's Python files, or None.
+      transform_code: what Transform's key holds of the code: ``function <digest>`` of
+        what ``preprocessing_fn`` runs (:func:`beam_pipeline.engine.code_digest.function_digest`)
+        or, where that cannot be computed, ``module <module_digest>``; None without a module.
+      staged: the module file as staged in the run directory for the workers, or None.
+      tuner_pool: closes the tuner's early-started worker pool (after tuning, or at the
+        end of the run).
+      pool: that pool, or None.
+      events: hears of each stage as it starts and ends (the CLI's progress display).
+    """
+
+    config: PipelineConfig
+    options: Any  # Beam's PipelineOptions (not imported here: Beam is heavy to import)
+    run_dir: RunDirectory
+    identity: Mapping[str, Any]
+    data: Any  # ExampleGen's DataInputs
+    csv_format: Any  # transforms.example_gen.CsvFormat
+    user_schema: Any = None
+    preprocessing_fn: Optional[Callable] = None
+    module_digest: Optional[str] = None
+    transform_code: Optional[str] = None
+    staged: Optional[StagedModule] = None
+    tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
+    pool: Any = None  # beam_pipeline.runtime.pool.LocalWorkerPool
+    events: RunEvents = dataclasses.field(default_factory=RunEvents)
+
+
+@dataclasses.dataclass
+class StageResult:
+    """What :meth:`Stage.run` returns.
+
+    Attributes:
+      reports: the stage's summary rows (the first one is timed by the runner).
+      outputs: the artifacts it produced (those in runner-made staging folders are
+        published by the runner; a staging folder without an artifact here is discarded).
+      outcome: facts a later look-up needs besides the artifacts (JSON values).
+      halt: the run stops after this stage (e.g. a ``--dry_run``: later stages need
+        outputs that were not made); a halting execution is not recorded.
+    """
+
+    reports: list[StageReport]
+    outputs: Sequence[TypedArtifact] = ()
+    outcome: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    halt: bool = False
+
+
+class StageFailed(Exception):
+    """A stage failed with summary rows to show and, maybe, outputs to publish anyway.
+
+    The runner appends ``reports`` to the summary, publishes ``publish`` (e.g. the rejected
+    rows that explain the failure), discards the other staging folders and raises ``error``.
+    """
+
+    def __init__(
+        self,
+        error: BaseException,
+        reports: Sequence[StageReport],
+        publish: Sequence[type[TypedArtifact]] = (),
+    ):
+        super().__init__(str(error))
+        self.error = error
+        self.reports = list(reports)
+        self.publish = tuple(publish)
+
+
+class Outputs:
+    """A stage's output folders during its run: staging folders the runner publishes.
+
+    Attributes:
+      run_dir: the run directory.
+      staging: output type -> its staging folder (made by the runner before ``run``).
+    """
+
+    def __init__(self, run_dir: RunDirectory, staging: Mapping[type[TypedArtifact], str]):
+        self.run_dir = run_dir
+        self.staging = dict(staging)
+
+    def folder(self, artifact: type[TypedArtifact]) -> str:
+        """Where the stage writes ``artifact`` (its staging folder)."""
+        return self.staging[artifact]
+
+    def uri(self, artifact: type[TypedArtifact]) -> str:
+        """Where ``artifact`` is published once the stage succeeds."""
+        return self.run_dir.path(artifact.FOLDER)
+
+    def artifact(self, artifact: type[TypedArtifact], **properties: Any) -> TypedArtifact:
+        """The output ``artifact`` at its published place, with ``properties``."""
+        return artifact(self.uri(artifact), properties)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preflight:
+    """What a stage's :meth:`Stage.preflight` may check, before the run directory exists.
+
+    Attributes:
+      config: the run's configuration.
+      options: Beam's PipelineOptions.
+      csv_format: how CSV input is read (``transforms.example_gen.CsvFormat``).
+      user_module: the loaded module file (``trainer.UserModule``), or None.
+      tunes: the module defines a search (``tuner_fn`` or a config search space).
+      store: opens (once) and returns the metadata store, or None where the run has none.
+    """
+
+    config: PipelineConfig
+    options: Any
+    csv_format: Any = None
+    user_module: Any = None
+    tunes: bool = False
+    store: Callable[[], Any] = lambda: None
+
+
+class Stage(abc.ABC):
+    """One unit of the graph: its declaration (class attributes) and its hooks.
+
+    Attributes:
+      name: the stage's name (a string: the unit a run caches, resumes and reports by).
+      inputs: the artifacts it reads, from earlier stages.
+      outputs: the artifact types it may produce.
+      Config: its settings, a frozen dataclass whose fields are
+        :func:`~beam_pipeline.core.settings.setting` s (flags, YAML keys, help, defaults
+        all come from them); None: no settings of its own.
+      config_key: its section's key in :class:`PipelineConfig` (``config.<key>``) and the
+        title of its flags in ``--help``.
+      publishes_itself: its ``run`` stages and publishes its outputs itself (the runner
+        makes no staging folders): the Trainer, whose ``model_run/`` is written in place so
+        that a retry resumes from its checkpoints, and the Tuner.
+      keeps_outputs_on_rerun: its published folders stay when it reruns itself (the
+        Trainer's checkpoints); an earlier stage's rerun removes them.
+      in_run_identity: its settings are part of the run's identity (a resume with other
+        values is refused); the data stages' settings enter it through the data's digest.
+      reads_input_data: it reads the run's ``--data`` (the store records the data as its
+        input).
+      worker_modules: modules its Beam workers import (a local worker pool imports them
+        once, before it forks a worker per job).
+    """
+
+    name: ClassVar[str]
+    inputs: ClassVar[tuple[Input, ...]] = ()
+    outputs: ClassVar[tuple[type[TypedArtifact], ...]] = ()
+    Config: ClassVar[Optional[type]] = None
+    config_key: ClassVar[Optional[str]] = None
+    publishes_itself: ClassVar[bool] = False
+    keeps_outputs_on_rerun: ClassVar[bool] = False
+    worker_modules: ClassVar[tuple[str, ...]] = ()
+    reads_input_data: ClassVar[bool] = False
+    in_run_identity: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if cls.Config is not None and cls.config_key:
+            register_section(cls.config_key, cls.Config, cls.in_run_identity)
+
+    def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
+        """The run's config with what this stage's settings leave to the runner decided
+        (e.g. the Tuner's schedule), before the run's identity is computed."""
+        return config
+
+    def check_settings(self, config: PipelineConfig, options: Any) -> None:
+        """First checks, of its settings alone (a server it will talk to answers), before
+        the inputs and the module file are read; raises PipelineError with the fix."""
+        return None
+
+    def preflight(self, run: Preflight) -> None:
+        """Checks made before anything is written or any Beam job runs (its inputs,
+        servers it will talk to, the host's GPUs); raises PipelineError with the fix."""
+        return None
+
+    def parameters(self, ctx: StageContext) -> dict[str, Any]:
+        """The settings (JSON values) its outputs depend on besides its inputs: its key's."""
+        return {}
+
+    def resolved_inputs(self, ctx: StageContext) -> tuple[TypedArtifact, ...]:
+        """Artifacts of earlier runs it reads, found in the metadata store (TFX's Resolver,
+        e.g. the Trainer's ``--warm_start`` model): recorded as its inputs, in its key, and
+        handed to :meth:`run` with the others."""
+        return ()
+
+    @abc.abstractmethod
+    def run(
+        self,
+        ctx: StageContext,
+        inputs: Mapping[type[TypedArtifact], TypedArtifact],
+        out: Outputs,
+    ) -> StageResult:
+        """Does the stage's work.
+
+        Args:
+          ctx: the run's context.
+          inputs: input type -> the artifact an earlier stage produced (an optional input
+            that none produced is absent).
+          out: the output staging folders.
+
+        Raises:
+          StageFailed: a failure with summary rows; any other exception: a failure without.
+        """
+
+    def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
+        """Called after the stage ran or was found cached; raises to stop the run.
+
+        Args:
+          ctx: the run's context.
+          outcome: the execution's outcome (:attr:`StageResult.outcome`).
+        """
+        return None  # most stages never stop the run once they finished

@@ -1,0 +1,3 @@
+"""The InfraValidator stage: its declaration (``stage.py``), the serving check
+(``checks.py``), its sandbox script (``sandbox.py``) and a TF Serving client (``endpoint.py``).
+"""

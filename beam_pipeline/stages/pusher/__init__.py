@@ -1,0 +1,1 @@
+"""The Pusher stage: its declaration (``stage.py``) and the copy (``push.py``)."""

@@ -1,0 +1,1 @@
+"""The Schema stage: its declaration (``stage.py``) and the inference (``inference.py``)."""

@@ -1,0 +1,1 @@
+"""The Trainer stage: its declaration (``stage.py``) and its Beam job (``training.py``)."""

@@ -1,0 +1,162 @@
+"""The Tuner stage: the module's ``tuner_fn`` (or a config search space) over Beam workers.
+
+The search itself is :func:`beam_pipeline.stages.tuner.tuning.run_tuning_stage`, which stages and
+publishes ``tuner/`` itself; this unit gives it Transform's outputs and the schema, and
+reports the best hyperparameters as the stage's output (none when the stage was skipped).
+
+Example::
+
+    pool = default_tuner_pool(config, options)   # started while the data stages run
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Optional
+
+from beam_pipeline.core.fileio import is_remote
+from beam_pipeline.core.gpus import check_gpus_per_trial, host_gpus
+from beam_pipeline.engine.artifacts import (
+    Hyperparameters,
+    Schema,
+    TypedArtifact,
+)
+from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
+from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs
+from beam_pipeline.stages.tuner.settings import TunerConfig
+from trainer.module_loader import ModuleKind, load_trainer_module
+
+if TYPE_CHECKING:
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+
+__all__ = ["TunerConfig", "TunerStage", "check_trial_gpus", "default_tuner_pool"]
+
+
+def _default_pool_workers(config: PipelineConfig, options) -> int:
+    """The processes of :func:`default_tuner_pool`'s pool; 0 where it makes none."""
+    from beam_pipeline.runtime.options import is_direct
+
+    if (
+        not config.tuner.enabled
+        or not is_direct(options)
+        or config.tuner.parallel_trials < 2
+        or any(a.startswith("--direct_running_mode") for a in config.beam_args)
+    ):
+        return 0
+    return max(1, min(config.tuner.parallel_trials, os.cpu_count() or 1))
+
+
+def check_trial_gpus(config: PipelineConfig, options) -> None:
+    """Refuses a ``--gpus_per_trial`` this host's GPUs cannot give every local trial
+    worker process, before the run writes anything (the pool would refuse it later).
+
+    Raises:
+      PipelineError: several GPUs, fewer than the workers' shares.
+    """
+    from beam_pipeline.runtime.pool import local_pool_size
+
+    if not config.tuner.gpus_per_trial:
+        return
+    parallel = config.tuner.parallel_trials
+    workers = _default_pool_workers(config, options) or local_pool_size(options, parallel)
+    if workers:
+        check_gpus_per_trial(config.tuner.gpus_per_trial, workers, host_gpus())
+
+
+def default_tuner_pool(
+    config: PipelineConfig, options, run_dir: Optional[RunDirectory] = None
+) -> Optional[LocalWorkerPool]:
+    """Worker processes for the trials when the user left the DirectRunner's mode unset.
+
+    Trials are heavy elements: by default they run ``--tuner_parallel_trials`` at a time
+    (at most one per core) in worker processes, although the data stages run in_memory. A
+    ``--direct_running_mode`` the user gives decides instead (see ``run_tuning_stage``).
+    """
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+
+    workers = _default_pool_workers(config, options)
+    if not workers:
+        return None
+    cores = os.cpu_count() or 1
+    log_parent = run_dir.root if run_dir is not None and not is_remote(run_dir.root) else None
+    return LocalWorkerPool(
+        workers,
+        threads_per_worker=max(1, cores // workers),
+        gpus_per_worker=config.tuner.gpus_per_trial,
+        log_parent=log_parent,
+    )
+
+
+def _nothing_to_train(ctx: StageContext) -> str:
+    """Why the run's module gives the search no model to tune ('' when it trains one)."""
+    config = ctx.config
+    if not config.tuner.enabled or not config.module_file:
+        return ""  # run_tuning_stage says why it skips
+    loaded = load_trainer_module(
+        config.module_file, entry_point=config.trainer.entry_point, staged=ctx.staged
+    )  # loaded already by the run's checks: not executed again
+    if loaded.kind is not ModuleKind.NONE:
+        return ""
+    return (
+        f"{config.module_file} defines no run_fn or TrainSpec subclass, so there is no model "
+        "to tune"
+    )
+
+
+class TunerStage(Stage):
+    """TransformGraph + TransformedExamples (+ Schema) -> Hyperparameters."""
+
+    name = "Tuner"
+    Config = TunerConfig
+    config_key = "tuner"
+    in_run_identity = True
+    worker_modules = ("transforms.tuner",)
+    inputs = (*MODEL_INPUTS, Input(Schema, key=None))
+    outputs = (Hyperparameters,)
+    publishes_itself = True
+
+    def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
+        from beam_pipeline.stages.tuner.tuning import with_schedule
+
+        # The runner's schedule when none was given: recorded in the run's identity.
+        return with_schedule(config, options)
+
+    def preflight(self, run: Preflight) -> None:
+        if run.tunes:  # the host's GPUs for --gpus_per_trial, before anything is written
+            check_trial_gpus(run.config, run.options)
+
+    def parameters(self, ctx: StageContext) -> dict:
+        return {"module_file": ctx.module_digest, "tuner": ctx.identity["tuner"]}
+
+    def run(
+        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
+    ) -> StageResult:
+        from beam_pipeline.stages.tuner.tuning import (
+            BEST_HYPERPARAMETERS_FILE,
+            STAGE,
+            run_tuning_stage,
+        )
+
+        untrained = _nothing_to_train(ctx)
+        if untrained:
+            # Hyperparameters that nothing trains with are no result: the search is not run.
+            return StageResult([StageReport(STAGE, StageStatus.SKIPPED, note=untrained)])
+        # The early-started pool (if any) serves this search and is stopped after it.
+        with ctx.tuner_pool:
+            report, best = run_tuning_stage(
+                ctx.config,
+                ctx.run_dir,
+                ctx.options,
+                worker_pool=ctx.pool,
+                search_space=ctx.config.tuner.search_space,
+                staged=ctx.staged,
+                inputs=model_inputs(inputs),
+            )
+        outputs = ()
+        if best is not None:
+            outputs = (out.artifact(Hyperparameters, file=BEST_HYPERPARAMETERS_FILE),)
+        return StageResult([report], outputs=outputs)
