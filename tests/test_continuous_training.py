@@ -199,7 +199,7 @@ def test_dataflow_job_graph_holds_run_inference(tmp_path):
     header, _ = _rows()
     inputs = InferInputs((PENGUINS,), DataFormat.CSV, tuple(header))
     staging = {
-        a: str(tmp_path / a.FOLDER.value)
+        a: str(tmp_path / a.FOLDER)
         for a in (InferenceResult, InferenceRejectedRows, InferredExamples)
     }
     p = create_pipeline(
