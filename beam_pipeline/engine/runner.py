@@ -293,7 +293,7 @@ class _Scheduler:
                 run.stage.name,
                 ", ".join(f"{k}={v}" for k, v in sorted(given.items())),
             )
-        run.ctx.events.stage_started(run.stage.name)
+        run.ctx.events.stage_started(run.stage.name, run.stage.progress)
 
     # Ending.
 

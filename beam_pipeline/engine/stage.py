@@ -26,14 +26,16 @@ import abc
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from beam_pipeline.console import RunEvents
-from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport
+
+if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
+    from beam_pipeline.core.module_staging import StagedModule
 
 __all__ = [
     "Input",
@@ -242,6 +244,11 @@ class Stage(abc.ABC):
         """First checks, of its settings alone (a server it will talk to answers), before
         the inputs and the module file are read; raises PipelineError with the fix."""
         return None
+
+    def progress(self, run_dir: str) -> str:
+        """How far it got while it runs, from its files in ``run_dir`` (the progress line's
+        detail, polled; a stage with a Beam job gets the job's counters instead); ""."""
+        return ""
 
     def preflight(self, run: Preflight) -> None:
         """Checks made before anything is written or any Beam job runs (its inputs,
