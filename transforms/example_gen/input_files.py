@@ -95,7 +95,7 @@ SPAN = "{SPAN}"
 
 def resolve_spans(
     pattern: str, window: int = 1, span_range: Optional[tuple[int, int]] = None
-) -> tuple[list[str], list[int]]:
+) -> dict[int, list[str]]:
     """The files of the spans ``pattern`` selects: the ``window`` latest spans (default the
     latest one), or every span of ``span_range`` (both ends included).
 
@@ -103,7 +103,7 @@ def resolve_spans(
     folder's name or a file's; each occurrence of one path must read the same number.
 
     Returns:
-      (the files, sorted; the spans they belong to, ascending).
+      span -> its files (sorted), in ascending span order.
 
     Raises:
       PipelineError: no span matches, two spellings of one span (``span-1`` and
@@ -163,4 +163,4 @@ def resolve_spans(
             f"spans {wanted[0]} to {wanted[-1]}; add it, or pick spans that exist with "
             "--spans A:B or --span_window."
         )
-    return sorted(p for s in wanted for p in by_span[s]), wanted
+    return {s: sorted(by_span[s]) for s in wanted}
