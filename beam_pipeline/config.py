@@ -175,9 +175,11 @@ class DataConfig:
                 f"--spans={self.spans[0]}:{self.spans[1]} is not a range of spans; pass "
                 "FIRST:LAST with FIRST <= LAST, e.g. --spans=1:3."
             )
-        if (self.spans is not None or self.span_window != 1) and "{SPAN}" not in self.data:
+        if (self.spans is not None or self.span_window != 1) and not (
+            "{SPAN}" in self.data or "{YYYY}" in self.data
+        ):
             raise PipelineError(
-                "--spans and --span_window need {SPAN} in --data (e.g. "
+                "--spans and --span_window need {SPAN} or {YYYY}{MM}{DD} in --data (e.g. "
                 "--data='root/span-{SPAN}/*.csv'); add it or drop them."
             )
         for flag in ("drift_threshold", "skew_threshold"):

@@ -178,3 +178,74 @@ def test_a_damaged_or_half_written_span_unit_is_read_again_never_reused(tmp_path
     assert "span 3's cached unit removed (it was never completed" in note
     assert second["ExampleGen"]["rows_in"] == {"all": sum(SIZES)}
     assert not glob.glob(os.path.join(root, "cache", "spans", ".partial-*"))
+
+
+def _csv(path, rows: int = 3) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("a,b\n" + "".join(f"{i},x{i}\n" for i in range(rows)))
+
+
+def test_version_and_date_specs_pick_the_latest_version_of_each_days_span(tmp_path):
+    """TFX's ``{VERSION}`` (a span's latest version is read) and ``{YYYY}{MM}{DD}`` (the
+    span is the days since 1970-01-01), through the CLI: two days, the first with two
+    versions, the second with one (the gap of a day without data is an error)."""
+    import datetime
+
+    data = tmp_path / "data"
+    _csv(data / "2024-02-28" / "v1" / "rows.csv", rows=5)
+    _csv(data / "2024-02-28" / "v2" / "rows.csv", rows=7)
+    _csv(data / "2024-02-29" / "v1" / "rows.csv", rows=11)
+    pattern = str(data / "{YYYY}-{MM}-{DD}" / "v{VERSION}" / "*.csv")
+    root = str(tmp_path / "root")
+    proc = _cli(
+        f"--data={pattern}", f"--pipeline_root={root}", "--run_id=r", "--span_window=2",
+        "--no_trainer", "--no_tuner",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    example_gen = _summary(root, "r")["ExampleGen"]
+    day = (datetime.date(2024, 2, 28) - datetime.date(1970, 1, 1)).days
+    assert example_gen["details"]["spans"] == [day, day + 1]
+    assert example_gen["details"]["versions"] == {str(day): 2, str(day + 1): 1}
+    assert example_gen["rows_in"] == {"all": 7 + 11}  # version 1 of the 28th not read
+    assert f"latest versions: span {day} v2, span {day + 1} v1" in example_gen["note"]
+
+    _csv(data / "2024-03-02" / "v1" / "rows.csv")
+    proc = _cli(f"--data={pattern}", f"--pipeline_root={root}", "--span_window=2")
+    assert proc.returncode != 0
+    assert f"has no span {day + 3} (spans found: {day}, {day + 1}, {day + 4})" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "pattern, files, message",
+    [
+        ("d/{YYYY}{MM}/*.csv", [], r"has \{YYYY\}\{MM\} but not \{DD\}; a date span needs"),
+        ("d/{SPAN}-{YYYY}{MM}{DD}/*.csv", [], r"has both \{SPAN\} and a date"),
+        ("d/v{VERSION}/*.csv", [], r"has \{VERSION\} but no \{SPAN\} or"),
+        (
+            "d/{YYYY}{MM}{DD}/*.csv",
+            ["d/20240230/a.csv"],
+            r"d/20240230/a.csv reads the date 2024-02-30, which is not a date; rename",
+        ),
+        (
+            "d/{SPAN}/v{VERSION}/*.csv",
+            ["d/1/v2/a.csv", "d/1/v02/a.csv"],
+            r"has two matches for version 2 of span 1 \(02 and 2\); keep one spelling",
+        ),
+        (
+            "d/s{SPAN}/v{VERSION}/p{VERSION}.csv",
+            ["d/s1/v1/p2.csv"],
+            r"reads 1 and 2 in its \{VERSION\} places; one path must name one span",
+        ),
+        ("d/{YYYY}{MM}{DD}/*.csv", ["d/x/a.csv"], r"matches no span: no file has digits where"),
+    ],
+)
+def test_bad_span_patterns_are_one_sentence(tmp_path, pattern, files, message):
+    from beam_pipeline.core.errors import PipelineError
+    from transforms.example_gen.input_files import resolve_spans
+
+    for name in files:
+        _csv(tmp_path / name)
+    with pytest.raises(PipelineError, match=message) as raised:
+        resolve_spans(str(tmp_path / pattern))
+    text = str(raised.value)
+    assert text.count(". ") == 0 and text.endswith("."), text

@@ -43,7 +43,7 @@ from beam_pipeline.runtime.options import create_pipeline, run_pipeline
 from beam_pipeline.runtime.runners import wait_for_job
 from beam_pipeline.stages.span_cache import SpanInput, SpanPlan, build_span_pipeline, span_label
 from transforms import example_gen as eg
-from transforms.example_gen.input_files import SPAN, resolve_spans
+from transforms.example_gen.input_files import has_span_spec, resolve_spans
 
 __all__ = ["DataInputs", "check_data", "build_data_pipeline", "reading_note", "ExampleGenStage"]
 
@@ -60,7 +60,7 @@ class DataInputs:
       header: the CSV header (empty for TFRecord).
       fingerprint: a digest of the input files' content (not their paths or times) and of
         every setting that shapes the examples; the analyzer cache's dataset key.
-      spans: with ``{SPAN}`` in ``--data``, the spans read (ascending).
+      spans: with ``{SPAN}`` (or a date) in ``--data``, the spans read (ascending).
       span_inputs: with ``{SPAN}``, each span's files and cached unit's key
         (``stages.span_cache``).
     """
@@ -81,10 +81,10 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     """
     d = config.data
     spans: tuple[int, ...] = ()
-    by_span: dict[int, list[str]] = {}
-    if SPAN in d.data:
+    by_span = {}
+    if has_span_spec(d.data):
         by_span = resolve_spans(d.data, d.span_window, d.spans)
-        sources = ((None, tuple(f for fs in by_span.values() for f in sorted(fs))),)
+        sources = ((None, tuple(f for span in by_span.values() for f in span.files)),)
         spans = tuple(by_span)
     elif d.input_splits:
         # DataConfig checked that a train split is named.
@@ -113,18 +113,19 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         span_inputs = tuple(
             SpanInput(
                 span,
-                tuple(files),
+                tuple(picked.files),
                 json_digest(
                     {
-                        "content": files_digest(files),
+                        "content": files_digest(picked.files),
                         "settings": repr(settings),
                         "format": data_format.value,
                         "header": list(header),
                         "code": pipeline_code(),
                     }
                 ),
+                picked.version,
             )
-            for span, files in by_span.items()
+            for span, picked in by_span.items()
         )
         fingerprint = json_digest({"spans": [[u.span, u.key] for u in span_inputs]})
         return DataInputs(sources, data_format, header, fingerprint, spans, span_inputs)
@@ -364,6 +365,11 @@ class ExampleGenStage(Stage):
             )
         elif computed:
             parts.append(f"{read_now} rows read")
+        versions = {u.span: u.version for u in plan.inputs if u.version is not None}
+        if versions:
+            parts.append(
+                "latest versions: " + ", ".join(f"span {s} v{v}" for s, v in versions.items())
+            )
         for span, why in sorted(plan.removed.items()):
             parts.append(f"span {span}'s cached unit removed ({why})")
         if rejected_n:
@@ -372,6 +378,8 @@ class ExampleGenStage(Stage):
             parts += [reading_note(result), job_note(job)]
         details = {"spans": spans, "spans_reused": reused, "spans_read": computed}
         details["rows_read"] = read_now
+        if versions:
+            details["versions"] = {str(s): v for s, v in versions.items()}
         if job is not None:
             details["job"] = job.to_json()
         reports = [

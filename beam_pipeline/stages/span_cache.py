@@ -36,8 +36,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Optional
 
-import apache_beam as beam
-
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Artifact, Split
 from beam_pipeline.engine.cache_entries import (
@@ -55,11 +53,13 @@ _EXAMPLE_FILES = "*.tfrecord.gz"
 
 @dataclasses.dataclass(frozen=True)
 class SpanInput:
-    """One span of the window: its number, its files and its unit's key."""
+    """One span of the window: its number, its files, its unit's key and the version read
+    (``{VERSION}``: the span's latest)."""
 
     span: int
     files: tuple[str, ...]
     key: str
+    version: Optional[int] = None
 
 
 def span_label(spans: Sequence[int]) -> str:
@@ -134,7 +134,8 @@ class SpanPlan:
             for path in fileio.glob(fileio.join(work, "rejected", "rejected-*")):
                 with fileio.open(path) as f:
                     rejected += sum(1 for line in f if line.strip())
-            record = {"span": unit.span, "files": list(unit.files), "rows": rows}
+            record = {"span": unit.span, "version": unit.version, "files": list(unit.files)}
+            record["rows"] = rows
             record["rejected"] = rejected
             fileio.write_file(fileio.join(work, _SPAN_FILE), json.dumps(record, indent=1))
             publish(work, self.final(unit), self.work_dir)
@@ -199,7 +200,7 @@ def _link(src: str, dst: str) -> None:
 
 
 def build_span_pipeline(
-    p: beam.Pipeline,
+    p,
     config,
     inputs,
     csv_format,
@@ -208,9 +209,13 @@ def build_span_pipeline(
 ) -> None:
     """Wires ExampleGen + the statistics state of each span to compute into ``p``.
 
-    Each span is read, typed and split as ExampleGen reads a whole input (the hash split
-    of a row does not depend on the span it came in), into the span's unit folder.
+    ``p`` is a ``beam.Pipeline`` (Beam is imported here only: ``runs show`` imports this
+    module for :func:`span_label`). Each span is read, typed and split as ExampleGen reads
+    a whole input (the hash split of a row does not depend on the span it came in), into
+    the span's unit folder.
     """
+    import apache_beam as beam
+
     from transforms import example_gen as eg
     from transforms.statistics import WriteStatisticsState
 
