@@ -113,6 +113,14 @@ def test_a_new_span_is_read_alone_and_the_windows_statistics_equal_a_fresh_run(t
     assert transform["details"]["analyzer_cache_spans_reused"] == [2]
     assert transform["details"]["analyzer_cache_spans_analyzed"] == [3]
     assert transform["rows_out"]["train"] == example_gen["rows_out"]["train"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "runs", "show", "b", f"--pipeline_root={root}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "Data: spans 2-3 (span 2 reused from earlier runs, not read)" in shown.stdout
 
     # The same window read anew (a new pipeline root), and as a plain glob of its files.
     fresh = str(tmp_path / "fresh")
@@ -212,7 +220,8 @@ def test_version_and_date_specs_pick_the_latest_version_of_each_days_span(tmp_pa
     _csv(data / "2024-03-02" / "v1" / "rows.csv")
     proc = _cli(f"--data={pattern}", f"--pipeline_root={root}", "--span_window=2")
     assert proc.returncode != 0
-    assert f"has no span {day + 3} (spans found: {day}, {day + 1}, {day + 4})" in proc.stderr
+    # 2024 is a leap year: 2024-03-02 is day + 3, and 2024-03-01 (day + 2) is missing.
+    assert f"has no span {day + 2} (spans found: {day}, {day + 1}, {day + 3})" in proc.stderr
 
 
 @pytest.mark.parametrize(
