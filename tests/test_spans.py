@@ -245,7 +245,11 @@ def test_version_and_date_specs_pick_the_latest_version_of_each_days_span(tmp_pa
             ["d/s1/v1/p2.csv"],
             r"reads 1 and 2 in its \{VERSION\} places; one path must name one span",
         ),
-        ("d/{YYYY}{MM}{DD}/*.csv", ["d/x/a.csv"], r"matches no span: no file has digits where"),
+        (
+            "d/{YYYY}{MM}{DD}/*.csv",
+            ["d/x/a.csv"],
+            r"matches no span: no file has digits where \{YYYY\}\{MM\}\{DD\} is; check",
+        ),
     ],
 )
 def test_bad_span_patterns_are_one_sentence(tmp_path, pattern, files, message):
