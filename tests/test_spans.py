@@ -122,6 +122,24 @@ def test_a_new_span_is_read_alone_and_the_windows_statistics_equal_a_fresh_run(t
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "Data: spans 2-3 (span 2 reused from earlier runs, not read)" in shown.stdout
 
+    # A preprocessing_fn changed outside its analyzers: Transform runs again, every span's
+    # analyzers from the cache.
+    with open(MODULE) as f:
+        code = f.read()
+    changed = tmp_path / "module.py"
+    changed.write_text(
+        code.replace(
+            "    return outputs\n",
+            '    outputs["island_copy"] = outputs["island_xf"]\n    return outputs\n',
+            1,
+        )
+    )
+    third = _run(root, "e", pattern, "--span_window=2", f"--module_file={changed}")
+    assert third["ExampleGen"]["status"] == "cached"
+    assert third["Transform"]["status"] == "ok"
+    assert third["Transform"]["details"]["analyzer_cache_spans_reused"] == [2, 3]
+    assert third["Transform"]["details"]["analyzer_cache_spans_analyzed"] == []
+
     # The same window read anew (a new pipeline root), and as a plain glob of its files.
     fresh = str(tmp_path / "fresh")
     again = _run(fresh, "c", pattern, *window)

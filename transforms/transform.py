@@ -202,6 +202,13 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
             input_cache,
             tft_beam.Context.get_use_tf_compat_v1(),
         )
+        self.analyzed_datasets = tuple(k.key for k in keys if k in needed)
+        if not needed:
+            # Every span's analyzers are cached (a preprocessing_fn changed outside its
+            # analyzers): tf.Transform still needs one dataset to build the analysis
+            # from, so the newest span is read (its analyzers' outputs still come from the
+            # cache).
+            needed = {keys[-1]}
         data = {
             key: (
                 pbegin | f"ReadForAnalysis[{key.key}]" >> self._read_files(files)
@@ -210,7 +217,6 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
             )
             for key, files in self._train_datasets.items()
         }
-        self.analyzed_datasets = tuple(k.key for k in keys if k in needed)
         return (data, input_cache, adapter_config) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(
             self._preprocessing_fn
         )
