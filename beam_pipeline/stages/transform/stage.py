@@ -4,7 +4,8 @@ One Beam job (inside a ``tft_beam.Context``) writes the transform graph and the 
 examples; tf.Transform's analyzer cache, shared by the runs under one pipeline root and
 keyed by the examples' content fingerprint, lets a rerun on the same data skip the
 analysis. With a ``{SPAN}`` input the cache has one dataset key per span (TFX's Transform
-keys it per input the same way): a window that moved by a span analyzes the new span only. The raw data's metadata is written beside the graph, as TFX's Transform does.
+keys it per input the same way): a window that moved by a span analyzes the new span only.
+The raw data's metadata is written beside the graph, as TFX's Transform does.
 
 Example::
 
