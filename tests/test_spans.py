@@ -261,7 +261,7 @@ def test_version_and_date_specs_pick_the_latest_version_of_each_days_span(tmp_pa
         (
             "d/s{SPAN}/v{VERSION}/p{VERSION}.csv",
             ["d/s1/v1/p2.csv"],
-            r"reads 1 and 2 in its \{VERSION\} places; one path must name one span",
+            r"reads versions 1 and 2 in its \{VERSION\} places; one path must name one",
         ),
         (
             "d/{YYYY}{MM}{DD}/*.csv",

@@ -108,6 +108,8 @@ _SPEC_REGEX = {SPAN: r"(\d+)", VERSION: r"(\d+)", "{YYYY}": r"(\d{4})", "{MM}": 
 _SPEC_REGEX["{DD}"] = r"(\d{2})"
 _SPECS = re.compile("|".join(re.escape(spec) for spec in _SPEC_REGEX))
 _EPOCH = datetime.date(1970, 1, 1)
+_WHAT = {SPAN: "spans", VERSION: "versions", "{YYYY}": "years", "{MM}": "months"}
+_WHAT["{DD}"] = "days"
 
 
 class SpanFiles(NamedTuple):
@@ -149,8 +151,8 @@ def _span_of(pattern: str, path: str, values: dict[str, set[str]]) -> tuple[int,
     for spec, texts in values.items():
         if len({int(t) for t in texts}) > 1:
             raise PipelineError(
-                f"--data {pattern!r}: {path} reads {' and '.join(sorted(texts))} in its {spec} "
-                "places; one path must name one span and version."
+                f"--data {pattern!r}: {path} reads {_WHAT[spec]} {' and '.join(sorted(texts))} "
+                f"in its {spec} places; one path must name one span and version."
             )
     if SPAN in values:
         text = min(values[SPAN])
