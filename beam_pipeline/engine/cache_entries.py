@@ -11,7 +11,7 @@ same rule as the runner's checks of published artifacts (``engine.contents``).
 :func:`remove_abandoned` deletes the private folders of killed processes of this machine.
 
 Used by tf.Transform's analyzer cache (``stages/transform/analyzer_cache.py``) and the
-per-span ExampleGen + Statistics cache (``stages/span_cache.py``).
+per-span ExampleGen + Statistics cache (``stages/common/span_cache.py``).
 
 Example::
 

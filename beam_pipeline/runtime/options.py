@@ -44,6 +44,7 @@ __all__ = [
     "is_direct",
     "is_multi_processing",
     "unknown_beam_flags",
+    "refuse_unknown_flags",
     "check_runner",
     "beam_option_names",
 ]
@@ -91,22 +92,39 @@ def beam_option_names() -> list[str]:
     )
 
 
-def _did_you_mean(flag: str) -> str:
-    """'did you mean --x? Else ' for the known flag (ours or Beam's) closest to ``flag``."""
+def _did_you_mean(flag: str, own_flags: Sequence[str]) -> str:
+    """'did you mean --x? Else ' for the known flag (``own_flags`` or Beam's) closest to
+    ``flag``."""
     import difflib
 
-    from beam_pipeline.flags import build_parser
-
     name = flag.split("=", 1)[0]
-    known = [
+    beam_flags = [
         option
-        for parser in (build_parser(), _beam_parser())
-        for action in parser._actions  # noqa: SLF001  argparse keeps no public list
+        for action in _beam_parser()._actions  # noqa: SLF001  argparse keeps no public list
         for option in action.option_strings
         if option.startswith("--")
     ]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name, [*own_flags, *beam_flags], n=1, cutoff=0.75)
     return f"did you mean {close[0]}? Else " if close else ""
+
+
+def refuse_unknown_flags(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
+    """Refuses the first flag in ``args`` that Beam does not know, suggesting the closest
+    of ``own_flags`` (the caller's command-line flags, ``--module_file``...) and Beam's.
+
+    ``own_flags`` come from the caller: this module sits below the command line and does
+    not know its flags.
+
+    Raises:
+      PipelineError: a flag is unknown to both.
+    """
+    unknown = unknown_beam_flags(args)
+    if unknown:
+        raise PipelineError(
+            f"Unknown flag {unknown[0]!r} on the command line: it is neither a beam_pipeline "
+            f"flag nor a Beam pipeline option; {_did_you_mean(unknown[0], own_flags)}check "
+            "its spelling (every setting is --flag=value) or run with --help."
+        )
 
 
 def _runner_names() -> list[str]:
@@ -207,7 +225,7 @@ def _environment_list_made_once(create):
 
     Every portable or Dataflow job that Beam submits stages a list of the launcher's
     installed packages, for its workers to compare with theirs: the stager makes it with a
-    ``pip freeze`` subprocess, 0.5-1 s of CPU, at every submission (the data stages, the
+    ``pip freeze`` subprocess, most of a second of CPU, at every submission (the data stages, the
     Transform, each trial round, the Trainer, the Evaluator: every job of a run). The
     packages do not change while the launcher runs, so the first list's text is kept and
     each later job stages the same file again, named as Beam names it. Beam offers no
@@ -245,16 +263,22 @@ def _environment_list_made_once(create):
     return once
 
 
+# Two stages running at once may build their first pipelines together: the check and the
+# patch of Beam's classes happen once.
+_CACHES_LOCK = threading.Lock()
+
+
 def _install_beam_caches() -> None:
     """The DoFn spec cache, and the package list made once (see their functions)."""
     from apache_beam.runners.portability.stager import Stager
 
-    _install_dofn_spec_cache()
-    create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
-    if not getattr(create, "beam_pipeline_cached", False):
-        Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
-            _environment_list_made_once(create)
-        )
+    with _CACHES_LOCK:
+        _install_dofn_spec_cache()
+        create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
+        if not getattr(create, "beam_pipeline_cached", False):
+            Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
+                _environment_list_made_once(create)
+            )
 
 
 def new_options(flags: Sequence[str] = (), **overrides) -> PipelineOptions:
@@ -277,13 +301,7 @@ def parse_beam_args(args: Sequence[str]) -> PipelineOptions:
     Raises:
       PipelineError: a flag is unknown to both this tool and Beam, or a mode is unsafe.
     """
-    unknown = unknown_beam_flags(args)
-    if unknown:
-        raise PipelineError(
-            f"Unknown flag {unknown[0]!r} on the command line: it is neither a beam_pipeline "
-            f"flag nor a Beam pipeline option; {_did_you_mean(unknown[0])}check its spelling "
-            "(every setting is --flag=value) or run with --help."
-        )
+    refuse_unknown_flags(args)
     options = new_options(args)
     check_runner(options)
     direct = options.view_as(po.DirectOptions)
@@ -329,6 +347,8 @@ _WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
 _WORKER_THREAD = "run_worker"
 _KILLED = (-9, 137)  # SIGKILL (the kernel's OOM killer), seen directly or through the shell
 _GRACE_S = 2.0  # a job whose worker died as it shut down may still end on its own
+# Held for a whole multi_processing job: its watch replaces threading.excepthook, which is
+# the process's, so two such jobs of stages running at once run one after the other.
 _hook_lock = threading.Lock()
 
 
@@ -346,8 +366,9 @@ def run_pipeline(
     DirectRunner, ``multi_processing`` mode: Beam's FnApiRunner waits forever for a worker
     process that exited (killed for memory, say): the thread that started it raises and
     nothing else notices. Here such a job runs in a thread of its own while this one
-    watches for that exit, and a :class:`PipelineError` names the job and the fix. Not
-    for two jobs at once in one process (one watch at a time).
+    watches for that exit, and a :class:`PipelineError` names the job and the fix. One
+    such job at a time in one process (one watch at a time): a second one, of a stage
+    running beside it, waits for the first to end.
 
     Portable runners, Flink, Spark, Dataflow: the job is submitted from a daemon thread
     (Beam's embedded job service runs the job on a thread that inherits it, so an

@@ -16,13 +16,13 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Optional
-
-import apache_beam as beam
+from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, transform_error
+from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import (
     Examples,
@@ -31,14 +31,15 @@ from beam_pipeline.engine.artifacts import (
     TransformGraph,
     TypedArtifact,
 )
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.jobs import announce_job, counter, job_note
-from beam_pipeline.runtime.options import create_pipeline, run_pipeline
-from beam_pipeline.runtime.runners import wait_for_job
-from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
 
-__all__ = ["build_transform_pipeline", "TransformStage"]
+if TYPE_CHECKING:
+    import apache_beam as beam
+
+    from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
+
+__all__ = ["TransformConfig", "build_transform_pipeline", "TransformStage"]
 
 
 def build_transform_pipeline(
@@ -103,7 +104,7 @@ def build_transform_pipeline(
 
 def span_datasets(examples: Examples) -> dict[str, str]:
     """With a ``{SPAN}`` input: one analyzer-cache dataset key per span (its number and
-    its content key, ``stages.span_cache``) -> the span's train examples; else {}."""
+    its content key, ``stages.common.span_cache``) -> the span's train examples; else {}."""
     keys = examples.properties.get("span_keys") or {}
     return {
         f"span{span}-{key[:16]}": fileio.join(
@@ -113,10 +114,26 @@ def span_datasets(examples: Examples) -> dict[str, str]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class TransformConfig:
+    """tf.Transform settings."""
+
+    analyzer_cache: bool = setting(
+        True,
+        flag="analyzer_cache",
+        help="Do not reuse or write tf.Transform's analyzer cache.",
+        kind="switch",
+    )
+
+
 class TransformStage(Stage):
     """Examples + Schema -> TransformGraph + TransformedExamples (needs a module file)."""
 
-    name = StageName.TRANSFORM
+    name = "Transform"
+    Config = TransformConfig
+    config_key = "transform"
+    in_run_identity = True
+    worker_modules = ("transforms.transform",)
     inputs = (Input(Examples, key="examples"), Input(Schema, key="schema"))
     outputs = (TransformGraph, TransformedExamples)
 
@@ -134,7 +151,10 @@ class TransformStage(Stage):
         import tensorflow_transform.beam as tft_beam
         from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
-        from beam_pipeline.stages.schema.inference import read_schema
+        from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+        from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+        from beam_pipeline.runtime.runners import wait_for_job
+        from beam_pipeline.stages.common.schema_file import read_schema
         from transforms.transform import dataset_cache_key
 
         config, run_dir = ctx.config, ctx.run_dir
@@ -147,6 +167,8 @@ class TransformStage(Stage):
         datasets = span_datasets(examples)
         cache = None
         if config.transform.analyzer_cache:
+            from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
+
             cache = AnalyzerCache(
                 run_dir.cache_path("transform"),
                 list(datasets) or [dataset_cache_key(fingerprint).key],
@@ -233,7 +255,7 @@ def _span_cache_note(
 ) -> tuple[str, dict]:
     """The analyzer cache's note with one dataset per span: which spans' analyzers were
     read from the cache and which were computed."""
-    from beam_pipeline.stages.span_cache import span_label
+    from beam_pipeline.stages.common.span_cache import span_label
 
     def span(key: str) -> int:
         return int(key[len("span") :].split("-", 1)[0])
