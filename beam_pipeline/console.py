@@ -123,6 +123,8 @@ class RunEvents:
 
     def __init__(self):
         self.run_dir: Optional[str] = None
+        # Stage -> what tells its progress from its files while it runs (Stage.progress).
+        self.details: dict[str, Callable[[str], str]] = {}
         self._listeners: dict[str, list[Callable[..., None]]] = {e: [] for e in self._EVENTS}
 
     def subscribe(self, **callbacks: Callable[..., None]) -> None:
@@ -136,8 +138,11 @@ class RunEvents:
         for callback in self._listeners["run_started"]:
             callback(run_dir)
 
-    def stage_started(self, stage: str) -> None:
-        """A stage (ExampleGen, Transform, Tuner, ...) starts running (not when cached)."""
+    def stage_started(self, stage: str, details: Optional[Callable[[str], str]] = None) -> None:
+        """A stage (ExampleGen, Transform, Tuner, ...) starts running (not when cached);
+        ``details(run_dir)`` tells how far it got (its declaration's ``progress``)."""
+        if details is not None:
+            self.details[stage] = details
         for callback in self._listeners["stage_started"]:
             callback(stage)
 

@@ -30,33 +30,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any, Optional
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, no_room
+from beam_pipeline.core.forked import WORKER_MODULES_ENV
 from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
-from beam_pipeline.engine import StageContext, StageName, run_stages
+from beam_pipeline.engine import Preflight, Stage, StageContext, run_stages
 from beam_pipeline.engine.code_digest import transform_code
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import pipeline_code
 from beam_pipeline.engine.manifest import RunManifest, run_identity
 from beam_pipeline.engine.records import DATA_TYPE, RunRecords, stored_uri
 from beam_pipeline.engine.summary import RunSummary, write_summary
-from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
+from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus, open_for_pipeline
 from beam_pipeline.metadata.launcher import this_launcher
 from beam_pipeline.runtime.options import is_multi_processing, parse_beam_args
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.runtime.runners import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.scratch import run_temp_dir
-from beam_pipeline.stages.bulk_inferrer import check_infer_inputs
 from beam_pipeline.stages.example_gen import check_data
-from beam_pipeline.stages.graph import STAGE_GRAPH
-from beam_pipeline.stages.trainer.stage import check_warm_start
-from beam_pipeline.stages.tuner.stage import check_trial_gpus, default_tuner_pool
-from beam_pipeline.stages.tuner.tuning import with_schedule
+from beam_pipeline.stages.graph import STAGE_GRAPH, load_graph
+from beam_pipeline.stages.tuner.stage import TunerStage, default_tuner_pool
 from trainer import ModuleKind, load_trainer_module
 from trainer.module_loader import check_no_misspelled_run_fn
 from transforms import example_gen as eg
@@ -95,7 +94,7 @@ def _open_store(config: PipelineConfig) -> Optional[MetadataStore]:
         # The default store lives in the pipeline root: one that cannot be written is named
         # as such (cli.py: "Cannot write <root>/runs ..."), not as a store to replace.
         fileio.makedirs(fileio.join(config.pipeline_root, "runs"))
-    return MetadataStore.for_pipeline_root(config.pipeline_root, config.metadata_url or None)
+    return open_for_pipeline(config.pipeline_root, config.metadata_url or None)
 
 
 def _data_spec(config: PipelineConfig, fingerprint: str) -> ArtifactSpec:
@@ -108,7 +107,11 @@ def _data_spec(config: PipelineConfig, fingerprint: str) -> ArtifactSpec:
     return ArtifactSpec(uri, DATA_TYPE, fingerprint=fingerprint)
 
 
-def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummary:
+def run(
+    config: PipelineConfig,
+    events: Optional[RunEvents] = None,
+    graph: Optional[Sequence[Stage]] = None,
+) -> RunSummary:
     """Runs the whole pipeline described by ``config``; ``events`` hears of its directory
     and stages as they go (the CLI's log and progress display).
 
@@ -117,23 +120,27 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     """
     from beam_pipeline.stages.schema.inference import read_schema
 
+    if graph is None:
+        graph = load_graph(config.graph) if config.graph else STAGE_GRAPH
     gpu_environment(os.environ)  # the Python API's callers too: see beam_pipeline.core.gpus
     options = parse_beam_args(config.beam_args)
     # Each stage's own Beam flags, checked now: a bad one stops the run before anything runs.
-    stage_options = _stage_options(config)
-    # The runner's tuner schedule when none was given: recorded in the run's identity.
-    config = with_schedule(config, options)
+    stage_options = _stage_options(config, graph)
+    # What a stage's settings leave to the runner (the Tuner's schedule), decided now:
+    # recorded in the run's identity.
+    for stage in graph:
+        config = stage.configure(config, options)
+    # What the stages' workers import, for a local pool's fork server to import once.
+    modules = dict.fromkeys(m for stage in graph for m in stage.worker_modules)
+    os.environ[WORKER_MODULES_ENV] = ",".join(modules)
     if is_multi_processing(options):  # the DirectRunner's worker processes: see there
         from beam_pipeline.runtime.pool import warm_fork_server
 
         warm_fork_server()
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
-    if config.evaluator.serving_endpoint and config.evaluator.infra_validator:
-        # The serving check's server must answer now, not after the training.
-        from beam_pipeline.stages.infra_validator.endpoint import check_endpoint
-
-        check_endpoint(config.evaluator.serving_endpoint)
+    for stage in graph:  # e.g. the serving check's server must answer now, not later
+        stage.check_settings(config, options)
     # A local EXTERNAL worker pool must start a worker that imports this project; checked
     # while the inputs and the module file are checked, and waited for before anything is
     # created (beam_pipeline.runtime.preflight).
@@ -142,11 +149,10 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
         config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes
     )
     inputs = check_data(config, csv_format)
-    # The BulkInferrer's files and model, checked now rather than after the training.
-    check_infer_inputs(config, csv_format)
     preprocessing_fn = None
     tunes = False
     bundle = None
+    user_module = None
     if config.module_file:
         # Loaded once here, before any Beam work: a syntax error, a trainer_fn or a bad
         # run_fn signature stops the run now, not after the data stages.
@@ -161,8 +167,6 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             callable(getattr(user_module.module, "tuner_fn", None))
             or bool(config.tuner.search_space)
         )
-        if tunes:  # the host's GPUs for --gpus_per_trial, before anything is written
-            check_trial_gpus(config, options)
         # Read (and its folder's size checked) before the run directory exists.
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
         if not _stages_run_here(options):
@@ -170,7 +174,25 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             # learn its search space) must not take a GPU its workers need. A module file
             # imports TensorFlow anyway; without one nothing here would import it.
             hide_gpus("the run's stages run in worker processes")
-    user_schema = read_schema(config.data.schema) if config.data.schema else None
+    # Each stage's own checks (servers it talks to, the host's GPUs, its inputs, models in
+    # the store), before anything is written and before the first Beam job.
+    opened: dict[str, Optional[MetadataStore]] = {}
+
+    def store_once() -> Optional[MetadataStore]:
+        # Opened before anything is written: a bad --metadata_url stops the run here.
+        if "store" not in opened:
+            opened["store"] = _open_store(config)
+        return opened["store"]
+
+    checks = Preflight(config, options, csv_format, user_module, tunes, store_once)
+    try:
+        for stage in graph:
+            stage.preflight(checks)
+    except BaseException:
+        if opened.get("store") is not None:
+            opened["store"].close()
+        raise
+    user_schema = read_schema(config.schema.file) if config.schema.file else None
 
     pool_checked()
     # What the module's workers run: the module file and its folder's Python files.
@@ -178,14 +200,12 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
     identity = run_identity(
         config, inputs.fingerprint, bundle.sha256 if bundle else None, module_digest
     )
-    # Opened before anything is written: a bad --metadata_url stops the run here.
-    store = _open_store(config)
+    store = store_once()
     scratch = contextlib.ExitStack()
     try:
-        if config.trainer.warm_start and config.trainer.enabled:
-            check_warm_start(store, config, config.run_id)  # before the run directory exists
         # A rerun of a --run_id resumes it, or is refused before anything is written.
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
+        manifest.order = [stage.name for stage in graph]
         # What the run's processes write through tempfile (autograph's files, the pool's
         # logs, unpacked modules) goes to a folder of the run's own, removed at its end.
         scratch.enter_context(run_temp_dir(config.pipeline_root))
@@ -200,7 +220,8 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             }
             run = store.start_run(run_dir.run_id, properties=properties)
         data = _data_spec(config, inputs.fingerprint)
-        records = RunRecords(manifest, store, run, data, config.no_cache)
+        data_stage = next((s.name for s in graph if s.reads_input_data), "")
+        records = RunRecords(manifest, store, run, data, config.no_cache, data_stage)
         summary = RunSummary(run_dir.root)
         events = events if events is not None else RunEvents()
         events.run_started(run_dir.root)
@@ -213,7 +234,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             # The tuner's worker processes import TensorFlow (seconds each) while the data
             # stages run, instead of after them; they are stopped before training.
             pool = None
-            if tunes and not manifest.has(StageName.TUNER):
+            if tunes and not manifest.has(TunerStage.name):
                 pool = default_tuner_pool(config, options, run_dir)
             if pool is not None:
                 tuner_pool.enter_context(pool)
@@ -233,7 +254,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
                 pool=pool,
                 events=events,
             )
-            run_stages(STAGE_GRAPH, ctx, records, summary, stage_options)
+            run_stages(graph, ctx, records, summary, stage_options)
         except BaseException:
             tuner_pool.close()
             run_dir.remove_staging()
@@ -254,7 +275,7 @@ def run(config: PipelineConfig, events: Optional[RunEvents] = None) -> RunSummar
             store.close()
 
 
-def _stage_options(config: PipelineConfig) -> dict[StageName, Any]:
+def _stage_options(config: PipelineConfig, graph: Sequence[Stage]) -> dict[str, Any]:
     """The Beam options of each stage ``--stage_beam_args`` names: the run's flags, then
     the stage's (later flags win), as TFX's ``with_beam_pipeline_args``.
 
@@ -264,8 +285,8 @@ def _stage_options(config: PipelineConfig) -> dict[StageName, Any]:
     """
     from beam_pipeline.runtime.options import unknown_beam_flags
 
-    names = {s.value: s for s in StageName}
-    found: dict[StageName, Any] = {}
+    names = {s.name: s.name for s in graph}
+    found: dict[str, Any] = {}
     for stage, flags in config.stage_beam_args:
         if stage not in names:
             raise PipelineError(

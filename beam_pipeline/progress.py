@@ -36,9 +36,6 @@ Example::
 
 from __future__ import annotations
 
-import glob
-import json
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -57,65 +54,6 @@ PLAIN_EVERY_SECONDS = 10.0
 # service): every 5 s keeps a long job's line current at 12 calls a minute.
 COUNTERS_EVERY_SECONDS = 5.0
 _POLL_SECONDS = 0.5
-
-
-def _tuner_progress(run_dir: str) -> str:
-    """'trials: 3 done, 2 running, 0 failed; best 0.97' from keras-tuner's trial files."""
-    patterns = ("tuner/*/trial_*/trial.json", ".staging/*/*/trial_*/trial.json")
-    statuses: dict[str, str] = {}
-    best: Optional[float] = None
-    for pattern in patterns:
-        for path in glob.glob(os.path.join(run_dir, pattern)):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    trial = json.load(f)
-            except (OSError, ValueError):  # being written: read it on the next poll
-                continue
-            statuses[str(trial.get("trial_id"))] = str(trial.get("status"))
-            score = trial.get("score")
-            if isinstance(score, (int, float)) and trial.get("status") == "COMPLETED":
-                maximize = _maximizes(trial, score)
-                if best is None or (score > best if maximize else score < best):
-                    best = score
-    if not statuses:
-        return ""
-    done = sum(s == "COMPLETED" for s in statuses.values())
-    failed = sum(s in ("FAILED", "INVALID") for s in statuses.values())
-    running = len(statuses) - done - failed
-    text = f"trials: {done} done, {running} running, {failed} failed"
-    return text + (f"; best {best:.4g}" if best is not None else "")
-
-
-def _maximizes(trial: dict, score: float) -> bool:
-    """Whether the objective that gave ``score`` is maximized (from the trial's metrics)."""
-    for metric in (trial.get("metrics") or {}).get("metrics", {}).values():
-        values = [v for o in metric.get("observations", []) for v in o.get("value", [])]
-        if score in values:
-            return metric.get("direction") == "max"
-    return True
-
-
-def _trainer_progress(run_dir: str) -> str:
-    """'step 40, loss 0.31' from the newest TensorBoard event file in model_run/train."""
-    files = glob.glob(os.path.join(run_dir, "model_run", "train", "events.out.tfevents.*"))
-    if not files:
-        return ""
-    import tensorflow as tf
-
-    step, loss = None, None
-    try:
-        for event in tf.compat.v1.train.summary_iterator(max(files, key=os.path.getmtime)):
-            for value in event.summary.value:
-                if value.tag.endswith("loss") and value.HasField("tensor"):
-                    step, loss = event.step, float(tf.make_ndarray(value.tensor))
-    except (tf.errors.OpError, OSError, ValueError):  # a record half written: next poll
-        pass
-    if step is None:
-        return ""
-    return f"epoch {step + 1}, loss {loss:.4g}"
-
-
-_DETAILS = {"Tuner": _tuner_progress, "Trainer": _trainer_progress}
 
 
 _READ = "example_gen.rows_read"
@@ -218,6 +156,7 @@ class ProgressDisplay:
         counters_every: float = COUNTERS_EVERY_SECONDS,
     ):
         self._out = out
+        self._events = events
         self._enabled = enabled
         self._plain_every = plain_every
         self._counters_every = counters_every
@@ -319,7 +258,7 @@ class ProgressDisplay:
     def _stage_line(self, stage: str, state: _Running) -> str:
         started, job = state.started, state.job
         detail = ""
-        read = _DETAILS.get(stage)
+        read = self._events.details.get(stage)  # the stage declaration's progress
         if read is not None and self._run_dir and "://" not in self._run_dir:
             try:
                 detail = read(self._run_dir)

@@ -82,9 +82,9 @@ def _field_facts() -> dict[str, tuple[Any, str]]:
 
     config = PipelineConfig()
     facts: dict[str, tuple[Any, str]] = {}
-    for dest, (section, field) in flags._FIELDS.items():
+    for dest, (section, field, setting, _) in flags.flag_table().items():
         holder = getattr(config, section) if section else config
-        facts[dest] = (getattr(holder, field), _attribute_docs(type(holder)).get(field, ""))
+        facts[dest] = (getattr(holder, field), setting.help)
     output = OutputConfig()
     for f in dataclasses.fields(output):
         facts[f.name] = (getattr(output, f.name), _attribute_docs(OutputConfig).get(f.name, ""))
@@ -100,7 +100,8 @@ def _row(action: argparse.Action, facts: dict[str, tuple[Any, str]]) -> str:
     else:
         raise ValueError(
             f"Flag {action.option_strings[0]} fills no field of the config "
-            "(beam_pipeline.flags._FIELDS); add it there or to scripts/docs_flags.py's _NO_FIELD."
+            "(a setting of a stage's Config or of PipelineConfig); declare it there or add it "
+            "to scripts/docs_flags.py's _NO_FIELD."
         )
     if isinstance(action, argparse._StoreFalseAction):
         shown = "off" if default is False else ""  # --no_X: the stage runs unless given
@@ -150,7 +151,12 @@ def flag_tables() -> str:
         if not actions:
             continue
         title = "general" if group.title in ("options", "optional arguments") else group.title
-        out += [f"### {title.capitalize()}", "", "| flag | default | meaning |", "|---|---|---|"]
+        out += [
+            f"### {title if title != title.lower() else title.capitalize()}",
+            "",
+            "| flag | default | meaning |",
+            "|---|---|---|",
+        ]
         out += [_row(a, facts) for a in actions]
         out.append("")
     return "\n".join(out)

@@ -597,8 +597,8 @@ def test_yaml_config_and_flags(tmp_path):
         ]
     )
     assert cfg.trainer.entry_point == "PenguinSpec"
-    assert cfg.evaluator.serving_endpoint == "[::1]:8500"
-    assert cfg.evaluator.serving_model_name == "penguin"
+    assert cfg.infra_validator.serving_endpoint == "[::1]:8500"
+    assert cfg.infra_validator.serving_model_name == "penguin"
     assert cfg.tuner.schedule is TunerSchedule.ROUNDS
     assert cli.parse_config([f"--config={config}", "--tuner_schedule=rolling"]).tuner.schedule is (
         TunerSchedule.ROLLING

@@ -110,8 +110,9 @@ def test_the_first_command_prints_only_progress_the_summary_and_the_report(defau
 
 
 def test_the_progress_display_reads_trials_and_training_from_the_run_directory(default_run):
-    from beam_pipeline.progress import _DETAILS
+    from beam_pipeline.stages.graph import STAGE_GRAPH
 
+    _DETAILS = {s.name: s.progress for s in STAGE_GRAPH}  # each stage declares its own
     _, run_dir = default_run
     # The bundled search: 4 trials, all done; the best score is the Tuner's own best trial's
     # (its val accuracy: 1 in 4 runs by hand, 0.98 in a CI run, so not a fixed figure).

@@ -106,7 +106,7 @@ def test_transform_key_changes_only_with_the_code_preprocessing_fn_runs(
 def _stage_keys(folder, source):
     """The cache keys of Transform and Trainer (built from the same inputs) for ``source``:
     the stages' own parameters, as the runner builds them into keys."""
-    from beam_pipeline.engine import StageContext, StageName
+    from beam_pipeline.engine import StageContext
     from beam_pipeline.engine.execution import cache_key
     from beam_pipeline.stages.trainer.stage import TrainerStage
     from beam_pipeline.stages.transform.stage import TransformStage
@@ -119,8 +119,8 @@ def _stage_keys(folder, source):
     )  # fmt: skip
     inputs = {"examples": "k-examples", "schema": "k-schema", "transform": "k-transform"}
     return (
-        cache_key(StageName.TRANSFORM, {**inputs, **TransformStage().parameters(ctx)}),
-        cache_key(StageName.TRAINER, {**inputs, **TrainerStage().parameters(ctx)}),
+        cache_key("Transform", {**inputs, **TransformStage().parameters(ctx)}),
+        cache_key("Trainer", {**inputs, **TrainerStage().parameters(ctx)}),
     )
 
 

@@ -42,7 +42,8 @@ class DataFormat(str, enum.Enum):
 
 
 class Artifact(str, enum.Enum):
-    """Artifacts of a run, by folder name inside the run directory."""
+    """The core artifacts of a run, by folder name inside the run directory (a stage may
+    name its own artifacts' folders with a string)."""
 
     EXAMPLES = "examples"
     REJECTED = "rejected"
@@ -58,6 +59,3 @@ class Artifact(str, enum.Enum):
     BLESSING = "blessing"
     INFRA_BLESSING = "infra_blessing"
     PUSHED_MODEL = "pushed_model"
-    INFERENCE_RESULT = "inference_result"
-    INFERRED_EXAMPLES = "inferred_examples"
-    INFERENCE_REJECTED = "inference_rejected"

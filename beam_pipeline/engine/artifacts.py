@@ -41,14 +41,15 @@ __all__ = [
     "ModelBlessing",
     "InfraBlessing",
     "PushedModel",
-    "InferenceResult",
-    "InferredExamples",
-    "InferenceRejectedRows",
     "ModelInputs",
+    "artifact_types",
     "SCHEMA_FILE",
 ]
 
 SCHEMA_FILE = "schema.pbtxt"
+
+# Type name -> type, filled as each type is declared (TypedArtifact.__init_subclass__).
+_TYPES: dict[str, type[TypedArtifact]] = {}
 _EXAMPLE_FILES = "*.tfrecord.gz"
 
 
@@ -61,13 +62,28 @@ class TypedArtifact:
       properties: JSON values describing it (each type documents its own).
     """
 
-    FOLDER: ClassVar[Artifact]
+    FOLDER: ClassVar[Artifact | str]
     # Files (relative paths) a later stage adds to the published folder by design, which
     # the reuse check (beam_pipeline.engine.contents) leaves out.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ()
 
     uri: str
     properties: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __init_subclass__(cls, **kwargs: Any):
+        # Every type with a folder can be rebuilt from a record by its name
+        # (from_json), wherever it is declared (a stage may declare its own).
+        super().__init_subclass__(**kwargs)
+        if "FOLDER" in cls.__dict__:
+            known = _TYPES.get(cls.__name__)
+            if known is not None and known.__qualname__ != cls.__qualname__:
+                raise ValueError(f"two artifact types are named {cls.__name__}")
+            _TYPES[cls.__name__] = cls
+
+    @classmethod
+    def folder_name(cls) -> str:
+        """The run-directory folder this type is published in."""
+        return cls.FOLDER.value if isinstance(cls.FOLDER, Artifact) else str(cls.FOLDER)
 
     @property
     def type_name(self) -> str:
@@ -222,51 +238,6 @@ class PushedModel(TypedArtifact):
     FOLDER = Artifact.PUSHED_MODEL
 
 
-class InferenceResult(TypedArtifact):
-    """The BulkInferrer's PredictionLog TFRecords, ``prediction_logs-*.gz`` (TFX's
-    ``InferenceResult``); properties ``rows`` (scored), ``model`` (the model's folder)."""
-
-    FOLDER = Artifact.INFERENCE_RESULT
-
-
-class InferredExamples(TypedArtifact):
-    """The scored examples with each prediction output joined as a feature
-    ``prediction_<output>`` (TFX's ``output_example_spec``), ``examples-*.tfrecord.gz``."""
-
-    FOLDER = Artifact.INFERRED_EXAMPLES
-
-
-class InferenceRejectedRows(TypedArtifact):
-    """The rows the BulkInferrer could not score, one JSON object per row (file, line,
-    reason), as ExampleGen's rejected rows; property ``rows``."""
-
-    FOLDER = Artifact.INFERENCE_REJECTED
-
-
-_TYPES: Mapping[str, type[TypedArtifact]] = {
-    cls.__name__: cls
-    for cls in (
-        Examples,
-        RejectedRows,
-        Statistics,
-        Schema,
-        Anomalies,
-        TransformGraph,
-        TransformedExamples,
-        Hyperparameters,
-        Model,
-        ModelRun,
-        ModelEvaluation,
-        ModelBlessing,
-        InfraBlessing,
-        PushedModel,
-        InferenceResult,
-        InferredExamples,
-        InferenceRejectedRows,
-    )
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelInputs:
     """What a model-phase stage (Tuner, Trainer) reads: Transform's outputs and the schema.
@@ -325,3 +296,8 @@ class ModelInputs:
             "eval_files": files[Split.EVAL],
             "schema_path": self.schema.file if self.schema is not None else None,
         }
+
+
+def artifact_types() -> dict[str, type[TypedArtifact]]:
+    """Every artifact type declared so far: type name -> type."""
+    return dict(_TYPES)

@@ -10,11 +10,11 @@ history).
 
 Example::
 
-    found = records.lookup(StageName.SCHEMA, key)   # None: a miss
+    found = records.lookup("Schema", key)   # None: a miss
     if found is None:
-        records.forget([StageName.SCHEMA, StageName.VALIDATION, ...])
+        records.forget(["Schema", "Validation", ...])
         ...  # run the stage
-        records.record(Execution(StageName.SCHEMA, key, built_from, ...))
+        records.record(Execution("Schema", key, built_from, ...))
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ from typing import Any, Optional, Protocol
 
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.fingerprint import json_digest
-from beam_pipeline.engine.stage import StageName
 from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["Execution", "ExecutionRecords", "cache_key"]
 
 
-def cache_key(stage: StageName, built_from: Mapping[str, Any]) -> str:
+def cache_key(stage: str, built_from: Mapping[str, Any]) -> str:
     """A stage's cache key: the digest of its name and what it is built from."""
-    return json_digest({"stage": stage.value, "built_from": built_from})
+    return json_digest({"stage": stage, "built_from": built_from})
 
 
 @dataclasses.dataclass
@@ -53,7 +52,7 @@ class Execution:
       started / finished: ISO times.
     """
 
-    stage: StageName
+    stage: str
     key: str
     built_from: Mapping[str, Any]
     inputs: Sequence[TypedArtifact]
@@ -63,6 +62,41 @@ class Execution:
     run_id: str
     started: str
     finished: str
+
+    def to_json(self) -> dict[str, Any]:
+        """What is kept of it (in the run manifest, and as the store's execution
+        properties): all but its stage, key and run, which the keeper files it under."""
+        return {
+            "built_from": dict(self.built_from),
+            "inputs": [a.to_json() for a in self.inputs],
+            "outputs": [a.to_json() for a in self.outputs],
+            "reports": [r.to_json() for r in self.reports],
+            "outcome": dict(self.outcome),
+            "started": self.started,
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def from_json(
+        cls, stage: str, key: str, run_id: str, kept: Mapping[str, Any]
+    ) -> Optional[Execution]:
+        """The execution :meth:`to_json` kept as ``kept``; None where it cannot be read (kept
+        by another version: a miss, never an error)."""
+        try:
+            return cls(
+                stage=stage,
+                key=key,
+                built_from=kept["built_from"],
+                inputs=[TypedArtifact.from_json(a) for a in kept.get("inputs", [])],
+                outputs=[TypedArtifact.from_json(a) for a in kept["outputs"]],
+                reports=[StageReport.from_json(r) for r in kept.get("reports", [])],
+                outcome=kept.get("outcome") or {},
+                run_id=run_id,
+                started=kept.get("started", ""),
+                finished=kept.get("finished", ""),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
 
     @property
     def job_ids(self) -> list[str]:
@@ -74,14 +108,14 @@ class Execution:
 class ExecutionRecords(Protocol):
     """Where the runner looks up earlier executions and records new ones."""
 
-    def lookup(self, stage: StageName, key: str) -> Optional[Execution]:
+    def lookup(self, stage: str, key: str) -> Optional[Execution]:
         """A successful earlier execution of ``stage`` with ``key``, or None.
 
         The runner reuses it only when each of its outputs is still published; a miss is
         never an error.
         """
 
-    def forget(self, stages: Sequence[StageName]) -> None:
+    def forget(self, stages: Sequence[str]) -> None:
         """``stages`` (one that reruns and those after it) are about to be rerun in this
         run: their earlier executions in this run no longer describe its folders."""
 
@@ -93,7 +127,7 @@ class ExecutionRecords(Protocol):
 
     def begin(
         self,
-        stage: StageName,
+        stage: str,
         key: str,
         built_from: Mapping[str, Any],
         inputs: Sequence[TypedArtifact],
@@ -102,7 +136,7 @@ class ExecutionRecords(Protocol):
 
     def stop(
         self,
-        stage: StageName,
+        stage: str,
         error: Optional[BaseException],
         reports: Sequence[StageReport] = (),
     ) -> None:

@@ -41,16 +41,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.core.types import Artifact
-from beam_pipeline.engine.artifacts import TypedArtifact
+from beam_pipeline.core.settings import settings_of
+from beam_pipeline.engine.artifacts import artifact_types
+from beam_pipeline.engine.config import PipelineConfig, identity_sections
 from beam_pipeline.engine.execution import Execution
 from beam_pipeline.engine.fingerprint import file_digest, folder_digest
 from beam_pipeline.engine.run_dir import RunDirectory
-from beam_pipeline.engine.stage import StageName
-from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["MANIFEST_FILE", "RunManifest", "run_identity"]
 
@@ -89,21 +87,24 @@ def run_identity(
       module_folder_digest: the SHA-256 of the module's folder's Python files as staged
         for the workers (``ModuleBundle.archive_sha256``: its helper modules).
     """
-    trainer = dataclasses.replace(
-        config.trainer,
-        hyperparameters=(
-            file_digest(config.trainer.hyperparameters) if config.trainer.hyperparameters else None
-        ),
-        base_model=folder_digest(config.trainer.base_model) if config.trainer.base_model else None,
-    )
-    identity = {
+    identity: dict[str, Any] = {
         "data": data_fingerprint,
         "module_file": module_digest,
         "module_folder": module_folder_digest,
-        "transform": _plain(config.transform),
-        "trainer": _plain(trainer),
-        "tuner": _plain(config.tuner),
     }
+    for key in identity_sections():
+        section = config.section(key)
+        values = {}
+        for name, s in settings_of(type(section)):
+            if not s.identity:
+                continue
+            value = getattr(section, name)
+            if value and s.digest == "file":
+                value = file_digest(value)
+            elif value and s.digest == "folder":
+                value = folder_digest(value)
+            values[name] = _plain(value)
+        identity[key] = values
     if config.stage_beam_args:  # only then: the runs before it keep their identity
         identity["stage_beam_args"] = {s: list(flags) for s, flags in config.stage_beam_args}
     return identity
@@ -119,7 +120,9 @@ def _difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str:
         return "the Python files beside the module file (its helper modules)"
     if recorded.get("stage_beam_args") != current.get("stage_beam_args"):
         return "the per-stage Beam flags (stage_beam_args)"
-    for section in ("transform", "trainer", "tuner"):
+    for section in sorted(set(recorded) | set(current)):
+        if section in ("data", "module_file", "module_folder", "stage_beam_args"):
+            continue
         old, new = recorded.get(section) or {}, current.get(section) or {}
         for name in sorted(set(old) | set(new)):
             if old.get(name) != new.get(name):
@@ -133,7 +136,7 @@ class RunManifest:
     Attributes:
       run_dir: the run directory.
       identity: the run's identity (see :func:`run_identity`).
-      stages: per finished stage (by :class:`StageName` value), its record.
+      stages: per finished stage (by name), its record.
       resumed: True when the run directory existed already (a rerun).
     """
 
@@ -142,6 +145,9 @@ class RunManifest:
         self.identity = identity
         self.stages: dict[str, dict[str, Any]] = dict(stages or {})
         self.resumed = resumed
+        # The stages' names in graph order (set by whoever runs the graph): the manifest
+        # lists them so, whatever order stages running at once ended in.
+        self.order: list[str] = []
 
     @property
     def path(self) -> str:
@@ -176,7 +182,8 @@ class RunManifest:
                 # What a killed attempt was writing: never published, never to be read.
                 run_dir.remove_staging()
                 return run_dir, cls(run_dir, identity, recorded.get("stages"), resumed=True)
-            published = [a.value for a in Artifact if run_dir.is_published(a)]
+            folders = sorted({t.folder_name() for t in artifact_types().values()})
+            published = [f for f in folders if run_dir.is_published(f)]
             if published:
                 raise PipelineError(
                     f"Run directory {run_dir.root} holds artifacts ({', '.join(published)}) but "
@@ -189,40 +196,26 @@ class RunManifest:
         manifest._write()
         return run_dir, manifest
 
-    def has(self, stage: StageName) -> bool:
+    def has(self, stage: str) -> bool:
         """Whether ``stage`` finished in an earlier attempt (its artifacts not checked)."""
-        return stage.value in self.stages
+        return stage in self.stages
 
-    def lookup(self, stage: StageName, key: str) -> Optional[Execution]:
+    def lookup(self, stage: str, key: str) -> Optional[Execution]:
         """The stage's execution in an earlier attempt of this run, when its key is ``key``.
 
         Anything else is a miss (None), never an error: no record, another key, or a record
         without typed outputs (written by an older version). The runner checks that its
         outputs are still published.
         """
-        record = self.stages.get(stage.value)
+        record = self.stages.get(stage)
         if record is None or record.get("key") != key or "outputs" not in record:
             return None
-        try:
-            return Execution(
-                stage=stage,
-                key=key,
-                built_from=record["built_from"],
-                inputs=[TypedArtifact.from_json(a) for a in record.get("inputs", [])],
-                outputs=[TypedArtifact.from_json(a) for a in record["outputs"]],
-                reports=[StageReport.from_json(r) for r in record.get("reports", [])],
-                outcome=record.get("outcome") or {},
-                run_id=self.run_dir.run_id,
-                started=record.get("started", ""),
-                finished=record.get("finished", ""),
-            )
-        except (KeyError, TypeError, ValueError):  # a record this version cannot read
-            return None
+        return Execution.from_json(stage, key, self.run_dir.run_id, record)
 
-    def forget(self, stages: Sequence[StageName]) -> None:
+    def forget(self, stages: Sequence[str]) -> None:
         """Drops the records of ``stages`` (they rerun) and rewrites the manifest."""
         for stage in stages:
-            self.stages.pop(stage.value, None)
+            self.stages.pop(stage, None)
         self._write()
 
     def record(self, execution: Execution) -> None:
@@ -231,19 +224,15 @@ class RunManifest:
         A skipped stage is recorded too (without outputs), so that what follows it is kept
         on a resume.
         """
-        self.stages[execution.stage.value] = {
+        kept = execution.to_json()
+        self.stages[execution.stage] = {
             "key": execution.key,
-            "built_from": dict(execution.built_from),
-            "artifacts": [a.FOLDER.value for a in execution.outputs],
-            "inputs": [a.to_json() for a in execution.inputs],
-            "outputs": [a.to_json() for a in execution.outputs],
-            "reports": [r.to_json() for r in execution.reports],
-            "outcome": dict(execution.outcome),
-            "started": execution.started,
-            "finished": execution.finished,
+            "built_from": kept.pop("built_from"),
+            "artifacts": [a.folder_name() for a in execution.outputs],
+            **kept,
         }
         # In graph order, whatever order stages running at once ended in.
-        order = {s.value: i for i, s in enumerate(StageName)}
+        order = {name: i for i, name in enumerate(self.order)}
         self.stages = dict(sorted(self.stages.items(), key=lambda kv: order.get(kv[0], len(order))))
         self._write()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Optional
 
@@ -30,7 +29,6 @@ from beam_pipeline.core import fileio
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.execution import Execution
 from beam_pipeline.engine.manifest import RunManifest
-from beam_pipeline.engine.stage import StageName
 from beam_pipeline.engine.summary import StageReport
 from beam_pipeline.metadata import ArtifactSpec, CachedOutputs, ExecutionRef, MetadataStore, RunRef
 
@@ -43,14 +41,19 @@ DATA_TYPE = "ExternalData"
 _LOG = logging.getLogger(__name__)
 
 
-def stored_uri(uri: str) -> str:
-    """A uri as the store keeps it: a local path made absolute (a relative
-    ``--pipeline_root`` is relative to the launch's working folder, not the store's)."""
-    return uri if fileio.is_remote(uri) else os.path.abspath(uri)
+# A uri as the store keeps it (in core, where the stages that record uris import it
+# without importing the store).
+stored_uri = fileio.absolute_uri
 
 
 def _spec(artifact: TypedArtifact) -> ArtifactSpec:
     return ArtifactSpec(stored_uri(artifact.uri), artifact.type_name, dict(artifact.properties))
+
+
+def _without_outputs(kept: dict[str, Any]) -> dict[str, Any]:
+    """An execution's properties in the store: its outputs are the store's own artifacts."""
+    kept.pop("outputs")
+    return kept
 
 
 def _plain(value: Any) -> Any:
@@ -59,30 +62,14 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def _execution(stage: StageName, key: str, hit: CachedOutputs) -> Optional[Execution]:
+def _execution(stage: str, key: str, hit: CachedOutputs) -> Optional[Execution]:
     """A cache hit as the runner's Execution; None when its record cannot be read (written
     by another version: a miss, never an error)."""
-    props = hit.properties
-    try:
-        return Execution(
-            stage=stage,
-            key=key,
-            built_from=props["built_from"],
-            inputs=[TypedArtifact.from_json(a) for a in props.get("inputs", [])],
-            outputs=[
-                TypedArtifact.from_json(
-                    {"type": a.type_name, "uri": a.uri, "properties": dict(a.properties)}
-                )
-                for a in hit.outputs.values()
-            ],
-            reports=[StageReport.from_json(r) for r in props.get("reports", [])],
-            outcome=props.get("outcome") or {},
-            run_id=hit.run_id or "",
-            started=props.get("started", ""),
-            finished=props.get("finished", ""),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+    outputs = [
+        {"type": a.type_name, "uri": a.uri, "properties": dict(a.properties)}
+        for a in hit.outputs.values()
+    ]
+    return Execution.from_json(stage, key, hit.run_id or "", {**hit.properties, "outputs": outputs})
 
 
 class RunRecords:
@@ -95,6 +82,7 @@ class RunRecords:
       run: this run as started in the store (None without a store).
       data: the run's input data as an external artifact (its path and content digest).
       no_cache: the stages never looked up.
+      data_stage: the stage that reads the run's input data (recorded as its input).
     """
 
     def __init__(
@@ -103,29 +91,31 @@ class RunRecords:
         store: Optional[MetadataStore],
         run: Optional[RunRef],
         data: ArtifactSpec,
-        no_cache: Collection[StageName] = (),
+        no_cache: Collection[str] = (),
+        data_stage: str = "",
     ):
         self._manifest = manifest
         self._store = store
         self._run = run
         self._data = data
         self._no_cache = frozenset(no_cache)
-        self._hits: dict[StageName, CachedOutputs] = {}
-        self._running: dict[StageName, ExecutionRef] = {}
+        self._data_stage = data_stage
+        self._hits: dict[str, CachedOutputs] = {}
+        self._running: dict[str, ExecutionRef] = {}
 
-    def lookup(self, stage: StageName, key: str) -> Optional[Execution]:
+    def lookup(self, stage: str, key: str) -> Optional[Execution]:
         if stage in self._no_cache:
             return None
         found = self._manifest.lookup(stage, key)
         if found is not None or self._store is None:
             return found
-        hit = self._store.find_cached(stage.value, key)
+        hit = self._store.find_cached(stage, key)
         if hit is None:
             return None
         self._hits[stage] = hit
         return _execution(stage, key, hit)
 
-    def forget(self, stages: Sequence[StageName]) -> None:
+    def forget(self, stages: Sequence[str]) -> None:
         self._manifest.forget(stages)
 
     def reuse(self, execution: Execution) -> None:
@@ -137,22 +127,22 @@ class RunRecords:
         self._manifest.record(execution)
         self._store.record_cached(
             self._run,
-            execution.stage.value,
+            execution.stage,
             _plain(execution.built_from),
             execution.key,
             self._inputs(execution.stage, execution.inputs),
             hit,
         )
 
-    def _inputs(self, stage: StageName, inputs: Sequence[TypedArtifact]) -> dict[str, Any]:
+    def _inputs(self, stage: str, inputs: Sequence[TypedArtifact]) -> dict[str, Any]:
         specs: dict[str, Any] = {a.type_name: _spec(a) for a in inputs}
-        if stage is StageName.DATA:
+        if stage == self._data_stage:
             specs[DATA_ROLE] = self._data
         return specs
 
     def begin(
         self,
-        stage: StageName,
+        stage: str,
         key: str,
         built_from: Mapping[str, Any],
         inputs: Sequence[TypedArtifact],
@@ -160,12 +150,12 @@ class RunRecords:
         """The stage starts: recorded as running (a killed run leaves it so)."""
         if self._store is not None:
             self._running[stage] = self._store.begin_execution(
-                self._run, stage.value, _plain(built_from), key, self._inputs(stage, inputs)
+                self._run, stage, _plain(built_from), key, self._inputs(stage, inputs)
             )
 
     def stop(
         self,
-        stage: StageName,
+        stage: str,
         error: Optional[BaseException],
         reports: Sequence[StageReport] = (),
     ) -> None:
@@ -183,7 +173,7 @@ class RunRecords:
                 message = f"{type(error).__name__}: {error}"
                 self._store.fail_execution(running, message, props)
         except Exception as e:  # noqa: BLE001 - the run's error is the one to show
-            _LOG.warning("The metadata store could not record %s's end: %s", stage.value, e)
+            _LOG.warning("The metadata store could not record %s's end: %s", stage, e)
 
     def record(self, execution: Execution) -> None:
         self._manifest.record(execution)
@@ -194,14 +184,5 @@ class RunRecords:
         self._store.complete_execution(
             running,
             job_ids=execution.job_ids,
-            properties=_plain(
-                {
-                    "built_from": execution.built_from,
-                    "inputs": [a.to_json() for a in execution.inputs],
-                    "reports": [r.to_json() for r in execution.reports],
-                    "outcome": execution.outcome,
-                    "started": execution.started,
-                    "finished": execution.finished,
-                }
-            ),
+            properties=_plain(_without_outputs(execution.to_json())),
         )

@@ -29,6 +29,12 @@ from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
 __all__ = ["RunDirectory"]
 
 
+def _folder(artifact: Artifact | str) -> str:
+    """An artifact's folder name: a core artifact (:class:`Artifact`) or a stage's own
+    (a string: a stage declared outside this package names its artifacts' folders)."""
+    return artifact.value if isinstance(artifact, Artifact) else str(artifact)
+
+
 class RunDirectory:
     """One run's folder: ``<pipeline_root>/runs/<run_id>/<artifact>/...``.
 
@@ -53,19 +59,19 @@ class RunDirectory:
         fileio.makedirs(run_dir.root)
         return run_dir
 
-    def path(self, artifact: Artifact, *parts: str) -> str:
+    def path(self, artifact: Artifact | str, *parts: str) -> str:
         """The published location of ``artifact`` (or a file inside it)."""
-        return fileio.join(self.root, artifact.value, *parts)
+        return fileio.join(self.root, _folder(artifact), *parts)
 
     def cache_path(self, name: str) -> str:
         """A cache folder shared by all runs under the pipeline root."""
         return fileio.join(self.pipeline_root, "cache", name)
 
-    def is_published(self, artifact: Artifact) -> bool:
+    def is_published(self, artifact: Artifact | str) -> bool:
         return fileio.exists(self.path(artifact, PUBLISHED_MARKER))
 
     @contextlib.contextmanager
-    def stage(self, artifact: Artifact) -> Iterator[str]:
+    def stage(self, artifact: Artifact | str) -> Iterator[str]:
         """Yields a staging folder for ``artifact``; publishes it when the block succeeds.
 
         On an exception the staging folder is deleted and nothing is published.
@@ -81,18 +87,18 @@ class RunDirectory:
             raise
         self.publish(artifact, staging)
 
-    def new_staging(self, artifact: Artifact) -> str:
+    def new_staging(self, artifact: Artifact | str) -> str:
         """A fresh, empty staging folder for ``artifact`` (publish or discard it later)."""
         if self.is_published(artifact):
             raise PipelineError(
-                f"Artifact {artifact.value!r} already exists in run directory {self.root}; "
+                f"Artifact {_folder(artifact)!r} already exists in run directory {self.root}; "
                 "pass a new --run_id (or none) to start a fresh run."
             )
-        staging = fileio.join(self.root, ".staging", f"{artifact.value}-{uuid.uuid4().hex[:8]}")
+        staging = fileio.join(self.root, ".staging", f"{_folder(artifact)}-{uuid.uuid4().hex[:8]}")
         fileio.makedirs(staging)
         return staging
 
-    def publish(self, artifact: Artifact, staging: str) -> str:
+    def publish(self, artifact: Artifact | str, staging: str) -> str:
         """Moves a finished staging folder into place and marks it published."""
         final = self.path(artifact)
         with fileio.open(fileio.join(staging, PUBLISHED_MARKER), "w") as f:

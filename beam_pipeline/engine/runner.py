@@ -64,13 +64,12 @@ from beam_pipeline.engine.stage import (
     Stage,
     StageContext,
     StageFailed,
-    StageName,
     StageResult,
 )
 from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 
 if TYPE_CHECKING:
-    from apache_beam.options.pipeline_options import PipelineOptions
+    pass
 
 __all__ = ["dependencies", "run_order", "run_stages"]
 
@@ -91,7 +90,7 @@ def run_stages(
     ctx: StageContext,
     records: ExecutionRecords,
     summary: RunSummary,
-    stage_options: Optional[Mapping[StageName, PipelineOptions]] = None,
+    stage_options: Optional[Mapping[str, Any]] = None,
 ) -> None:
     """Runs (or reuses) each stage of ``graph``, each as soon as its inputs are ready; see
     the module docstring.
@@ -258,7 +257,7 @@ class _Scheduler:
         for run in starting:
             self.running[run.index] = run
             run.thread = threading.Thread(
-                target=_work, args=(run, self.ended), name=f"bp-{run.stage.name.value}", daemon=True
+                target=_work, args=(run, self.ended), name=f"bp-{run.stage.name}", daemon=True
             )
             run.thread.start()
 
@@ -293,10 +292,10 @@ class _Scheduler:
             given = run.ctx.options.get_all_options(drop_default=True)
             _LOG.info(
                 "%s runs with its own Beam options (the run's and its --stage_beam_args): %s",
-                run.stage.name.value,
+                run.stage.name,
                 ", ".join(f"{k}={v}" for k, v in sorted(given.items())),
             )
-        run.ctx.events.stage_started(run.stage.name.value)
+        run.ctx.events.stage_started(run.stage.name, run.stage.progress)
 
     # Ending.
 
@@ -417,7 +416,7 @@ def _failed_row(
             note = note[: _MAX_NOTE - 3] + "..."
     seconds = round((datetime.datetime.now() - started).total_seconds(), 3)
     # ExampleGen+Statistics fails as its first stage: ExampleGen.
-    name = stage.name.value.split("+", 1)[0]
+    name = stage.name.split("+", 1)[0]
     return StageReport(name, StageStatus.FAILED, seconds=seconds, note=note)
 
 
@@ -435,7 +434,7 @@ def _resolve(
     for spec in stage.inputs:
         found = available.get(spec.type)
         if found is None and not spec.optional:
-            raise RuntimeError(f"{stage.name.value} needs a {spec.type.__name__}; none was made")
+            raise RuntimeError(f"{stage.name} needs a {spec.type.__name__}; none was made")
         if found is not None:
             inputs[spec.type] = found[0]
         if spec.key is not None:
@@ -474,7 +473,7 @@ def _reusable(execution: Optional[Execution]) -> tuple[Optional[Execution], str]
         )
         if problem is not None:
             return None, (
-                f"run {execution.run_id}'s {artifact.FOLDER.value} changed since it was "
+                f"run {execution.run_id}'s {artifact.folder_name()} changed since it was "
                 f"published ({problem}); recomputed"
             )
     return execution, ""

@@ -1,16 +1,17 @@
-"""What a stage is: typed inputs and outputs, parameters, and one ``run``.
+"""What a stage is: a declaration (name, inputs, outputs, settings) and its hooks.
 
-A stage declares the artifact types it reads (:class:`Input`) and writes (``outputs``), the
-settings its results depend on (:meth:`Stage.parameters`), and does its work in
-:meth:`Stage.run`. Everything stages used to repeat is the runner's
-(:func:`beam_pipeline.engine.runner.run_stages`): the cache key, the look-up of an earlier
-execution, a staging folder per output, publishing them atomically or discarding them on
-failure, timing, the summary rows and the record of the execution.
+A stage declares the artifact types it reads (:class:`Input`) and writes (``outputs``), its
+settings (``Config``, a frozen dataclass of :func:`~beam_pipeline.core.settings.setting`
+fields: flags, YAML keys and help come from them), what its results depend on besides
+(:meth:`Stage.parameters`), and does its work in :meth:`Stage.run`. What every stage needs
+is the runner's (:func:`beam_pipeline.engine.runner.run_stages`): the cache key, the look-up
+of an earlier execution, a staging folder per output, publishing them atomically or
+discarding them on failure, timing, the summary rows and the record of the execution.
 
 Example (a stage that copies the schema; one module and one line in ``graph.py``)::
 
     class CopySchema(Stage):
-        name = StageName.SCHEMA
+        name = "Schema"
         inputs = (Input(Schema, key="schema"),)
         outputs = (Schema,)
 
@@ -25,48 +26,27 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-import enum
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.console import RunEvents
-from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.engine.artifacts import TypedArtifact
+from beam_pipeline.engine.config import PipelineConfig, register_section
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport
 
-if TYPE_CHECKING:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from beam_pipeline.runtime.pool import LocalWorkerPool
-    from beam_pipeline.stages.example_gen import DataInputs
-    from transforms.example_gen import CsvFormat
+if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
+    from beam_pipeline.core.module_staging import StagedModule
 
 __all__ = [
-    "StageName",
     "Input",
+    "Preflight",
     "Stage",
     "StageContext",
     "StageResult",
     "StageFailed",
     "Outputs",
 ]
-
-
-class StageName(str, enum.Enum):
-    """The stages of a run (the units a run resumes and caches by), in graph order."""
-
-    DATA = "ExampleGen+Statistics"
-    SCHEMA = "Schema"
-    VALIDATION = "Validation"
-    TRANSFORM = "Transform"
-    TUNER = "Tuner"
-    TRAINER = "Trainer"
-    EVALUATOR = "Evaluator"
-    INFRA_VALIDATOR = "InfraValidator"
-    PUSHER = "Pusher"
-    BULK_INFERRER = "BulkInferrer"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,20 +94,20 @@ class StageContext:
     """
 
     config: PipelineConfig
-    options: PipelineOptions
+    options: Any  # Beam's PipelineOptions (not imported here: Beam is heavy to import)
     run_dir: RunDirectory
     identity: Mapping[str, Any]
-    data: DataInputs
-    csv_format: CsvFormat
+    data: Any  # ExampleGen's DataInputs
+    csv_format: Any  # transforms.example_gen.CsvFormat
     user_schema: Any = None
     preprocessing_fn: Optional[Callable] = None
     module_digest: Optional[str] = None
     transform_code: Optional[str] = None
     staged: Optional[StagedModule] = None
     tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
-    pool: Optional[LocalWorkerPool] = None
+    pool: Any = None  # beam_pipeline.runtime.pool.LocalWorkerPool
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
-    stage: Optional[StageName] = None
+    stage: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -193,26 +173,88 @@ class Outputs:
         return artifact(self.uri(artifact), properties)
 
 
-class Stage(abc.ABC):
-    """One unit of the graph. Subclasses set the class attributes and define :meth:`run`.
+@dataclasses.dataclass(frozen=True)
+class Preflight:
+    """What a stage's :meth:`Stage.preflight` may check, before the run directory exists.
 
     Attributes:
-      name: the stage's name.
+      config: the run's configuration.
+      options: Beam's PipelineOptions.
+      csv_format: how CSV input is read (``transforms.example_gen.CsvFormat``).
+      user_module: the loaded module file (``trainer.UserModule``), or None.
+      tunes: the module defines a search (``tuner_fn`` or a config search space).
+      store: opens (once) and returns the metadata store, or None where the run has none.
+    """
+
+    config: PipelineConfig
+    options: Any
+    csv_format: Any = None
+    user_module: Any = None
+    tunes: bool = False
+    store: Callable[[], Any] = lambda: None
+
+
+class Stage(abc.ABC):
+    """One unit of the graph: its declaration (class attributes) and its hooks.
+
+    Attributes:
+      name: the stage's name (a string: the unit a run caches, resumes and reports by).
       inputs: the artifacts it reads, from earlier stages: it starts once the stages that
         produce them ended (optional ones included), beside any stage it does not read.
       outputs: the artifact types it may produce.
+      Config: its settings, a frozen dataclass whose fields are
+        :func:`~beam_pipeline.core.settings.setting` s (flags, YAML keys, help, defaults
+        all come from them); None: no settings of its own.
+      config_key: its section's key in :class:`PipelineConfig` (``config.<key>``) and the
+        title of its flags in ``--help``.
       publishes_itself: its ``run`` stages and publishes its outputs itself (the runner
         makes no staging folders): the Trainer, whose ``model_run/`` is written in place so
         that a retry resumes from its checkpoints, and the Tuner.
       keeps_outputs_on_rerun: its published folders stay when it reruns itself (the
         Trainer's checkpoints); an earlier stage's rerun removes them.
+      in_run_identity: its settings are part of the run's identity (a resume with other
+        values is refused); the data stages' settings enter it through the data's digest.
+      reads_input_data: it reads the run's ``--data`` (the store records the data as its
+        input).
+      worker_modules: modules its Beam workers import (a local worker pool imports them
+        once, before it forks a worker per job).
     """
 
-    name: ClassVar[StageName]
+    name: ClassVar[str]
     inputs: ClassVar[tuple[Input, ...]] = ()
     outputs: ClassVar[tuple[type[TypedArtifact], ...]] = ()
+    Config: ClassVar[Optional[type]] = None
+    config_key: ClassVar[Optional[str]] = None
     publishes_itself: ClassVar[bool] = False
     keeps_outputs_on_rerun: ClassVar[bool] = False
+    worker_modules: ClassVar[tuple[str, ...]] = ()
+    reads_input_data: ClassVar[bool] = False
+    in_run_identity: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if cls.Config is not None and cls.config_key:
+            register_section(cls.config_key, cls.Config, cls.in_run_identity)
+
+    def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
+        """The run's config with what this stage's settings leave to the runner decided
+        (e.g. the Tuner's schedule), before the run's identity is computed."""
+        return config
+
+    def check_settings(self, config: PipelineConfig, options: Any) -> None:
+        """First checks, of its settings alone (a server it will talk to answers), before
+        the inputs and the module file are read; raises PipelineError with the fix."""
+        return None
+
+    def progress(self, run_dir: str) -> str:
+        """How far it got while it runs, from its files in ``run_dir`` (the progress line's
+        detail, polled; a stage with a Beam job gets the job's counters instead); ""."""
+        return ""
+
+    def preflight(self, run: Preflight) -> None:
+        """Checks made before anything is written or any Beam job runs (its inputs,
+        servers it will talk to, the host's GPUs); raises PipelineError with the fix."""
+        return None
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         """The settings (JSON values) its outputs depend on besides its inputs: its key's."""

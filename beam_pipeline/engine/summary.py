@@ -109,6 +109,11 @@ class RunSummary:
     run_dir: str
     stages: list[StageReport] = dataclasses.field(default_factory=list)
 
+    def stage(self, name: str) -> Optional[StageReport]:
+        """The first summary row of the stage ``name`` (``Trainer``, ``ExampleGen``, ...),
+        or None when the run has none."""
+        return next((s for s in self.stages if s.stage == name), None)
+
     def format(self) -> str:
         """The summary as a fixed-width table followed by per-stage notes."""
         head = ("stage", "status", "rows in", "rows out", "rejected", "seconds", "artifact")

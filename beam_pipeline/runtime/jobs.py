@@ -31,7 +31,7 @@ def announce_job(ctx, result) -> None:
       ctx: the stage's :class:`~beam_pipeline.engine.stage.StageContext`.
       result: what ``run_pipeline`` returned.
     """
-    stage = ctx.stage.value if ctx.stage is not None else None  # two may run at once
+    stage = ctx.stage  # two may run at once
     ctx.events.job_submitted(
         job_info(result, ctx.options), live_counters(result, ctx.options), stage=stage
     )

@@ -14,9 +14,11 @@ output to its log.
 """
 
 import gc
+import importlib
 import os
 
 from beam_pipeline.console import quiet_environment
+from beam_pipeline.core.forked import WORKER_MODULES_ENV
 from beam_pipeline.core.gpus import gpu_environment
 
 quiet_environment(os.environ)
@@ -35,9 +37,10 @@ try:
     from trainer.process import prewarm
 
     prewarm()  # first, in the order a pool process always imported them (Keras before TFT)
-    import transforms.trainer  # noqa: F401  the project's Beam steps, which DoFns unpickle
-    import transforms.transform  # noqa: F401
-    import transforms.tuner  # noqa: F401
+    # The stages' Beam steps, which DoFns unpickle: each stage declares its own
+    # (Stage.worker_modules); the launcher lists them here before it starts this process.
+    for _name in filter(None, os.environ.get(WORKER_MODULES_ENV, "").split(",")):
+        importlib.import_module(_name)
 except Exception:  # noqa: BLE001, S110
     # A broken import must not take the fork server down (every pool start would then fail
     # inside multiprocessing): each forked process imports again and fails in its own log,
@@ -47,8 +50,8 @@ except Exception:  # noqa: BLE001, S110
 # The imports' objects go to the collector's permanent generation, which collections skip;
 # every fork inherits that. keras-tuner runs two full collections before every trial
 # (``Tuner._try_build``: ``keras.backend.clear_session()`` and ``gc.collect()``), and each
-# walked the hundreds of thousands of objects these imports made, a large share of a short
-# trial's time (a py-spy profile of the bundled run). Frozen objects
+# walks the hundreds of thousands of objects these imports made, a large share of a short
+# trial's time. Frozen objects
 # are also never written by the collector, so the forks keep sharing their pages. (The
 # standard recipe for pre-fork servers: Python's gc.freeze documentation.)
 gc.freeze()

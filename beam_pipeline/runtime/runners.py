@@ -237,17 +237,18 @@ def check_remote_paths(config, options) -> None:
     reason = remote_runner_reason(options)
     if reason is None:
         return
-    data = config.data
-    paths = [("--pipeline_root", config.pipeline_root)]
-    if data.input_splits:
-        paths += [("--input_splits", f"{split.value}={p}") for split, p in data.input_splits]
-    else:
-        paths.append(("--data", data.data))
-    paths.append(("--base_model", config.trainer.base_model or ""))
-    # The BulkInferrer's workers read the new examples and the model too.
-    paths.append(("--infer_data", config.bulk_inferrer.data))
-    if config.bulk_inferrer.model not in ("blessed", "latest_blessed"):
-        paths.append(("--infer_model", config.bulk_inferrer.model))
+    # Every setting declared a path the workers read (Setting.worker_path).
+    paths = []
+    for _, _, setting, value in config.settings():
+        if not setting.worker_path or not value or value in setting.keywords:
+            continue
+        flag = f"--{setting.flag}"
+        if isinstance(value, tuple):  # (split, pattern) pairs: --input_splits
+            paths += [(flag, f"{split.value}={p}") for split, p in value]
+        else:
+            paths.append((flag, str(value)))
+    # The run's root and its input data first: the first thing to fix.
+    paths.sort(key=lambda p: p[0] not in ("--pipeline_root", "--data", "--input_splits"))
     for flag, value in paths:
         path = value.split("=", 1)[1] if flag == "--input_splits" else value
         if path and is_local_path(path):

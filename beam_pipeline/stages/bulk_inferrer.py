@@ -19,34 +19,38 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import TestOptions
-
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import DataFormat, Split
 from beam_pipeline.engine.artifacts import (
-    InferenceRejectedRows,
-    InferenceResult,
-    InferredExamples,
     Model,
     ModelBlessing,
     Schema,
     TypedArtifact,
 )
+from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import files_digest, folder_digest
-from beam_pipeline.engine.records import stored_uri
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.jobs import announce_job, counter, job_note
-from beam_pipeline.runtime.options import create_pipeline, run_pipeline
-from beam_pipeline.runtime.runners import wait_for_job
-from transforms import example_gen as eg
 
-__all__ = ["BulkInferrerStage", "InferInputs", "build_inference_pipeline", "check_infer_inputs"]
+if TYPE_CHECKING:
+    import apache_beam as beam
+
+    from transforms import example_gen as eg
+
+__all__ = [
+    "InferenceResult",
+    "InferredExamples",
+    "InferenceRejectedRows",
+    "BulkInferrerConfig",
+    "BulkInferrerStage",
+    "InferInputs",
+    "build_inference_pipeline",
+    "check_infer_inputs",
+]
 
 _JOB = "BulkInferrer"
 _STAGE = "BulkInferrer"
@@ -71,6 +75,8 @@ def check_infer_inputs(config: PipelineConfig, csv_format: eg.CsvFormat) -> Opti
       PipelineError: no files match, their format is unknown, a bad CSV header, or an
         ``--infer_model`` folder that holds no SavedModel.
     """
+    from transforms import example_gen as eg
+
     b = config.bulk_inferrer
     if not b.data:
         return None
@@ -110,6 +116,7 @@ def build_inference_pipeline(
       staging: the staging folders of InferenceResult, InferenceRejectedRows and, to
         write the joined examples too, InferredExamples.
     """
+    from transforms import example_gen as eg
     from transforms.bulk_inferrer import (
         SavedModelHandler,
         ScoreExamples,
@@ -130,7 +137,7 @@ def build_inference_pipeline(
 
 
 def _latest_blessed(ctx: StageContext) -> Optional[str]:
-    from beam_pipeline.stages.evaluator.stage import open_store
+    from beam_pipeline.stages.common.store import open_store
 
     with open_store(ctx) as store:
         found = store.latest_blessed_model() if store is not None else None
@@ -161,11 +168,74 @@ def _model(
     return model.uri, f"this run's blessed model {model.uri}"
 
 
+class InferenceResult(TypedArtifact):
+    """The BulkInferrer's PredictionLog TFRecords, ``prediction_logs-*.gz`` (TFX's
+    ``InferenceResult``); properties ``rows`` (scored), ``model`` (the model's folder)."""
+
+    FOLDER = "inference_result"
+
+
+class InferredExamples(TypedArtifact):
+    """The scored examples with each prediction output joined as a feature
+    ``prediction_<output>`` (TFX's ``output_example_spec``), ``examples-*.tfrecord.gz``."""
+
+    FOLDER = "inferred_examples"
+
+
+class InferenceRejectedRows(TypedArtifact):
+    """The rows the BulkInferrer could not score, one JSON object per row (file, line,
+    reason), as ExampleGen's rejected rows; property ``rows``."""
+
+    FOLDER = "inference_rejected"
+
+
+@dataclasses.dataclass(frozen=True)
+class BulkInferrerConfig:
+    """Settings of the BulkInferrer stage (scoring new data with a model)."""
+
+    data: str = setting(
+        "",
+        flag="infer_data",
+        help="CSV or TFRecord file, folder or glob of new examples to score (PredictionLogs).",
+        path=True,
+        worker_path=True,
+    )
+    model: str = setting(
+        "blessed",
+        flag="infer_model",
+        help="blessed (this run's model if blessed, the default), latest_blessed (the "
+        "pipeline's newest blessed model) or a SavedModel folder.",
+        worker_path=True,
+        keywords=("blessed", "latest_blessed"),
+    )
+    max_batch_size: int = setting(
+        1024,
+        flag="infer_max_batch_size",
+        help="Most examples per model call (default 1024).",
+        kind="int",
+    )
+    output_examples: bool = setting(
+        False,
+        flag="infer_output_examples",
+        help="Also write the examples with the predictions joined as features.",
+        kind="switch",
+    )
+
+    def __post_init__(self):
+        check_int("infer_max_batch_size", self.max_batch_size, 1)
+        if not self.model:
+            raise PipelineError(
+                "--infer_model is empty; pass blessed, latest_blessed or a SavedModel folder."
+            )
+
+
 class BulkInferrerStage(Stage):
     """Model (+ ModelBlessing, Schema) + --infer_data -> InferenceResult (+ the rejected rows
     and the joined examples)."""
 
-    name = StageName.BULK_INFERRER
+    name = "BulkInferrer"
+    Config = BulkInferrerConfig
+    config_key = "bulk_inferrer"
     inputs = (
         Input(Model, key="model", optional=True),
         Input(ModelBlessing, key="blessing", optional=True),
@@ -173,14 +243,20 @@ class BulkInferrerStage(Stage):
     )
     outputs = (InferenceRejectedRows, InferenceResult, InferredExamples)
 
+    def preflight(self, run: Preflight) -> None:
+        # The new examples and the model, checked now rather than after the training.
+        check_infer_inputs(run.config, run.csv_format)
+
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
+        from transforms.example_gen.input_files import resolve_input_files
+
         b = ctx.config.bulk_inferrer
         if not b.data:
             return {"infer_data": None}
-        files = eg.resolve_input_files(b.data)
+        files = resolve_input_files(b.data)
         if b.model == LATEST_BLESSED:
             model = _latest_blessed(ctx)
-            model = stored_uri(model) if model else None
+            model = fileio.absolute_uri(model) if model else None
         elif b.model == BLESSED:
             model = BLESSED  # this run's model: its key is the Model input's
         else:
@@ -195,7 +271,13 @@ class BulkInferrerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.schema.inference import read_schema
+        from apache_beam.options.pipeline_options import TestOptions
+
+        from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+        from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+        from beam_pipeline.runtime.runners import wait_for_job
+        from beam_pipeline.stages.common.schema_file import read_schema
+        from transforms import example_gen as eg
 
         b = ctx.config.bulk_inferrer
         checked = check_infer_inputs(ctx.config, ctx.csv_format)
@@ -258,7 +340,7 @@ class BulkInferrerStage(Stage):
         )
         outputs = [
             out.artifact(InferenceRejectedRows, rows=rejected),
-            out.artifact(InferenceResult, rows=scored, model=stored_uri(model_dir)),
+            out.artifact(InferenceResult, rows=scored, model=fileio.absolute_uri(model_dir)),
         ]
         if b.output_examples:
             outputs.append(out.artifact(InferredExamples, rows=scored))

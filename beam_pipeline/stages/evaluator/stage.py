@@ -12,12 +12,14 @@ this unit adds the verdict to the Model artifact the Trainer's execution recorde
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Optional
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.settings import setting
+from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import (
     Examples,
     Model,
@@ -28,48 +30,12 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.fingerprint import file_digest
-from beam_pipeline.engine.records import stored_uri
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.stages.common.blessings import NO_LABEL_FIX, skip_without_model
+from beam_pipeline.stages.common.store import open_store
 
-if TYPE_CHECKING:
-    from beam_pipeline.metadata import MetadataStore
-
-__all__ = ["EvaluatorStage", "NO_LABEL_FIX", "open_store", "skip_without_model"]
-
-
-# Why the Evaluator skips a trained model, and the fix (the Pusher repeats it).
-NO_LABEL_FIX = (
-    "records no label; pass --eval_config (a TFMA EvalConfig naming model_specs.label_key) "
-    "to evaluate and bless it"
-)
-
-
-def skip_without_model(
-    stage: str, inputs: Mapping[type[TypedArtifact], TypedArtifact], disabled_by: str = ""
-) -> Optional[StageResult]:
-    """The model checks' SKIPPED result when no model was trained or the stage is off."""
-    note = "no model was trained" if Model not in inputs else disabled_by
-    if not note:
-        return None
-    return StageResult([StageReport(stage, StageStatus.SKIPPED, note=note)])
-
-
-@contextlib.contextmanager
-def open_store(ctx: StageContext) -> Iterator[Optional[MetadataStore]]:
-    """The run's metadata store (as the run opened it), or None where the run has none (a
-    remote pipeline root without ``--metadata_url``)."""
-    from beam_pipeline.metadata import MetadataStore
-
-    config = ctx.config
-    if not config.metadata_url and fileio.is_remote(config.pipeline_root):
-        yield None
-        return
-    store = MetadataStore.for_pipeline_root(config.pipeline_root, config.metadata_url or None)
-    try:
-        yield store
-    finally:
-        store.close()
+__all__ = ["EvaluatorConfig", "EvaluatorStage"]
 
 
 def _baseline(ctx: StageContext, candidate: str) -> tuple[Optional[str], str]:
@@ -80,7 +46,8 @@ def _baseline(ctx: StageContext, candidate: str) -> tuple[Optional[str], str]:
         if store is None:
             return None, "no metadata store (remote root, no --metadata_url): value thresholds only"
         found = store.latest_blessed_model()
-    if found is None or fileio.join(found.uri, "") == fileio.join(stored_uri(candidate), ""):
+    own = fileio.join(fileio.absolute_uri(candidate), "")
+    if found is None or fileio.join(found.uri, "") == own:
         # Not "yet": a reused evaluation's note is read in later runs too, when one is.
         return None, "no model was blessed before it: value thresholds only (rubber stamp)"
     return found.uri, f"baseline {found.uri}"
@@ -90,7 +57,7 @@ def _record(ctx: StageContext, model_uri: str, blessed: bool) -> None:
     """Sets the model's ``blessed`` property in the store (the runner recorded the model as
     the Trainer's output): the next run's baseline look-up reads it."""
     with open_store(ctx) as store:
-        lineage = store.lineage(stored_uri(model_uri)) if store is not None else None
+        lineage = store.lineage(fileio.absolute_uri(model_uri)) if store is not None else None
         if lineage is not None:
             store.set_custom_property(lineage.artifact.id, "blessed", blessed)
 
@@ -110,10 +77,64 @@ def metrics_table(metrics: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def _slice_features(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return tuple(str(v).strip() for v in items if str(v).strip())
+
+
+def _split(value: Any) -> Split:
+    try:
+        return Split(value)
+    except ValueError:
+        raise PipelineError(
+            f"--eval_split={value!r} is not a split; use one of "
+            f"{', '.join(s.value for s in Split)}."
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorConfig:
+    """Settings of the Evaluator (``eval_config``: a TFMA EvalConfig file, protobuf text or
+    JSON; default: derived from the model, see :mod:`beam_pipeline.stages.evaluator.evaluation`)."""
+
+    enabled: bool = setting(
+        True,
+        flag="evaluator",
+        help="Do not evaluate the model (nor push it: a push needs the Evaluator's blessing).",
+        kind="switch",
+    )
+    eval_config: Optional[str] = setting(
+        None,
+        flag="eval_config",
+        help="TFMA EvalConfig file (text or JSON); default: derived.",
+        path=True,
+    )
+    eval_split: Split = setting(
+        Split.EVAL,
+        flag="eval_split",
+        help="Split to evaluate and validate on (default eval).",
+        parse=_split,
+    )
+    slice_features: tuple[str, ...] = setting(
+        (),
+        flag="eval_slice_features",
+        help="Comma-separated features to slice metrics by.",
+        parse=_slice_features,
+    )
+    baseline: bool = setting(
+        True,
+        flag="eval_baseline",
+        help="Do not compare with the latest blessed model.",
+        kind="switch",
+    )
+
+
 class EvaluatorStage(Stage):
     """Model + Examples + Schema -> ModelEvaluation + ModelBlessing."""
 
-    name = StageName.EVALUATOR
+    name = "Evaluator"
+    Config = EvaluatorConfig
+    config_key = "evaluator"
     inputs = (
         Input(Model, key="model", optional=True),
         Input(Examples, key="examples"),
@@ -136,8 +157,8 @@ class EvaluatorStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from beam_pipeline.stages.common.schema_file import read_schema
         from beam_pipeline.stages.evaluator import evaluation as evaluator
-        from beam_pipeline.stages.schema.inference import read_schema
 
         e = ctx.config.evaluator
         skipped = skip_without_model("Evaluator", inputs, "" if e.enabled else "--no_evaluator")

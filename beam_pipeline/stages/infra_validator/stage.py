@@ -13,16 +13,23 @@ written under a temporary name, then renamed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
+import re
 from collections.abc import Mapping
+from typing import Any
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, TypedArtifact
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.evaluator.stage import skip_without_model
+from beam_pipeline.stages.common.blessings import skip_without_model
 
-__all__ = ["InfraValidatorStage", "read_examples"]
+__all__ = ["InfraValidatorConfig", "InfraValidatorStage", "read_examples"]
 
 _MAX_EXAMPLES = 64
 
@@ -38,16 +45,72 @@ def read_examples(pattern: str, limit: int = _MAX_EXAMPLES) -> list[bytes]:
     return [r.numpy() for r in itertools.islice(records, limit)]
 
 
+@dataclasses.dataclass(frozen=True)
+class InfraValidatorConfig:
+    """Settings of the serving check (``serving_endpoint``: ``HOST:PORT`` of a running TF
+    Serving server's gRPC API that serves the model; "": the sandbox)."""
+
+    enabled: bool = setting(
+        True,
+        flag="infra_validator",
+        help="Do not load and serve the model as a check (nor push it).",
+        kind="switch",
+    )
+    load_timeout: float = setting(
+        60.0, flag="infra_load_timeout", help="Seconds to load (default 60).", kind="float"
+    )
+    serving_endpoint: str = setting(
+        "",
+        flag="serving_endpoint",
+        help="HOST:PORT of a TF Serving server (gRPC) serving the model: validate it there.",
+    )
+    serving_model_name: str = setting(
+        "model",
+        flag="serving_model_name",
+        help="The model's name on that server (default model).",
+    )
+
+    def __post_init__(self):
+        t = self.load_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+            raise PipelineError(
+                f"--infra_load_timeout={t!r} is not a positive number of seconds; pass e.g. "
+                "--infra_load_timeout=60."
+            )
+        endpoint = self.serving_endpoint
+        if endpoint and not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^\s:/\[\]]+):\d{1,5}", endpoint):
+            raise PipelineError(
+                f"--serving_endpoint={endpoint} is not HOST:PORT; pass TF Serving's gRPC "
+                "address, e.g. --serving_endpoint=localhost:8500."
+            )
+        if not self.serving_model_name:
+            raise PipelineError(
+                "--serving_model_name is empty; pass the name the server serves the model "
+                "as (its --model_name; TF Serving's Docker image: model)."
+            )
+
+
 class InfraValidatorStage(Stage):
     """Model + Examples -> InfraBlessing (and the model's warm-up file)."""
 
-    name = StageName.INFRA_VALIDATOR
+    name = "InfraValidator"
+    Config = InfraValidatorConfig
+    config_key = "infra_validator"
     inputs = (Input(Model, key="model", optional=True), Input(Examples, key="examples"))
     outputs = (InfraBlessing,)
 
+    def check_settings(self, config: PipelineConfig, options: Any) -> None:
+        settings = config.infra_validator
+        if settings.serving_endpoint and settings.enabled:
+            # The serving check's server must answer now, not after the training.
+            from beam_pipeline.stages.infra_validator.endpoint import check_endpoint
+
+            check_endpoint(settings.serving_endpoint)
+
     def parameters(self, ctx: StageContext) -> dict:
-        e = ctx.config.evaluator
-        params = {"eval_split": e.eval_split.value, "load_timeout": e.infra_load_timeout}
+        e = ctx.config.infra_validator
+        split = ctx.config.evaluator.eval_split  # the split the model is evaluated on
+        params = {"eval_split": split.value, "load_timeout": e.load_timeout}
         if e.serving_endpoint:  # only then: the sandbox's cache keys stay as they were
             params.update(endpoint=e.serving_endpoint, model_name=e.serving_model_name)
         return params
@@ -61,17 +124,17 @@ class InfraValidatorStage(Stage):
             write_infra_result,
         )
 
-        e = ctx.config.evaluator
-        off = "" if e.infra_validator else "--no_infra_validator"
+        e = ctx.config.infra_validator
+        off = "" if e.enabled else "--no_infra_validator"
         skipped = skip_without_model("InfraValidator", inputs, off)
         if skipped is not None:
             return skipped
         model = inputs[Model]
-        examples = read_examples(inputs[Examples].file_pattern(e.eval_split))
+        examples = read_examples(inputs[Examples].file_pattern(ctx.config.evaluator.eval_split))
         result = validate_model(
             model.uri,
             examples,
-            load_timeout=e.infra_load_timeout,
+            load_timeout=e.load_timeout,
             endpoint=e.serving_endpoint,
             model_name=e.serving_model_name,
         )

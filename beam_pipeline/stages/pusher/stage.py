@@ -9,12 +9,14 @@ why; with ``--require_blessing`` the run then exits with :data:`EXIT_NOT_BLESSED
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import (
     InfraBlessing,
     Model,
@@ -22,11 +24,16 @@ from beam_pipeline.engine.artifacts import (
     PushedModel,
     TypedArtifact,
 )
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.evaluator.stage import NO_LABEL_FIX, skip_without_model
+from beam_pipeline.stages.common.blessings import (
+    NO_LABEL_FIX,
+    read_blessing,
+    read_infra_result,
+    skip_without_model,
+)
 
-__all__ = ["PusherStage", "EXIT_NOT_BLESSED", "PUSHED_FILE"]
+__all__ = ["PusherConfig", "PusherStage", "EXIT_NOT_BLESSED", "PUSHED_FILE"]
 
 EXIT_NOT_BLESSED = 4
 PUSHED_FILE = "pushed.json"
@@ -34,14 +41,11 @@ PUSHED_FILE = "pushed.json"
 
 def _why_not(inputs: Mapping[type[TypedArtifact], TypedArtifact], ctx: StageContext) -> str:
     """Why the model may not be pushed ('' when it may)."""
-    from beam_pipeline.stages.evaluator.evaluation import read_blessing
-    from beam_pipeline.stages.infra_validator.checks import read_infra_result
-
     blessing = inputs.get(ModelBlessing)
     if blessing is None and not ctx.config.evaluator.enabled:
         return "the Evaluator did not run (--no_evaluator)"
     if blessing is None:
-        # The Evaluator's one other reason to skip a trained model (stages/evaluator.py).
+        # The Evaluator's one other reason to skip a trained model (stages/evaluator/stage.py).
         return f"the Evaluator did not evaluate it: the model {NO_LABEL_FIX}"
     verdict = read_blessing(blessing.uri)
     if verdict is None or not verdict.blessed:
@@ -56,10 +60,30 @@ def _why_not(inputs: Mapping[type[TypedArtifact], TypedArtifact], ctx: StageCont
     return ""
 
 
+@dataclasses.dataclass(frozen=True)
+class PusherConfig:
+    """Settings of the Pusher stage."""
+
+    destination: str = setting(
+        "",
+        flag="push_destination",
+        help="Folder or gs:// path for <version>/ folders.",
+        path=True,
+    )
+    require_blessing: bool = setting(
+        False,
+        flag="require_blessing",
+        help="Exit non-zero when the model is not blessed.",
+        kind="switch",
+    )
+
+
 class PusherStage(Stage):
     """Model + ModelBlessing + InfraBlessing -> PushedModel (a record of the push)."""
 
-    name = StageName.PUSHER
+    name = "Pusher"
+    Config = PusherConfig
+    config_key = "pusher"
     inputs = (
         Input(Model, key="model", optional=True),
         Input(ModelBlessing, key="blessing", optional=True),

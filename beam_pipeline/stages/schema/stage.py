@@ -10,31 +10,64 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import SCHEMA_FILE, Schema, Statistics, TypedArtifact
+from beam_pipeline.engine.config import check_int
 from beam_pipeline.engine.fingerprint import file_digest
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
-__all__ = ["SchemaStage"]
+__all__ = ["SchemaConfig", "SchemaStage"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemaConfig:
+    """How the schema is inferred (or given)."""
+
+    file: Optional[str] = setting(
+        None,
+        flag="schema",
+        help="A schema.pbtxt to use instead of inferring one.",
+        path=True,
+        digest="file",
+    )
+    infer_feature_shape: bool = setting(
+        True,
+        flag="infer_feature_shape",
+        help="Infer no fixed shapes: every feature a variable-length list in the schema.",
+        kind="switch",
+    )
+    max_string_domain_size: int = setting(
+        100,
+        flag="max_string_domain_size",
+        help="A string feature with more distinct values gets no domain in the schema.",
+        kind="int",
+    )
+
+    def __post_init__(self):
+        check_int("max_string_domain_size", self.max_string_domain_size, 0)
 
 
 class SchemaStage(Stage):
     """Statistics -> Schema."""
 
-    name = StageName.SCHEMA
+    name = "Schema"
+    Config = SchemaConfig
+    config_key = "schema"
     inputs = (Input(Statistics, key="statistics"),)
     outputs = (Schema,)
 
     def parameters(self, ctx: StageContext) -> dict:
-        data = ctx.config.data
+        data = ctx.config.schema
         return {
-            "schema_file": file_digest(data.schema) if data.schema else None,
+            "schema_file": file_digest(data.file) if data.file else None,
             "infer_feature_shape": data.infer_feature_shape,
             "max_string_domain_size": data.max_string_domain_size,
         }
@@ -45,9 +78,9 @@ class SchemaStage(Stage):
         from beam_pipeline.stages.schema.inference import infer_schema, write_schema
         from transforms.statistics import read_statistics
 
-        data = ctx.config.data
+        data = ctx.config.schema
         if ctx.user_schema is not None:
-            schema, how = ctx.user_schema, f"from --schema {data.schema}"
+            schema, how = ctx.user_schema, f"from --schema {data.file}"
         else:
             train = read_statistics(inputs[Statistics].path(Split.TRAIN))
             schema = infer_schema(
@@ -104,7 +137,7 @@ def check_slice_features(names: Sequence[str], schema_file: str, preprocessing_f
     """
     import difflib
 
-    from beam_pipeline.stages.schema.inference import read_schema
+    from beam_pipeline.stages.common.schema_file import read_schema
 
     schema = read_schema(schema_file)
     raw = {f.name for f in schema.feature}

@@ -34,12 +34,12 @@ import apache_beam as beam
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact
 from beam_pipeline.engine.artifacts import ModelInputs
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.counters import job_counters
@@ -88,13 +88,7 @@ def build_training_job(
       PipelineError: a missing artifact, a bad hyperparameters / custom_config / base_model
         value, or non-positive step counts.
     """
-    trainer_config = config.trainer
-    if trainer_config.train_steps < 0 or trainer_config.eval_steps < 1:
-        raise PipelineError(
-            f"--train_steps={trainer_config.train_steps} / --eval_steps="
-            f"{trainer_config.eval_steps} are out of range; pass --train_steps >= 0 and "
-            "--eval_steps >= 1."
-        )
+    trainer_config = config.trainer  # its ranges: checked by TrainerConfig
     fields = model_job_fields(
         config,
         run_dir,
@@ -129,7 +123,7 @@ def _run_pipeline(
         job,
         accelerator=config.trainer.accelerator,
         min_ram=config.trainer.min_ram,
-        timeout=config.trainer_timeout,
+        timeout=config.trainer.timeout,
     )
     p = create_pipeline(options)
     _ = (

@@ -130,7 +130,7 @@ def run_rolling(search: Search, jobs: TrialJobs) -> None:
     try:
         with quiet_lost_workers() if pool is not None else contextlib.nullcontext():
             _roll_until_done(
-                search, pool, done, running, counters, launch, jobs.config.trial_timeout
+                search, pool, done, running, counters, launch, jobs.config.tuner.trial_timeout
             )
     except BaseException:
         # The search stops here: the other trials' jobs must not run on (on Dataflow, a

@@ -24,9 +24,10 @@ from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from beam_pipeline.config import PipelineConfig, TunerSchedule
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.runtime.runners import RunnerFamily, runner_family
+from beam_pipeline.stages.tuner.settings import TunerSchedule
 from trainer.tuning import OracleDriver, TrialResult, TrialSpec, TuningJob, read_trial_result
 from transforms.tuner import RunSearch, RunTrials
 

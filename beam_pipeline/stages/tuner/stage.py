@@ -11,46 +11,36 @@ Example::
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 from collections.abc import Mapping
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from beam_pipeline.config import PipelineConfig
 from beam_pipeline.core.fileio import is_remote
 from beam_pipeline.core.gpus import check_gpus_per_trial, host_gpus
 from beam_pipeline.engine.artifacts import (
     Hyperparameters,
-    ModelInputs,
     Schema,
-    TransformedExamples,
-    TransformGraph,
     TypedArtifact,
 )
+from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.options import is_direct
-from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
-from beam_pipeline.stages.tuner.tuning import BEST_HYPERPARAMETERS_FILE, STAGE, run_tuning_stage
-from trainer.module_loader import ModuleKind, load_trainer_module
+from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs
+from beam_pipeline.stages.tuner.settings import TunerConfig
 
-__all__ = ["TunerStage", "check_trial_gpus", "default_tuner_pool"]
+if TYPE_CHECKING:
+    from beam_pipeline.runtime.pool import LocalWorkerPool
 
-# The model stages read Transform's two outputs (one producing stage, so one key) and the
-# schema, whose key the transform graph's already holds.
-MODEL_INPUTS = (
-    Input(TransformGraph, key="transform"),
-    Input(TransformedExamples, key="transform"),
-)
-
-
-def model_inputs(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> ModelInputs:
-    """The model stages' inputs as the jobs' :class:`ModelInputs`."""
-    return ModelInputs(inputs[TransformGraph], inputs[TransformedExamples], inputs.get(Schema))
+__all__ = ["TunerConfig", "TunerStage", "check_trial_gpus", "default_tuner_pool"]
 
 
 def _default_pool_workers(config: PipelineConfig, options) -> int:
     """The processes of :func:`default_tuner_pool`'s pool; 0 where it makes none."""
+    from beam_pipeline.runtime.options import is_direct
+
     if (
         not config.tuner.enabled
         or not is_direct(options)
@@ -68,6 +58,8 @@ def check_trial_gpus(config: PipelineConfig, options) -> None:
     Raises:
       PipelineError: several GPUs, fewer than the workers' shares.
     """
+    from beam_pipeline.runtime.pool import local_pool_size
+
     if not config.tuner.gpus_per_trial:
         return
     parallel = config.tuner.parallel_trials
@@ -85,6 +77,8 @@ def default_tuner_pool(
     (at most one per core) in worker processes, although the data stages run in_memory. A
     ``--direct_running_mode`` the user gives decides instead (see ``run_tuning_stage``).
     """
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+
     workers = _default_pool_workers(config, options)
     if not workers:
         return None
@@ -103,6 +97,8 @@ def _nothing_to_train(ctx: StageContext) -> str:
     config = ctx.config
     if not config.tuner.enabled or not config.module_file:
         return ""  # run_tuning_stage says why it skips
+    from trainer.module_loader import ModuleKind, load_trainer_module
+
     loaded = load_trainer_module(
         config.module_file, entry_point=config.trainer.entry_point, staged=ctx.staged
     )  # loaded already by the run's checks: not executed again
@@ -114,13 +110,62 @@ def _nothing_to_train(ctx: StageContext) -> str:
     )
 
 
+def _maximizes(trial: dict, score: float) -> bool:
+    """Whether the objective that gave ``score`` is maximized (from the trial's metrics)."""
+    for metric in (trial.get("metrics") or {}).get("metrics", {}).values():
+        values = [v for o in metric.get("observations", []) for v in o.get("value", [])]
+        if score in values:
+            return metric.get("direction") == "max"
+    return True
+
+
 class TunerStage(Stage):
     """TransformGraph + TransformedExamples (+ Schema) -> Hyperparameters."""
 
-    name = StageName.TUNER
+    name = "Tuner"
+    Config = TunerConfig
+    config_key = "tuner"
+    in_run_identity = True
+    worker_modules = ("transforms.tuner",)
     inputs = (*MODEL_INPUTS, Input(Schema, key=None))
     outputs = (Hyperparameters,)
     publishes_itself = True
+
+    def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
+        from beam_pipeline.stages.tuner.tuning import with_schedule
+
+        # The runner's schedule when none was given: recorded in the run's identity.
+        return with_schedule(config, options)
+
+    def preflight(self, run: Preflight) -> None:
+        if run.tunes:  # the host's GPUs for --gpus_per_trial, before anything is written
+            check_trial_gpus(run.config, run.options)
+
+    def progress(self, run_dir: str) -> str:
+        """'trials: 3 done, 2 running, 0 failed; best 0.97' from keras-tuner's trial files."""
+        patterns = ("tuner/*/trial_*/trial.json", ".staging/*/*/trial_*/trial.json")
+        statuses: dict[str, str] = {}
+        best: Optional[float] = None
+        for pattern in patterns:
+            for path in glob.glob(os.path.join(run_dir, pattern)):
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        trial = json.load(f)
+                except (OSError, ValueError):  # being written: read it on the next poll
+                    continue
+                statuses[str(trial.get("trial_id"))] = str(trial.get("status"))
+                score = trial.get("score")
+                if isinstance(score, (int, float)) and trial.get("status") == "COMPLETED":
+                    maximize = _maximizes(trial, score)
+                    if best is None or (score > best if maximize else score < best):
+                        best = score
+        if not statuses:
+            return ""
+        done = sum(s == "COMPLETED" for s in statuses.values())
+        failed = sum(s in ("FAILED", "INVALID") for s in statuses.values())
+        running = len(statuses) - done - failed
+        text = f"trials: {done} done, {running} running, {failed} failed"
+        return text + (f"; best {best:.4g}" if best is not None else "")
 
     def parameters(self, ctx: StageContext) -> dict:
         return {"module_file": ctx.module_digest, "tuner": ctx.identity["tuner"]}
@@ -128,6 +173,12 @@ class TunerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from beam_pipeline.stages.tuner.tuning import (
+            BEST_HYPERPARAMETERS_FILE,
+            STAGE,
+            run_tuning_stage,
+        )
+
         untrained = _nothing_to_train(ctx)
         if untrained:
             # Hyperparameters that nothing trains with are no result: the search is not run.

@@ -14,17 +14,19 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import EXIT_ANOMALIES, PipelineError
+from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import Anomalies, Schema, Statistics, TypedArtifact
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageName, StageResult
+from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
-__all__ = ["ValidationStage", "previous_statistics"]
+__all__ = ["ValidationConfig", "ValidationStage", "previous_statistics"]
 
 
 def previous_statistics(ctx: StageContext) -> Optional[str]:
@@ -33,7 +35,7 @@ def previous_statistics(ctx: StageContext) -> Optional[str]:
     the first run or without a store."""
     from beam_pipeline.metadata import RunStatus
     from beam_pipeline.metadata.store import is_available
-    from beam_pipeline.stages.evaluator.stage import open_store
+    from beam_pipeline.stages.common.store import open_store
 
     with open_store(ctx) as store:
         if store is None:
@@ -53,15 +55,49 @@ def _compares(schema, comparator: str, default: Optional[float] = None) -> bool:
     return default is not None or any(f.HasField(comparator) for f in schema.feature)
 
 
+@dataclasses.dataclass(frozen=True)
+class ValidationConfig:
+    """When anomalies stop the run: drift and skew thresholds, and whether to go on."""
+
+    ignore_anomalies: bool = setting(
+        False, flag="ignore_anomalies", help="Report anomalies, go on.", kind="switch"
+    )
+    drift_threshold: Optional[float] = setting(
+        None,
+        flag="drift_threshold",
+        help="Drift threshold of every feature without a schema drift_comparator, against "
+        "the previous run (L-infinity for categorical, Jensen-Shannon for numeric).",
+        kind="float",
+    )
+    skew_threshold: Optional[float] = setting(
+        None,
+        flag="skew_threshold",
+        help="The same for skew_comparator: eval against train.",
+        kind="float",
+    )
+
+    def __post_init__(self):
+        for flag in ("drift_threshold", "skew_threshold"):
+            t = getattr(self, flag)
+            if t is not None and (
+                isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 1
+            ):
+                raise PipelineError(
+                    f"--{flag}={t!r} is out of range: pass a distance from 0 to 1, e.g. 0.1."
+                )
+
+
 class ValidationStage(Stage):
     """Statistics + Schema -> Anomalies (and the blocking-anomalies verdict)."""
 
-    name = StageName.VALIDATION
+    name = "Validation"
+    Config = ValidationConfig
+    config_key = "validation"
     inputs = (Input(Statistics, key="statistics"), Input(Schema, key="schema"))
     outputs = (Anomalies,)
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
-        d = ctx.config.data
+        d = ctx.config.validation
         return {
             "drift_threshold": d.drift_threshold,
             "skew_threshold": d.skew_threshold,
@@ -78,7 +114,7 @@ class ValidationStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.schema.inference import read_schema
+        from beam_pipeline.stages.common.schema_file import read_schema
         from beam_pipeline.stages.validation.anomalies import (
             blocking_anomalies,
             format_anomalies,
@@ -95,7 +131,7 @@ class ValidationStage(Stage):
         stats = {s: read_statistics(statistics.path(s)) for s in statistics.split_names}
         schema = read_schema(inputs[Schema].file)
         tmp = out.folder(Anomalies)
-        d = ctx.config.data
+        d = ctx.config.validation
         notes = []
         previous = None
         if _compares(schema, "drift_comparator", d.drift_threshold):
@@ -140,7 +176,7 @@ class ValidationStage(Stage):
             f.write((text or "no anomalies").encode("utf-8") + b"\n")
         artifact = out.uri(Anomalies)
         blocking = any(is_blocking(a) for a in by_split.values())
-        stops = blocking and not ctx.config.data.ignore_anomalies
+        stops = blocking and not ctx.config.validation.ignore_anomalies
         report = StageReport(
             "Validation",
             StageStatus.FAILED if stops else StageStatus.OK,
@@ -167,7 +203,7 @@ class ValidationStage(Stage):
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
         """Stops the run (exit code 3) on blocking anomalies unless ``--ignore_anomalies``."""
         blocking = outcome.get("blocking_error")
-        if blocking and not ctx.config.data.ignore_anomalies:
+        if blocking and not ctx.config.validation.ignore_anomalies:
             raise PipelineError(blocking, exit_code=EXIT_ANOMALIES)
 
 

@@ -3,7 +3,7 @@
 - ``trials.json`` / ``trials.csv``: per trial its hyperparameters, objective, status,
   start time, seconds, attempts, round, worker (host:pid) and error;
 - ``objective.svg``: the objective per trial and the best so far;
-- the stage report: a one-line note and, in its details, the best trial, counts, times
+- the stage's summary row: a one-line note and, in its details, the best trial, counts, times
   and the head of the trials table ranked by the objective.
 
 Example::
@@ -24,10 +24,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from beam_pipeline.config import TunerSchedule
 from beam_pipeline.core import fileio
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.tuner.search import Search
+from beam_pipeline.stages.tuner.settings import TunerSchedule
 from trainer.tuning import TrialRecord, TrialStatus
 
 __all__ = [

@@ -1,0 +1,112 @@
+"""The Python API: the same run as the command line, for your own code or scheduler.
+
+Settings have the command line's names (its flags without ``--``, the YAML keys of
+``--config``), so a flag you know is a keyword you know; Beam's options go in
+``beam_args``. :func:`run` runs the stage graph (the bundled one, or yours) and returns the
+run's summary; it writes the run's ``report.html`` as the command line does. The command
+line (:mod:`beam_pipeline.cli`) is this API plus flag parsing, progress lines and exit codes.
+
+Example::
+
+    import beam_pipeline as bp
+
+    config = bp.make_config(
+        data="data/*.csv",
+        module_file="my_module.py",
+        train_steps=200,
+        beam_args=["--runner=DirectRunner"],
+    )
+    summary = bp.run(config)
+    print(summary.format())
+    summary.stage("Trainer").status          # StageStatus.OK
+
+    # A nightly job with a stage of your own after the bundled ones:
+    bp.run(config, graph=(*bp.STAGE_GRAPH, MyStage()))
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from beam_pipeline.console import RunEvents
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.stage import Stage
+from beam_pipeline.engine.summary import RunSummary
+from beam_pipeline.stages.graph import STAGE_GRAPH
+
+__all__ = ["make_config", "run", "STAGE_GRAPH"]
+
+
+def make_config(
+    settings: Optional[Mapping[str, Any]] = None,
+    *,
+    beam_args: Sequence[str] = (),
+    graph: Sequence[Stage] = STAGE_GRAPH,
+    **more: Any,
+) -> PipelineConfig:
+    """A run's config from settings named as the flags are (``data``, ``train_steps``,
+    ``no_tuner`` is ``tuner=False``), given as Python values or as the text a flag takes.
+
+    Args:
+      settings: the settings, a mapping (e.g. read from your own config source).
+      beam_args: Beam's pipeline options, as flags (``["--runner=DirectRunner"]``).
+      graph: the stages whose settings may be given (yours too).
+      **more: more settings, as keywords (they win over ``settings``).
+
+    Raises:
+      PipelineError: a name that is no setting (with the closest one), or a bad value.
+    """
+    from beam_pipeline.flags import _convert, flag_table
+
+    table = flag_table(graph)
+    given = {**(settings or {}), **more}
+    sections: dict[str, dict[str, Any]] = {}
+    for name, value in given.items():
+        if name not in table:
+            close = difflib.get_close_matches(name, list(table), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise PipelineError(
+                f"make_config got {name!r}, which is no setting; {hint}use the command "
+                "line's flag names without '--' (python -m beam_pipeline --help)."
+            )
+        section, field, _, _ = table[name]
+        sections.setdefault(section, {})[field] = _convert(name, value, table, graph)
+    classes = {s.config_key: s.Config for s in graph if s.Config is not None}
+    return PipelineConfig(
+        beam_args=tuple(str(a) for a in beam_args),
+        **sections.get("", {}),
+        **{key: classes[key](**fields) for key, fields in sections.items() if key},
+    )
+
+
+def run(
+    config: PipelineConfig,
+    *,
+    graph: Optional[Sequence[Stage]] = None,
+    events: Optional[RunEvents] = None,
+    report: bool = True,
+) -> RunSummary:
+    """Runs the pipeline ``config`` describes; returns its summary (also on disk as the run
+    directory's ``summary.json``).
+
+    Args:
+      config: from :func:`make_config` (or the command line's parser).
+      graph: the stages to run; default: ``config.graph`` (``--graph``) or the bundled ones.
+      events: hears of the run's directory and each stage as it starts and ends.
+      report: write the run's ``report.html`` (as the command line does).
+
+    Raises:
+      PipelineError: bad settings, inputs, module file or data; one sentence with the fix.
+      Whatever a stage raised, after the run was recorded as failed.
+    """
+    from beam_pipeline.pipeline import run as run_pipeline
+
+    summary = run_pipeline(config, events, graph)
+    if report:
+        from beam_pipeline.report import write_report
+
+        write_report(summary.run_dir)
+    return summary

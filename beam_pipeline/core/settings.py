@@ -1,0 +1,105 @@
+"""Settings: a config dataclass field that carries its own flag, help, YAML key and parser.
+
+A stage's Config (and the run's own :class:`~beam_pipeline.config.PipelineConfig`) declares
+each setting once, as a field made by :func:`setting`. The command line's flags, the YAML
+keys of ``--config``, ``--help`` with its defaults, the check of paths remote workers must
+reach, the run's identity and the flag reference in the docs are all read from these
+declarations (:mod:`beam_pipeline.flags`), so a setting is never written twice.
+
+Example::
+
+    @dataclasses.dataclass(frozen=True)
+    class PusherConfig:
+        destination: str = setting(
+            "", flag="push_destination", help="Folder or gs:// path for <version>/ folders.",
+            path=True,
+        )
+
+    for name, s in settings_of(PusherConfig):   # ('destination', Setting(flag=...))
+        ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
+
+__all__ = ["Setting", "setting", "settings_of", "field_default", "SETTING"]
+
+# The key of a field's metadata that holds its Setting.
+SETTING = "beam_pipeline.setting"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """How one config field is set from the command line and a YAML file.
+
+    Attributes:
+      flag: the flag's name without ``--``; also the YAML key.
+      help: one line for ``--help`` (the default is appended from the field).
+      kind: how the flag reads its value: ``str``, ``int``, ``float``, ``switch`` (a
+        boolean: ``--flag`` when the default is False, ``--no_<flag>`` when it is True),
+        ``choice`` (one of ``choices``), ``list`` (comma-separated, a YAML list too),
+        ``optional`` (``--flag`` alone means ``const``), ``append`` (repeatable), or
+        ``yaml`` (a YAML mapping only, no flag).
+      parse: turns the flag's text (or the YAML value) into the field's value and checks
+        it; raises PipelineError with the fix. None: the ``kind``'s own conversion.
+      choices: the allowed values of a ``choice``.
+      const: the value of an ``optional`` flag given without one.
+      path: a local path in a YAML file is read relative to the file.
+      worker_path: a path the Beam workers read: a remote runner's workers cannot reach a
+        local one, which is refused before the run starts.
+      identity: part of the run's identity (a rerun with another value is another run);
+        False for settings that change no result (a timeout).
+      digest: ``file`` or ``folder``: the run's identity holds the content digest of the
+        path, not only the path.
+      metavar: the value's name in ``--help``.
+      keywords: values of a path setting that name no path (``blessed``).
+    """
+
+    flag: str
+    help: str
+    kind: str = "str"
+    parse: Optional[Callable[[Any], Any]] = None
+    choices: tuple[str, ...] = ()
+    const: Any = None
+    path: bool = False
+    worker_path: bool = False
+    identity: bool = True
+    digest: Optional[str] = None
+    metavar: Optional[str] = None
+    keywords: tuple[str, ...] = ()
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    flag: str,
+    help: str,  # noqa: A002 - argparse's word for it
+    default_factory: Any = dataclasses.MISSING,
+    **options: Any,
+) -> Any:
+    """A dataclass field declared as a setting (see :class:`Setting` for ``options``)."""
+    meta = {SETTING: Setting(flag=flag, help=help, **options)}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def settings_of(cls: type) -> Iterator[tuple[str, Setting]]:
+    """(field name, Setting) of each field of the dataclass ``cls`` declared a setting."""
+    for f in dataclasses.fields(cls):
+        s = f.metadata.get(SETTING)
+        if s is not None:
+            yield f.name, s
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default value of field ``name`` of the dataclass ``cls``."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None

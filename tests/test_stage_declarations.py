@@ -1,0 +1,119 @@
+"""Stages are declarations: flags, YAML keys, the summary, the report and ``runs show`` come
+from them, and a stage of a user's own (tests/testdata/toy_stage.py: its declaration, its
+transform, one line in a graph) runs through the CLI and the Python API like the bundled
+ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import PENGUIN_DIR, REPO, TESTDATA
+
+from beam_pipeline.core.errors import PipelineError
+
+PENGUIN_CSV = os.path.join(PENGUIN_DIR, "penguins.csv")
+TOY = os.path.join(TESTDATA, "toy_stage.py")
+# The data stages only (no module file: Transform and the model stages skip).
+DATA_ONLY = ["--no_progress", f"--data={PENGUIN_CSV}", "--csv_null_values=,NA"]
+
+
+def _cli(*args: str, cwd: str = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=900,
+    )
+
+
+def test_every_flag_is_a_declared_setting_and_each_stage_has_its_group():
+    from beam_pipeline import flags
+    from beam_pipeline.stages.graph import STAGE_GRAPH
+
+    parser = flags.build_parser()
+    table = flags.flag_table()
+    ours = {
+        a.dest
+        for a in parser._actions
+        if a.dest not in ("help", "version", "config", "graph", "verbose", "log_file", "progress")
+    }
+    assert ours == set(table) - {"search_space"}  # search_space: a YAML mapping, no flag
+    titles = {g.title for g in parser._action_groups}
+    for stage in STAGE_GRAPH:
+        if stage.Config is not None:
+            assert stage.name in titles
+
+
+def test_the_toy_stage_runs_through_the_cli_summary_report_and_runs_show(tmp_path):
+    root = str(tmp_path / "root")
+    graph = f"--graph={TOY}:GRAPH"
+    shown = _cli(graph, "--help")
+    assert shown.returncode == 0 and "--count_every" in shown.stdout, shown.stderr[-2000:]
+
+    proc = _cli(graph, *DATA_ONLY, f"--pipeline_root={root}", "--run_id=a", "--count_every=1")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert "CountExamples" in proc.stdout  # the summary's row
+    run_dir = os.path.join(root, "runs", "a")
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        rows = {r["stage"]: r for r in json.load(f)["stages"]}
+    with open(os.path.join(run_dir, "example_counts", "counts-00000-of-00001.json")) as f:
+        counts = json.load(f)
+    # Every example of each split, as ExampleGen wrote them.
+    assert counts == {s: n for s, n in rows["ExampleGen"]["rows_out"].items()}
+    assert rows["CountExamples"]["note"] == f"{sum(counts.values())} examples counted"
+    with open(os.path.join(run_dir, "report.html")) as f:
+        assert "CountExamples" in f.read()
+    runs = _cli("runs", "show", "a", f"--pipeline_root={root}", "--json")
+    assert runs.returncode == 0, runs.stderr[-2000:]
+    stages = [e["stage"] for e in json.loads(runs.stdout)["executions"]]
+    assert "CountExamples" in stages
+
+    # The second run reuses it; another setting of its own reruns it.
+    again = _cli(graph, *DATA_ONLY, f"--pipeline_root={root}", "--run_id=b", "--count_every=1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    with open(os.path.join(root, "runs", "b", "summary.json")) as f:
+        rows = {r["stage"]: r for r in json.load(f)["stages"]}
+    assert rows["CountExamples"]["status"] == "cached"
+    other = _cli(graph, *DATA_ONLY, f"--pipeline_root={root}", "--run_id=c", "--count_every=2")
+    assert other.returncode == 0, other.stderr[-3000:]
+    with open(os.path.join(root, "runs", "c", "summary.json")) as f:
+        rows = {r["stage"]: r for r in json.load(f)["stages"]}
+    assert rows["CountExamples"]["status"] == "ok" and rows["ExampleGen"]["status"] == "cached"
+
+
+def test_a_bad_graph_is_one_sentence(tmp_path):
+    proc = _cli(f"--graph={tmp_path}/none.py:GRAPH", *DATA_ONLY)
+    assert proc.returncode == 2
+    assert "none.py cannot be loaded" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli(f"--graph={TOY}:NOPE", *DATA_ONLY)
+    assert proc.returncode == 2 and "has no sequence of stages named NOPE" in proc.stderr
+
+
+def test_the_python_api_runs_a_graph_and_returns_its_summary(tmp_path):
+    import beam_pipeline as bp
+
+    sys.path.insert(0, TESTDATA)
+    try:
+        import toy_stage
+    finally:
+        sys.path.remove(TESTDATA)
+    config = bp.make_config(
+        data=PENGUIN_CSV,
+        csv_null_values="NA,",
+        pipeline_root=str(tmp_path / "root"),
+        count_every=1,
+        beam_args=["--runner=DirectRunner"],
+        graph=toy_stage.GRAPH,
+    )
+    assert config.count.every == 1 and config.trainer.train_steps == 100  # defaults
+    summary = bp.run(config, graph=toy_stage.GRAPH)
+    assert summary.stage("CountExamples").status.value == "ok"
+    assert summary.stage("ExampleGen").rows_out["train"] > 0
+    assert os.path.exists(os.path.join(summary.run_dir, "report.html"))
+    with pytest.raises(PipelineError, match="did you mean 'train_steps'"):
+        bp.make_config(train_step=3)
