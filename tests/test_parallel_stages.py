@@ -180,4 +180,10 @@ def test_ctrl_c_while_both_run_stops_the_run_and_records_them(bundled):
             e.status is ExecutionStatus.FAILED and e.error.startswith("KeyboardInterrupt")
         ), (stage, e.status, e.error)
     assert "Pusher" not in executions or executions["Pusher"].status is not ExecutionStatus.COMPLETE
+    # The message names the stages it stopped.
+    stopped = [s for s in ("Evaluator", "InfraValidator") if executions[s].error]
+    assert stopped and stderr.strip() == (
+        f"error: the run was interrupted during {' and '.join(stopped)}; what its finished "
+        "stages published is kept: run the same command with --run_id=stopped to resume it."
+    )
     assert not (run / ".staging").exists() or not list((run / ".staging").iterdir())
