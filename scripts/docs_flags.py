@@ -26,7 +26,7 @@ MARKER = "<!-- flags: generated -->"
 PAGE = "flags.md"
 
 # Flags that the parser documents but that fill no config field (read before the rest).
-_NO_FIELD = {"config": "none", "version": "none"}
+_NO_FIELD = {"config": "none", "version": "none", "graph": "none"}
 
 
 def _attribute_docs(cls: type) -> dict[str, str]:
