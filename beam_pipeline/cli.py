@@ -111,6 +111,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 EXIT_INTERRUPTED = 130
 
 
+def _refuse_unknown_flags(config: PipelineConfig) -> None:
+    """A flag neither ours nor Beam's (left in ``beam_args``) is refused here, where this
+    parser's flags are known, so that the error suggests ``--module_file`` for
+    ``--modul_file``; the run's own check (``parse_beam_args``) knows Beam's alone."""
+    from beam_pipeline.runtime.options import refuse_unknown_flags
+
+    own = [
+        option
+        for action in build_parser()._actions  # noqa: SLF001  argparse keeps no public list
+        for option in action.option_strings
+        if option.startswith("--")
+    ]
+    refuse_unknown_flags(config.beam_args, own_flags=own)
+
+
 def _is_interrupt(error: BaseException) -> bool:
     """Whether ``error`` is a KeyboardInterrupt re-raised wrapped (by Beam's runner)."""
     seen = set()
@@ -148,6 +163,7 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
         with contextlib.redirect_stdout(log.stdout), contextlib.redirect_stderr(log.stderr):
             config = parse_config(argv)
         quiet.pipeline_root = config.pipeline_root
+        _refuse_unknown_flags(config)
         from beam_pipeline.api import run  # heavy imports only after flags are valid
 
         # The report is written below, for a failed run too.

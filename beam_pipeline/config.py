@@ -20,31 +20,22 @@ import os
 
 from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, Split
 from beam_pipeline.engine.config import PipelineConfig, check_run_id
-from beam_pipeline.stages.bulk_inferrer import BulkInferrerConfig
-from beam_pipeline.stages.evaluator.stage import EvaluatorConfig
-from beam_pipeline.stages.example_gen import DataConfig
+from beam_pipeline.stages.common.model_job import parse_custom_config
 from beam_pipeline.stages.graph import STAGE_GRAPH
-from beam_pipeline.stages.infra_validator.stage import InfraValidatorConfig
-from beam_pipeline.stages.pusher.stage import PusherConfig
-from beam_pipeline.stages.schema.stage import SchemaConfig
-from beam_pipeline.stages.trainer.stage import TrainerConfig, parse_custom_config
-from beam_pipeline.stages.transform.stage import TransformConfig
-from beam_pipeline.stages.tuner.settings import TunerConfig, TunerSchedule
-from beam_pipeline.stages.validation.stage import ValidationConfig
+from beam_pipeline.stages.tuner.settings import TunerSchedule
 
-__all__ = [
+BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "penguin")
+BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")
+
+# Each stage's Config class by its name (DataConfig, TrainerConfig, ...), read from the
+# stage declarations: a new stage's settings appear here without an edit.
+_SECTIONS = {s.Config.__name__: s.Config for s in STAGE_GRAPH if s.Config is not None}
+globals().update(_SECTIONS)
+
+__all__ = [  # noqa: PLE0604 - the section classes are the graph's
     "PipelineConfig",
-    "DataConfig",
-    "SchemaConfig",
-    "ValidationConfig",
-    "TransformConfig",
-    "TrainerConfig",
-    "TunerConfig",
+    *_SECTIONS,
     "TunerSchedule",
-    "EvaluatorConfig",
-    "InfraValidatorConfig",
-    "PusherConfig",
-    "BulkInferrerConfig",
     "STAGE_GRAPH",
     "BUNDLED_EXAMPLE_DIR",
     "BUNDLED_CONFIG",
@@ -53,6 +44,3 @@ __all__ = [
     "check_run_id",
     "parse_custom_config",
 ]
-
-BUNDLED_EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "examples", "penguin")
-BUNDLED_CONFIG = os.path.join(BUNDLED_EXAMPLE_DIR, "pipeline.yaml")

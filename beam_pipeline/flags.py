@@ -132,9 +132,6 @@ def build_parser(graph: Sequence[Any] = STAGE_GRAPH) -> argparse.ArgumentParser:
             groups[key] = p.add_argument_group(titles.get(key, key))
         _add_setting(groups[key], s, field_default(cls, name))
     _add_output_flags(p.add_argument_group("output"))
-    from beam_pipeline.runtime.options import OUR_FLAGS
-
-    OUR_FLAGS.update(o for a in p._actions for o in a.option_strings if o.startswith("--"))  # noqa: SLF001
     return p
 
 

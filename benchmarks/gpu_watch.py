@@ -62,7 +62,7 @@ def kind(pid: int, root: int, tree: dict[int, tuple[int, str]]) -> str:
         return "timeout (the launcher's wrapper)"
     if " -m beam_pipeline" in cmdline:
         return "launcher"
-    if "serving_sandbox" in cmdline:
+    if "infra_validator/sandbox.py" in cmdline:
         return "InfraValidator sandbox"
     if "sdk_worker_main" in cmdline:
         return "Beam SDK worker"

@@ -43,7 +43,7 @@ _KINDS = (
     ("pytest-xdist workers (tests run in-process)", "exec(eval(sys.stdin.readline()))"),
     ("pytest", "-m pytest"),
     ("CLI runs (python -m beam_pipeline)", "-m beam_pipeline"),
-    ("serving sandbox", "serving_sandbox.py"),
+    ("serving sandbox", "infra_validator/sandbox.py"),
     ("TF Serving stand-in", "tf_serving_standin.py"),
     ("other python -c scripts (fresh interpreters)", " -c "),
 )

@@ -94,7 +94,7 @@ def _read_process(pid: int):
 def _kind(cmdline: str) -> str:
     if "multiprocessing.forkserver" in cmdline:
         return "fork server"
-    if "serving_sandbox" in cmdline:
+    if "infra_validator/sandbox.py" in cmdline:
         return "InfraValidator sandbox"
     if "sdk_worker_main" in cmdline:
         return "Beam SDK worker"

@@ -6,6 +6,7 @@ during training and export, and a rerun of the finished job)."""
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -33,6 +34,22 @@ from beam_pipeline.stages.trainer.training import build_training_job
 from trainer import run_trainer
 import conftest_trainer
 
+# The worker is preempted right after it wrote its first epoch's backup: it waits there for
+# the test's SIGKILL, so the kill lands between two epochs whatever the machine's load, never
+# after training ended (the backup's writes themselves are trainer.callbacks' own).
+import threading
+from trainer import callbacks
+
+_save_model = callbacks.BackupAndRestore._save_model
+
+
+def _save_then_wait_for_the_kill(self):
+    _save_model(self)
+    threading.Event().wait()
+
+
+callbacks.BackupAndRestore._save_model = _save_then_wait_for_the_kill
+
 root, steps = sys.argv[1], int(sys.argv[2])
 config = conftest_trainer.penguin_config(train_steps=steps, eval_steps=5)
 job = build_training_job(config, RunDirectory(root, conftest_trainer.RUN_ID))
@@ -57,29 +74,35 @@ def _start(root: str, steps: int):
 
 
 def _kill_once_exists(proc, path: str) -> None:
-    """SIGKILLs ``proc`` (as a preempted worker) as soon as ``path`` exists."""
+    """SIGKILLs ``proc`` (as a preempted worker) as soon as ``path`` exists (and also when
+    the wait fails: the process waits for its kill)."""
     deadline = time.time() + 120
-    while not os.path.exists(path):
-        assert proc.poll() is None, proc.stderr[-3000:]
-        assert time.time() < deadline, f"{path} did not appear within 120 s"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(60)
+    try:
+        while not os.path.exists(path):
+            assert proc.poll() is None, proc.stderr[-3000:]
+            assert time.time() < deadline, f"{path} did not appear within 120 s"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(60)
 
 
-def _first_epochs_logged(train_logs: str) -> list[int]:
-    """Per attempt (one TensorBoard events file each), the first epoch it logged."""
+def _events_files(train_logs: str) -> set[str]:
+    return set(glob.glob(os.path.join(train_logs, "events.out.tfevents.*")))
+
+
+def _first_epoch_logged(train_logs: str, before: set[str]) -> int | None:
+    """The first epoch logged by the attempt that wrote the one TensorBoard events file in
+    ``train_logs`` not in ``before``. (Not the last file by name: a name holds its writer's
+    start in whole seconds, then its process id, so two attempts that start in the same
+    second sort by process id, the killed worker's often after the attempt that followed.)"""
     import tensorflow as tf
 
-    firsts = []
-    for name in sorted(os.listdir(train_logs)):
-        events = [
-            tf.compat.v1.Event.FromString(r.numpy())
-            for r in tf.data.TFRecordDataset(os.path.join(train_logs, name))
-        ]
-        steps = [e.step for e in events if any(v.tag == "epoch_loss" for v in e.summary.value)]
-        firsts.append(min(steps) if steps else None)
-    return firsts
+    (path,) = _events_files(train_logs) - before
+    events = [tf.compat.v1.Event.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
+    steps = [e.step for e in events if any(v.tag == "epoch_loss" for v in e.summary.value)]
+    return min(steps) if steps else None
 
 
 @pytest.mark.slow
@@ -90,12 +113,14 @@ def test_bundled_run_fn_resumes_with_backup_and_restore(penguin_run_dir, tmp_pat
     run_dir = conftest_trainer.copy_run_dir(penguin_run_dir, root)
     model_run = run_dir.path(Artifact.MODEL_RUN)
     metadata = os.path.join(model_run, "backup", "training_metadata.json")
+    train_logs = os.path.join(model_run, "train")
     steps = 200  # 10 epochs of 20 steps
 
     _kill_once_exists(_start(root, steps), metadata)
     with open(metadata) as f:
         killed_at_epoch = json.load(f)["epoch"]
-    assert 0 < killed_at_epoch < 10
+    assert killed_at_epoch == 1
+    killed_attempt_logs = _events_files(train_logs)
 
     # The second attempt in this process (TensorFlow is imported here already).
     config = conftest_trainer.penguin_config(train_steps=steps, eval_steps=5)
@@ -103,8 +128,8 @@ def test_bundled_run_fn_resumes_with_backup_and_restore(penguin_run_dir, tmp_pat
     assert result["module_kind"] == "run_fn" and not result["reused"]
     with open(metadata) as f:
         assert json.load(f)["epoch"] == 10
-    logged = _first_epochs_logged(os.path.join(model_run, "train"))
-    assert logged[-1] == killed_at_epoch  # the second attempt started at the saved epoch
+    # The second attempt started at the saved epoch.
+    assert _first_epoch_logged(train_logs, killed_attempt_logs) == killed_at_epoch
     assert result["metrics"]["sparse_categorical_accuracy"] >= ACCURACY_FLOOR
 
     # A kill in the middle of writing the backup, made exact: the state a worker killed while
@@ -122,9 +147,10 @@ def test_bundled_run_fn_resumes_with_backup_and_restore(penguin_run_dir, tmp_pat
     shutil.copyfile(metadata + ".bkp", metadata)
     os.remove(os.path.join(model_run, RESULT_FILE))
     shutil.rmtree(run_dir.path(Artifact.MODEL_RUN, EXPORT_SUBDIR))
+    earlier_logs = _events_files(train_logs)
     result = dataclasses.asdict(run_trainer(build_training_job(config, run_dir)))
     assert not result["reused"]
-    assert _first_epochs_logged(os.path.join(model_run, "train"))[-1] == previous_epoch
+    assert _first_epoch_logged(train_logs, earlier_logs) == previous_epoch
     with open(metadata) as f:
         assert json.load(f)["epoch"] == 10
 

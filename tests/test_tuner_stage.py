@@ -31,7 +31,7 @@ from beam_pipeline.engine.summary import StageStatus
 from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.stages.trainer.training import run_training_stage
-from beam_pipeline.stages.tuner.report import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
+from beam_pipeline.stages.tuner.trials import OBJECTIVE_PLOT, TRIALS_CSV, TRIALS_JSON
 from beam_pipeline.stages.tuner.tuning import (
     BEST_HYPERPARAMETERS_FILE,
     build_tuning_job,

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
 
+import trainer.export as export
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
-from trainer import export
 from trainer.fn_args import FnArgs
 from trainer.job import ModelJob, common_fn_args
 from trainer.module_loader import ModuleKind, TrainerModule, error_place

@@ -225,7 +225,7 @@ def model_datasets(
     spec: TrainSpec, hp: keras_tuner.HyperParameters, model: keras.Model
 ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
     """The spec's (train, eval) datasets for ``hp``, holding only ``model``'s inputs."""
-    from trainer import export
+    import trainer.export as export
 
     names = export.model_input_names(model)
     return (
@@ -308,7 +308,7 @@ def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
     import keras_tuner
     import tensorflow as tf
 
-    from trainer import export
+    import trainer.export as export
 
     spec = make_spec(spec_class, fn_args)
     hp = (

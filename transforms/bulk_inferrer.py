@@ -35,8 +35,8 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
 from beam_pipeline.core import fileio
-from transforms.example_gen.input_format import RejectedRow
 from transforms.metrics import NAMESPACE
+from transforms.rows import RejectedRow
 
 __all__ = [
     "PREDICTION_LOGS",

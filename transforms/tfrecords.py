@@ -1,7 +1,7 @@
 """Writing batches of serialized records as sharded gzip TFRecord files.
 
 Why not Beam's ``WriteToTFRecord``: it takes one element per record and frames each one
-in Python (about 14 µs a record here, most of ExampleGen's time at 1M rows). This sink
+in Python, which becomes most of ExampleGen's time on large inputs. This sink
 takes *lists* of records (one per RecordBatch) and writes them with TensorFlow's C++
 ``TFRecordWriter`` where TensorFlow is imported already (else with Beam's record framing
 and zlib: a data-stage worker never imports TensorFlow for it), a new file every
@@ -15,7 +15,7 @@ leftovers of failed attempts are deleted.
 RecordBatches typed by a schema, read with TensorFlow's C++ reader in batches and decoded
 by tfx-bsl's decoder, the one TFXIO's ``TFExampleRecord`` uses. Why not TFXIO's
 ``BeamSource``: it reads through Beam's ``ReadFromTFRecord``, which frames every record in
-Python (about 29 µs a record here: 30 s of a 1M-row Transform).
+Python, a large share of a Transform's time on large inputs (figures in benchmarks/).
 
 Example::
 
@@ -45,7 +45,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 __all__ = ["WriteTFRecordBatches", "ReadExampleBatches", "SHARD_BYTES", "SHARD_SUFFIX"]
 
 SHARD_SUFFIX = ".tfrecord.gz"
-# zlib level 1: a third of the default level's (6) time for files about 20% larger; the
+# zlib level 1: much faster than the default level (6) for somewhat larger files; the
 # examples are intermediate artifacts, rewritten by every run, so speed wins.
 _GZIP_LEVEL = 1
 # The target size of one output file, in bytes of serialized records (before gzip): large

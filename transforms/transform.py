@@ -81,10 +81,10 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         ``preprocessing_fn`` misses the cache by itself).
       batch_size: rows per RecordBatch fed to tf.Transform (its ``desired_batch_size``
         applies only to instance dicts; record batches go in as read). Every batch is one
-        TensorFlow call per analysis phase and per transform, with a fixed cost: 16384-row
-        batches spent a fraction of 4096-row ones' CPU in tf.Transform's batch handling
-        (most of it turning Arrow columns into tensors), and 65536 gave no more
-        (bench_transform.py --profile, in_memory).
+        TensorFlow call per analysis phase and per transform, with a fixed cost (most of
+        it turning Arrow columns into tensors), so larger batches spend less CPU in
+        tf.Transform's batch handling, up to a size past which they gain nothing
+        (benchmarks/bench_transform.py --profile).
     """
 
     def __init__(

@@ -24,7 +24,14 @@ from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from typing import Optional
 
-__all__ = ["InheritedFd", "fork_context", "start_forked"]
+__all__ = [
+    "InheritedFd",
+    "fork_context",
+    "fork_server_warm",
+    "mark_fork_server_warm",
+    "start_forked",
+    "warm_fork_server",
+]
 
 # The server's module: a string, so importing this module imports nothing of Beam's.
 _PRELOAD = "beam_pipeline.runtime.pool_zygote"
@@ -97,8 +104,8 @@ def fork_context():
 
     One server per launcher process, started on first use and kept until it exits (every
     pool of the run, and of a test session, forks from it). Why multiprocessing and not
-    ``subprocess``: a fresh interpreter per pool process paid TensorFlow's imports (about
-    6 s of CPU) each time; why ``forkserver`` and not ``fork``: the launcher runs gRPC
+    ``subprocess``: a fresh interpreter per pool process pays TensorFlow's imports (seconds
+    of CPU) each time; why ``forkserver`` and not ``fork``: the launcher runs gRPC
     servers and Beam threads, which a fork of it would copy half-held, while the server
     only imported modules and started nothing.
     """
@@ -110,7 +117,7 @@ def fork_context():
 
 
 def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerProcess:
-    """Starts ``target(*args)`` in a fork of the pool's fork server (the ML stack already
+    """Starts ``target(*args)`` in a fork of the fork server (the ML stack already
     imported) and returns the started process; not a daemon, so it may start processes of
     its own. The pool's workers start this way, the processes that run the user's training
     and tuning code (:mod:`trainer.isolation`), and the tests' killed-run launches,
@@ -121,6 +128,58 @@ def start_forked(target, args: tuple, name: Optional[str] = None) -> ForkServerP
     with _FORK_LOCK:
         process.start()
     return process
+
+
+# Set once a process forked from the server answered: the fork server has imported the ML
+# stack (multiprocessing's server handles a request only after its preload), so a fork
+# from it is ready at once.
+_server_warm = threading.Event()
+
+
+def mark_fork_server_warm() -> None:
+    """Called when a process forked from the server answered: its preload is done."""
+    _server_warm.set()
+
+
+def fork_server_warm() -> bool:
+    """Whether the fork server of :func:`start_forked` is up with its imports done."""
+    return _server_warm.is_set()
+
+
+_warm_up_started = threading.Event()
+
+
+def warm_fork_server() -> None:
+    """Starts the fork server's imports in the background (idempotent, returns at once).
+
+    A ``multi_processing`` run calls it first thing, so the server imports the ML stack on
+    a core the launcher's own imports leave free, and the workers of its Transform and
+    Evaluator jobs (which import TensorFlow, seconds of CPU each as fresh interpreters)
+    start as forks of it (:mod:`beam_pipeline.runtime.forked_sdk_worker`). Until the
+    server answers, workers start as Beam starts them: a job never waits for it.
+    """
+    if _server_warm.is_set() or _warm_up_started.is_set() or not hasattr(os, "fork"):
+        return  # warm or warming; or no fork server on this platform (Beam's workers then)
+    _warm_up_started.set()
+    threading.Thread(target=_warm_up, name="fork-server-warm-up", daemon=True).start()
+
+
+def _warm_up() -> None:
+    try:
+        ready, answer = fork_context().Pipe(duplex=False)
+        # Answered only once the server has forked it: after its preload.
+        process = start_forked(_answer, (answer,), name="fork-server-warm-up")
+        answer.close()
+        ready.recv()
+        _server_warm.set()
+        process.join()
+    except (EOFError, OSError):  # the server did not start: workers stay Beam's own
+        pass
+
+
+def _answer(conn) -> None:
+    conn.send(True)
+    conn.close()
 
 
 class InheritedFd:

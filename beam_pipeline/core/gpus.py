@@ -1,12 +1,12 @@
 """GPUs on a shared host: memory growth in every process, and GPUs of their own for trial workers.
 
 TensorFlow maps nearly all of a GPU's memory into the first process that initializes it
-(a launcher that touched TensorFlow before a trainer set memory growth held 79 of 81 GB of
-an H100, leaving its tuner workers under 1 GB). TensorFlow reads
+(a launcher that touched TensorFlow before a trainer set memory growth would hold the GPU,
+leaving its tuner workers almost none). TensorFlow reads
 ``TF_FORCE_GPU_ALLOW_GROWTH`` when it creates a GPU device, so setting it in the
 launcher's environment before TensorFlow is imported turns growth on there and in every
-process it starts (they inherit the environment: the local pool's fork server and its
-workers, Beam's SDK workers, the InfraValidator's sandbox), whatever the module file does.
+process it starts (they inherit the environment: the fork server and the local
+pool's workers, Beam's SDK workers, the InfraValidator's sandbox), whatever the module file does.
 A value the user set is kept (``false`` to preallocate on purpose).
 
 On a host with several GPUs, ``--gpus_per_trial=N`` hands each tuner pool worker its own

@@ -63,6 +63,41 @@ class Execution:
     started: str
     finished: str
 
+    def to_json(self) -> dict[str, Any]:
+        """What is kept of it (in the run manifest, and as the store's execution
+        properties): all but its stage, key and run, which the keeper files it under."""
+        return {
+            "built_from": dict(self.built_from),
+            "inputs": [a.to_json() for a in self.inputs],
+            "outputs": [a.to_json() for a in self.outputs],
+            "reports": [r.to_json() for r in self.reports],
+            "outcome": dict(self.outcome),
+            "started": self.started,
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def from_json(
+        cls, stage: str, key: str, run_id: str, kept: Mapping[str, Any]
+    ) -> Optional[Execution]:
+        """The execution :meth:`to_json` kept as ``kept``; None where it cannot be read (kept
+        by another version: a miss, never an error)."""
+        try:
+            return cls(
+                stage=stage,
+                key=key,
+                built_from=kept["built_from"],
+                inputs=[TypedArtifact.from_json(a) for a in kept.get("inputs", [])],
+                outputs=[TypedArtifact.from_json(a) for a in kept["outputs"]],
+                reports=[StageReport.from_json(r) for r in kept.get("reports", [])],
+                outcome=kept.get("outcome") or {},
+                run_id=run_id,
+                started=kept.get("started", ""),
+                finished=kept.get("finished", ""),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
     @property
     def job_ids(self) -> list[str]:
         """The Beam job ids its summary rows name (remote runners)."""

@@ -42,12 +42,11 @@ from typing import Any, Optional
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import settings_of
-from beam_pipeline.engine.artifacts import TypedArtifact, artifact_types
+from beam_pipeline.engine.artifacts import artifact_types
 from beam_pipeline.engine.config import PipelineConfig, identity_sections
 from beam_pipeline.engine.execution import Execution
 from beam_pipeline.engine.fingerprint import file_digest, folder_digest
 from beam_pipeline.engine.run_dir import RunDirectory
-from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["MANIFEST_FILE", "RunManifest", "run_identity"]
 
@@ -202,21 +201,7 @@ class RunManifest:
         record = self.stages.get(stage)
         if record is None or record.get("key") != key or "outputs" not in record:
             return None
-        try:
-            return Execution(
-                stage=stage,
-                key=key,
-                built_from=record["built_from"],
-                inputs=[TypedArtifact.from_json(a) for a in record.get("inputs", [])],
-                outputs=[TypedArtifact.from_json(a) for a in record["outputs"]],
-                reports=[StageReport.from_json(r) for r in record.get("reports", [])],
-                outcome=record.get("outcome") or {},
-                run_id=self.run_dir.run_id,
-                started=record.get("started", ""),
-                finished=record.get("finished", ""),
-            )
-        except (KeyError, TypeError, ValueError):  # a record this version cannot read
-            return None
+        return Execution.from_json(stage, key, self.run_dir.run_id, record)
 
     def forget(self, stages: Sequence[str]) -> None:
         """Drops the records of ``stages`` (they rerun) and rewrites the manifest."""
@@ -230,16 +215,12 @@ class RunManifest:
         A skipped stage is recorded too (without outputs), so that what follows it is kept
         on a resume.
         """
+        kept = execution.to_json()
         self.stages[execution.stage] = {
             "key": execution.key,
-            "built_from": dict(execution.built_from),
+            "built_from": kept.pop("built_from"),
             "artifacts": [a.folder_name() for a in execution.outputs],
-            "inputs": [a.to_json() for a in execution.inputs],
-            "outputs": [a.to_json() for a in execution.outputs],
-            "reports": [r.to_json() for r in execution.reports],
-            "outcome": dict(execution.outcome),
-            "started": execution.started,
-            "finished": execution.finished,
+            **kept,
         }
         self._write()
 

@@ -52,6 +52,12 @@ def _spec(artifact: TypedArtifact) -> ArtifactSpec:
     return ArtifactSpec(stored_uri(artifact.uri), artifact.type_name, dict(artifact.properties))
 
 
+def _without_outputs(kept: dict[str, Any]) -> dict[str, Any]:
+    """An execution's properties in the store: its outputs are the store's own artifacts."""
+    kept.pop("outputs")
+    return kept
+
+
 def _plain(value: Any) -> Any:
     """JSON values only (a summary row's details may hold other objects: by ``str``, as
     the manifest writes them)."""
@@ -61,27 +67,11 @@ def _plain(value: Any) -> Any:
 def _execution(stage: str, key: str, hit: CachedOutputs) -> Optional[Execution]:
     """A cache hit as the runner's Execution; None when its record cannot be read (written
     by another version: a miss, never an error)."""
-    props = hit.properties
-    try:
-        return Execution(
-            stage=stage,
-            key=key,
-            built_from=props["built_from"],
-            inputs=[TypedArtifact.from_json(a) for a in props.get("inputs", [])],
-            outputs=[
-                TypedArtifact.from_json(
-                    {"type": a.type_name, "uri": a.uri, "properties": dict(a.properties)}
-                )
-                for a in hit.outputs.values()
-            ],
-            reports=[StageReport.from_json(r) for r in props.get("reports", [])],
-            outcome=props.get("outcome") or {},
-            run_id=hit.run_id or "",
-            started=props.get("started", ""),
-            finished=props.get("finished", ""),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+    outputs = [
+        {"type": a.type_name, "uri": a.uri, "properties": dict(a.properties)}
+        for a in hit.outputs.values()
+    ]
+    return Execution.from_json(stage, key, hit.run_id or "", {**hit.properties, "outputs": outputs})
 
 
 class RunRecords:
@@ -196,14 +186,5 @@ class RunRecords:
         self._store.complete_execution(
             running,
             job_ids=execution.job_ids,
-            properties=_plain(
-                {
-                    "built_from": execution.built_from,
-                    "inputs": [a.to_json() for a in execution.inputs],
-                    "reports": [r.to_json() for r in execution.reports],
-                    "outcome": execution.outcome,
-                    "started": execution.started,
-                    "finished": execution.finished,
-                }
-            ),
+            properties=_plain(_without_outputs(execution.to_json())),
         )

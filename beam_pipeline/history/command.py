@@ -25,12 +25,13 @@ from typing import Any, Optional
 from rich.console import Console
 from rich.table import Table
 
+import beam_pipeline.history.compare as compare
+import beam_pipeline.history.views as views
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.secrets import mask
-from beam_pipeline.history import compare, views
-from beam_pipeline.metadata import METADATA_FILE, MetadataStore
+from beam_pipeline.metadata import MetadataStore, open_for_pipeline
 
 __all__ = ["main"]
 
@@ -95,15 +96,9 @@ def _report(store: MetadataStore, pipeline_root: str, run_id: str) -> dict[str, 
 
 
 def _open(args: argparse.Namespace) -> MetadataStore:
-    if args.metadata_url:
-        return MetadataStore.open(args.metadata_url)
-    path = fileio.join(args.pipeline_root, METADATA_FILE)
-    if fileio.is_remote(args.pipeline_root) or not fileio.exists(path):
-        raise PipelineError(
-            f"No metadata store at {path}; pass the --pipeline_root your runs used, or "
-            "--metadata_url for a store elsewhere."
-        )
-    return MetadataStore.for_pipeline_root(args.pipeline_root)
+    store = open_for_pipeline(args.pipeline_root, args.metadata_url, existing=True)
+    assert store is not None  # existing=True: a missing store is an error
+    return store
 
 
 def _short(value: Optional[str]) -> str:

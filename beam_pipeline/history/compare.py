@@ -28,7 +28,7 @@ from beam_pipeline.history.views import (
     stage_details,
 )
 from beam_pipeline.metadata import ArtifactRecord, ExecutionRecord, MetadataStore
-from beam_pipeline.stages.schema.inference import read_schema
+from beam_pipeline.stages.common.schema_file import read_schema
 
 __all__ = ["diff_runs", "flat", "schema_diff", "statistics_drift"]
 

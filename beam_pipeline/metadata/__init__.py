@@ -39,7 +39,7 @@ from beam_pipeline.metadata.records import (
     RunRef,
     RunStatus,
 )
-from beam_pipeline.metadata.store import DEFAULT_PIPELINE, MetadataStore
+from beam_pipeline.metadata.store import DEFAULT_PIPELINE, MetadataStore, open_for_pipeline
 
 __all__ = [
     "ArtifactRecord",
@@ -58,4 +58,5 @@ __all__ = [
     "RunRef",
     "RunStatus",
     "default_url",
+    "open_for_pipeline",
 ]

@@ -18,7 +18,7 @@ from typing import Optional
 
 import sqlalchemy as sa
 
-from beam_pipeline.metadata import schema as s
+import beam_pipeline.metadata.schema as s
 from beam_pipeline.metadata.records import (
     RUN_CONTEXT,
     ArtifactRecord,

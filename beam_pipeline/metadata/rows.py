@@ -16,7 +16,7 @@ from typing import Any, Optional, Union
 
 import sqlalchemy as sa
 
-from beam_pipeline.metadata import schema as s
+import beam_pipeline.metadata.schema as s
 from beam_pipeline.metadata.records import (
     ArtifactRecord,
     ArtifactSpec,

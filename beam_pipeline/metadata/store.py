@@ -38,12 +38,13 @@ from typing import Any, Optional
 
 import sqlalchemy as sa
 
+import beam_pipeline.metadata.queries as queries
+import beam_pipeline.metadata.schema as s
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.secrets import mask
 from beam_pipeline.core.types import PUBLISHED_MARKER
-from beam_pipeline.metadata import queries
-from beam_pipeline.metadata import schema as s
-from beam_pipeline.metadata.connection import READ_ONLY, default_url, open_engine
+from beam_pipeline.metadata.connection import METADATA_FILE, READ_ONLY, default_url, open_engine
 from beam_pipeline.metadata.records import (
     PIPELINE_CONTEXT,
     RUN_CONTEXT,
@@ -63,7 +64,7 @@ from beam_pipeline.metadata.records import (
 )
 from beam_pipeline.metadata.rows import Input, Rows, now_ms, to_json
 
-__all__ = ["MetadataStore", "DEFAULT_PIPELINE", "is_available"]
+__all__ = ["MetadataStore", "DEFAULT_PIPELINE", "is_available", "open_for_pipeline"]
 
 DEFAULT_PIPELINE = "beam-pipeline"
 # The error of an execution a killed attempt left running, recorded when the run resumes.
@@ -437,3 +438,39 @@ class MetadataStore:
         downstream (what was made from it); None if no artifact is recorded there."""
         with self._read() as conn:
             return queries.lineage(conn, uri)
+
+
+def open_for_pipeline(
+    pipeline_root: str, url: Optional[str] = None, *, existing: bool = False
+) -> Optional[MetadataStore]:
+    """A pipeline's metadata store: the one at ``url``, else the SQLite file
+    ``metadata.sqlite`` in ``pipeline_root``; the one rule by which runs, stages and
+    ``runs`` find it.
+
+    Args:
+      pipeline_root: the pipeline root (``--pipeline_root``).
+      url: ``--metadata_url``; empty or None for the default store.
+      existing: for readers (``runs``): the default store must exist already, and a
+        missing one is an error rather than a new, empty file.
+
+    Returns:
+      The store (close it, or use ``with``); None for a remote pipeline root without a
+      URL (SQLite cannot live there), unless ``existing``.
+
+    Raises:
+      PipelineError: ``existing`` and no store at the default path; or the store cannot
+        be opened (see :meth:`MetadataStore.open`).
+    """
+    if url:
+        return MetadataStore.open(url)
+    remote = fileio.is_remote(pipeline_root)
+    if existing:
+        path = fileio.join(pipeline_root, METADATA_FILE)
+        if remote or not fileio.exists(path):
+            raise PipelineError(
+                f"No metadata store at {path}; pass the --pipeline_root your runs used, or "
+                "--metadata_url for a store elsewhere."
+            )
+    elif remote:
+        return None
+    return MetadataStore.for_pipeline_root(pipeline_root)

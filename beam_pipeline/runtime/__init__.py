@@ -14,9 +14,8 @@
 - :mod:`~beam_pipeline.runtime.counters`: what a finished job counted.
 
 ``python -m beam_pipeline.runtime.worker_pool`` (the EXTERNAL pool users start) stays a top-level
-command. Import the modules themselves: this ``__init__`` imports none of them, because
-:mod:`beam_pipeline.runtime.options` imports the watchdog and the pool imports
-``beam_options``.
+command. Import the modules themselves: this ``__init__`` imports none of them, so that
+importing one (the options, say) does not load the others (the pool's gRPC dispatch).
 """
 
 __all__: list[str] = []

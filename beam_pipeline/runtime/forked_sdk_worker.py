@@ -1,12 +1,11 @@
-"""The DirectRunner's ``multi_processing`` workers as forks of the pool's fork server.
+"""The DirectRunner's ``multi_processing`` workers as forks of the launcher's fork server.
 
 Beam's FnApiRunner starts each worker of a ``multi_processing`` job as a fresh
 ``python -m apache_beam.runners.worker.sdk_worker_main`` (its ``SubprocessSdkWorker``), and
-every job gets new ones: each paid Beam's SDK harness import (seconds of CPU) and its
+every job gets new ones: each pays Beam's SDK harness import (seconds of CPU) and its
 steps' imports (tf.Transform's and TensorFlow's for a Transform job)
-before it read a row; in a py-spy profile of the test suite those imports were the
-largest single share of all import time. Here, once the fork server of
-:mod:`beam_pipeline.runtime.pool` is warm (a pool of this launcher started it, or a
+before it reads a row. Here, once the fork server of
+:mod:`beam_pipeline.core.forked` is warm (a pool of this launcher started it, or a
 multi_processing run did, first thing: ``warm_fork_server``; its imports done once: Beam's
 SDK harness, TensorFlow, tf.Transform, the project's steps), a worker is a fork of it that
 runs ``sdk_worker_main.main`` as the command line would, with the environment, working
@@ -34,7 +33,7 @@ import sys
 import tempfile
 import threading
 
-from beam_pipeline.core.forked import InheritedFd
+from beam_pipeline.core.forked import InheritedFd, fork_server_warm, start_forked
 
 __all__ = ["install", "serve_sdk_worker"]
 
@@ -111,8 +110,6 @@ def _start(env: dict):
     server started for it than without one (bench_scaling.py).
     """
     import subprocess
-
-    from beam_pipeline.runtime.pool import fork_server_warm, start_forked
 
     if fork_server_warm():
         try:

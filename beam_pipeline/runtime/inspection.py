@@ -7,12 +7,12 @@ live and dead worker processes, how the dead ones ended, its log's last error li
 interpreter its workers run and whether that imports Apache Beam and this project. The
 pre-flight check (:mod:`~beam_pipeline.runtime.preflight`) and the watchdog
 (:mod:`~beam_pipeline.runtime.watchdog`) word their errors from it. Hand-written: Beam has
-no such view. Where ``/proc`` cannot be read, the report says less, never something wrong.
+no such view. Where ``/proc`` cannot be read, the state says less, never something wrong.
 
 Example::
 
-    report = inspect_pool("localhost:50000", check_python=True)
-    report.dead, report.ended, report.said, report.fix
+    seen = inspect_pool("localhost:50000", check_python=True)
+    seen.dead, seen.ended, seen.said, seen.fix
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Optional
 __all__ = [
     "SPARE_NAME",
     "ZYGOTE_NAME",
-    "PoolReport",
+    "PoolState",
     "describe_environment",
     "environment_of",
     "fix_for",
@@ -150,7 +150,7 @@ def pool_children(pid: int) -> tuple[list[int], list[int]]:
 
 
 @dataclasses.dataclass(frozen=True)
-class PoolReport:
+class PoolState:
     """What this machine can tell about a local worker pool.
 
     Attributes:
@@ -261,7 +261,7 @@ def pool_pid(address: str) -> Optional[int]:
     return pid
 
 
-def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
+def inspect_pool(address: str, check_python: bool = False) -> PoolState:
     """What this machine can read about the worker pool at ``address`` (local only).
 
     Args:
@@ -271,7 +271,7 @@ def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
     """
     pid = pool_pid(address)
     if pid is None:
-        return PoolReport(address)
+        return PoolState(address)
     alive, dead = pool_children(pid)
     log = ""
     for fd in (2, 1):
@@ -295,7 +295,7 @@ def inspect_pool(address: str, check_python: bool = False) -> PoolReport:
             "give the workers more memory or make the step smaller (fewer trials at once, a "
             "smaller model or batch), then rerun with the same --run_id"
         )
-    return PoolReport(address, pid, tuple(alive), tuple(dead), log, said, python, ended, fix)
+    return PoolState(address, pid, tuple(alive), tuple(dead), log, said, python, ended, fix)
 
 
 def _cwd(pid: int) -> str:

@@ -44,6 +44,7 @@ __all__ = [
     "is_direct",
     "is_multi_processing",
     "unknown_beam_flags",
+    "refuse_unknown_flags",
     "check_runner",
     "beam_option_names",
 ]
@@ -91,24 +92,39 @@ def beam_option_names() -> list[str]:
     )
 
 
-# Our own flags (``--data``, ...), told by the command line's parser when it is built
-# (beam_pipeline.flags): this layer is below it and cannot import it.
-OUR_FLAGS: set[str] = set()
-
-
-def _did_you_mean(flag: str) -> str:
-    """'did you mean --x? Else ' for the known flag (ours or Beam's) closest to ``flag``."""
+def _did_you_mean(flag: str, own_flags: Sequence[str]) -> str:
+    """'did you mean --x? Else ' for the known flag (``own_flags`` or Beam's) closest to
+    ``flag``."""
     import difflib
 
     name = flag.split("=", 1)[0]
-    known = sorted(OUR_FLAGS) + [
+    beam_flags = [
         option
         for action in _beam_parser()._actions  # noqa: SLF001  argparse keeps no public list
         for option in action.option_strings
         if option.startswith("--")
     ]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name, [*own_flags, *beam_flags], n=1, cutoff=0.75)
     return f"did you mean {close[0]}? Else " if close else ""
+
+
+def refuse_unknown_flags(args: Sequence[str], own_flags: Sequence[str] = ()) -> None:
+    """Refuses the first flag in ``args`` that Beam does not know, suggesting the closest
+    of ``own_flags`` (the caller's command-line flags, ``--module_file``...) and Beam's.
+
+    ``own_flags`` come from the caller: this module sits below the command line and does
+    not know its flags.
+
+    Raises:
+      PipelineError: a flag is unknown to both.
+    """
+    unknown = unknown_beam_flags(args)
+    if unknown:
+        raise PipelineError(
+            f"Unknown flag {unknown[0]!r} on the command line: it is neither a beam_pipeline "
+            f"flag nor a Beam pipeline option; {_did_you_mean(unknown[0], own_flags)}check "
+            "its spelling (every setting is --flag=value) or run with --help."
+        )
 
 
 def _runner_names() -> list[str]:
@@ -209,7 +225,7 @@ def _environment_list_made_once(create):
 
     Every portable or Dataflow job that Beam submits stages a list of the launcher's
     installed packages, for its workers to compare with theirs: the stager makes it with a
-    ``pip freeze`` subprocess, 0.5-1 s of CPU, at every submission (the data stages, the
+    ``pip freeze`` subprocess, most of a second of CPU, at every submission (the data stages, the
     Transform, each trial round, the Trainer, the Evaluator: every job of a run). The
     packages do not change while the launcher runs, so the first list's text is kept and
     each later job stages the same file again, named as Beam names it. Beam offers no
@@ -279,13 +295,7 @@ def parse_beam_args(args: Sequence[str]) -> PipelineOptions:
     Raises:
       PipelineError: a flag is unknown to both this tool and Beam, or a mode is unsafe.
     """
-    unknown = unknown_beam_flags(args)
-    if unknown:
-        raise PipelineError(
-            f"Unknown flag {unknown[0]!r} on the command line: it is neither a beam_pipeline "
-            f"flag nor a Beam pipeline option; {_did_you_mean(unknown[0])}check its spelling "
-            "(every setting is --flag=value) or run with --help."
-        )
+    refuse_unknown_flags(args)
     options = new_options(args)
     check_runner(options)
     direct = options.view_as(po.DirectOptions)

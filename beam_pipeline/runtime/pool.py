@@ -5,8 +5,8 @@ costs each job seconds of imports (TensorFlow, keras-tuner, tf.Transform). A
 :class:`LocalWorkerPool` starts its processes once, as forks of one server process that
 imported the ML stack (multiprocessing's ``forkserver``, preloading
 :mod:`beam_pipeline.runtime.pool_zygote`): a process is ready in about a second and shares
-the imported pages with its siblings, where a fresh interpreter each paid about 6 s of
-CPU and 0.4 GB. Their TensorFlow thread pools are sized to share the cores; the pool
+the imported pages with its siblings, where a fresh interpreter pays seconds of CPU and
+hundreds of MB each. Their TensorFlow thread pools are sized to share the cores; the pool
 serves every job created with
 :meth:`LocalWorkerPool.pipeline` as Beam EXTERNAL workers, through a gRPC dispatcher of its
 own that hands the k-th worker of each job to process k (or a whole job to one process).
@@ -44,7 +44,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.forked import fork_context as _fork_context
-from beam_pipeline.core.forked import start_forked
+from beam_pipeline.core.forked import (
+    fork_server_warm,
+    mark_fork_server_warm,
+    start_forked,
+    warm_fork_server,
+)
 from beam_pipeline.core.gpus import (
     VISIBLE_DEVICES,
     check_gpus_per_trial,
@@ -140,7 +145,7 @@ def _join_channel_threads() -> None:
 def serve_pool_worker(threads: int, conn, log_path: str, env: dict) -> None:
     """One warm worker process: caps TF's threads, serves SDK harnesses until told to stop.
 
-    Runs in a fork of the pool's fork server (:mod:`beam_pipeline.runtime.pool_zygote`
+    Runs in a fork of the fork server (:mod:`beam_pipeline.runtime.pool_zygote`
     imported the ML stack there). Sends its worker-pool address through ``conn``, then
     serves until the launcher closes its end (the pool closed, or the launcher exited).
 
@@ -186,55 +191,8 @@ def _release_children() -> None:
         conn.close()
 
 
-# Set once a pool process of this launcher answered: the fork server has imported the ML
-# stack (multiprocessing's server handles a request only after its preload), so a fork
-# from it is ready at once.
-_server_warm = threading.Event()
-
-
-def fork_server_warm() -> bool:
-    """Whether the fork server of :func:`start_forked` is up with its imports done."""
-    return _server_warm.is_set()
-
-
-_warm_up_started = threading.Event()
-
-
-def warm_fork_server() -> None:
-    """Starts the fork server's imports in the background (idempotent, returns at once).
-
-    A ``multi_processing`` run calls it first thing, so the server imports the ML stack on
-    a core the launcher's own imports leave free, and the workers of its Transform and
-    Evaluator jobs (which import TensorFlow, seconds of CPU each as fresh interpreters)
-    start as forks of it (:mod:`beam_pipeline.runtime.forked_sdk_worker`). Until the
-    server answers, workers start as Beam starts them: a job never waits for it.
-    """
-    if _server_warm.is_set() or _warm_up_started.is_set() or not hasattr(os, "fork"):
-        return  # warm or warming; or no fork server on this platform (Beam's workers then)
-    _warm_up_started.set()
-    threading.Thread(target=_warm_up, name="fork-server-warm-up", daemon=True).start()
-
-
-def _warm_up() -> None:
-    try:
-        ready, answer = _fork_context().Pipe(duplex=False)
-        # Answered only once the server has forked it: after its preload.
-        process = start_forked(_answer, (answer,), name="fork-server-warm-up")
-        answer.close()
-        ready.recv()
-        _server_warm.set()
-        process.join()
-    except (EOFError, OSError):  # the server did not start: workers stay Beam's own
-        pass
-
-
-def _answer(conn) -> None:
-    conn.send(True)
-    conn.close()
-
-
 class _Child:
-    """One pool process: a fork of the pool's fork server, its log file and its address."""
+    """One pool process: a fork of the fork server, its log file and its address."""
 
     def __init__(
         self, index: int, threads: int, log_dir: str, label: str, gpus: Optional[str] = None
@@ -268,7 +226,7 @@ class _Child:
         if self.address is None:
             try:
                 self.address = self._conn.recv()
-                _server_warm.set()
+                mark_fork_server_warm()
             except (EOFError, OSError):
                 raise PipelineError(
                     f"{self.label} worker process {self.index} exited before it was ready; see "

@@ -50,8 +50,8 @@ except Exception:  # noqa: BLE001, S110
 # The imports' objects go to the collector's permanent generation, which collections skip;
 # every fork inherits that. keras-tuner runs two full collections before every trial
 # (``Tuner._try_build``: ``keras.backend.clear_session()`` and ``gc.collect()``), and each
-# walked the hundreds of thousands of objects these imports made, a large share of a short
-# trial's time (a py-spy profile of the bundled run). Frozen objects
+# walks the hundreds of thousands of objects these imports made, a large share of a short
+# trial's time. Frozen objects
 # are also never written by the collector, so the forks keep sharing their pages. (The
 # standard recipe for pre-fork servers: Python's gc.freeze documentation.)
 gc.freeze()

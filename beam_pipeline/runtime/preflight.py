@@ -109,21 +109,20 @@ def check_worker_pool(options, timeout: float = DEFAULT_WORKER_START_TIMEOUT) ->
             break
     if not job.is_alive() and probe.error is None:
         return True
-    report = inspect_pool(address, check_python=True)
+    seen = inspect_pool(address, check_python=True)
     if probe.error is not None:
         said = last_error_line(str(probe.error)) or str(probe.error).strip()[-300:]
-        fix = fix_for(said, report.python, False, address)
-        report = dataclasses.replace(report, said=said, fix=fix)
+        fix = fix_for(said, seen.python, False, address)
+        seen = dataclasses.replace(seen, said=said, fix=fix)
         what = "its worker failed the probe step"
-    elif report.dead and not report.alive:
+    elif seen.dead and not seen.alive:
         what = "its worker exited at start"
     else:
         what = f"no worker of it started within {timeout:.0f} s (--worker_start_timeout)"
-    said = f" ({report.said})" if report.said else ""
-    log = f", log {report.log}" if report.log else ""
+    said = f" ({seen.said})" if seen.said else ""
+    log = f", log {seen.log}" if seen.log else ""
     raise PipelineError(
-        f"The worker pool at {env} cannot run this project's steps: {what}{said}{log}; "
-        f"{report.fix}."
+        f"The worker pool at {env} cannot run this project's steps: {what}{said}{log}; {seen.fix}."
     )
 
 

@@ -101,20 +101,18 @@ class _Watched:
         job = describe_job(self._result, self._options)
         env = describe_environment(self._options)
         if self._address is not None:
-            report = inspect_pool(self._address)
-            if not report.said and "SIGKILL" not in report.ended:
-                report = inspect_pool(self._address, check_python=True)  # about a second
-            if report.pid is None:
+            seen = inspect_pool(self._address)
+            if not seen.said and "SIGKILL" not in seen.ended:
+                seen = inspect_pool(self._address, check_python=True)  # about a second
+            if seen.pid is None:
                 state = "its worker pool no longer answers"
-            elif report.dead:
-                state = (
-                    f"its workers ended: {report.ended}" if report.ended else ("its workers exited")
-                )
+            elif seen.dead:
+                state = f"its workers ended: {seen.ended}" if seen.ended else ("its workers exited")
             else:
                 state = "the pool started no worker for it"
-            said = f" ({report.said})" if report.said else ""
-            log = f", log {report.log}" if report.log else ""
-            detail = f"{state}{said}{log}; {report.fix}"
+            said = f" ({seen.said})" if seen.said else ""
+            log = f", log {seen.log}" if seen.log else ""
+            detail = f"{state}{said}{log}; {seen.fix}"
         else:
             detail = (
                 "its runner never reported it running; read that job's worker logs (the "

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Optional
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import TestOptions
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
@@ -39,10 +36,11 @@ from beam_pipeline.engine.fingerprint import files_digest, folder_digest
 from beam_pipeline.engine.records import stored_uri
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.jobs import announce_job, counter, job_note
-from beam_pipeline.runtime.options import create_pipeline, run_pipeline
-from beam_pipeline.runtime.runners import wait_for_job
-from transforms import example_gen as eg
+
+if TYPE_CHECKING:
+    import apache_beam as beam
+
+    from transforms import example_gen as eg
 
 __all__ = [
     "InferenceResult",
@@ -78,6 +76,8 @@ def check_infer_inputs(config: PipelineConfig, csv_format: eg.CsvFormat) -> Opti
       PipelineError: no files match, their format is unknown, a bad CSV header, or an
         ``--infer_model`` folder that holds no SavedModel.
     """
+    from transforms import example_gen as eg
+
     b = config.bulk_inferrer
     if not b.data:
         return None
@@ -117,6 +117,7 @@ def build_inference_pipeline(
       staging: the staging folders of InferenceResult, InferenceRejectedRows and, to
         write the joined examples too, InferredExamples.
     """
+    from transforms import example_gen as eg
     from transforms.bulk_inferrer import (
         SavedModelHandler,
         ScoreExamples,
@@ -137,7 +138,7 @@ def build_inference_pipeline(
 
 
 def _latest_blessed(ctx: StageContext) -> Optional[str]:
-    from beam_pipeline.stages.evaluator.stage import open_store
+    from beam_pipeline.stages.common.store import open_store
 
     with open_store(ctx) as store:
         found = store.latest_blessed_model() if store is not None else None
@@ -248,10 +249,12 @@ class BulkInferrerStage(Stage):
         check_infer_inputs(run.config, run.csv_format)
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
+        from transforms.example_gen.input_files import resolve_input_files
+
         b = ctx.config.bulk_inferrer
         if not b.data:
             return {"infer_data": None}
-        files = eg.resolve_input_files(b.data)
+        files = resolve_input_files(b.data)
         if b.model == LATEST_BLESSED:
             model = _latest_blessed(ctx)
             model = stored_uri(model) if model else None
@@ -269,7 +272,13 @@ class BulkInferrerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.schema.inference import read_schema
+        from apache_beam.options.pipeline_options import TestOptions
+
+        from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+        from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+        from beam_pipeline.runtime.runners import wait_for_job
+        from beam_pipeline.stages.common.schema_file import read_schema
+        from transforms import example_gen as eg
 
         b = ctx.config.bulk_inferrer
         checked = check_infer_inputs(ctx.config, ctx.csv_format)

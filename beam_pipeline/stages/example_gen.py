@@ -18,10 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Optional
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import TestOptions
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
@@ -38,11 +35,11 @@ from beam_pipeline.engine.stage import (
     StageResult,
 )
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.jobs import announce_job, counter, job_note
-from beam_pipeline.runtime.options import create_pipeline, run_pipeline
-from beam_pipeline.runtime.runners import wait_for_job
-from transforms import example_gen as eg
-from transforms.example_gen.input_files import SPAN, resolve_spans
+
+if TYPE_CHECKING:  # Beam is imported where a job is built: --help and `runs` need none
+    import apache_beam as beam
+
+    from transforms import example_gen as eg
 
 __all__ = [
     "DataConfig",
@@ -82,6 +79,9 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     Raises:
       PipelineError: no input files, an unknown format, or a bad CSV header.
     """
+    from transforms import example_gen as eg
+    from transforms.example_gen.input_files import SPAN, resolve_spans
+
     d = config.data
     spans: tuple[int, ...] = ()
     if SPAN in d.data:
@@ -138,6 +138,9 @@ def build_data_pipeline(
       user_schema: the ``--schema`` proto, or None.
       staging: the staging folders of EXAMPLES, REJECTED and STATISTICS.
     """
+    import apache_beam as beam
+
+    from transforms import example_gen as eg
     from transforms.statistics import GenerateStatistics, write_statistics
 
     splits = config.data.splits
@@ -174,6 +177,9 @@ def build_data_pipeline(
 def reading_note(result) -> str:
     """How the CSV input was read, for the stage summary: the byte ranges large files were
     read apart in, and the files read whole by one reader each, with why."""
+    from beam_pipeline.runtime.jobs import counter
+    from transforms import example_gen as eg
+
     parts = []
     ranges = counter(result, eg.RANGES_COUNTER)
     if ranges:
@@ -401,6 +407,12 @@ class ExampleGenStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from apache_beam.options.pipeline_options import TestOptions
+
+        from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+        from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+        from beam_pipeline.runtime.runners import wait_for_job
+
         config, options = ctx.config, ctx.options
         splits = config.data.splits
         staging = {a.FOLDER: out.folder(a) for a in self.outputs}

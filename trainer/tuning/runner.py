@@ -47,12 +47,12 @@ def _older_objects_frozen():
 
     ``Tuner._try_build`` runs ``keras.backend.clear_session()`` and ``gc.collect()`` before
     every trial: two passes over every object of the process, to free the previous trial's
-    models. In a process that has imported the ML stack such a pass is slow (a third of a
-    test file's CPU time once, in a py-spy profile of tests/test_tuner.py). Here one pass
+    models. In a process that has imported the ML stack such a pass is slow (it walks the
+    hundreds of thousands of objects the imports made). Here one pass
     frees what earlier trials left, then everything older than this trial is frozen (the
     collector's permanent generation), so keras-tuner's passes only look at what the trial
     itself makes; the objects are unfrozen when it ends. A process that froze its objects
-    already (a fork of the pool's zygote, which froze its imports) is left as it is:
+    already (a fork of the fork server, whose preload froze its imports) is left as it is:
     ``gc.unfreeze`` would undo that.
     """
     if gc.get_freeze_count():

@@ -2,8 +2,8 @@
 
 :class:`~transforms.example_gen.csv_typing.CountFileTypes` reads a file in order, in one
 worker, to find its column types and its line starts (:mod:`.csv_ranges`). Once the
-parsing pass is spread over workers, that pass is what is left in series, and it kept
-8 workers on 16 cores far from 8 times faster than one (benchmarks/bench_scaling.py).
+parsing pass is spread over workers, that pass is what is left in series, and it keeps
+more workers from being proportionally faster (benchmarks/bench_scaling.py).
 Here a file of at least two ranges is cut at fixed byte offsets, one chunk per
 ``range_bytes``, and every chunk is typed and scanned on whichever worker gets it:
 

@@ -44,10 +44,11 @@ from transforms.example_gen.csv_typing import (
     column_types_of_schema,
     string_array,
 )
-from transforms.example_gen.input_format import ExampleGenResult, InputFormat, RejectedRow
+from transforms.example_gen.input_format import ExampleGenResult, InputFormat
 from transforms.example_gen.settings import CsvFormat, ReadSettings
 from transforms.example_gen.splitting import HashSplitter, split_batch, split_counters
 from transforms.metrics import NAMESPACE
+from transforms.rows import RejectedRow
 
 __all__ = ["CsvInput", "ReadCsvExamples"]
 

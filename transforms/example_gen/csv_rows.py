@@ -27,9 +27,10 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from transforms.example_gen.compressed import is_decompression_error, open_text
 from transforms.example_gen.csv_ranges import CsvRange
-from transforms.example_gen.input_format import CHUNK_ROWS, RejectedRow
+from transforms.example_gen.input_format import CHUNK_ROWS
 from transforms.example_gen.settings import CsvFormat
 from transforms.metrics import NAMESPACE
+from transforms.rows import RejectedRow
 
 __all__ = ["RawChunk", "ReadCsvFile", "oversized_fields"]
 

@@ -25,42 +25,21 @@ Example::
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import apache_beam as beam
-import pyarrow as pa
 
-from beam_pipeline.core.types import Split
 from transforms.example_gen.settings import ReadSettings
+from transforms.rows import RejectedRow, SplitBatch
 
-if TYPE_CHECKING:  # splitting imports SplitBatch from here
+if TYPE_CHECKING:
     from transforms.example_gen.splitting import HashSplitter
 
 __all__ = ["CHUNK_ROWS", "ExampleGenResult", "InputFormat", "RejectedRow", "SplitBatch"]
 
 # Rows per RecordBatch a reader emits (CSV chunks, TFRecord batches).
 CHUNK_ROWS = 8192
-
-
-class RejectedRow(NamedTuple):
-    """A row that could not become an example, with where it came from and why."""
-
-    file: str
-    line: int
-    reason: str
-    text: str
-
-    def to_json(self) -> str:
-        return json.dumps(self._asdict(), ensure_ascii=False)
-
-
-class SplitBatch(NamedTuple):
-    """Rows of one split as a typed Arrow RecordBatch."""
-
-    split: Split
-    batch: pa.RecordBatch
 
 
 class ExampleGenResult(NamedTuple):

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Split
-from transforms.example_gen.input_format import RejectedRow, SplitBatch
+from transforms.rows import RejectedRow, SplitBatch
 from transforms.tfrecords import WriteTFRecordBatches
 
 __all__ = ["WriteRejectedRows", "WriteSplitExamples"]

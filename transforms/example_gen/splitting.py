@@ -21,8 +21,8 @@ from apache_beam.metrics.metricbase import Counter
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Split
-from transforms.example_gen.input_format import SplitBatch
 from transforms.metrics import NAMESPACE
+from transforms.rows import SplitBatch
 
 __all__ = ["HashSplitter", "split_batch", "split_counters"]
 

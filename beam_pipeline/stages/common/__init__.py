@@ -1,1 +1,11 @@
-"""beam_pipeline/stages/common."""
+"""What several stages share, so that no stage imports another.
+
+- :mod:`~beam_pipeline.stages.common.blessings`: the Evaluator's and InfraValidator's
+  blessing files, which the Pusher reads, and the model checks' skip rule;
+- :mod:`~beam_pipeline.stages.common.feature_stats`: reading feature statistics (Schema,
+  Validation);
+- :mod:`~beam_pipeline.stages.common.model_job`: the Trainer's and Tuner's inputs and job
+  fields;
+- :mod:`~beam_pipeline.stages.common.schema_file`: the Schema artifact's file;
+- :mod:`~beam_pipeline.stages.common.store`: the run's metadata store as a stage opens it.
+"""

@@ -1,9 +1,9 @@
 """The launcher's half of :class:`trainer.job.ModelJob`: its fields from the config and run dir.
 
-The Trainer and Tuner stages build their jobs (``TrainingJob``, ``TuningJob``) from the
-same fields: the module file and its text (read from the run's staged copy when there is
-one), the Transform stage's artifacts, ``--custom_config`` and the entry point; each stage
-adds its own folders and step counts.
+The Trainer and Tuner stages read the same inputs (:data:`MODEL_INPUTS`) and build their
+jobs (``TrainingJob``, ``TuningJob``) from the same fields: the module file and its text
+(read from the run's staged copy when there is one), the Transform stage's artifacts,
+``--custom_config`` and the entry point; each stage adds its own folders and step counts.
 
 Example::
 
@@ -14,16 +14,36 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.module_staging import StagedModule
-from beam_pipeline.engine.artifacts import ModelInputs
+from beam_pipeline.engine.artifacts import (
+    ModelInputs,
+    Schema,
+    TransformedExamples,
+    TransformGraph,
+    TypedArtifact,
+)
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.engine.stage import Input
 
-__all__ = ["model_job_fields"]
+__all__ = ["MODEL_INPUTS", "model_inputs", "model_job_fields", "parse_custom_config"]
+
+# The model stages read Transform's two outputs (one producing stage, so one key) and the
+# schema, whose key the transform graph's already holds.
+MODEL_INPUTS = (
+    Input(TransformGraph, key="transform"),
+    Input(TransformedExamples, key="transform"),
+)
+
+
+def model_inputs(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> ModelInputs:
+    """The model stages' inputs as the jobs' :class:`ModelInputs`."""
+    return ModelInputs(inputs[TransformGraph], inputs[TransformedExamples], inputs.get(Schema))
 
 
 def model_job_fields(

@@ -1,1 +1,1 @@
-"""beam_pipeline/stages/evaluator."""
+"""The Evaluator stage: its declaration (``stage.py``) and the TFMA work (``evaluation.py``)."""

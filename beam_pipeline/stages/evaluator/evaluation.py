@@ -52,6 +52,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
+from beam_pipeline.stages.common.blessings import (
+    BLESSING_FILE,
+    EvaluationResult,
+    ThresholdFailure,
+    read_blessing,
+    write_blessing,
+)
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -74,7 +81,6 @@ __all__ = [
     "write_blessing",
 ]
 
-BLESSING_FILE = "blessing.json"
 # Beside TFMA's own files in evaluation/: what the run report draws, read from TFMA's
 # outputs while TFMA is loaded (the report reads no TFMA proto: `runs report` imports no
 # TensorFlow). Not named metrics*/plots*/validations*: TFMA's readers glob those prefixes.
@@ -99,54 +105,6 @@ class ModelKind(str, enum.Enum):
 
 # What a verdict says when the config has no threshold left to check.
 NO_THRESHOLDS = "no thresholds"
-
-
-@dataclasses.dataclass(frozen=True)
-class ThresholdFailure:
-    """A threshold a model failed on one slice."""
-
-    metric: str
-    slice: str
-    value: float
-    bound: str
-    # How far the value is on the wrong side of the bound (absolute thresholds; None for
-    # a relative change threshold or a missing slice, and in blessings written before it).
-    by: Optional[float] = None
-
-    def describe(self) -> str:
-        short = f", misses it by {self.by:.4g}" if self.by is not None else ""
-        return f"{self.metric} on {self.slice} = {self.value:.4g}, needs {self.bound}{short}"
-
-
-@dataclasses.dataclass(frozen=True)
-class EvaluationResult:
-    """What the Evaluator decided and measured.
-
-    Attributes:
-      blessed: every threshold passed on every slice.
-      failures: the thresholds that failed.
-      baseline: the baseline model folder, or None (judged on value thresholds alone).
-      metrics: slice name -> metric name -> value (the candidate's).
-      reason: why, in words: "" when ``failures`` say it (or every threshold passed),
-        :data:`NO_THRESHOLDS` when there was none to check, else TFMA's own verdict.
-    """
-
-    blessed: bool
-    failures: tuple[ThresholdFailure, ...]
-    baseline: Optional[str]
-    metrics: dict[str, dict[str, float]]
-    reason: str = ""
-
-    def why(self) -> str:
-        """The verdict's reason in words (never empty for a model that is not blessed)."""
-        if self.failures:
-            return "; ".join(f.describe() for f in self.failures)
-        if self.reason:
-            return self.reason
-        return "every threshold passed" if self.blessed else "TFMA's validation failed"
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -733,27 +691,4 @@ def _has_thresholds(config: config_pb2.EvalConfig) -> bool:
 
     return bool(
         metric_specs.metric_thresholds_from_metrics_specs(config.metrics_specs, eval_config=config)
-    )
-
-
-def write_blessing(folder: str, result: EvaluationResult) -> None:
-    """Writes ``BLESSED``/``NOT_BLESSED`` and ``blessing.json`` into ``folder``."""
-    fileio.write_file(fileio.join(folder, "BLESSED" if result.blessed else "NOT_BLESSED"), "")
-    fileio.write_file(
-        fileio.join(folder, BLESSING_FILE), json.dumps(result.to_json(), indent=1) + "\n"
-    )
-
-
-def read_blessing(folder: str) -> Optional[EvaluationResult]:
-    """The blessing written into ``folder``, or None if there is none."""
-    path = fileio.join(folder, BLESSING_FILE)
-    if not fileio.exists(path):
-        return None
-    d = json.loads(fileio.read_file(path))
-    return EvaluationResult(
-        blessed=d["blessed"],
-        failures=tuple(ThresholdFailure(**f) for f in d["failures"]),
-        baseline=d["baseline"],
-        metrics=d["metrics"],
-        reason=d.get("reason", ""),
     )

@@ -12,10 +12,9 @@ this unit adds the verdict to the Model artifact the Trainer's execution recorde
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
@@ -34,45 +33,10 @@ from beam_pipeline.engine.fingerprint import file_digest
 from beam_pipeline.engine.records import stored_uri
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.stages.common.blessings import NO_LABEL_FIX, skip_without_model
+from beam_pipeline.stages.common.store import open_store
 
-if TYPE_CHECKING:
-    from beam_pipeline.metadata import MetadataStore
-
-__all__ = ["EvaluatorConfig", "EvaluatorStage", "NO_LABEL_FIX", "open_store", "skip_without_model"]
-
-
-# Why the Evaluator skips a trained model, and the fix (the Pusher repeats it).
-NO_LABEL_FIX = (
-    "records no label; pass --eval_config (a TFMA EvalConfig naming model_specs.label_key) "
-    "to evaluate and bless it"
-)
-
-
-def skip_without_model(
-    stage: str, inputs: Mapping[type[TypedArtifact], TypedArtifact], disabled_by: str = ""
-) -> Optional[StageResult]:
-    """The model checks' SKIPPED result when no model was trained or the stage is off."""
-    note = "no model was trained" if Model not in inputs else disabled_by
-    if not note:
-        return None
-    return StageResult([StageReport(stage, StageStatus.SKIPPED, note=note)])
-
-
-@contextlib.contextmanager
-def open_store(ctx: StageContext) -> Iterator[Optional[MetadataStore]]:
-    """The run's metadata store (as the run opened it), or None where the run has none (a
-    remote pipeline root without ``--metadata_url``)."""
-    from beam_pipeline.metadata import MetadataStore
-
-    config = ctx.config
-    if not config.metadata_url and fileio.is_remote(config.pipeline_root):
-        yield None
-        return
-    store = MetadataStore.for_pipeline_root(config.pipeline_root, config.metadata_url or None)
-    try:
-        yield store
-    finally:
-        store.close()
+__all__ = ["EvaluatorConfig", "EvaluatorStage"]
 
 
 def _baseline(ctx: StageContext, candidate: str) -> tuple[Optional[str], str]:
@@ -193,8 +157,8 @@ class EvaluatorStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from beam_pipeline.stages.common.schema_file import read_schema
         from beam_pipeline.stages.evaluator import evaluation as evaluator
-        from beam_pipeline.stages.schema.inference import read_schema
 
         e = ctx.config.evaluator
         skipped = skip_without_model("Evaluator", inputs, "" if e.enabled else "--no_evaluator")

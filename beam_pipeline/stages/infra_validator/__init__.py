@@ -1,1 +1,3 @@
-"""beam_pipeline/stages/infra_validator."""
+"""The InfraValidator stage: its declaration (``stage.py``), the serving check
+(``checks.py``), its sandbox script (``sandbox.py``) and a TF Serving client (``endpoint.py``).
+"""

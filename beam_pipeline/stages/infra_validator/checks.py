@@ -23,17 +23,22 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.gpus import gpu_environment
+from beam_pipeline.stages.common.blessings import (
+    INFRA_FILE,
+    InfraResult,
+    read_infra_result,
+    write_infra_result,
+)
 
 __all__ = [
     "BATCH_SIZES",
@@ -49,7 +54,6 @@ __all__ = [
 ]
 
 BATCH_SIZES = (1, 8, 32)
-INFRA_FILE = "infra_validation.json"
 # Where TF Serving looks for warm-up requests inside a model version folder.
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 _REPEATS = 20
@@ -59,30 +63,7 @@ _SERVING_SIGNATURE = "serving_default"
 
 # The sandbox script, run by path with ``python -I`` (it imports only TensorFlow and TF
 # Serving's protos; as a script it is not imported as part of this package).
-_SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_sandbox.py")
-
-
-@dataclasses.dataclass(frozen=True)
-class InfraResult:
-    """The serving check's verdict and measurements.
-
-    Attributes:
-      blessed: the model loaded in time and answered every request well.
-      problems: why not, one line each (the loader's or the request's message).
-      load_seconds: time to load the SavedModel in the sandbox.
-      latency_ms: batch size -> {"p50": ms, "p99": ms} over the repeats of that request.
-      endpoint: the TF Serving server that answered (``--serving_endpoint``), or None for
-        the sandbox (then ``load_seconds`` is the sandbox's load time).
-    """
-
-    blessed: bool
-    problems: tuple[str, ...]
-    load_seconds: Optional[float]
-    latency_ms: dict[int, dict[str, float]]
-    endpoint: Optional[str] = None
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+_SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
 
 
 def _signature_input(model_dir: str) -> tuple[Optional[str], Optional[str]]:
@@ -247,28 +228,6 @@ def _install_warmup(requests: str, model_dir: str) -> None:
     partial = target + ".partial"
     fileio.copy(requests, partial, overwrite=True)
     fileio.rename(partial, target, overwrite=True)
-
-
-def write_infra_result(folder: str, result: InfraResult) -> None:
-    """Writes ``INFRA_BLESSED``/``INFRA_NOT_BLESSED`` and the JSON report into ``folder``."""
-    name = "INFRA_BLESSED" if result.blessed else "INFRA_NOT_BLESSED"
-    fileio.write_file(fileio.join(folder, name), "")
-    fileio.write_file(fileio.join(folder, INFRA_FILE), json.dumps(result.to_json(), indent=1))
-
-
-def read_infra_result(folder: str) -> Optional[InfraResult]:
-    """The result written into ``folder``, or None."""
-    path = fileio.join(folder, INFRA_FILE)
-    if not fileio.exists(path):
-        return None
-    d = json.loads(fileio.read_file(path))
-    return InfraResult(
-        d["blessed"],
-        tuple(d["problems"]),
-        d["load_seconds"],
-        {int(k): v for k, v in d["latency_ms"].items()},
-        d.get("endpoint"),
-    )
 
 
 def describe(result: InfraResult) -> str:

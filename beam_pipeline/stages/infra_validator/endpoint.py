@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.stages.common.blessings import InfraResult
 
 __all__ = ["CONNECT_TIMEOUT", "check_endpoint", "query_endpoint"]
 
@@ -81,7 +82,7 @@ def check_endpoint(endpoint: str) -> None:
 def _problems(response, declared: dict[str, list[Optional[int]]], n: int) -> list[str]:
     """What is wrong with a PredictResponse to an ``n``-example request (the sandbox's
     checks: the declared outputs, of the declared shapes, finite). Written again rather
-    than shared: ``serving_sandbox.py`` may import nothing of this package."""
+    than shared: ``sandbox.py`` may import nothing of this package."""
     import numpy as np
     import tensorflow as tf
 
@@ -122,7 +123,7 @@ def query_endpoint(
       repeats: timed calls per request (for the percentiles), after one untimed call.
 
     Returns:
-      an :class:`~beam_pipeline.stages.infra_validator.checks.InfraResult` (``load_seconds`` None).
+      an :class:`~beam_pipeline.stages.common.blessings.InfraResult` (``load_seconds`` None).
 
     Raises:
       PipelineError: the endpoint cannot be reached.
@@ -130,8 +131,6 @@ def query_endpoint(
     import grpc
     import numpy as np
     from tensorflow_serving.apis import prediction_service_pb2_grpc
-
-    from beam_pipeline.stages.infra_validator.checks import InfraResult
 
     channel = _channel(endpoint)
     stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)

@@ -11,7 +11,7 @@ non-finite output) and ``foreign_modules`` (any of this project's packages it im
 
 Usage::
 
-    python -I serving_sandbox.py MODEL_DIR REQUESTS.tfrecord 20 60
+    python -I sandbox.py MODEL_DIR REQUESTS.tfrecord 20 60
 """
 
 import json

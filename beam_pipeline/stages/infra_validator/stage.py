@@ -24,7 +24,7 @@ from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, Typed
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.evaluator.stage import skip_without_model
+from beam_pipeline.stages.common.blessings import skip_without_model
 
 __all__ = ["InfraValidatorConfig", "InfraValidatorStage", "read_examples"]
 

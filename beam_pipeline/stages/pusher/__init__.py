@@ -1,1 +1,1 @@
-"""beam_pipeline/stages/pusher."""
+"""The Pusher stage: its declaration (``stage.py``) and the copy (``push.py``)."""

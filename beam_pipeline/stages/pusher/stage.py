@@ -26,7 +26,12 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.evaluator.stage import NO_LABEL_FIX, skip_without_model
+from beam_pipeline.stages.common.blessings import (
+    NO_LABEL_FIX,
+    read_blessing,
+    read_infra_result,
+    skip_without_model,
+)
 
 __all__ = ["PusherConfig", "PusherStage", "EXIT_NOT_BLESSED", "PUSHED_FILE"]
 
@@ -36,14 +41,11 @@ PUSHED_FILE = "pushed.json"
 
 def _why_not(inputs: Mapping[type[TypedArtifact], TypedArtifact], ctx: StageContext) -> str:
     """Why the model may not be pushed ('' when it may)."""
-    from beam_pipeline.stages.evaluator.evaluation import read_blessing
-    from beam_pipeline.stages.infra_validator.checks import read_infra_result
-
     blessing = inputs.get(ModelBlessing)
     if blessing is None and not ctx.config.evaluator.enabled:
         return "the Evaluator did not run (--no_evaluator)"
     if blessing is None:
-        # The Evaluator's one other reason to skip a trained model (stages/evaluator.py).
+        # The Evaluator's one other reason to skip a trained model (stages/evaluator/stage.py).
         return f"the Evaluator did not evaluate it: the model {NO_LABEL_FIX}"
     verdict = read_blessing(blessing.uri)
     if verdict is None or not verdict.blessed:

@@ -1,1 +1,1 @@
-"""beam_pipeline/stages/schema."""
+"""The Schema stage: its declaration (``stage.py``) and the inference (``inference.py``)."""

@@ -44,17 +44,15 @@ Transform (which needs the schema to build its graph): a proto in, a proto out, 
 
 from __future__ import annotations
 
-from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
-from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.stages.common.feature_stats import (
     common_stats,
     feature_name,
     single_dataset,
     string_values,
 )
+from beam_pipeline.stages.common.schema_file import read_schema, write_schema
 
 __all__ = ["infer_schema", "write_schema", "read_schema"]
 
@@ -169,45 +167,3 @@ def _inferred_string_domain(
     ):
         return None
     return sorted(values)
-
-
-def write_schema(schema: schema_pb2.Schema, path: str) -> None:
-    """Writes ``schema`` as a text proto (``schema.pbtxt``, as TFX's SchemaGen does).
-
-    Args:
-      schema: the schema to write.
-      path: the file to create or overwrite; its folder is created when missing;
-        ``gs://`` paths work.
-
-    Raises:
-      TypeError: ``schema`` is not a tensorflow_metadata Schema.
-    """
-    if not isinstance(schema, schema_pb2.Schema):
-        raise TypeError(f"write_schema takes a Schema, got {type(schema).__name__}.")
-    fileio.write_file(path, text_format.MessageToString(schema))
-
-
-def read_schema(path: str) -> schema_pb2.Schema:
-    """Reads a text-proto schema such as the one :func:`write_schema` writes.
-
-    Args:
-      path: the ``schema.pbtxt`` file; ``gs://`` paths work.
-
-    Returns:
-      The schema.
-
-    Raises:
-      PipelineError: the file does not exist or is not a text-format Schema.
-    """
-    if not fileio.exists(path):
-        raise PipelineError(
-            f"Schema file {path} does not exist; pass the path of an existing schema.pbtxt "
-            "or let the pipeline infer one."
-        )
-    try:
-        return text_format.Parse(fileio.read_file(path), schema_pb2.Schema())
-    except text_format.ParseError as err:
-        raise PipelineError(
-            f"Schema file {path} is not a valid text-format tensorflow_metadata Schema "
-            f"({err}); fix that line or delete the file to infer the schema again."
-        ) from err

@@ -137,7 +137,7 @@ def check_slice_features(names: Sequence[str], schema_file: str, preprocessing_f
     """
     import difflib
 
-    from beam_pipeline.stages.schema.inference import read_schema
+    from beam_pipeline.stages.common.schema_file import read_schema
 
     schema = read_schema(schema_file)
     raw = {f.name for f in schema.feature}

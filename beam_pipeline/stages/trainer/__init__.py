@@ -1,1 +1,1 @@
-"""beam_pipeline/stages/trainer."""
+"""The Trainer stage: its declaration (``stage.py``) and its Beam job (``training.py``)."""

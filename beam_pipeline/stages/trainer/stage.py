@@ -19,8 +19,7 @@ from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, Sch
 from beam_pipeline.engine.config import check_int, check_seconds
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageStatus
-from beam_pipeline.stages.common.model_job import parse_custom_config
-from beam_pipeline.stages.tuner.stage import MODEL_INPUTS, model_inputs
+from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs, parse_custom_config
 
 __all__ = ["TrainerConfig", "TrainerStage", "check_warm_start"]
 
@@ -156,7 +155,7 @@ class TrainerStage(Stage):
         which = ctx.config.trainer.warm_start
         if not which or not ctx.config.trainer.enabled:
             return ()
-        from beam_pipeline.stages.evaluator.stage import open_store
+        from beam_pipeline.stages.common.store import open_store
 
         with open_store(ctx) as store:
             uri = check_warm_start(store, ctx.config, ctx.run_dir.run_id)
@@ -165,6 +164,8 @@ class TrainerStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        from beam_pipeline.stages.trainer.training import run_training_stage
+
         best = inputs.get(Hyperparameters)
         config = ctx.config
         base = inputs.get(Model)
@@ -173,7 +174,6 @@ class TrainerStage(Stage):
                 config,
                 trainer=dataclasses.replace(config.trainer, base_model=base.uri, warm_start=None),
             )
-        from beam_pipeline.stages.trainer.training import run_training_stage
 
         report = run_training_stage(
             config,

@@ -88,13 +88,7 @@ def build_training_job(
       PipelineError: a missing artifact, a bad hyperparameters / custom_config / base_model
         value, or non-positive step counts.
     """
-    trainer_config = config.trainer
-    if trainer_config.train_steps < 0 or trainer_config.eval_steps < 1:
-        raise PipelineError(
-            f"--train_steps={trainer_config.train_steps} / --eval_steps="
-            f"{trainer_config.eval_steps} are out of range; pass --train_steps >= 0 and "
-            "--eval_steps >= 1."
-        )
+    trainer_config = config.trainer  # its ranges: checked by TrainerConfig
     fields = model_job_fields(
         config,
         run_dir,

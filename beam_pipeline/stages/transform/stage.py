@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Optional
-
-import apache_beam as beam
+from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, transform_error
@@ -33,10 +31,10 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.jobs import announce_job, counter, job_note
-from beam_pipeline.runtime.options import create_pipeline, run_pipeline
-from beam_pipeline.runtime.runners import wait_for_job
 from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
+
+if TYPE_CHECKING:
+    import apache_beam as beam
 
 __all__ = ["TransformConfig", "build_transform_pipeline", "TransformStage"]
 
@@ -128,7 +126,10 @@ class TransformStage(Stage):
         import tensorflow_transform.beam as tft_beam
         from tensorflow_transform.tf_metadata import dataset_metadata, metadata_io
 
-        from beam_pipeline.stages.schema.inference import read_schema
+        from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+        from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+        from beam_pipeline.runtime.runners import wait_for_job
+        from beam_pipeline.stages.common.schema_file import read_schema
         from transforms.transform import dataset_cache_key
 
         config, run_dir = ctx.config, ctx.run_dir

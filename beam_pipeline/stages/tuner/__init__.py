@@ -1,4 +1,4 @@
-"""The Tuner stage's launcher side with Beam: its schedules and its report.
+"""The Tuner stage's launcher side with Beam: its schedules and its trials' files.
 
 The stage itself is :func:`beam_pipeline.stages.tuner.tuning.run_tuning_stage`; the trial's
 plain-Python halves (oracle driver, trial runner) are in :mod:`trainer.tuning`.
@@ -7,8 +7,8 @@ plain-Python halves (oracle driver, trial runner) are in :mod:`trainer.tuning`.
   its trials' workers wrote;
 - :mod:`~beam_pipeline.stages.tuner.rounds`: the rounds schedule (a job per round);
 - :mod:`~beam_pipeline.stages.tuner.rolling`: the rolling schedule (a job per trial, slots refill);
-- :mod:`~beam_pipeline.stages.tuner.report`: ``trials.csv`` / ``trials.json``, ``objective.svg``,
-  the text table and the stage's report.
+- :mod:`~beam_pipeline.stages.tuner.trials`: ``trials.csv`` / ``trials.json``, ``objective.svg``,
+  the text table and the stage's summary row.
 """
 
 __all__: list[str] = []

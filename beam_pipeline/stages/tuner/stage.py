@@ -13,44 +13,33 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.fileio import is_remote
 from beam_pipeline.core.gpus import check_gpus_per_trial, host_gpus
 from beam_pipeline.engine.artifacts import (
     Hyperparameters,
-    ModelInputs,
     Schema,
-    TransformedExamples,
-    TransformGraph,
     TypedArtifact,
 )
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.runtime.options import is_direct
-from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
+from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs
 from beam_pipeline.stages.tuner.settings import TunerConfig
 from trainer.module_loader import ModuleKind, load_trainer_module
 
+if TYPE_CHECKING:
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+
 __all__ = ["TunerConfig", "TunerStage", "check_trial_gpus", "default_tuner_pool"]
-
-# The model stages read Transform's two outputs (one producing stage, so one key) and the
-# schema, whose key the transform graph's already holds.
-MODEL_INPUTS = (
-    Input(TransformGraph, key="transform"),
-    Input(TransformedExamples, key="transform"),
-)
-
-
-def model_inputs(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> ModelInputs:
-    """The model stages' inputs as the jobs' :class:`ModelInputs`."""
-    return ModelInputs(inputs[TransformGraph], inputs[TransformedExamples], inputs.get(Schema))
 
 
 def _default_pool_workers(config: PipelineConfig, options) -> int:
     """The processes of :func:`default_tuner_pool`'s pool; 0 where it makes none."""
+    from beam_pipeline.runtime.options import is_direct
+
     if (
         not config.tuner.enabled
         or not is_direct(options)
@@ -68,6 +57,8 @@ def check_trial_gpus(config: PipelineConfig, options) -> None:
     Raises:
       PipelineError: several GPUs, fewer than the workers' shares.
     """
+    from beam_pipeline.runtime.pool import local_pool_size
+
     if not config.tuner.gpus_per_trial:
         return
     parallel = config.tuner.parallel_trials
@@ -85,6 +76,8 @@ def default_tuner_pool(
     (at most one per core) in worker processes, although the data stages run in_memory. A
     ``--direct_running_mode`` the user gives decides instead (see ``run_tuning_stage``).
     """
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+
     workers = _default_pool_workers(config, options)
     if not workers:
         return None

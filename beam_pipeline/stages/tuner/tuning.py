@@ -41,7 +41,7 @@ Artifact ``<run_dir>/tuner/`` (published atomically):
 - ``best_hyperparameters.json``: the best completed trial's ``HyperParameters`` config
   (``keras_tuner.HyperParameters.from_config`` reads it; the trainer gets its path);
 - ``trials.json``, ``trials.csv``, ``objective.svg``: the trials (see
-  :mod:`beam_pipeline.stages.tuner.report`);
+  :mod:`beam_pipeline.stages.tuner.trials`);
 - ``<project_name>/``: keras-tuner's project: ``oracle.json`` (oracle state), per trial
   ``trial.json``, its checkpoint and ``beam_result-<attempt>.json``;
 - ``workers/``: each worker process's ``fn_args.working_dir``.
@@ -78,7 +78,12 @@ from beam_pipeline.runtime.options import is_direct
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
 from beam_pipeline.runtime.runners import RunnerFamily, runner_family
 from beam_pipeline.stages.common.model_job import model_job_fields
-from beam_pipeline.stages.tuner.report import (
+from beam_pipeline.stages.tuner.rolling import TIMED_OUT, run_rolling
+from beam_pipeline.stages.tuner.rounds import run_rounds
+from beam_pipeline.stages.tuner.search import Search, TrialJobs
+from beam_pipeline.stages.tuner.search_job import run_search_job
+from beam_pipeline.stages.tuner.settings import TunerSchedule
+from beam_pipeline.stages.tuner.trials import (
     OBJECTIVE_PLOT,
     STAGE,
     plot_objective,
@@ -86,11 +91,6 @@ from beam_pipeline.stages.tuner.report import (
     write_text,
     write_trials,
 )
-from beam_pipeline.stages.tuner.rolling import TIMED_OUT, run_rolling
-from beam_pipeline.stages.tuner.rounds import run_rounds
-from beam_pipeline.stages.tuner.search import Search, TrialJobs
-from beam_pipeline.stages.tuner.search_job import run_search_job
-from beam_pipeline.stages.tuner.settings import TunerSchedule
 from trainer.isolation import ProcessHost
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
@@ -135,12 +135,7 @@ def build_tuning_job(
     Raises:
       PipelineError: a missing artifact, bad step counts, or bad --custom_config.
     """
-    tuner = config.tuner
-    if tuner.train_steps < 1 or tuner.eval_steps < 1:
-        raise PipelineError(
-            f"--tuner_train_steps={tuner.train_steps} / --tuner_eval_steps={tuner.eval_steps} "
-            "are out of range; pass values of at least 1."
-        )
+    tuner = config.tuner  # its step counts' ranges: checked once, by TunerConfig
     fields = model_job_fields(
         config,
         run_dir,
@@ -267,21 +262,6 @@ def _search(
     return search
 
 
-def _cached_report(run_dir: RunDirectory, started: float) -> tuple[StageReport, Optional[str]]:
-    best = run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)
-    exists = fileio.exists(best)
-    return (
-        StageReport(
-            STAGE,
-            StageStatus.CACHED,
-            seconds=round(time.time() - started, 3),
-            artifact=run_dir.path(Artifact.TUNER),
-            note="already tuned in this run directory" + (f"; best: {best}" if exists else ""),
-        ),
-        best if exists else None,
-    )
-
-
 def _module_has_tuner_fn(
     module_file: str, entry_point: Optional[str], staged: Optional[StagedModule]
 ) -> bool:
@@ -318,7 +298,7 @@ def run_tuning_stage(
 
     Returns:
       (the StageReport, the path of ``best_hyperparameters.json`` or None). The report is
-      OK (tuned), CACHED (already published here) or SKIPPED (disabled, no module file,
+      OK (tuned) or SKIPPED (disabled, no module file,
       no ``tuner_fn``, or a dry run).
 
     Raises:
@@ -331,8 +311,7 @@ def run_tuning_stage(
         return StageReport(STAGE, StageStatus.SKIPPED, note="tuning is disabled"), None
     if not module_file:
         return StageReport(STAGE, StageStatus.SKIPPED, note="no module file, nothing to tune"), None
-    if run_dir.is_published(Artifact.TUNER):
-        return _cached_report(run_dir, started)
+    # An earlier execution's result is the runner's to reuse (beam_pipeline.engine.runner).
     if search_space is None and not _module_has_tuner_fn(
         module_file, config.trainer.entry_point, staged
     ):
@@ -340,12 +319,7 @@ def run_tuning_stage(
             StageReport(STAGE, StageStatus.SKIPPED, note=f"{module_file} defines no tuner_fn"),
             None,
         )
-    parallel = config.tuner.parallel_trials
-    if parallel < 1 or (config.tuner.max_trials is not None and config.tuner.max_trials < 1):
-        raise PipelineError(
-            f"--tuner_parallel_trials={parallel} / --tuner_max_trials="
-            f"{config.tuner.max_trials} are out of range; pass values of at least 1."
-        )
+    parallel = config.tuner.parallel_trials  # its range: checked by TunerConfig
     staging = run_dir.new_staging(Artifact.TUNER)
     oracle_host = contextlib.ExitStack()  # open until the search's records are read
     try:

@@ -1,1 +1,2 @@
-"""beam_pipeline/stages/validation."""
+"""The Validation stage: its declaration (``stage.py``), the checks (``checks.py``) and the
+anomalies file (``anomalies.py``)."""

@@ -35,7 +35,7 @@ def previous_statistics(ctx: StageContext) -> Optional[str]:
     the first run or without a store."""
     from beam_pipeline.metadata import RunStatus
     from beam_pipeline.metadata.store import is_available
-    from beam_pipeline.stages.evaluator.stage import open_store
+    from beam_pipeline.stages.common.store import open_store
 
     with open_store(ctx) as store:
         if store is None:
@@ -114,7 +114,7 @@ class ValidationStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.schema.inference import read_schema
+        from beam_pipeline.stages.common.schema_file import read_schema
         from beam_pipeline.stages.validation.anomalies import (
             blocking_anomalies,
             format_anomalies,

@@ -3,7 +3,7 @@
 - ``trials.json`` / ``trials.csv``: per trial its hyperparameters, objective, status,
   start time, seconds, attempts, round, worker (host:pid) and error;
 - ``objective.svg``: the objective per trial and the best so far;
-- the stage report: a one-line note and, in its details, the best trial, counts, times
+- the stage's summary row: a one-line note and, in its details, the best trial, counts, times
   and the head of the trials table ranked by the objective.
 
 Example::
