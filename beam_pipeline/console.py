@@ -123,6 +123,8 @@ class RunEvents:
 
     def __init__(self):
         self.run_dir: Optional[str] = None
+        # Stage -> what tells its progress from its files while it runs (Stage.progress).
+        self.details: dict[str, Callable[[str], str]] = {}
         self._listeners: dict[str, list[Callable[..., None]]] = {e: [] for e in self._EVENTS}
 
     def subscribe(self, **callbacks: Callable[..., None]) -> None:
@@ -136,22 +138,27 @@ class RunEvents:
         for callback in self._listeners["run_started"]:
             callback(run_dir)
 
-    def stage_started(self, stage: str) -> None:
-        """A stage (ExampleGen, Transform, Tuner, ...) starts running (not when cached)."""
+    def stage_started(self, stage: str, details: Optional[Callable[[str], str]] = None) -> None:
+        """A stage (ExampleGen, Transform, Tuner, ...) starts running (not when cached);
+        ``details(run_dir)`` tells how far it got (its declaration's ``progress``)."""
+        if details is not None:
+            self.details[stage] = details
         for callback in self._listeners["stage_started"]:
             callback(stage)
 
-    def job_submitted(self, info, counters) -> None:
-        """The running stage submitted a Beam job.
+    def job_submitted(self, info, counters, stage: Optional[str] = None) -> None:
+        """A running stage submitted a Beam job.
 
         Args:
           info: its :class:`~beam_pipeline.runtime.runners.JobInfo` (id, console link).
           counters: reads the job's counters while it runs
             (:func:`beam_pipeline.runtime.counters.live_counters`), or None where the
             runner reports none before the job ends.
+          stage: the stage that submitted it (as ``stage_started`` named it); None: the
+            one running (several stages may run at once).
         """
         for callback in self._listeners["job_submitted"]:
-            callback(info, counters)
+            callback(info, counters, stage)
 
     def stage_finished(self, report) -> None:
         """A stage's :class:`~beam_pipeline.engine.summary.StageReport` joined the summary."""

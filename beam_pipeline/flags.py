@@ -92,6 +92,8 @@ def _add_setting(group, s: Setting, default: Any) -> None:
         extra["choices"] = list(s.choices)
     if s.kind == "optional":
         extra.update(nargs="?", const=s.const)
+    if s.kind == "append":
+        extra["action"] = "append"
     if s.metavar:
         extra["metavar"] = s.metavar
     group.add_argument(f"--{s.flag}", help=s.help, **extra)
@@ -317,10 +319,70 @@ def _no_cache(value: Any, graph: Sequence[Any]) -> tuple[str, ...]:
     return tuple(stages)
 
 
+def stage_beam_args(value: Any, graph: Sequence[Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``stage_beam_args`` as :class:`PipelineConfig` holds it: ((stage, (flag, ...)), ...),
+    one entry per stage in graph order, each stage's flags in the order given.
+
+    Args:
+      value: a config file's mapping (``{Trainer: ["--machine_type=a2-highgpu-1g"]}``, a
+        single flag as a string), the ``--stage_beam_args=STAGE:--flag=value`` strings,
+        a list of both (the file's first), or the held form.
+      graph: the run's stages.
+
+    Raises:
+      PipelineError: a stage name that is none of the graph's, or a flag that is no
+        ``--flag``.
+    """
+    every = [s.name for s in graph]
+    names = {n.lower(): n for n in every}
+    for n in every:  # a combined stage by each of its parts: ExampleGen, Statistics
+        for part in n.split("+"):
+            names.setdefault(part.lower(), n)
+    pairs: list[tuple[str, str]] = []
+
+    def add(stage: Any, flags: Any, shown: str) -> None:
+        name = names.get(str(stage).strip().lower())
+        if name is None:
+            raise PipelineError(
+                f"stage_beam_args names stage {str(stage).strip()!r} ({shown}), which is not "
+                f"one; use one of {', '.join(every)}."
+            )
+        for flag in [flags] if isinstance(flags, str) else list(flags or ()):
+            if not str(flag).startswith("--"):
+                raise PipelineError(
+                    f"stage_beam_args gives {name} {str(flag)!r}, which is no Beam "
+                    f"flag; write it as --flag=value, e.g. "
+                    f"--stage_beam_args={name}:--num_workers=4."
+                )
+            pairs.append((name, str(flag)))
+
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        if isinstance(item, dict):
+            for stage, flags in item.items():
+                add(stage, flags, f"{stage}: {flags}")
+        elif isinstance(item, (list, tuple)) and len(item) == 2:
+            add(item[0], item[1], f"{item[0]}: {item[1]}")
+        elif item is not None:
+            stage, sep, flag = str(item).partition(":")
+            if not sep:
+                raise PipelineError(
+                    f"--stage_beam_args={item} is not STAGE:--flag=value; pass e.g. "
+                    "--stage_beam_args=Trainer:--machine_type=a2-highgpu-1g."
+                )
+            add(stage, flag, f"--stage_beam_args={item}")
+    grouped: dict[str, list[str]] = {}
+    for stage, flag in sorted(pairs, key=lambda p: every.index(p[0])):
+        grouped.setdefault(stage, []).append(flag)
+    return tuple((stage, tuple(flags)) for stage, flags in grouped.items())
+
+
 def _convert(flag: str, value: Any, table: Table, graph: Sequence[Any]) -> Any:
     """A flag's (or YAML key's) value as its config field's type, checked."""
     if flag == "no_cache":
         return _no_cache(value, graph)
+    if flag == "stage_beam_args":
+        return stage_beam_args(value, graph)
     s = table[flag][2]
     if s.parse is not None:
         return s.parse(value)
@@ -373,6 +435,10 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         loaded = _load_yaml(config_path, table)
         beam_args = [str(a) for a in loaded.pop("beam_args", [])]
         settings.update(loaded)
+    if "stage_beam_args" in settings and "stage_beam_args" in given:
+        # The command line's add to the config file's (after them: a flag given in both
+        # wins from the command line), as the Beam flags do.
+        given["stage_beam_args"] = [settings["stage_beam_args"], *given["stage_beam_args"]]
     settings.update(given)
     sections: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():

@@ -31,11 +31,11 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import no_room
+from beam_pipeline.core.errors import PipelineError, no_room
 from beam_pipeline.core.forked import WORKER_MODULES_ENV
 from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
@@ -124,6 +124,8 @@ def run(
         graph = load_graph(config.graph) if config.graph else STAGE_GRAPH
     gpu_environment(os.environ)  # the Python API's callers too: see beam_pipeline.core.gpus
     options = parse_beam_args(config.beam_args)
+    # Each stage's own Beam flags, checked now: a bad one stops the run before anything runs.
+    stage_options = _stage_options(config, graph)
     # What a stage's settings leave to the runner (the Tuner's schedule), decided now:
     # recorded in the run's identity.
     for stage in graph:
@@ -203,6 +205,7 @@ def run(
     try:
         # A rerun of a --run_id resumes it, or is refused before anything is written.
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
+        manifest.order = [stage.name for stage in graph]
         # What the run's processes write through tempfile (autograph's files, the pool's
         # logs, unpacked modules) goes to a folder of the run's own, removed at its end.
         scratch.enter_context(run_temp_dir(config.pipeline_root))
@@ -251,7 +254,7 @@ def run(
                 pool=pool,
                 events=events,
             )
-            run_stages(graph, ctx, records, summary)
+            run_stages(graph, ctx, records, summary, stage_options)
         except BaseException:
             tuner_pool.close()
             run_dir.remove_staging()
@@ -270,6 +273,37 @@ def run(
         scratch.close()
         if store is not None:
             store.close()
+
+
+def _stage_options(config: PipelineConfig, graph: Sequence[Stage]) -> dict[str, Any]:
+    """The Beam options of each stage ``--stage_beam_args`` names: the run's flags, then
+    the stage's (later flags win), as TFX's ``with_beam_pipeline_args``.
+
+    Raises:
+      PipelineError: a stage that is none of the graph's (the Python API's configs are
+        not checked by the flags), or a flag that is no Beam option.
+    """
+    from beam_pipeline.runtime.options import unknown_beam_flags
+
+    names = {s.name: s.name for s in graph}
+    found: dict[str, Any] = {}
+    for stage, flags in config.stage_beam_args:
+        if stage not in names:
+            raise PipelineError(
+                f"stage_beam_args names stage {stage!r}, which is not one; use one of "
+                f"{', '.join(names)}."
+            )
+        unknown = unknown_beam_flags(list(flags))
+        if unknown:
+            raise PipelineError(
+                f"--stage_beam_args={stage}:{unknown[0]} is not a Beam pipeline option; check "
+                "its spelling (every Beam flag is --flag=value; --help lists ours)."
+            )
+        try:
+            found[names[stage]] = parse_beam_args([*config.beam_args, *flags])
+        except PipelineError as e:
+            raise PipelineError(f"{stage}'s --stage_beam_args: {e}", exit_code=e.exit_code) from e
+    return found
 
 
 def _finish(store: Optional[MetadataStore], run, status: RunStatus) -> None:

@@ -1,11 +1,13 @@
 """Live progress: one line per stage while it runs, with rich on a terminal.
 
-On a terminal (stdout is a TTY) each running stage is a rich spinner line, redrawn in
-place, with its elapsed time and what the run directory says of its progress; when it
-ends it becomes a plain line with its status, seconds and rows. When stdout is not a
-terminal (CI logs, a file, a pipe) the same facts are printed as plain lines: one when a
-stage starts, one every :data:`PLAIN_EVERY_SECONDS` while it runs, one when it ends.
-Every line starts with :data:`PROGRESS_PREFIX`. ``--no_progress`` turns it all off.
+On a terminal (stdout is a TTY) each running stage is a rich spinner line (one per stage:
+stages that do not depend on each other run at once, e.g. the Evaluator and the
+InfraValidator), redrawn in place, with its elapsed time and what the run directory says
+of its progress; when it ends it becomes a plain line with its status, seconds and rows.
+When stdout is not a terminal (CI logs, a file, a pipe) the same facts are printed as
+plain lines: one when a stage starts, one every :data:`PLAIN_EVERY_SECONDS` while it
+runs, one when it ends. Every line starts with :data:`PROGRESS_PREFIX`. ``--no_progress``
+turns it all off.
 
 What a running stage shows is read by the display's own thread (from the run directory,
 or from the runner's service), so no stage code waits on it:
@@ -34,9 +36,6 @@ Example::
 
 from __future__ import annotations
 
-import glob
-import json
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -55,65 +54,6 @@ PLAIN_EVERY_SECONDS = 10.0
 # service): every 5 s keeps a long job's line current at 12 calls a minute.
 COUNTERS_EVERY_SECONDS = 5.0
 _POLL_SECONDS = 0.5
-
-
-def _tuner_progress(run_dir: str) -> str:
-    """'trials: 3 done, 2 running, 0 failed; best 0.97' from keras-tuner's trial files."""
-    patterns = ("tuner/*/trial_*/trial.json", ".staging/*/*/trial_*/trial.json")
-    statuses: dict[str, str] = {}
-    best: Optional[float] = None
-    for pattern in patterns:
-        for path in glob.glob(os.path.join(run_dir, pattern)):
-            try:
-                with open(path, encoding="utf-8") as f:
-                    trial = json.load(f)
-            except (OSError, ValueError):  # being written: read it on the next poll
-                continue
-            statuses[str(trial.get("trial_id"))] = str(trial.get("status"))
-            score = trial.get("score")
-            if isinstance(score, (int, float)) and trial.get("status") == "COMPLETED":
-                maximize = _maximizes(trial, score)
-                if best is None or (score > best if maximize else score < best):
-                    best = score
-    if not statuses:
-        return ""
-    done = sum(s == "COMPLETED" for s in statuses.values())
-    failed = sum(s in ("FAILED", "INVALID") for s in statuses.values())
-    running = len(statuses) - done - failed
-    text = f"trials: {done} done, {running} running, {failed} failed"
-    return text + (f"; best {best:.4g}" if best is not None else "")
-
-
-def _maximizes(trial: dict, score: float) -> bool:
-    """Whether the objective that gave ``score`` is maximized (from the trial's metrics)."""
-    for metric in (trial.get("metrics") or {}).get("metrics", {}).values():
-        values = [v for o in metric.get("observations", []) for v in o.get("value", [])]
-        if score in values:
-            return metric.get("direction") == "max"
-    return True
-
-
-def _trainer_progress(run_dir: str) -> str:
-    """'step 40, loss 0.31' from the newest TensorBoard event file in model_run/train."""
-    files = glob.glob(os.path.join(run_dir, "model_run", "train", "events.out.tfevents.*"))
-    if not files:
-        return ""
-    import tensorflow as tf
-
-    step, loss = None, None
-    try:
-        for event in tf.compat.v1.train.summary_iterator(max(files, key=os.path.getmtime)):
-            for value in event.summary.value:
-                if value.tag.endswith("loss") and value.HasField("tensor"):
-                    step, loss = event.step, float(tf.make_ndarray(value.tensor))
-    except (tf.errors.OpError, OSError, ValueError):  # a record half written: next poll
-        pass
-    if step is None:
-        return ""
-    return f"epoch {step + 1}, loss {loss:.4g}"
-
-
-_DETAILS = {"Tuner": _tuner_progress, "Trainer": _trainer_progress}
 
 
 _READ = "example_gen.rows_read"
@@ -159,6 +99,22 @@ def _job_link(info) -> str:
     return (f"{info.runner} job {info.job_id}: " if info.job_id else "") + info.url
 
 
+class _Running:
+    """A running stage: when it started, its last plain line, its Beam job, its spinner."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.last_plain = started
+        self.job: Optional[_Job] = None
+        self.spinner = None
+
+
+def _ends(stage: str, report: StageReport) -> bool:
+    """Whether ``report`` is the row of the running ``stage`` (its first row ends it; the
+    ExampleGen+Statistics unit's first row is ExampleGen's)."""
+    return stage == report.stage or stage.startswith(report.stage + "+")
+
+
 class _Job:
     """The running stage's Beam job: its link and the latest counters read of it."""
 
@@ -200,15 +156,14 @@ class ProgressDisplay:
         counters_every: float = COUNTERS_EVERY_SECONDS,
     ):
         self._out = out
+        self._events = events
         self._enabled = enabled
         self._plain_every = plain_every
         self._counters_every = counters_every
-        self._job: Optional[_Job] = None
         self._tty = bool(getattr(out, "isatty", lambda: False)())
         self._lock = threading.Lock()
-        self._stage: Optional[str] = None
-        self._started = 0.0
-        self._last_plain = 0.0
+        # The running stages, in the order they started.
+        self._running: dict[str, _Running] = {}
         self._run_dir: Optional[str] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -229,12 +184,12 @@ class ProgressDisplay:
             from rich.live import Live
             from rich.spinner import Spinner
 
-            self._spinner = Spinner("dots", text=Text(""))
+            self._spinner_class = Spinner
             self._console = Console(file=self._out, highlight=False)
             # Not rich's redirection of sys.stdout/sys.stderr: while a run goes they are
             # its log (beam_pipeline.console), where a module's own output belongs.
             self._live = Live(
-                self._spinner,
+                Text(""),
                 console=self._console,
                 refresh_per_second=4,
                 transient=True,
@@ -260,25 +215,28 @@ class ProgressDisplay:
 
     def _stage_started(self, stage: str) -> None:
         with self._lock:
-            self._stage, self._started = stage, time.time()
-            self._last_plain = self._started
-            self._job = None
+            self._running[stage] = _Running(time.time())
         if not self._tty:
             self._print(f"{PROGRESS_PREFIX}{stage}: running")
 
-    def _job_submitted(self, info, counters) -> None:
+    def _job_submitted(self, info, counters, stage: Optional[str] = None) -> None:
         job = _Job(info, counters)
         with self._lock:
-            if self._stage is None:
+            if stage is None and len(self._running) == 1:
+                stage = next(iter(self._running))
+            running = self._running.get(stage) if stage is not None else None
+            if running is None:
                 return
-            self._job, stage = job, self._stage
+            running.job = job
         if job.link:  # a line of its own, so that it stays on the terminal to be clicked
             self._print(f"{PROGRESS_PREFIX}{stage}: {job.link}")
 
     def _stage_finished(self, report: StageReport) -> None:
         with self._lock:  # the stage's first row ends it (a unit may add several rows)
-            self._stage = None
-            self._job = None
+            for stage in self._running:
+                if _ends(stage, report):
+                    del self._running[stage]
+                    break
         seconds = f" in {report.seconds:.1f} s" if report.seconds else ""
         self._print(
             f"{PROGRESS_PREFIX}{report.stage}: {report.status.value}{seconds}{_rows(report)}"
@@ -286,13 +244,21 @@ class ProgressDisplay:
 
     # The display's thread.
 
-    def _line(self) -> Optional[str]:
+    def _lines(self) -> list[tuple[str, _Running, str]]:
+        """(stage, its state, its line) of each running stage, in the order they started."""
         with self._lock:
-            stage, started, job = self._stage, self._started, self._job
-        if stage is None:
-            return None
+            running = list(self._running.items())
+        return [(stage, state, self._stage_line(stage, state)) for stage, state in running]
+
+    def _line(self) -> Optional[str]:
+        """The line of the stage that started last, None when none runs."""
+        lines = self._lines()
+        return lines[-1][2] if lines else None
+
+    def _stage_line(self, stage: str, state: _Running) -> str:
+        started, job = state.started, state.job
         detail = ""
-        read = _DETAILS.get(stage)
+        read = self._events.details.get(stage)  # the stage declaration's progress
         if read is not None and self._run_dir and "://" not in self._run_dir:
             try:
                 detail = read(self._run_dir)
@@ -313,19 +279,24 @@ class ProgressDisplay:
 
     def _poll(self) -> None:
         while not self._stop.wait(min(_POLL_SECONDS, self._plain_every)):
-            line = self._line()
-            if line is None:
-                if self._live is not None:
-                    self._spinner.update(text=Text(""))
-                continue
+            lines = self._lines()
             if self._live is not None:
-                # A Text, not a str: rich would read a str as markup (a "[" in a detail
-                # would be mangled), and parsing it costs several times the CPU of the
-                # rest of the display.
-                self._spinner.update(text=Text(line))
-            elif time.time() - self._last_plain >= self._plain_every:
-                self._last_plain = time.time()
-                self._print(PROGRESS_PREFIX + line)
+                from rich.console import Group
+
+                for _, state, line in lines:
+                    # A Text, not a str: rich would read a str as markup (a "[" in a detail
+                    # would be mangled), and parsing it costs several times the CPU of the
+                    # rest of the display.
+                    if state.spinner is None:
+                        state.spinner = self._spinner_class("dots", text=Text(line))
+                    else:
+                        state.spinner.update(text=Text(line))
+                self._live.update(Group(*(s.spinner for _, s, _ in lines)) if lines else Text(""))
+                continue
+            for _, state, line in lines:
+                if time.time() - state.last_plain >= self._plain_every:
+                    state.last_plain = time.time()
+                    self._print(PROGRESS_PREFIX + line)
 
     def _print(self, line: str) -> None:
         if self._live is not None:

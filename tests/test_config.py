@@ -11,7 +11,7 @@ import os
 import pytest
 
 from beam_pipeline import cli
-from beam_pipeline.core.errors import EXIT_USER_ERROR
+from beam_pipeline.core.errors import EXIT_USER_ERROR, PipelineError
 
 
 def _fails(tmp_path, capsys, args):
@@ -138,6 +138,52 @@ def test_an_unknown_no_cache_stage_is_refused(tmp_path, capsys):
         "ExampleGen+Statistics,Schema,Validation,Transform,Tuner,Trainer,Evaluator,"
         "InfraValidator,Pusher,BulkInferrer (or no value: all)."
     )
+
+
+def test_stage_beam_args_from_a_config_file_and_the_command_line(tmp_path):
+    from beam_pipeline.engine.manifest import RunManifest, run_identity
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "data: d.csv\nstage_beam_args:\n  Trainer: [--machine_type=a2-highgpu-1g]\n"
+        "  transform: --num_workers=20\n"
+    )
+    argv = [f"--config={path}", "--stage_beam_args=Trainer:--machine_type=n1-standard-8"]
+    config = cli.parse_config(argv)
+    # Per stage in graph order; the command line's after the file's (later flags win).
+    assert config.stage_beam_args == (
+        ("Transform", ("--num_workers=20",)),
+        ("Trainer", ("--machine_type=a2-highgpu-1g", "--machine_type=n1-standard-8")),
+    )
+    # Part of the run's identity: a resume with other stage flags is refused.
+    root = str(tmp_path / "root")
+    RunManifest.open(root, "r", run_identity(config, "data", None))
+    other = cli.parse_config([f"--config={path}"])
+    with pytest.raises(PipelineError, match=r"per-stage Beam flags \(stage_beam_args\)"):
+        RunManifest.open(root, "r", run_identity(other, "data", None))
+    # Without them the identity is what it was before they existed.
+    assert "stage_beam_args" not in run_identity(cli.parse_config(["--data=d.csv"]), "d", None)
+
+
+@pytest.mark.parametrize(
+    "flag, error",
+    [
+        (
+            "--stage_beam_args=Deployer:--num_workers=2",
+            "error: stage_beam_args names stage 'Deployer' (--stage_beam_args=Deployer:"
+            "--num_workers=2), which is not one; use one of ExampleGen+Statistics, Schema, "
+            "Validation, Transform, Tuner, Trainer, Evaluator, InfraValidator, Pusher, "
+            "BulkInferrer.",
+        ),
+        (
+            "--stage_beam_args=Trainer",
+            "error: --stage_beam_args=Trainer is not STAGE:--flag=value; pass e.g. "
+            "--stage_beam_args=Trainer:--machine_type=a2-highgpu-1g.",
+        ),
+    ],
+)
+def test_a_bad_stage_beam_args_flag_is_refused(tmp_path, capsys, flag, error):
+    assert _fails(tmp_path, capsys, [flag]) == error
 
 
 def test_output_flags_are_read_apart_from_the_runs_identity(tmp_path):

@@ -8,7 +8,8 @@
   third whose ``island`` shares moved stops at Validation with feature, distance and
   threshold.
 - Warm start: ``--warm_start latest_blessed`` trains from run 1's blessed model, which
-  ``runs lineage`` shows as the Trainer's input.
+  ``runs lineage`` shows as the Trainer's input; its first epoch's loss (TensorBoard's
+  ``epoch_loss`` in ``model_run/train``) is near run 1's final loss, unlike a cold start's.
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ def _records(pattern: str) -> list[bytes]:
     files = sorted(glob.glob(pattern))
     assert files, pattern
     return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def _epoch_losses(root: str, run_id: str) -> list[float]:
+    """The training loss of each epoch, as the Trainer's TensorBoard callback logged it in
+    ``model_run/train`` (what ``runs report`` draws)."""
+    import tensorflow as tf
+
+    pattern = os.path.join(root, "runs", run_id, "model_run", "train", "events.out.tfevents.*")
+    files = sorted(glob.glob(pattern))
+    assert files, pattern
+    losses = {}
+    for events in files:
+        for event in tf.compat.v1.train.summary_iterator(events):
+            for value in event.summary.value:
+                if value.tag == "epoch_loss":
+                    losses[event.step] = float(tf.make_ndarray(value.tensor))
+    return [losses[step] for step in sorted(losses)]
 
 
 def _rows() -> tuple[list[str], list[list[str]]]:
@@ -181,7 +199,7 @@ def test_dataflow_job_graph_holds_run_inference(tmp_path):
     header, _ = _rows()
     inputs = InferInputs((PENGUINS,), DataFormat.CSV, tuple(header))
     staging = {
-        a: str(tmp_path / a.FOLDER.value)
+        a: str(tmp_path / a.FOLDER)
         for a in (InferenceResult, InferenceRejectedRows, InferredExamples)
     }
     p = create_pipeline(
@@ -235,6 +253,21 @@ def test_warm_start_records_run_ones_blessed_model_as_the_trainers_input(trained
     assert trainer["inputs"]["Model"]["uri"] == first_model, trainer["inputs"]
     # Run 1's Trainer is upstream too: the warm-started model descends from it.
     assert any(e["stage"] == "Trainer" and e["run_id"] == "first" for e in upstream)
+    # The same five steps from scratch: what run 2 would do if the base model were ignored.
+    cold = _cli(
+        f"--pipeline_root={root}",
+        "--run_id=cold",
+        "--no_tuner",
+        "--no_infra_validator",
+        "--no_evaluator",
+        "--train_steps=5",
+    )
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    # Training resumes where run 1 stopped: run 2's first epoch's loss is near run 1's
+    # final loss, far nearer than a cold start's first epoch.
+    first, warm, scratch = (_epoch_losses(root, r) for r in ("first", "warm", "cold"))
+    assert (len(first), len(warm), len(scratch)) == (10, 5, 5)  # 100 steps: 10 x 10; 5: 5 x 1
+    assert abs(warm[0] - first[-1]) < abs(scratch[0] - first[-1]) / 4, (first, warm, scratch)
 
 
 def test_warm_start_without_a_model_is_one_sentence(tmp_path):

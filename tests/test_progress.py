@@ -95,9 +95,10 @@ def test_in_a_terminal_progress_is_a_live_line_and_stays_off_with_no_progress(tm
 
 @pytest.mark.parametrize("stage", ["Tuner", "Trainer"])
 def test_a_stage_without_its_files_yet_shows_only_its_time(tmp_path, stage):
-    from beam_pipeline.progress import _DETAILS
+    from beam_pipeline.stages.graph import STAGE_GRAPH
 
-    assert _DETAILS[stage](str(tmp_path)) == ""
+    progress = {s.name: s.progress for s in STAGE_GRAPH}  # each stage declares its own
+    assert progress[stage](str(tmp_path)) == ""
 
 
 def test_a_beam_job_shows_its_console_link_at_once_and_only_the_rows_its_runner_reports():

@@ -11,6 +11,9 @@ tests/test_run_records.py runs the runner with the metadata store.
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 
 import pytest
 
@@ -25,7 +28,15 @@ from beam_pipeline.engine import (
     StageResult,
     run_stages,
 )
-from beam_pipeline.engine.artifacts import Anomalies, Model, Schema, Statistics
+from beam_pipeline.engine.artifacts import (
+    Anomalies,
+    InfraBlessing,
+    Model,
+    ModelBlessing,
+    PushedModel,
+    Schema,
+    Statistics,
+)
 from beam_pipeline.engine.manifest import RunManifest
 from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 
@@ -206,3 +217,221 @@ def test_a_record_of_an_earlier_version_is_a_miss(tmp_path):
     manifest.forget([])  # rewrites manifest.json
     _, _, statuses = _run(root, graph)
     assert set(statuses.values()) == {StageStatus.OK} and [s.runs for s in graph] == [2, 2]
+
+
+# Stages that do not read each other's outputs run at the same time (issue 33).
+
+
+class _Sibling(_Write):
+    """A _Write that calls ``during(ctx)`` in its run, before it writes."""
+
+    def __init__(self, name, inputs, outputs, during, **kwargs):
+        super().__init__(name, inputs, outputs, **kwargs)
+        self.during = during
+
+    def run(self, ctx, inputs, out):
+        self.during(ctx)
+        return super().run(ctx, inputs, out)
+
+
+def _siblings(first, second, **kwargs):
+    """Schema -> (Evaluator, InfraValidator: both read the schema only) -> Pusher (reads
+    both); ``first`` and ``second`` are the siblings' ``during``."""
+    return [
+        _Write("Schema", (), (Schema,), text=kwargs.get("text", "a")),
+        _Sibling(
+            "Evaluator",
+            (Input(Schema, key="schema"),),
+            (ModelBlessing,),
+            first,
+            text=kwargs.get("eval_text", "x"),
+            fail=kwargs.get("fail"),
+        ),
+        _Sibling(
+            "InfraValidator",
+            (Input(Schema, key="schema"),),
+            (InfraBlessing,),
+            second,
+            text=kwargs.get("infra_text", "x"),
+        ),
+        _Write(
+            "Pusher",
+            (Input(ModelBlessing, key="blessing"), Input(InfraBlessing, key="infra")),
+            (PushedModel,),
+        ),
+    ]
+
+
+def test_independent_stages_run_at_once_and_their_rows_keep_graph_order(tmp_path):
+    # Each sibling waits for the other to be running: one after the other, the first
+    # would wait in vain (BrokenBarrierError after the timeout).
+    both = threading.Barrier(2, timeout=60)
+    infra_ended = threading.Event()
+    ended = []
+
+    def evaluator(ctx):
+        both.wait()
+        assert infra_ended.wait(60)  # the later sibling ends first
+
+    def infra(ctx):
+        both.wait()
+
+    graph = _siblings(evaluator, infra)
+    graph[2].run = _then(graph[2].run, infra_ended.set)
+    run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
+    manifest.order = [s.name for s in graph]  # as beam_pipeline.pipeline sets it
+    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+    ctx.events.subscribe(stage_finished=lambda row: ended.append(row.stage))
+    records, summary = _Calls(manifest), RunSummary(run_dir.root)
+    run_stages(graph, ctx, records, summary)
+    order = ["Schema", "Evaluator", "InfraValidator", "Pusher"]
+    assert [r.stage for r in summary.stages] == order  # graph order in the summary ...
+    assert ended == ["Schema", "InfraValidator", "Evaluator", "Pusher"]  # ... as they ended
+    assert list(RunManifest.open(str(tmp_path), "r1", {"identity": 1})[1].stages) == order
+    # Both begun before either ended; the Pusher read what both made.
+    begins = [c for c in records.calls if c[0] in ("begin", "record")]
+    assert begins[2:5] == [
+        ("begin", "Evaluator"),
+        ("begin", "InfraValidator"),
+        ("record", "InfraValidator"),
+    ]
+    assert open(run_dir.path(PushedModel.FOLDER, "f")).read() == "axaxx"
+
+
+def _then(run, after):
+    def wrapped(ctx, inputs, out):
+        result = run(ctx, inputs, out)
+        after()
+        return result
+
+    return wrapped
+
+
+def test_a_failed_stage_lets_its_running_sibling_finish_and_the_first_failure_is_raised(
+    tmp_path,
+):
+    evaluator_failed = threading.Event()
+    both = threading.Barrier(2, timeout=60)
+
+    def evaluator(ctx):
+        both.wait()
+
+    def infra(ctx):
+        both.wait()
+        assert evaluator_failed.wait(60)  # still running when its sibling failed
+
+    graph = _siblings(evaluator, infra, fail="raise")
+    graph[1].run = _failing_then(graph[1].run, evaluator_failed.set)
+    run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
+    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+    records, summary = _Calls(manifest), RunSummary(run_dir.root)
+    with pytest.raises(PipelineError, match="bad input"):
+        run_stages(graph, ctx, records, summary)
+    # The sibling finished, was published and recorded; nothing after them started.
+    assert ("record", "InfraValidator") in records.calls
+    assert ("stop", "Evaluator", "PipelineError") in records.calls
+    assert run_dir.is_published(InfraBlessing.FOLDER)
+    assert graph[3].runs == 0
+    assert [(r.stage, r.status) for r in summary.stages] == [
+        ("Schema", StageStatus.OK),
+        ("Evaluator", StageStatus.FAILED),
+        ("InfraValidator", StageStatus.OK),
+    ]
+
+    # Both fail, the later one in graph order first: the earlier one's error is raised.
+    def infra_fails(ctx):
+        raise PipelineError("the sandbox failed; fix it.")
+
+    graph = _siblings(lambda ctx: time.sleep(0.5), infra_fails, fail="raise")
+    with pytest.raises(PipelineError, match="bad input"):
+        _run(str(tmp_path / "both"), graph)
+
+
+def _failing_then(run, after):
+    def wrapped(ctx, inputs, out):
+        try:
+            return run(ctx, inputs, out)
+        finally:
+            after()
+
+    return wrapped
+
+
+def test_a_rerun_forgets_the_stages_that_depend_on_it_not_its_sibling(tmp_path):
+    root = str(tmp_path)
+    _run(root, _siblings(lambda ctx: None, lambda ctx: None))
+    # The Evaluator reruns (a changed parameter): the Pusher, which reads it, reruns; the
+    # InfraValidator after it in graph order, which does not, is kept.
+    graph = _siblings(lambda ctx: None, lambda ctx: None, eval_text="y")
+    _, calls, statuses = _run(root, graph)
+    assert statuses == {
+        "Schema": StageStatus.CACHED,
+        "Evaluator": StageStatus.OK,
+        "InfraValidator": StageStatus.CACHED,
+        "Pusher": StageStatus.OK,
+    }
+    assert ("forget", ("Evaluator", "Pusher")) in calls
+    assert [s.runs for s in graph] == [0, 1, 0, 1]
+
+
+def test_a_stage_gets_its_own_beam_options_and_the_others_the_runs(tmp_path):
+    from beam_pipeline.runtime.options import parse_beam_args
+
+    seen = {}
+
+    def evaluator(ctx):
+        seen["Evaluator"] = ctx.options
+
+    def infra(ctx):
+        seen["InfraValidator"] = ctx.options
+
+    run_options = parse_beam_args(["--runner=DirectRunner"])
+    own = parse_beam_args(["--runner=DirectRunner", "--direct_num_workers=2"])
+    run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
+    ctx = StageContext(PipelineConfig(), run_options, run_dir, manifest.identity, None, None)
+    graph = _siblings(evaluator, infra)
+    run_stages(
+        graph,
+        ctx,
+        _Calls(manifest),
+        RunSummary(run_dir.root),
+        {"InfraValidator": own},
+    )
+    assert seen == {"Evaluator": run_options, "InfraValidator": own}
+
+
+def test_ctrl_c_stops_the_stages_running_at_once_and_records_them(tmp_path):
+    # Ctrl-C reaches the main thread only (a real SIGINT to it, as a terminal sends).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    both = threading.Barrier(2, timeout=60)
+
+    def evaluator(ctx):
+        both.wait()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        while True:  # until the KeyboardInterrupt reaches this thread too
+            time.sleep(0.01)
+
+    def infra(ctx):
+        both.wait()
+        while True:
+            time.sleep(0.01)
+
+    try:
+        graph = _siblings(evaluator, infra)
+        run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
+        ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+        records, summary = _Calls(manifest), RunSummary(run_dir.root)
+        with pytest.raises(KeyboardInterrupt):
+            run_stages(graph, ctx, records, summary)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert records.calls[-2:] == [
+        ("stop", "Evaluator", "KeyboardInterrupt"),
+        ("stop", "InfraValidator", "KeyboardInterrupt"),
+    ]
+    assert [(r.stage, r.status, r.note) for r in summary.stages[1:]] == [
+        ("Evaluator", StageStatus.FAILED, "interrupted"),
+        ("InfraValidator", StageStatus.FAILED, "interrupted"),
+    ]
+    assert not os.path.exists(os.path.join(run_dir.root, ".staging", "model_blessing"))
+    assert not any(t.name.startswith("bp-") for t in threading.enumerate())

@@ -51,7 +51,9 @@ def test_tfx_penguin_module_tunes_and_trains_on_a_portable_runner(
     class RecordedEvents(RunEvents):
         def __init__(self):
             super().__init__()
-            self.subscribe(job_submitted=lambda info, read: jobs.append((info, read, read())))
+            self.subscribe(
+                job_submitted=lambda info, read, _stage: jobs.append((info, read, read()))
+            )
 
     monkeypatch.setattr(cli, "RunEvents", RecordedEvents)
     try:

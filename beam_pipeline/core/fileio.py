@@ -216,3 +216,9 @@ def write_file(path: str, data: str | bytes) -> None:
         makedirs(folder)
     with open(path, "wb" if isinstance(data, bytes) else "w") as f:
         f.write(data)
+
+
+def absolute_uri(uri: str) -> str:
+    """A uri as the metadata store keeps it: a local path made absolute (a relative
+    ``--pipeline_root`` is relative to the launch's working folder, not the store's)."""
+    return uri if is_remote(uri) else os.path.abspath(uri)

@@ -41,8 +41,8 @@ class Setting:
       kind: how the flag reads its value: ``str``, ``int``, ``float``, ``switch`` (a
         boolean: ``--flag`` when the default is False, ``--no_<flag>`` when it is True),
         ``choice`` (one of ``choices``), ``list`` (comma-separated, a YAML list too),
-        ``optional`` (``--flag`` alone means ``const``), or ``yaml`` (a YAML mapping only,
-        no flag).
+        ``optional`` (``--flag`` alone means ``const``), ``append`` (repeatable), or
+        ``yaml`` (a YAML mapping only, no flag).
       parse: turns the flag's text (or the YAML value) into the field's value and checks
         it; raises PipelineError with the fix. None: the ``kind``'s own conversion.
       choices: the allowed values of a ``choice``.

@@ -14,18 +14,7 @@ It imports no stage: the stages (:mod:`beam_pipeline.stages`) build on it.
   run's summary rows.
 """
 
-from beam_pipeline.engine.config import PipelineConfig
-from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
-from beam_pipeline.engine.runner import run_stages
-from beam_pipeline.engine.stage import (
-    Input,
-    Outputs,
-    Preflight,
-    Stage,
-    StageContext,
-    StageFailed,
-    StageResult,
-)
+from typing import Any
 
 __all__ = [
     "PipelineConfig",
@@ -41,3 +30,22 @@ __all__ = [
     "cache_key",
     "run_stages",
 ]
+
+# Name -> its module: imported on first use, so that importing one module of the engine
+# (the config, for --help) does not import the runner.
+_HOMES = {
+    "PipelineConfig": "config",
+    "Execution": "execution",
+    "ExecutionRecords": "execution",
+    "cache_key": "execution",
+    "run_stages": "runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name not in __all__:
+        raise AttributeError(f"module 'beam_pipeline.engine' has no attribute {name!r}")
+    module = _HOMES.get(name, "stage")
+    return getattr(importlib.import_module(f"beam_pipeline.engine.{module}"), name)

@@ -125,6 +125,8 @@ class PipelineConfig:
         ``<pipeline_root>/metadata.sqlite``.
       no_cache: the stages (by name) that run even when an earlier execution's outputs
         could be reused.
+      stage_beam_args: per stage (by name), Beam flags added after ``beam_args`` for that
+        stage's jobs only (later flags win), TFX's ``with_beam_pipeline_args``.
       graph: ``--graph``: the stage graph of the user's own (``FILE.py:NAME`` or
         ``module:NAME``) that runs instead of the bundled one; "": the bundled one.
       sections: (config key, the stage's Config) of each section given; the others are
@@ -183,6 +185,16 @@ class PipelineConfig:
         kind="optional",
         const="all",
         identity=False,
+    )
+    stage_beam_args: tuple[tuple[str, tuple[str, ...]], ...] = setting(
+        (),
+        flag="stage_beam_args",
+        help="A Beam flag for one stage's jobs only, after the run's (later flags win), e.g. "
+        "--stage_beam_args=Trainer:--machine_type=a2-highgpu-1g; repeat it for more. In "
+        "--config: stage_beam_args: {Trainer: [--machine_type=a2-highgpu-1g]}.",
+        kind="append",
+        metavar="STAGE:--FLAG=VALUE",
+        identity=False,  # in the run's identity when given (engine.manifest)
     )
     graph: str = ""
     sections: tuple[tuple[str, Any], ...] = ()

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from importlib import metadata
 from typing import Any
 
 from beam_pipeline.core import fileio
@@ -128,6 +127,8 @@ def pipeline_code() -> str:
         importlib.util.find_spec(name).submodule_search_locations[0]
         for name in ("beam_pipeline", "transforms", "trainer")
     ]
+    from importlib import metadata  # only here: importing it is slow, and --help needs it not
+
     versions = {}
     for name in _LIBRARIES:
         try:

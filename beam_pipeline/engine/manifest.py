@@ -8,7 +8,9 @@ a stage finishes. It holds:
   beside it (its helpers, staged for the workers with it), and every other flag of ours
   that shapes an artifact (files such as ``--hyperparameters`` by their content). Not in
   it: ``--pipeline_root``, ``--run_id``, ``--ignore_anomalies`` (it decides whether the run
-  goes on, not what any artifact holds) and Beam's own flags (the runner, its workers).
+  goes on, not what any artifact holds) and the run's Beam flags (the runner, its
+  workers). The per-stage Beam flags (``stage_beam_args``) are in it when given: a resume
+  runs the remaining stages where the run was set up to run them.
 - ``stages``: per finished stage (an :class:`~beam_pipeline.engine.execution.Execution`),
   its input and output artifacts (typed, with their properties), ``built_from`` (the
   digests and settings it was made from: upstream stages' keys, the data, the module, its
@@ -20,8 +22,8 @@ anything is written, when its identity differs from the recorded one. The manife
 the first place the stage runner's records
 (:class:`~beam_pipeline.engine.records.RunRecords`) look a stage up in: a stage whose
 record has the same key and whose outputs are all still published is reported ``cached``;
-the first stage that is not is rerun, and what it and the stages after it had published is
-removed first (the trainer's checkpoints excepted when only the trainer itself reruns:
+a stage that is not is rerun, and what it and the stages that depend on it had published
+is removed first (the trainer's checkpoints excepted when only the trainer itself reruns:
 training resumes from them); see :mod:`beam_pipeline.engine.runner`.
 
 Example::
@@ -103,6 +105,8 @@ def run_identity(
                 value = folder_digest(value)
             values[name] = _plain(value)
         identity[key] = values
+    if config.stage_beam_args:  # only then: the runs before it keep their identity
+        identity["stage_beam_args"] = {s: list(flags) for s, flags in config.stage_beam_args}
     return identity
 
 
@@ -114,8 +118,10 @@ def _difference(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> str:
         return "the module file's content"
     if recorded.get("module_folder") != current.get("module_folder"):
         return "the Python files beside the module file (its helper modules)"
+    if recorded.get("stage_beam_args") != current.get("stage_beam_args"):
+        return "the per-stage Beam flags (stage_beam_args)"
     for section in sorted(set(recorded) | set(current)):
-        if section in ("data", "module_file", "module_folder"):
+        if section in ("data", "module_file", "module_folder", "stage_beam_args"):
             continue
         old, new = recorded.get(section) or {}, current.get(section) or {}
         for name in sorted(set(old) | set(new)):
@@ -139,6 +145,9 @@ class RunManifest:
         self.identity = identity
         self.stages: dict[str, dict[str, Any]] = dict(stages or {})
         self.resumed = resumed
+        # The stages' names in graph order (set by whoever runs the graph): the manifest
+        # lists them so, whatever order stages running at once ended in.
+        self.order: list[str] = []
 
     @property
     def path(self) -> str:
@@ -222,6 +231,9 @@ class RunManifest:
             "artifacts": [a.folder_name() for a in execution.outputs],
             **kept,
         }
+        # In graph order, whatever order stages running at once ended in.
+        order = {name: i for i, name in enumerate(self.order)}
+        self.stages = dict(sorted(self.stages.items(), key=lambda kv: order.get(kv[0], len(order))))
         self._write()
 
     def _write(self) -> None:

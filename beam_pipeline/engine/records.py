@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Optional
 
@@ -42,10 +41,9 @@ DATA_TYPE = "ExternalData"
 _LOG = logging.getLogger(__name__)
 
 
-def stored_uri(uri: str) -> str:
-    """A uri as the store keeps it: a local path made absolute (a relative
-    ``--pipeline_root`` is relative to the launch's working folder, not the store's)."""
-    return uri if fileio.is_remote(uri) else os.path.abspath(uri)
+# A uri as the store keeps it (in core, where the stages that record uris import it
+# without importing the store).
+stored_uri = fileio.absolute_uri
 
 
 def _spec(artifact: TypedArtifact) -> ArtifactSpec:

@@ -1,8 +1,15 @@
-"""The runner loop: every stage of the graph, in order, looked up, run, published, recorded.
+"""The runner loop: every stage of the graph looked up, run, published, recorded; each
+as soon as the stages it reads have ended, so that independent stages run at once.
 
-For each stage the runner:
+Which stage waits for which follows from the declared inputs and outputs
+(:func:`dependencies`): a stage waits for every earlier stage that produces a type it
+reads (optional inputs included), and for every earlier stage whose :meth:`Stage.check`
+may stop the run (:func:`run_order`). The Evaluator and the InfraValidator both wait only
+for the Trainer, so they run at the same time; the Pusher waits for both.
 
-1. resolves its inputs: the artifacts the earlier stages produced (or an earlier
+For each stage whose inputs are ready the runner:
+
+1. resolves its inputs: the artifacts the stages it reads produced (or an earlier
    execution of theirs had produced), by type;
 2. computes its cache key from the producing stages' keys and its parameters
    (:func:`beam_pipeline.engine.execution.cache_key`);
@@ -12,15 +19,22 @@ For each stage the runner:
    digests of the small files: :mod:`beam_pipeline.engine.contents`): a hit reuses them
    (``reuse`` records it) and reports the stage ``cached``; a damaged one is a miss whose
    rerun's row says which run's artifact changed;
-4. on a miss: forgets this stage and every later one in the records and removes what they
-   had published in the run directory (a stage marked ``keeps_outputs_on_rerun`` keeps its
-   own when it is the one rerunning: the Trainer's checkpoints), records that it
-   ``begin``s, makes a staging folder per output, runs the stage, publishes the outputs it
-   returned (marker last), recording their files, and discards the other folders, or
-   discards them all when it fails (``stop`` records the failure);
-5. times it, adds its summary rows, and records the execution;
-6. calls the stage's :meth:`Stage.check` (which may stop the run, e.g. on blocking
-   anomalies) and stops after a stage that halts the run.
+4. on a miss: forgets this stage and every stage that depends on it (by dependency, not
+   by position: a stage beside it keeps its record) and removes what they had published
+   in the run directory (a stage marked ``keeps_outputs_on_rerun`` keeps its own when it
+   is the one rerunning: the Trainer's checkpoints), records that it ``begin``s, makes a
+   staging folder per output, runs the stage with its own Beam options where it has
+   them (``--stage_beam_args``), publishes the outputs it returned (marker last),
+   recording their files, and discards the other folders, or discards them all when it
+   fails (``stop`` records the failure);
+5. times it, adds its summary rows (in graph order, whatever order stages end in), and
+   records the execution;
+6. calls the stage's :meth:`Stage.check` as soon as it ended (which may stop the run,
+   e.g. on blocking anomalies) and stops after a stage that halts the run.
+
+A failure starts nothing more: the stages running beside it end and are recorded, then
+the first failure in graph order is raised. A Ctrl-C stops the stages running on threads
+of their own too (:func:`_raise_in`), records them, and is raised.
 
 Example::
 
@@ -29,11 +43,15 @@ Example::
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import datetime
+import logging
+import queue
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import first_line, user_error
@@ -41,10 +59,21 @@ from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.contents import changed, describe
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
 from beam_pipeline.engine.fingerprint import pipeline_code
-from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageFailed, StageResult
+from beam_pipeline.engine.stage import (
+    Outputs,
+    Stage,
+    StageContext,
+    StageFailed,
+    StageResult,
+)
 from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 
-__all__ = ["run_stages"]
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["dependencies", "run_order", "run_stages"]
+
+_LOG = logging.getLogger(__name__)
 
 # The artifact property that records its files when published (beam_pipeline.engine.contents).
 FILES_PROPERTY = "files"
@@ -61,68 +90,312 @@ def run_stages(
     ctx: StageContext,
     records: ExecutionRecords,
     summary: RunSummary,
+    stage_options: Optional[Mapping[str, Any]] = None,
 ) -> None:
-    """Runs (or reuses) each stage of ``graph`` in order; see the module docstring.
+    """Runs (or reuses) each stage of ``graph``, each as soon as its inputs are ready; see
+    the module docstring.
 
     Args:
       graph: the stages in dependency order (``beam_pipeline.stages.STAGE_GRAPH``).
       ctx: the run's context.
       records: where earlier executions are looked up and new ones recorded.
-      summary: the run's summary; each stage's rows are appended.
+      summary: the run's summary; each stage's rows are added in graph order.
+      stage_options: a stage's own Beam options (``--stage_beam_args``), where it has
+        them; the others get ``ctx.options``.
 
     Raises:
-      Whatever a stage raises (after its rows joined the summary), and what a stage's
-      :meth:`Stage.check` raises to stop the run.
+      The first failure in graph order (after its rows joined the summary and every stage
+      running beside it ended), and what a stage's :meth:`Stage.check` raises to stop the
+      run.
     """
-    available: _Available = {}
+    _Scheduler(graph, ctx, records, summary, stage_options or {}).run()
+
+
+def dependencies(graph: Sequence[Stage]) -> list[frozenset[int]]:
+    """Per stage of ``graph`` (by index), the earlier stages it reads an output of
+    (optional inputs included): what must end before it starts, and what a rerun of one
+    of them invalidates."""
+    needs = []
     for index, stage in enumerate(graph):
-        inputs, built_from = _resolve(stage, ctx, available)
-        key = cache_key(stage.name, built_from)
-        execution, damaged = _reusable(records.lookup(stage.name, key))
-        if execution is not None:
-            records.reuse(execution)
-            cached = _cached_rows(execution, ctx.run_dir.run_id)
-            summary.stages.extend(cached)
-            _announce(ctx, cached)
-        else:
-            _forget(graph[index:], ctx, records)
-            started = datetime.datetime.now()
-            used = tuple(
-                a for a, _ in (available[i.type] for i in stage.inputs if i.type in available)
-            ) + tuple(a for a in inputs.values() if a.type_name in built_from.get("resolved", {}))
-            records.begin(stage.name, key, built_from, used)
-            first = len(summary.stages)
-            ctx.events.stage_started(stage.name)
-            try:
-                result = _run(stage, ctx, inputs, summary)
-            except BaseException as error:
-                if len(summary.stages) == first:  # a row for the failed stage all the same
-                    summary.stages.append(_failed_row(stage, ctx, error, started))
-                _announce(ctx, summary.stages[first:])  # a failed stage's rows
-                records.stop(stage.name, error)
-                raise
-            shown = _noted(result.reports, damaged)
-            summary.stages.extend(shown)
-            _announce(ctx, shown)
-            if result.halt:
-                records.stop(stage.name, None, result.reports)
-                return
-            execution = Execution(
-                stage=stage.name,
-                key=key,
-                built_from=built_from,
-                inputs=used,
-                outputs=tuple(result.outputs),
-                reports=list(result.reports),
-                outcome=dict(result.outcome),
-                run_id=ctx.run_dir.run_id,
-                started=started.isoformat(timespec="seconds"),
-                finished=datetime.datetime.now().isoformat(timespec="seconds"),
+        wanted = {spec.type for spec in stage.inputs}
+        needs.append(frozenset(j for j in range(index) if wanted.intersection(graph[j].outputs)))
+    return needs
+
+
+def _may_stop(stage: Stage) -> bool:
+    """Whether the stage's :meth:`Stage.check` may stop the run (it overrides it)."""
+    return type(stage).check is not Stage.check
+
+
+def run_order(graph: Sequence[Stage]) -> list[frozenset[int]]:
+    """Per stage, the earlier stages that must end before it starts: those it reads (see
+    :func:`dependencies`) and every earlier stage whose check may stop the run (a gate:
+    Validation's blocking anomalies stop the run before Transform starts, as they did
+    when every stage ran in turn)."""
+    gates = [i for i, stage in enumerate(graph) if _may_stop(stage)]
+    return [
+        needs | frozenset(g for g in gates if g < index)
+        for index, needs in enumerate(dependencies(graph))
+    ]
+
+
+def _dependents(graph: Sequence[Stage], index: int) -> list[int]:
+    """``index`` and every stage that reads, directly or not, an output of it (graph
+    order): what a rerun of it invalidates."""
+    needs = dependencies(graph)
+    found = [index]
+    for later in range(index + 1, len(graph)):
+        if needs[later].intersection(found):
+            found.append(later)
+    return found
+
+
+@dataclasses.dataclass
+class _Running:
+    """A stage the runner started (a miss): what its record needs, and how it ended."""
+
+    index: int
+    stage: Stage
+    ctx: StageContext
+    inputs: dict[type[TypedArtifact], TypedArtifact]
+    key: str
+    built_from: dict[str, Any]
+    used: tuple[TypedArtifact, ...]
+    damaged: str
+    started: datetime.datetime
+    thread: Optional[threading.Thread] = None
+    # Set by the stage's thread when it ends: (result, error, rows of a StageFailed, end).
+    ended: Optional[tuple[Any, ...]] = None
+
+
+class _Scheduler:
+    """One run of the graph (see :func:`run_stages`).
+
+    Every record, summary row, event and check is handled here, on the caller's thread,
+    in one place: the store's connection, the manifest and the summary are never written
+    from two threads. A stage's own work (:func:`_run`) runs on the caller's thread when
+    it is the only one that can run (every stage of a linear stretch of the graph: a
+    Ctrl-C reaches its code as it always did), and on a thread of its own when several
+    can (the Evaluator and the InfraValidator, which both wait only for the Trainer).
+    """
+
+    def __init__(self, graph, ctx, records, summary, stage_options):
+        self.graph, self.ctx, self.records, self.summary = graph, ctx, records, summary
+        self.stage_options = stage_options
+        self.order = run_order(graph)
+        self.available: _Available = {}
+        self.done: set[int] = set()
+        self.running: dict[int, _Running] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.halted = False
+        self.ended: queue.Queue[int] = queue.Queue()
+        # Rows per stage index: the summary lists them in graph order, whatever the order
+        # in which the stages ended.
+        self.base = len(summary.stages)
+        self.rows: dict[int, list[StageReport]] = {}
+
+    def run(self) -> None:
+        try:
+            while True:
+                if not self.errors and not self.halted:
+                    self._start_ready()
+                if not self.running:
+                    break
+                self._end(self.running.pop(self.ended.get()))
+        except KeyboardInterrupt:
+            self._interrupt()
+            raise
+        except BaseException:
+            self._drain()  # a runner error on this thread: no stage is left running
+            raise
+        if self.errors:
+            raise self.errors[min(self.errors)]
+
+    # Starting.
+
+    def _ready(self) -> list[int]:
+        return [
+            i
+            for i in range(len(self.graph))
+            if i not in self.done and i not in self.running and self.order[i] <= self.done
+        ]
+
+    def _start_ready(self) -> None:
+        """Reuses what can be reused and starts the other stages whose inputs are ready."""
+        starting: list[_Running] = []
+        while not self.errors and not self.halted:
+            ready = [i for i in self._ready() if i not in {s.index for s in starting}]
+            if not ready:
+                break
+            progressed = False
+            for index in ready:
+                try:
+                    started = self._prepare(index)
+                except BaseException as error:  # noqa: BLE001 - raised once the others end
+                    if isinstance(error, KeyboardInterrupt):
+                        raise
+                    self.errors[index] = error
+                    break
+                if started is None:
+                    progressed = True  # cached: what it made may make others ready
+                    break
+                starting.append(started)
+            if not progressed:
+                break
+        # Recorded as begun all together, before any of them works: a stage's start is
+        # before its siblings' ends in the store's times too.
+        for run in starting:
+            self._begin(run)
+        if len(starting) == 1 and not self.running:
+            run = starting[0]
+            self.running[run.index] = run
+            _work(run, None)  # the only stage that can run: on this thread
+            self.ended.put(run.index)
+            return
+        for run in starting:
+            self.running[run.index] = run
+            run.thread = threading.Thread(
+                target=_work, args=(run, self.ended), name=f"bp-{run.stage.name}", daemon=True
             )
-            records.record(execution)
+            run.thread.start()
+
+    def _prepare(self, index: int) -> Optional[_Running]:
+        """Reuses stage ``index`` (None) or returns it to run."""
+        stage = self.graph[index]
+        ctx = dataclasses.replace(
+            self.ctx, options=self.stage_options.get(stage.name, self.ctx.options), stage=stage.name
+        )
+        inputs, built_from = _resolve(stage, ctx, self.available)
+        key = cache_key(stage.name, built_from)
+        execution, damaged = _reusable(self.records.lookup(stage.name, key))
+        if execution is not None:
+            self.records.reuse(execution)
+            cached = _cached_rows(execution, ctx.run_dir.run_id)
+            self._add_rows(index, cached)
+            _announce(ctx, cached)
+            self._made(index, execution, key, ctx)
+            return None
+        used = tuple(
+            a for a, _ in (self.available[i.type] for i in stage.inputs if i.type in self.available)
+        ) + tuple(a for a in inputs.values() if a.type_name in built_from.get("resolved", {}))
+        return _Running(
+            index, stage, ctx, inputs, key, built_from, used, damaged, datetime.datetime.now()
+        )
+
+    def _begin(self, run: _Running) -> None:
+        _forget(self.graph, run.index, run.ctx, self.records)
+        run.started = datetime.datetime.now()
+        self.records.begin(run.stage.name, run.key, run.built_from, run.used)
+        if run.stage.name in self.stage_options:  # what its jobs get, in the run's log
+            given = run.ctx.options.get_all_options(drop_default=True)
+            _LOG.info(
+                "%s runs with its own Beam options (the run's and its --stage_beam_args): %s",
+                run.stage.name,
+                ", ".join(f"{k}={v}" for k, v in sorted(given.items())),
+            )
+        run.ctx.events.stage_started(run.stage.name, run.stage.progress)
+
+    # Ending.
+
+    def _end(self, run: _Running) -> None:
+        """Adds the ended stage's rows, records it and runs its check."""
+        result, error, failed_rows, finished = run.ended
+        stage, ctx = run.stage, run.ctx
+        if error is not None:
+            rows = failed_rows or [_failed_row(stage, ctx, error, run.started)]
+            self._add_rows(run.index, rows)
+            _announce(ctx, rows)
+            self.records.stop(stage.name, error)
+            self.errors[run.index] = error
+            return
+        shown = _noted(result.reports, run.damaged)
+        self._add_rows(run.index, shown)
+        _announce(ctx, shown)
+        if result.halt:
+            self.records.stop(stage.name, None, result.reports)
+            self.halted = True
+            return
+        execution = Execution(
+            stage=stage.name,
+            key=run.key,
+            built_from=run.built_from,
+            inputs=run.used,
+            outputs=tuple(result.outputs),
+            reports=list(result.reports),
+            outcome=dict(result.outcome),
+            run_id=ctx.run_dir.run_id,
+            started=run.started.isoformat(timespec="seconds"),
+            finished=finished.isoformat(timespec="seconds"),
+        )
+        self.records.record(execution)
+        self._made(run.index, execution, run.key, ctx)
+
+    def _made(self, index: int, execution: Execution, key: str, ctx: StageContext) -> None:
+        """Stage ``index`` ended (or was reused): its outputs are available, its check runs."""
         for artifact in execution.outputs:
-            available[type(artifact)] = (artifact, key)
-        stage.check(ctx, execution.outcome)
+            self.available[type(artifact)] = (artifact, key)
+        self.done.add(index)
+        try:
+            self.graph[index].check(ctx, execution.outcome)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # noqa: BLE001 - raised once the others end
+            self.errors[index] = error
+
+    def _add_rows(self, index: int, rows: Sequence[StageReport]) -> None:
+        self.rows.setdefault(index, []).extend(rows)
+        self.summary.stages[self.base :] = [row for i in sorted(self.rows) for row in self.rows[i]]
+
+    def _drain(self) -> None:
+        """Waits for every running stage and records how it ended."""
+        while self.running:
+            self._end(self.running.pop(self.ended.get()))
+
+    def _interrupt(self) -> None:
+        """Ctrl-C reached this thread while stages ran on theirs: each gets a
+        KeyboardInterrupt too, as a stage on this thread would, and is waited for and
+        recorded (a second Ctrl-C stops the waiting)."""
+        for run in self.running.values():
+            if run.thread is not None and run.ended is None:
+                _raise_in(run.thread, KeyboardInterrupt)
+        try:
+            for run in list(self.running.values()):
+                if run.thread is not None:
+                    run.thread.join()
+        except KeyboardInterrupt:
+            pass
+        for index in sorted(self.running):
+            run = self.running.pop(index)
+            if run.ended is None:  # still running (a second Ctrl-C) or ended unreported
+                run.ended = (None, KeyboardInterrupt(), [], datetime.datetime.now())
+            self._end(run)
+
+
+def _work(run: _Running, ended: Optional[queue.Queue]) -> None:
+    """Runs the stage (on whichever thread calls it) and keeps how it ended."""
+    try:
+        result, error, rows = _run(run.stage, run.ctx, run.inputs), None, []
+    except _Failed as failed:
+        result, error, rows = None, failed.error, failed.rows
+    except BaseException as e:  # noqa: BLE001 - handed to the runner's thread
+        result, error, rows = None, e, []
+    run.ended = (result, error, rows, datetime.datetime.now())
+    if ended is not None:
+        ended.put(run.index)
+
+
+def _raise_in(thread: threading.Thread, error: type[BaseException]) -> None:
+    """Raises ``error`` in ``thread`` at its next Python instruction.
+
+    Python delivers a Ctrl-C to the main thread only; a stage on a thread of its own
+    would run on to its end. CPython's ``PyThreadState_SetAsyncExc`` is the one way to
+    stop it where a stage on the main thread would stop (its code unwinds: its Beam job
+    and its processes are stopped by their own ``finally`` blocks); a thread blocked in a
+    system call gets it when the call returns.
+    """
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(error)
+    )
 
 
 def _failed_row(
@@ -243,8 +516,13 @@ def _cached_rows(execution: Execution, run_id: str) -> list[StageReport]:
     return rows
 
 
-def _forget(rerun: Sequence[Stage], ctx: StageContext, records: ExecutionRecords) -> None:
-    """Forgets the stages that rerun and removes what they had published in this run."""
+def _forget(
+    graph: Sequence[Stage], index: int, ctx: StageContext, records: ExecutionRecords
+) -> None:
+    """Forgets stage ``index`` and the stages that depend on it (they rerun after it; a
+    stage that does not read it keeps its record, and may be running) and removes what
+    they had published in this run."""
+    rerun = [graph[i] for i in _dependents(graph, index)]
     records.forget([s.name for s in rerun])
     for i, stage in enumerate(rerun):
         if i == 0 and stage.keeps_outputs_on_rerun:
@@ -255,13 +533,24 @@ def _forget(rerun: Sequence[Stage], ctx: StageContext, records: ExecutionRecords
                 fileio.rmtree(path)
 
 
+class _Failed(Exception):
+    """A stage's :class:`StageFailed`, its staging handled: its error and rows."""
+
+    def __init__(self, error: BaseException, rows: list[StageReport]):
+        super().__init__(str(error))
+        self.error, self.rows = error, rows
+
+
 def _run(
     stage: Stage,
     ctx: StageContext,
     inputs: Mapping[type[TypedArtifact], TypedArtifact],
-    summary: RunSummary,
 ) -> StageResult:
-    """Runs the stage in its staging folders; publishes its outputs or discards them."""
+    """Runs the stage in its staging folders; publishes its outputs or discards them.
+
+    Raises:
+      _Failed: the stage raised :class:`StageFailed` (its rows timed).
+    """
     run_dir = ctx.run_dir
     staging = (
         {} if stage.publishes_itself else {a: run_dir.new_staging(a.FOLDER) for a in stage.outputs}
@@ -276,8 +565,7 @@ def _run(
             else:
                 run_dir.discard(folder)
         _time(failed.reports, started)
-        summary.stages.extend(failed.reports)
-        raise failed.error from failed.error.__cause__
+        raise _Failed(failed.error, failed.reports) from None
     except BaseException:
         for folder in staging.values():
             run_dir.discard(folder)

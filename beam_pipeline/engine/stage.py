@@ -26,14 +26,16 @@ import abc
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from beam_pipeline.console import RunEvents
-from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport
+
+if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
+    from beam_pipeline.core.module_staging import StagedModule
 
 __all__ = [
     "Input",
@@ -85,6 +87,9 @@ class StageContext:
         end of the run).
       pool: that pool, or None.
       events: hears of each stage as it starts and ends (the CLI's progress display).
+      stage: the stage this context was made for (the runner gives each stage its own,
+        with its own ``options`` where ``--stage_beam_args`` names it); None outside a
+        stage.
     """
 
     config: PipelineConfig
@@ -101,6 +106,7 @@ class StageContext:
     tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
     pool: Any = None  # beam_pipeline.runtime.pool.LocalWorkerPool
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
+    stage: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -192,7 +198,8 @@ class Stage(abc.ABC):
 
     Attributes:
       name: the stage's name (a string: the unit a run caches, resumes and reports by).
-      inputs: the artifacts it reads, from earlier stages.
+      inputs: the artifacts it reads, from earlier stages: it starts once the stages that
+        produce them ended (optional ones included), beside any stage it does not read.
       outputs: the artifact types it may produce.
       Config: its settings, a frozen dataclass whose fields are
         :func:`~beam_pipeline.core.settings.setting` s (flags, YAML keys, help, defaults
@@ -238,6 +245,11 @@ class Stage(abc.ABC):
         the inputs and the module file are read; raises PipelineError with the fix."""
         return None
 
+    def progress(self, run_dir: str) -> str:
+        """How far it got while it runs, from its files in ``run_dir`` (the progress line's
+        detail, polled; a stage with a Beam job gets the job's counters instead); ""."""
+        return ""
+
     def preflight(self, run: Preflight) -> None:
         """Checks made before anything is written or any Beam job runs (its inputs,
         servers it will talk to, the host's GPUs); raises PipelineError with the fix."""
@@ -273,7 +285,11 @@ class Stage(abc.ABC):
         """
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
-        """Called after the stage ran or was found cached; raises to stop the run.
+        """Called as soon as the stage ran or was found cached; raises to stop the run.
+
+        A stage that overrides it is a gate: every later stage of the graph waits for it
+        (:func:`beam_pipeline.engine.runner.run_order`), so that the run stops before they
+        start; stages that neither read its outputs nor follow a gate run beside it.
 
         Args:
           ctx: the run's context.

@@ -31,7 +31,10 @@ def announce_job(ctx, result) -> None:
       ctx: the stage's :class:`~beam_pipeline.engine.stage.StageContext`.
       result: what ``run_pipeline`` returned.
     """
-    ctx.events.job_submitted(job_info(result, ctx.options), live_counters(result, ctx.options))
+    stage = ctx.stage  # two may run at once
+    ctx.events.job_submitted(
+        job_info(result, ctx.options), live_counters(result, ctx.options), stage=stage
+    )
 
 
 def counter(result, name: str) -> int:

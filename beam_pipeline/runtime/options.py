@@ -263,16 +263,22 @@ def _environment_list_made_once(create):
     return once
 
 
+# Two stages running at once may build their first pipelines together: the check and the
+# patch of Beam's classes happen once.
+_CACHES_LOCK = threading.Lock()
+
+
 def _install_beam_caches() -> None:
     """The DoFn spec cache, and the package list made once (see their functions)."""
     from apache_beam.runners.portability.stager import Stager
 
-    _install_dofn_spec_cache()
-    create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
-    if not getattr(create, "beam_pipeline_cached", False):
-        Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
-            _environment_list_made_once(create)
-        )
+    with _CACHES_LOCK:
+        _install_dofn_spec_cache()
+        create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
+        if not getattr(create, "beam_pipeline_cached", False):
+            Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
+                _environment_list_made_once(create)
+            )
 
 
 def new_options(flags: Sequence[str] = (), **overrides) -> PipelineOptions:
@@ -341,6 +347,8 @@ _WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
 _WORKER_THREAD = "run_worker"
 _KILLED = (-9, 137)  # SIGKILL (the kernel's OOM killer), seen directly or through the shell
 _GRACE_S = 2.0  # a job whose worker died as it shut down may still end on its own
+# Held for a whole multi_processing job: its watch replaces threading.excepthook, which is
+# the process's, so two such jobs of stages running at once run one after the other.
 _hook_lock = threading.Lock()
 
 
@@ -358,8 +366,9 @@ def run_pipeline(
     DirectRunner, ``multi_processing`` mode: Beam's FnApiRunner waits forever for a worker
     process that exited (killed for memory, say): the thread that started it raises and
     nothing else notices. Here such a job runs in a thread of its own while this one
-    watches for that exit, and a :class:`PipelineError` names the job and the fix. Not
-    for two jobs at once in one process (one watch at a time).
+    watches for that exit, and a :class:`PipelineError` names the job and the fix. One
+    such job at a time in one process (one watch at a time): a second one, of a stage
+    running beside it, waits for the first to end.
 
     Portable runners, Flink, Spark, Dataflow: the job is submitted from a daemon thread
     (Beam's embedded job service runs the job on a thread that inherits it, so an

@@ -33,7 +33,6 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import files_digest, folder_digest
-from beam_pipeline.engine.records import stored_uri
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
@@ -257,7 +256,7 @@ class BulkInferrerStage(Stage):
         files = resolve_input_files(b.data)
         if b.model == LATEST_BLESSED:
             model = _latest_blessed(ctx)
-            model = stored_uri(model) if model else None
+            model = fileio.absolute_uri(model) if model else None
         elif b.model == BLESSED:
             model = BLESSED  # this run's model: its key is the Model input's
         else:
@@ -341,7 +340,7 @@ class BulkInferrerStage(Stage):
         )
         outputs = [
             out.artifact(InferenceRejectedRows, rows=rejected),
-            out.artifact(InferenceResult, rows=scored, model=stored_uri(model_dir)),
+            out.artifact(InferenceResult, rows=scored, model=fileio.absolute_uri(model_dir)),
         ]
         if b.output_examples:
             outputs.append(out.artifact(InferredExamples, rows=scored))

@@ -3,7 +3,11 @@
 Adding a stage is one module (a :class:`beam_pipeline.engine.stage.Stage` subclass declaring
 its inputs, outputs and parameters) and one line here, after the stages whose outputs it
 reads. The runner (:func:`beam_pipeline.engine.runner.run_stages`) hands each stage the
-artifacts of the earlier ones by type.
+artifacts of the earlier ones by type, and starts each as soon as the stages it reads have
+ended: stages that do not read each other's outputs (the Evaluator and the
+InfraValidator) run at the same time. The order here is the tie-break (which starts first,
+the summary's order) and the order of the stages whose check may stop the run (Schema,
+Validation, Pusher: every later stage waits for them).
 """
 
 from __future__ import annotations

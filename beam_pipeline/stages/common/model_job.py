@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.engine.artifacts import (
     ModelInputs,
     Schema,
@@ -30,6 +29,9 @@ from beam_pipeline.engine.artifacts import (
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.stage import Input
+
+if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
+    from beam_pipeline.core.module_staging import StagedModule
 
 __all__ = ["MODEL_INPUTS", "model_inputs", "model_job_fields", "parse_custom_config"]
 

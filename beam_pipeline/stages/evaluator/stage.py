@@ -30,7 +30,6 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.fingerprint import file_digest
-from beam_pipeline.engine.records import stored_uri
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.blessings import NO_LABEL_FIX, skip_without_model
@@ -47,7 +46,8 @@ def _baseline(ctx: StageContext, candidate: str) -> tuple[Optional[str], str]:
         if store is None:
             return None, "no metadata store (remote root, no --metadata_url): value thresholds only"
         found = store.latest_blessed_model()
-    if found is None or fileio.join(found.uri, "") == fileio.join(stored_uri(candidate), ""):
+    own = fileio.join(fileio.absolute_uri(candidate), "")
+    if found is None or fileio.join(found.uri, "") == own:
         # Not "yet": a reused evaluation's note is read in later runs too, when one is.
         return None, "no model was blessed before it: value thresholds only (rubber stamp)"
     return found.uri, f"baseline {found.uri}"
@@ -57,7 +57,7 @@ def _record(ctx: StageContext, model_uri: str, blessed: bool) -> None:
     """Sets the model's ``blessed`` property in the store (the runner recorded the model as
     the Trainer's output): the next run's baseline look-up reads it."""
     with open_store(ctx) as store:
-        lineage = store.lineage(stored_uri(model_uri)) if store is not None else None
+        lineage = store.lineage(fileio.absolute_uri(model_uri)) if store is not None else None
         if lineage is not None:
             store.set_custom_property(lineage.artifact.id, "blessed", blessed)
 

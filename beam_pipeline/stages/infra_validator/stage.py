@@ -4,8 +4,11 @@ server at ``--serving_endpoint``) before it is pushed.
 The work is :func:`beam_pipeline.stages.infra_validator.checks.validate_model`; this unit
 takes up to 64 raw examples of the eval split as request material, publishes
 ``infra_blessing/`` and, on success, the model carries TF Serving's warm-up file
-(``assets.extra/``). It reads the examples the Evaluator reads and runs after it (the two do
-not depend on each other).
+(``assets.extra/``). It reads the model and the examples the Evaluator reads and nothing
+the Evaluator makes, so the two run at the same time (the Pusher waits for both). The
+warm-up file it adds to the model folder is not read by the Evaluator's model loads
+(TensorFlow's loader reads ``saved_model.pb``, ``variables/`` and ``assets/`` only) and is
+written under a temporary name, then renamed.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ and the tuner's best hyperparameters (when the tuner ran), and reports the model
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
+import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -146,6 +148,25 @@ class TrainerStage(Stage):
         config = run.config
         if config.trainer.warm_start and config.trainer.enabled:
             check_warm_start(run.store(), config, config.run_id)
+
+    def progress(self, run_dir: str) -> str:
+        """'epoch 4, loss 0.31' from the newest TensorBoard event file in model_run/train."""
+        files = glob.glob(os.path.join(run_dir, "model_run", "train", "events.out.tfevents.*"))
+        if not files:
+            return ""
+        import tensorflow as tf
+
+        step, loss = None, None
+        try:
+            for event in tf.compat.v1.train.summary_iterator(max(files, key=os.path.getmtime)):
+                for value in event.summary.value:
+                    if value.tag.endswith("loss") and value.HasField("tensor"):
+                        step, loss = event.step, float(tf.make_ndarray(value.tensor))
+        except (tf.errors.OpError, OSError, ValueError):  # a record half written: next poll
+            pass
+        if step is None:
+            return ""
+        return f"epoch {step + 1}, loss {loss:.4g}"
 
     def parameters(self, ctx: StageContext) -> dict:
         return {"module_file": ctx.module_digest, "trainer": ctx.identity["trainer"]}

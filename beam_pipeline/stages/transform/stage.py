@@ -31,7 +31,6 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
 
 if TYPE_CHECKING:
     import apache_beam as beam
@@ -141,6 +140,8 @@ class TransformStage(Stage):
         examples_tmp = out.folder(TransformedExamples)
         cache = None
         if config.transform.analyzer_cache:
+            from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
+
             cache = AnalyzerCache(
                 run_dir.cache_path("transform"), dataset_cache_key(fingerprint).key
             )

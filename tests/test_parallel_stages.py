@@ -1,0 +1,140 @@
+"""Stages that do not depend on each other run at the same time, and per-stage Beam flags
+(issue 33), through the CLI as users run it: ``python -m beam_pipeline`` on the bundled
+example (small steps, no tuning) in a subprocess.
+
+The Evaluator and the InfraValidator both read only what the Trainer and ExampleGen made:
+they run at once (the store's execution times overlap), while the summary, ``runs show``
+and the manifest keep graph order. A failing Evaluator lets the InfraValidator beside it
+finish and be recorded. ``--stage_beam_args=Trainer:...`` reaches the Trainer's options
+only; a stage name that is none of the graph's, or a flag that is no Beam option, is
+refused before anything is written. The runner's rules on small stages are in
+tests/test_stage_runner.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from beam_pipeline.metadata import ExecutionStatus, MetadataStore
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["--runner=DirectRunner", "--train_steps=20", "--eval_steps=5", "--no_tuner"]
+GRAPH_ORDER = [
+    "ExampleGen", "Statistics", "Schema", "Validation", "Transform", "Tuner", "Trainer",
+    "Evaluator", "InfraValidator", "Pusher", "BulkInferrer",
+]  # fmt: skip
+
+
+def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *args],
+        cwd=str(cwd),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _executions(root: str, run_id: str) -> dict:
+    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+        return {e.stage: e for e in store.run_executions(run_id)}
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory):
+    """The bundled run, the Trainer with a Beam flag of its own: (its folder, the process)."""
+    cwd = tmp_path_factory.mktemp("parallel")
+    proc = _cli(
+        *SMALL, "--run_id=first", "--stage_beam_args=Trainer:--direct_num_workers=2", cwd=cwd
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-4000:]
+    return cwd, proc
+
+
+def test_the_evaluator_and_the_infra_validator_run_at_once_in_graph_order(bundled):
+    cwd, proc = bundled
+    root = str(cwd / "pipeline_runs")
+    executions = _executions(root, "first")
+    evaluator, infra = executions["Evaluator"], executions["InfraValidator"]
+    assert evaluator.status is infra.status is ExecutionStatus.COMPLETE
+    # Each began before the other ended (one after the other, the InfraValidator would
+    # begin after the Evaluator's end).
+    assert infra.start_time < evaluator.end_time and evaluator.start_time < infra.end_time
+    # The Pusher waited for both.
+    assert executions["Pusher"].start_time >= max(evaluator.end_time, infra.end_time)
+    # Both were shown running before either ended.
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("> ")]
+    started = [progress.index(f"> {s}: running") for s in ("Evaluator", "InfraValidator")]
+    ends = [
+        i
+        for i, line in enumerate(progress)
+        if line.startswith(("> Evaluator: ", "> InfraValidator: ")) and "running" not in line
+    ]
+    assert len(ends) == 2 and max(started) < min(ends)
+    # The summary, the manifest and `runs show` keep graph order.
+    with open(cwd / "pipeline_runs" / "runs" / "first" / "summary.json") as f:
+        assert [s["stage"] for s in json.load(f)["stages"]] == GRAPH_ORDER
+    with open(cwd / "pipeline_runs" / "runs" / "first" / "manifest.json") as f:
+        assert list(json.load(f)["stages"]) == ["ExampleGen+Statistics", *GRAPH_ORDER[2:]]
+    shown = _cli("runs", "show", "first", "--json", cwd=cwd)
+    assert shown.returncode == 0, shown.stderr
+    stages = [e["stage"] for e in json.loads(shown.stdout)["executions"]]
+    assert stages == ["ExampleGen+Statistics", *GRAPH_ORDER[2:]]
+
+
+def test_a_stage_beam_flag_reaches_that_stage_only(bundled):
+    cwd, _ = bundled
+    with open(cwd / "pipeline_runs" / "runs" / "first" / "run.log") as f:
+        own = [line for line in f if "runs with its own Beam options" in line]
+    assert len(own) == 1, own
+    assert "Trainer runs with its own Beam options" in own[0]
+    assert "direct_num_workers=2" in own[0] and "runner=DirectRunner" in own[0]
+    # Part of the run's identity.
+    with open(cwd / "pipeline_runs" / "runs" / "first" / "manifest.json") as f:
+        identity = json.load(f)["identity"]
+    assert identity["stage_beam_args"] == {"Trainer": ["--direct_num_workers=2"]}
+
+
+def test_a_failing_evaluator_lets_the_infra_validator_beside_it_finish(bundled, tmp_path):
+    cwd, _ = bundled
+    # Parses, but names no model: the Evaluator fails once the model is read, while the
+    # InfraValidator (not reused: --no_cache) serves the model in its sandbox.
+    config = tmp_path / "eval_config.pbtxt"
+    config.write_text("slicing_specs {}\n")
+    proc = _cli(
+        *SMALL,
+        "--run_id=failing",
+        "--stage_beam_args=Trainer:--direct_num_workers=2",
+        f"--eval_config={config}",
+        "--no_cache=InfraValidator",
+        cwd=cwd,
+    )
+    assert proc.returncode != 0
+    assert "has no model_specs" in proc.stdout + proc.stderr
+    executions = _executions(str(cwd / "pipeline_runs"), "failing")
+    assert executions["Evaluator"].status is ExecutionStatus.FAILED
+    assert executions["InfraValidator"].status is ExecutionStatus.COMPLETE
+    assert "Pusher" not in executions
+    with open(cwd / "pipeline_runs" / "runs" / "failing" / "summary.json") as f:
+        rows = {s["stage"]: s["status"] for s in json.load(f)["stages"]}
+    assert (rows["Evaluator"], rows["InfraValidator"]) == ("failed", "ok")
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("Trainr:--direct_num_workers=2", "names stage 'Trainr'"),
+        ("Trainer:--direct_num_wrkers=2", "--direct_num_wrkers=2 is not a Beam pipeline option"),
+    ],
+)
+def test_a_bad_stage_beam_flag_is_refused_before_anything_runs(tmp_path, flag, message):
+    proc = _cli(*SMALL, f"--stage_beam_args={flag}", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not os.path.exists(tmp_path / "pipeline_runs" / "runs")
