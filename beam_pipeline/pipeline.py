@@ -47,7 +47,7 @@ from beam_pipeline.engine.fingerprint import pipeline_code
 from beam_pipeline.engine.manifest import RunManifest, run_identity
 from beam_pipeline.engine.records import DATA_TYPE, RunRecords, stored_uri
 from beam_pipeline.engine.summary import RunSummary, write_summary
-from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
+from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus, open_for_pipeline
 from beam_pipeline.metadata.launcher import this_launcher
 from beam_pipeline.runtime.options import is_multi_processing, parse_beam_args
 from beam_pipeline.runtime.preflight import start_worker_pool_check
@@ -94,7 +94,7 @@ def _open_store(config: PipelineConfig) -> Optional[MetadataStore]:
         # The default store lives in the pipeline root: one that cannot be written is named
         # as such (cli.py: "Cannot write <root>/runs ..."), not as a store to replace.
         fileio.makedirs(fileio.join(config.pipeline_root, "runs"))
-    return MetadataStore.for_pipeline_root(config.pipeline_root, config.metadata_url or None)
+    return open_for_pipeline(config.pipeline_root, config.metadata_url or None)
 
 
 def _data_spec(config: PipelineConfig, fingerprint: str) -> ArtifactSpec:

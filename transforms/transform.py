@@ -85,6 +85,10 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         it turning Arrow columns into tensors), so larger batches spend less CPU in
         tf.Transform's batch handling, up to a size past which they gain nothing
         (benchmarks/bench_transform.py --profile).
+      train_datasets: with a ``{SPAN}`` input, the analyzer-cache dataset key of each span
+        -> the file pattern of that span's train examples: the analyzers run per span
+        (tf.Transform merges the spans' partial results), so a span whose analysis is
+        cached is not read for analysis at all.
     """
 
     def __init__(
@@ -95,6 +99,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         cache_dir: Optional[str] = None,
         dataset_fingerprint: str = "",
         batch_size: int = 16384,
+        train_datasets: Optional[Mapping[str, str]] = None,
     ):
         super().__init__()
         self._batch_size = batch_size
@@ -110,6 +115,15 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         self._preprocessing_fn = preprocessing_fn
         self._cache_dir = cache_dir
         self._dataset_key = dataset_cache_key(dataset_fingerprint)
+        # The dataset keys analyzed (not all read from the cache), known once expanded.
+        self.analyzed_datasets: tuple[str, ...] = ()
+        self._train_datasets = {
+            tft_beam.analyzer_cache.DatasetKey(key): sorted(fileio.glob(pattern))
+            for key, pattern in (train_datasets or {}).items()
+        }
+        empty = [k.key for k, files in self._train_datasets.items() if not files]
+        if empty:
+            raise ValueError(f"TransformExamples: no train examples for dataset {empty[0]}.")
 
     def _read(self, split: Split) -> ReadExampleBatches:
         return ReadExampleBatches(self._files[split], self._schema, self._batch_size)
@@ -127,11 +141,13 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         # The train split is read twice, once to analyze and once to transform: a single
         # read would make the runner hold every train row in memory until the analysis
         # finishes (the transform waits for it as a side input); two reads keep memory flat.
-        analysis_data = pbegin | "ReadForAnalysis" >> self._read(Split.TRAIN)
         raw = {
             split: pbegin | f"Read[{split.value}]" >> self._read(split) for split in self._examples
         }
-        if self._cache_dir is not None:
+        if self._train_datasets:
+            transform_fn, output_cache = self._analyze_per_dataset(pbegin, train_io)
+        elif self._cache_dir is not None:
+            analysis_data = pbegin | "ReadForAnalysis" >> self._read(Split.TRAIN)
             input_cache = pbegin | "ReadCache" >> tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(
                 self._cache_dir, [self._dataset_key]
             )
@@ -141,6 +157,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
                 adapter_config,
             ) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(self._preprocessing_fn)
         else:
+            analysis_data = pbegin | "ReadForAnalysis" >> self._read(Split.TRAIN)
             transform_fn = (
                 analysis_data,
                 adapter_config,
@@ -156,6 +173,56 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
                 lambda batch_and_passthrough: batch_and_passthrough[0]
             )
         return TransformResult(transform_fn, transformed, output_cache)
+
+    def _analyze_per_dataset(self, pbegin, train_io):
+        """The analysis with one dataset key per span (TFX's Transform does the same with
+        its inputs): the spans whose analyzers the cache holds are given as None, which
+        tf.Transform reads nothing of."""
+        from tensorflow_transform.beam import analysis_graph_builder
+
+        adapter_config = train_io.TensorAdapterConfig()
+        keys = list(self._train_datasets)
+        if self._cache_dir is None:
+            data = [
+                pbegin | f"ReadForAnalysis[{key.key}]" >> self._read_files(files)
+                for key, files in self._train_datasets.items()
+            ]
+            flat = data | "FlattenForAnalysis" >> beam.Flatten()
+            transform_fn = (flat, adapter_config) | "Analyze" >> tft_beam.AnalyzeDataset(
+                self._preprocessing_fn
+            )
+            return transform_fn, None
+        input_cache = pbegin | "ReadCache" >> tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(
+            self._cache_dir, keys
+        )
+        needed = analysis_graph_builder.get_analysis_dataset_keys(
+            self._preprocessing_fn,
+            train_io.TensorAdapter().OriginalTypeSpecs(),
+            keys,
+            input_cache,
+            tft_beam.Context.get_use_tf_compat_v1(),
+        )
+        self.analyzed_datasets = tuple(k.key for k in keys if k in needed)
+        if not needed:
+            # Every span's analyzers are cached (a preprocessing_fn changed outside its
+            # analyzers): tf.Transform still needs one dataset to build the analysis
+            # from, so the newest span is read (its analyzers' outputs still come from the
+            # cache).
+            needed = {keys[-1]}
+        data = {
+            key: (
+                pbegin | f"ReadForAnalysis[{key.key}]" >> self._read_files(files)
+                if key in needed
+                else None
+            )
+            for key, files in self._train_datasets.items()
+        }
+        return (data, input_cache, adapter_config) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(
+            self._preprocessing_fn
+        )
+
+    def _read_files(self, files) -> ReadExampleBatches:
+        return ReadExampleBatches(files, self._schema, self._batch_size)
 
 
 class _CountRows(beam.DoFn):

@@ -1,11 +1,12 @@
-"""What a stage is: typed inputs and outputs, parameters, and one ``run``.
+"""What a stage is: a declaration (name, inputs, outputs, settings) and its hooks.
 
-A stage declares the artifact types it reads (:class:`Input`) and writes (``outputs``), the
-settings its results depend on (:meth:`Stage.parameters`), and does its work in
-:meth:`Stage.run`. Everything stages used to repeat is the runner's
-(:func:`beam_pipeline.engine.runner.run_stages`): the cache key, the look-up of an earlier
-execution, a staging folder per output, publishing them atomically or discarding them on
-failure, timing, the summary rows and the record of the execution.
+A stage declares the artifact types it reads (:class:`Input`) and writes (``outputs``), its
+settings (``Config``, a frozen dataclass of :func:`~beam_pipeline.core.settings.setting`
+fields: flags, YAML keys and help come from them), what its results depend on besides
+(:meth:`Stage.parameters`), and does its work in :meth:`Stage.run`. What every stage needs
+is the runner's (:func:`beam_pipeline.engine.runner.run_stages`): the cache key, the look-up
+of an earlier execution, a staging folder per output, publishing them atomically or
+discarding them on failure, timing, the summary rows and the record of the execution.
 
 Example (a stage that copies the schema; one module and one line in ``graph.py``)::
 

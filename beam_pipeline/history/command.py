@@ -230,6 +230,14 @@ def _show(console: Console, run: dict) -> None:
         f"Run {run['run_id']}: {run['status']}, {run['start']} .. {run['end'] or '-'}; "
         f"data {_short(run['data'])}, module {_short(run['module'])}"
     )
+    if run.get("spans"):
+        from beam_pipeline.stages.common.span_cache import span_label
+
+        reused = run["spans_reused"]
+        console.print(
+            f"Data: {span_label(run['spans'])}"
+            + (f" ({span_label(reused)} reused from earlier runs, not read)" if reused else "")
+        )
     executions = run["executions"]
     base = _base(executions)
     if base:

@@ -46,6 +46,7 @@ TRAINER = "Trainer"
 TUNER = "Tuner"
 PUSHER = "Pusher"
 MODEL_CHECKS = ("Evaluator", "InfraValidator", PUSHER)
+DATA = "ExampleGen+Statistics"  # the data stage's execution; its first summary row ExampleGen
 
 
 def _time(t: Optional[datetime.datetime]) -> Optional[str]:
@@ -148,6 +149,23 @@ def stage_details(
     return {}
 
 
+def data_spans(
+    executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord]
+) -> dict[str, Any]:
+    """With a ``{SPAN}`` input: the spans a run's examples hold and those whose ExampleGen +
+    Statistics units were reused, not read ({} otherwise)."""
+    for e in reversed(executions):
+        if e.stage != DATA:
+            continue
+        source = originals.get(e.id, e)
+        for report in source.properties.get("reports", []):
+            details = report.get("details") or {}
+            if report.get("stage") == "ExampleGen" and details.get("spans"):
+                return {"spans": details["spans"], "spans_reused": details["spans_reused"]}
+        return {}
+    return {}
+
+
 def model_checks(
     executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord]
 ) -> dict[str, dict[str, Any]]:
@@ -200,6 +218,7 @@ def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
         # The model checks' verdicts (None: the check did not run or decide).
         "blessed": checks.get("Evaluator", {}).get("blessed"),
         "pushed": checks.get(PUSHER, {}).get("pushed"),
+        **data_spans(executions, originals),
     }
 
 

@@ -26,7 +26,7 @@ from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, Artifact, DataFormat, Split
 from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, check_int
-from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest
+from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest, pipeline_code
 from beam_pipeline.engine.stage import (
     Outputs,
     Stage,
@@ -35,6 +35,12 @@ from beam_pipeline.engine.stage import (
     StageResult,
 )
 from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.stages.common.span_cache import (
+    SpanInput,
+    SpanPlan,
+    build_span_pipeline,
+    span_label,
+)
 
 if TYPE_CHECKING:  # Beam is imported where a job is built: --help and `runs` need none
     import apache_beam as beam
@@ -63,7 +69,9 @@ class DataInputs:
       header: the CSV header (empty for TFRecord).
       fingerprint: a digest of the input files' content (not their paths or times) and of
         every setting that shapes the examples; the analyzer cache's dataset key.
-      spans: with ``{SPAN}`` in ``--data``, the spans read (ascending).
+      spans: with ``{SPAN}`` (or a date) in ``--data``, the spans read (ascending).
+      span_inputs: with ``{SPAN}``, each span's files and cached unit's key
+        (``stages.common.span_cache``).
     """
 
     files: tuple[tuple[Optional[Split], tuple[str, ...]], ...]
@@ -71,6 +79,7 @@ class DataInputs:
     header: tuple[str, ...]
     fingerprint: str
     spans: tuple[int, ...] = ()
+    span_inputs: tuple[SpanInput, ...] = ()
 
 
 def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
@@ -80,14 +89,15 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
       PipelineError: no input files, an unknown format, or a bad CSV header.
     """
     from transforms import example_gen as eg
-    from transforms.example_gen.input_files import SPAN, resolve_spans
+    from transforms.example_gen.input_files import has_span_spec, resolve_spans
 
     d = config.data
     spans: tuple[int, ...] = ()
-    if SPAN in d.data:
-        files, picked = resolve_spans(d.data, d.span_window, d.spans)
-        sources = ((None, tuple(files)),)
-        spans = tuple(picked)
+    by_span = {}
+    if has_span_spec(d.data):
+        by_span = resolve_spans(d.data, d.span_window, d.spans)
+        sources = ((None, tuple(f for span in by_span.values() for f in span.files)),)
+        spans = tuple(by_span)
     elif d.input_splits:
         # DataConfig checked that a train split is named.
         sources = tuple((split, tuple(eg.resolve_input_files(p))) for split, p in d.input_splits)
@@ -105,14 +115,38 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         span_window=1,  # which spans: the files' content above says
         spans=None,
     )
+    # A --schema types the CSV columns ExampleGen reads.
+    schema = file_digest(config.schema.file) if config.schema.file else None
+    if by_span:
+        # Each span's unit is keyed by its own content (with what shapes its examples and
+        # the code that writes them), so a span is read once for every window it is in.
+        span_inputs = tuple(
+            SpanInput(
+                span,
+                tuple(picked.files),
+                json_digest(
+                    {
+                        "content": files_digest(picked.files),
+                        "settings": repr(settings),
+                        "schema": schema,
+                        "format": data_format.value,
+                        "header": list(header),
+                        "code": pipeline_code(),
+                    }
+                ),
+                picked.version,
+            )
+            for span, picked in by_span.items()
+        )
+        fingerprint = json_digest({"spans": [[u.span, u.key] for u in span_inputs]})
+        return DataInputs(sources, data_format, header, fingerprint, spans, span_inputs)
     fingerprint = json_digest(
         {
             "content": [
                 [split.value if split else "", files_digest(files)] for split, files in sources
             ],
             "settings": repr(settings),
-            # A --schema types the CSV columns ExampleGen reads.
-            "schema": file_digest(config.schema.file) if config.schema.file else None,
+            "schema": schema,
         }
     )
     return DataInputs(sources, data_format, header, fingerprint, spans)
@@ -341,9 +375,11 @@ class DataConfig:
                 f"--spans={self.spans[0]}:{self.spans[1]} is not a range of spans; pass "
                 "FIRST:LAST with FIRST <= LAST, e.g. --spans=1:3."
             )
-        if (self.spans is not None or self.span_window != 1) and "{SPAN}" not in self.data:
+        if (self.spans is not None or self.span_window != 1) and not (
+            "{SPAN}" in self.data or "{YYYY}" in self.data
+        ):
             raise PipelineError(
-                "--spans and --span_window need {SPAN} in --data (e.g. "
+                "--spans and --span_window need {SPAN} or {YYYY}{MM}{DD} in --data (e.g. "
                 "--data='root/span-{SPAN}/*.csv'); add it or drop them."
             )
         # Checked here, when flags become config, so that a bad value stops the run before
@@ -407,6 +443,8 @@ class ExampleGenStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
+        if ctx.data.span_inputs:
+            return self._run_spans(ctx, out)
         from apache_beam.options.pipeline_options import TestOptions
 
         from beam_pipeline.runtime.jobs import announce_job, counter, job_note
@@ -436,25 +474,7 @@ class ExampleGenStage(Stage):
             raise RuntimeError(
                 f"ExampleGen lost rows: read {read}, wrote {rows}, rejected {rejected_n}"
             )
-        rejected_dir = out.uri(RejectedRows)
-        fraction = rejected_n / read if read else 0.0
-        if read == 0 or fraction > config.data.max_rejected_fraction:
-            report = StageReport(
-                "ExampleGen", StageStatus.FAILED, {"all": read}, rows, rejected_n, 0.0, rejected_dir
-            )
-            if read == 0:
-                error = PipelineError(
-                    f"--data {config.data.data} holds no data rows; add rows below the header."
-                )
-            else:
-                first = _first_rejected(out.folder(RejectedRows))
-                error = PipelineError(
-                    f"{rejected_n} of {read} input rows ({fraction:.2%}) were rejected, more "
-                    f"than --max_rejected_fraction={config.data.max_rejected_fraction} (first: "
-                    f"{first}); fix those rows (all listed in {rejected_dir}) or raise "
-                    "--max_rejected_fraction."
-                )
-            raise StageFailed(error, [report], publish=(RejectedRows,))
+        _check_rejected(ctx, out, read, rows, rejected_n)
         examples = out.artifact(
             Examples,
             split_names=[s.value for s in splits],
@@ -463,17 +483,8 @@ class ExampleGenStage(Stage):
             spans=list(ctx.data.spans),
         )
         statistics = out.artifact(Statistics, split_names=[s.value for s in splits])
+        rejected_dir = out.uri(RejectedRows)
         note = f"{rejected_n} rejected rows listed in {rejected_dir}" if rejected_n else ""
-        spans = ctx.data.spans
-        if spans:
-            note = "; ".join(
-                n
-                for n in (
-                    f"spans {spans[0]}-{spans[-1]}" if len(spans) > 1 else f"span {spans[0]}",
-                    note,
-                )
-                if n
-            )
         note = "; ".join(n for n in (note, reading_note(result), job_note(job)) if n)
         reports = [
             StageReport(
@@ -500,3 +511,149 @@ class ExampleGenStage(Stage):
         ]
         rejected = out.artifact(RejectedRows, rows=rejected_n)
         return StageResult(reports, outputs=(rejected, examples, statistics))
+
+    def _run_spans(self, ctx: StageContext, out: Outputs) -> StageResult:
+        """A ``{SPAN}`` input: the spans without a cached unit are read (one Beam job), the
+        run's artifacts are built from every span's unit (``stages.common.span_cache``)."""
+        from apache_beam.options.pipeline_options import TestOptions
+
+        from beam_pipeline.runtime.jobs import announce_job, counter, job_note
+        from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+        from beam_pipeline.runtime.runners import wait_for_job
+
+        config, options = ctx.config, ctx.options
+        splits = config.data.splits
+        staging = {a.FOLDER: out.folder(a) for a in self.outputs}
+        plan = SpanPlan(ctx.run_dir.cache_path("spans"), ctx.data.span_inputs)
+        plan.open()
+        job = result = None
+        try:
+            if plan.missing:
+                p = create_pipeline(options)
+                build_span_pipeline(p, config, ctx.data, ctx.csv_format, ctx.user_schema, plan)
+                result = run_pipeline(p, _JOB, config.worker_start_timeout)
+                announce_job(ctx, result)
+                job = wait_for_job(result, options, _JOB)
+                if options.view_as(TestOptions).dry_run:
+                    plan.discard()
+                    report = StageReport(
+                        "ExampleGen",
+                        StageStatus.SKIPPED,
+                        note=job_note(job),
+                        details={"job": job.to_json()},
+                    )
+                    return StageResult([report], halt=True)
+                computed_read = counter(result, "example_gen.rows_read")
+                computed_out = sum(
+                    counter(result, f"example_gen.rows_out.{s.value}") for s in splits
+                )
+                computed_rejected = counter(result, "example_gen.rows_rejected")
+                if computed_read != computed_out + computed_rejected:
+                    raise RuntimeError(
+                        f"ExampleGen lost rows: read {computed_read}, wrote {computed_out}, "
+                        f"rejected {computed_rejected}"
+                    )
+            plan.publish(splits)
+        except BaseException:
+            plan.discard()
+            raise
+        totals = plan.assemble(splits, staging)
+        read, rows, rejected_n = totals["read"], totals["rows"], totals["rejected"]
+        records = [plan.record(u) for u in plan.missing]
+        read_now = sum(sum(r["rows"].values()) + r["rejected"] for r in records)
+        _check_rejected(ctx, out, read, rows, rejected_n)
+        spans = [u.span for u in plan.inputs]
+        reused = [u.span for u in plan.reused]
+        computed = [u.span for u in plan.missing]
+        span_keys = {str(u.span): u.key for u in plan.inputs}
+        examples = out.artifact(
+            Examples,
+            split_names=[s.value for s in splits],
+            rows=rows,
+            fingerprint=ctx.data.fingerprint,
+            spans=spans,
+            span_keys=span_keys,
+            spans_reused=reused,
+        )
+        statistics = out.artifact(
+            Statistics, split_names=[s.value for s in splits], spans=spans, spans_reused=reused
+        )
+        rejected_dir = out.uri(RejectedRows)
+        parts = [span_label(spans)]
+        if reused:
+            parts.append(
+                f"{span_label(reused)} reused from {plan.cache_dir}"
+                + (f", {span_label(computed)} read ({read_now} rows)" if computed else "")
+            )
+        elif computed:
+            parts.append(f"{read_now} rows read")
+        versions = {u.span: u.version for u in plan.inputs if u.version is not None}
+        if versions:
+            parts.append(
+                "latest versions: " + ", ".join(f"span {s} v{v}" for s, v in versions.items())
+            )
+        for span, why in sorted(plan.removed.items()):
+            parts.append(f"span {span}'s cached unit removed ({why})")
+        if rejected_n:
+            parts.append(f"{rejected_n} rejected rows listed in {rejected_dir}")
+        if result is not None:
+            parts += [reading_note(result), job_note(job)]
+        details = {"spans": spans, "spans_reused": reused, "spans_read": computed}
+        details["rows_read"] = read_now
+        if versions:
+            details["versions"] = {str(s): v for s, v in versions.items()}
+        if job is not None:
+            details["job"] = job.to_json()
+        reports = [
+            StageReport(
+                "ExampleGen",
+                StageStatus.OK,
+                {"all": read},
+                rows,
+                rejected_n,
+                0.0,
+                examples.uri,
+                "; ".join(n for n in parts if n),
+                details=details,
+            ),
+            StageReport(
+                "Statistics",
+                StageStatus.OK,
+                rows,
+                {},
+                0,
+                0.0,
+                statistics.uri,
+                f"merged from the per-span statistics of {span_label(spans)}"
+                + (f" ({span_label(reused)} not read again)" if reused else ""),
+                details={"spans": spans, "spans_reused": reused},
+            ),
+        ]
+        rejected = out.artifact(RejectedRows, rows=rejected_n)
+        return StageResult(reports, outputs=(rejected, examples, statistics))
+
+
+def _check_rejected(
+    ctx: StageContext, out: Outputs, read: int, rows: Mapping[str, int], rejected_n: int
+) -> None:
+    """Fails the stage (the rejected rows published) on no rows or too many rejected."""
+    config = ctx.config
+    rejected_dir = out.uri(RejectedRows)
+    fraction = rejected_n / read if read else 0.0
+    if read == 0 or fraction > config.data.max_rejected_fraction:
+        report = StageReport(
+            "ExampleGen", StageStatus.FAILED, {"all": read}, rows, rejected_n, 0.0, rejected_dir
+        )
+        if read == 0:
+            error = PipelineError(
+                f"--data {config.data.data} holds no data rows; add rows below the header."
+            )
+        else:
+            first = _first_rejected(out.folder(RejectedRows))
+            error = PipelineError(
+                f"{rejected_n} of {read} input rows ({fraction:.2%}) were rejected, more "
+                f"than --max_rejected_fraction={config.data.max_rejected_fraction} (first: "
+                f"{first}); fix those rows (all listed in {rejected_dir}) or raise "
+                "--max_rejected_fraction."
+            )
+        raise StageFailed(error, [report], publish=(RejectedRows,))

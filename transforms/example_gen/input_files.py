@@ -7,7 +7,9 @@ Example::
 
 from __future__ import annotations
 
-from typing import Optional
+import datetime
+import re
+from typing import NamedTuple, Optional
 
 # Beam's FileSystems, not beam_pipeline.core.fileio (tf.io.gfile): --data is a Beam glob
 # (``**`` matches across folders, which gfile's glob does not), and one Beam listing gives
@@ -16,7 +18,15 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.core.errors import PipelineError
 
-__all__ = ["SPAN", "basename", "resolve_input_files", "resolve_spans"]
+__all__ = [
+    "SPAN",
+    "VERSION",
+    "SpanFiles",
+    "basename",
+    "has_span_spec",
+    "resolve_input_files",
+    "resolve_spans",
+]
 
 # Names (before the first dot, any case) of a folder's documentation files, never data.
 _NOT_DATA = frozenset(
@@ -88,62 +98,151 @@ def _is_dir(path: str) -> bool:
     return FileSystems.exists(path.rstrip("/") + "/") and not FileSystems.exists(path)
 
 
-# --- spans: ``{SPAN}`` in --data, as TFX's ExampleGen input_config ------------------------
+# --- spans: ``{SPAN}``, ``{VERSION}``, ``{YYYY}{MM}{DD}`` in --data, as TFX's ExampleGen ------
 
 SPAN = "{SPAN}"
+VERSION = "{VERSION}"
+_DATE = ("{YYYY}", "{MM}", "{DD}")
+# What each spec matches (TFX's: digits; a date's parts their fixed widths).
+_SPEC_REGEX = {SPAN: r"(\d+)", VERSION: r"(\d+)", "{YYYY}": r"(\d{4})", "{MM}": r"(\d{2})"}
+_SPEC_REGEX["{DD}"] = r"(\d{2})"
+_SPECS = re.compile("|".join(re.escape(spec) for spec in _SPEC_REGEX))
+_EPOCH = datetime.date(1970, 1, 1)
+_WHAT = {SPAN: "spans", VERSION: "versions", "{YYYY}": "years", "{MM}": "months"}
+_WHAT["{DD}"] = "days"
+
+
+class SpanFiles(NamedTuple):
+    """One span's input: its files (sorted) and the version read (None: no ``{VERSION}``)."""
+
+    files: list[str]
+    version: Optional[int] = None
+
+
+def has_span_spec(pattern: str) -> bool:
+    """Whether ``--data`` names spans (``{SPAN}`` or a ``{YYYY}{MM}{DD}`` date)."""
+    return SPAN in pattern or any(spec in pattern for spec in _DATE)
+
+
+def _check_specs(pattern: str) -> None:
+    """TFX's rules for the specs of one pattern, as one-sentence errors."""
+    dates = [spec for spec in _DATE if spec in pattern]
+    if dates and len(dates) < len(_DATE):
+        missing = "".join(spec for spec in _DATE if spec not in pattern)
+        raise PipelineError(
+            f"--data {pattern!r} has {''.join(dates)} but not {missing}; a date span needs "
+            "{YYYY}, {MM} and {DD}."
+        )
+    if dates and SPAN in pattern:
+        raise PipelineError(
+            f"--data {pattern!r} has both {SPAN} and a date ({{YYYY}}{{MM}}{{DD}}); a span is "
+            "one or the other, keep one."
+        )
+    if VERSION in pattern and not (dates or SPAN in pattern):
+        raise PipelineError(
+            f"--data {pattern!r} has {VERSION} but no {SPAN} or {{YYYY}}{{MM}}{{DD}}; a version "
+            "is a version of a span, add one."
+        )
+
+
+def _span_of(pattern: str, path: str, values: dict[str, set[str]]) -> tuple[int, str]:
+    """(the span number, its spelling) of a matched path: ``{SPAN}``'s number, or the days
+    from 1970-01-01 to its date (TFX's span of a date)."""
+    for spec, texts in values.items():
+        if len({int(t) for t in texts}) > 1:
+            raise PipelineError(
+                f"--data {pattern!r}: {path} reads {_WHAT[spec]} {' and '.join(sorted(texts))} "
+                f"in its {spec} places; one path must name one span and version."
+            )
+    if SPAN in values:
+        text = min(values[SPAN])
+        return int(text), text
+    year, month, day = (min(values[spec]) for spec in _DATE)
+    try:
+        date = datetime.date(int(year), int(month), int(day))
+    except ValueError:
+        raise PipelineError(
+            f"--data {pattern!r}: {path} reads the date {year}-{month}-{day}, which is not a "
+            "date; rename the folder or file, or narrow the pattern."
+        ) from None
+    if date < _EPOCH:
+        raise PipelineError(
+            f"--data {pattern!r}: {path} reads the date {date}, before 1970-01-01 (span 0); "
+            "rename it or narrow the pattern."
+        )
+    return (date - _EPOCH).days, f"{year}{month}{day}"
 
 
 def resolve_spans(
     pattern: str, window: int = 1, span_range: Optional[tuple[int, int]] = None
-) -> tuple[list[str], list[int]]:
+) -> dict[int, SpanFiles]:
     """The files of the spans ``pattern`` selects: the ``window`` latest spans (default the
     latest one), or every span of ``span_range`` (both ends included).
 
-    ``{SPAN}`` stands for a span number (digits) wherever it appears in the pattern, a
-    folder's name or a file's; each occurrence of one path must read the same number.
+    As TFX's ExampleGen ``input_config``: ``{SPAN}`` stands for a span number (digits);
+    ``{YYYY}{MM}{DD}`` for a date, whose span is its number of days since 1970-01-01;
+    ``{VERSION}`` (with one of them) for a version of a span, of which the latest is read.
+    A spec may appear in a folder's name and a file's: each occurrence in one path must
+    read the same number.
 
     Returns:
-      (the files, sorted; the spans they belong to, ascending).
+      span -> its files and version, in ascending span order.
 
     Raises:
-      PipelineError: no span matches, two spellings of one span (``span-1`` and
-        ``span-01``), the occurrences of one path disagree, or a span of the window or
-        range is missing (a gap).
+      PipelineError: a bad pattern, no span matches, two spellings of one span or version
+        (``span-1`` and ``span-01``), the occurrences of one path disagree, a date that is
+        not one, or a span of the window or range is missing (a gap).
     """
-    import re
-
+    _check_specs(pattern)
     try:
-        files = resolve_input_files(pattern.replace(SPAN, "*"))
+        files = resolve_input_files(_SPECS.sub("*", pattern))
     except PipelineError:
         files = []
-    parts = [re.escape(p).replace(r"\*\*", ".*").replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
-             for p in pattern.split(SPAN)]  # fmt: skip
-    regex = re.compile("(\\d+)".join(parts) + "$")
-    spans: dict[int, set[str]] = {}
-    by_span: dict[int, list[str]] = {}
+    specs: list[str] = []
+    parts = []
+    for piece in re.split(f"({_SPECS.pattern})", pattern):
+        if piece in _SPEC_REGEX:
+            specs.append(piece)
+            parts.append(_SPEC_REGEX[piece])
+        else:
+            text = re.escape(piece).replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+            parts.append(text.replace(r"\?", "[^/]"))
+    regex = re.compile("".join(parts) + "$")
+    spellings: dict[int, set[str]] = {}
+    by_span: dict[int, dict[int, list[str]]] = {}
+    version_spellings: dict[tuple[int, int], set[str]] = {}
     for path in files:
         found = regex.search(path)
         if found is None:
             continue  # the glob's * matched more than digits
-        numbers = set(found.groups())
-        if len({int(n) for n in numbers}) > 1:
-            raise PipelineError(
-                f"--data {pattern!r}: {path} reads spans {' and '.join(sorted(numbers))} in "
-                "its {SPAN} places; one path must name one span."
-            )
-        text = found.group(1)
-        spans.setdefault(int(text), set()).add(text)
-        by_span.setdefault(int(text), []).append(path)
+        values: dict[str, set[str]] = {}
+        for spec, text in zip(specs, found.groups(), strict=True):
+            values.setdefault(spec, set()).add(text)
+        span, text = _span_of(pattern, path, values)
+        spellings.setdefault(span, set()).add(text)
+        version = -1
+        if VERSION in values:
+            version_text = min(values[VERSION])
+            version = int(version_text)
+            version_spellings.setdefault((span, version), set()).add(version_text)
+        by_span.setdefault(span, {}).setdefault(version, []).append(path)
     if not by_span:
+        where = SPAN if SPAN in pattern else "{YYYY}{MM}{DD}"
         raise PipelineError(
-            f"--data {pattern!r} matches no span: no file has digits where {SPAN} is; check "
+            f"--data {pattern!r} matches no span: no file has digits where {where} is; check "
             "the pattern against the folders."
         )
-    for span, texts in spans.items():
+    for span, texts in spellings.items():
         if len(texts) > 1:
             raise PipelineError(
                 f"--data {pattern!r} has two matches for span {span} "
                 f"({' and '.join(sorted(texts))}); keep one spelling of each span."
+            )
+    for (span, version), texts in version_spellings.items():
+        if len(texts) > 1:
+            raise PipelineError(
+                f"--data {pattern!r} has two matches for version {version} of span {span} "
+                f"({' and '.join(sorted(texts))}); keep one spelling of each version."
             )
     if span_range is not None:
         wanted = list(range(span_range[0], span_range[1] + 1))
@@ -163,4 +262,8 @@ def resolve_spans(
             f"spans {wanted[0]} to {wanted[-1]}; add it, or pick spans that exist with "
             "--spans A:B or --span_window."
         )
-    return sorted(p for s in wanted for p in by_span[s]), wanted
+    out = {}
+    for span in wanted:
+        version = max(by_span[span])  # TFX reads a span's latest version
+        out[span] = SpanFiles(sorted(by_span[span][version]), None if version < 0 else version)
+    return out

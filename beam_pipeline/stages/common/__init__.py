@@ -7,5 +7,8 @@
 - :mod:`~beam_pipeline.stages.common.model_job`: the Trainer's and Tuner's inputs and job
   fields;
 - :mod:`~beam_pipeline.stages.common.schema_file`: the Schema artifact's file;
+- :mod:`~beam_pipeline.stages.common.span_cache`: the per-span ExampleGen + Statistics
+  units of a ``{SPAN}`` input (ExampleGen writes them, Transform keys its analyzer cache
+  by them);
 - :mod:`~beam_pipeline.stages.common.store`: the run's metadata store as a stage opens it.
 """

@@ -1,5 +1,10 @@
 """tf.Transform's analyzer cache under ``<pipeline_root>/cache/transform/``, kill-safe.
 
+One entry per dataset key: the train split's content, or with a ``{SPAN}`` input one per
+span (TFX's Transform keys its cache per input the same way), so a window that moved by
+one span analyzes only the new span and reads the others' analyzer outputs from the
+cache.
+
 tf.Transform writes its cache entry (``<cache>/<dataset key>/``: a ``MANIFEST`` naming
 the entries, their sharded files, ``metadata``) in place: the ``MANIFEST`` when the job is
 built, the shards as the job runs. A job killed or interrupted in between leaves a
@@ -21,7 +26,7 @@ entry is never written where it is read:
 
 Example::
 
-    cache = AnalyzerCache(run_dir.cache_path("transform"), "train-3f2a...")
+    cache = AnalyzerCache(run_dir.cache_path("transform"), ["span-3f2a...", "span-91c0..."])
     base = cache.open()            # give it to Read/WriteAnalysisCacheToFS
     ...                            # build and run the Transform job
     cache.publish()                # or cache.discard() when it failed
@@ -29,100 +34,90 @@ Example::
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import socket
-import uuid
-from typing import Optional
+from collections.abc import Sequence
+from typing import Optional, Union
 
 from beam_pipeline.core import fileio
-from beam_pipeline.engine.contents import changed, describe
+from beam_pipeline.engine.cache_entries import (
+    COMPLETE_MARKER,
+    new_work_dir,
+    publish,
+    remove_abandoned,
+    valid_listing,
+)
 
 __all__ = ["AnalyzerCache", "COMPLETE_MARKER"]
 
-COMPLETE_MARKER = "_COMPLETE"
-_PARTIAL = ".partial-"
 _MANIFEST = "MANIFEST"  # tf.Transform's own (analyzer_cache._ManifestFile)
 _LOG = logging.getLogger(__name__)
 
 
-def _owner() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class AnalyzerCache:
-    """One dataset key's entry of the analyzer cache folder (see the module docstring).
+    """Dataset keys' entries of the analyzer cache folder (see the module docstring).
 
     Args:
       cache_dir: the analyzer cache folder (``<pipeline_root>/cache/transform``).
-      key: the dataset key (``transforms.transform.dataset_cache_key(...).key``).
+      keys: the dataset keys (``transforms.transform.dataset_cache_key(...).key``): one,
+        or one per span of the input.
     """
 
-    def __init__(self, cache_dir: str, key: str):
+    def __init__(self, cache_dir: str, keys: Union[str, Sequence[str]]):
         self.cache_dir = cache_dir
-        self.key = key
-        self.final = fileio.join(cache_dir, key)
+        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
         self.work_dir: Optional[str] = None
-        # The files of the published entry the job started from (empty: none).
-        self.before: frozenset[str] = frozenset()
-        self.after: frozenset[str] = frozenset()
-        # Why a published entry was removed unread (None: it was not).
-        self.removed: Optional[str] = None
+        # Per key, the files of the published entry the job started from (empty: none).
+        self.before: dict[str, frozenset[str]] = {}
+        self.after: dict[str, frozenset[str]] = {}
+        # Per key, why a published entry was removed unread.
+        self.removed: dict[str, str] = {}
+
+    def final(self, key: str) -> str:
+        return fileio.join(self.cache_dir, key)
 
     def open(self) -> str:
         """Prepares the private folder the job reads and writes; returns it."""
         fileio.makedirs(self.cache_dir)
-        self._remove_abandoned()
-        listing = self._valid_listing()
-        self.work_dir = fileio.join(self.cache_dir, f"{_PARTIAL}{_owner()}-{uuid.uuid4().hex[:8]}")
-        work = fileio.join(self.work_dir, self.key)
-        fileio.makedirs(work)
-        if listing:
-            try:
-                for rel in listing:
-                    dst = fileio.join(work, rel)
-                    fileio.makedirs(os.path.dirname(dst))
-                    fileio.copy(fileio.join(self.final, rel), dst)
-            except Exception as e:  # noqa: BLE001  replaced meanwhile by another run's
-                _LOG.info("Analyzer cache %s not read (%s); analyzing anew.", self.final, e)
-                fileio.rmtree(work)
-                fileio.makedirs(work)
-                listing = {}
-        self.before = frozenset(listing)
+        remove_abandoned(self.cache_dir)
+        self.work_dir = new_work_dir(self.cache_dir)
+        for key in self.keys:
+            listing, problem = valid_listing(self.final(key), _MANIFEST)
+            if problem:
+                self.removed[key] = problem
+            work = fileio.join(self.work_dir, key)
+            fileio.makedirs(work)
+            if listing:
+                try:
+                    for rel in listing:
+                        dst = fileio.join(work, rel)
+                        fileio.makedirs(os.path.dirname(dst))
+                        fileio.copy(fileio.join(self.final(key), rel), dst)
+                except Exception as e:  # noqa: BLE001  replaced meanwhile by another run's
+                    _LOG.info("Analyzer cache %s not read (%s); analyzing anew.", key, e)
+                    fileio.rmtree(work)
+                    fileio.makedirs(work)
+                    listing = {}
+            self.before[key] = frozenset(listing or {})
         return self.work_dir
 
     def publish(self) -> None:
-        """Makes the job's entry the published one (after the job succeeded)."""
+        """Makes the job's entries the published ones (after the job succeeded)."""
         if self.work_dir is None:
             return
-        entry = fileio.join(self.work_dir, self.key)
-        if not fileio.exists(fileio.join(entry, _MANIFEST)):
-            self.discard()  # nothing was cached (no analyzer to cache)
-            return
-        for name in fileio.listdir(entry):
-            if name.rstrip("/").startswith("beam-temp-"):  # a sink's leftover, if any
-                fileio.rmtree(fileio.join(entry, name.rstrip("/")))
-        listing = describe(entry, small=1 << 62)  # every file digested: they are small
-        self.after = frozenset(listing)
-        if listing.keys() == self.before and self.before:
-            self.discard()  # nothing added: the published entry is this one's copy
-            return
-        marker = json.dumps({"files": listing}, sort_keys=True)
-        if fileio.is_remote(entry):
-            self._copy_into_place(entry, listing, marker)
-        else:
-            self._rename_into_place(entry, marker)
+        for key in self.keys:
+            entry = fileio.join(self.work_dir, key)
+            if not fileio.exists(fileio.join(entry, _MANIFEST)):
+                continue  # nothing was cached (no analyzer to cache)
+            for name in fileio.listdir(entry):
+                if name.rstrip("/").startswith("beam-temp-"):  # a sink's leftover, if any
+                    fileio.rmtree(fileio.join(entry, name.rstrip("/")))
+            files = frozenset(_relative_files(entry))
+            self.after[key] = files
+            if files == self.before[key] and files:
+                continue  # nothing added: the published entry is this one's copy
+            # Every file digested: they are small.
+            publish(entry, self.final(key), self.work_dir, small=1 << 62)
         self.discard()
 
     def discard(self) -> None:
@@ -134,72 +129,16 @@ class AnalyzerCache:
                 _LOG.warning("Could not delete %s (%s).", self.work_dir, e)
         self.work_dir = None
 
-    def _rename_into_place(self, entry: str, marker: str) -> None:
-        with fileio.open(fileio.join(entry, COMPLETE_MARKER), "w") as f:
-            f.write(marker)
-        # Out of the way first (a folder cannot be renamed over a full one), into this
-        # job's own folder, which discard() deletes. Another run's publish may move or
-        # replace it meanwhile: theirs is as valid, so a lost race is left at that.
-        if fileio.exists(self.final):
-            try:
-                fileio.rename(self.final, fileio.join(self.work_dir, "replaced"))
-            except Exception:  # noqa: BLE001, S110  moved by a concurrent publish
-                pass
-        try:
-            fileio.rename(entry, self.final)
-        except Exception as e:  # noqa: BLE001  another run published first
-            _LOG.info("Analyzer cache %s kept as another run published it (%s).", self.final, e)
+    def reused(self, key: str) -> bool:
+        """Whether the job recomputed nothing of ``key``'s dataset (after :meth:`publish`)."""
+        before = self.before.get(key, frozenset())
+        after = self.after.get(key, frozenset())
+        return bool(before) and (not after or after == before)
 
-    def _copy_into_place(self, entry: str, listing: dict, marker: str) -> None:
-        if fileio.exists(self.final):
-            fileio.rmtree(self.final)
-        for rel in listing:
-            dst = fileio.join(self.final, rel)
-            fileio.makedirs(dst.rsplit("/", 1)[0])
-            fileio.copy(fileio.join(entry, rel), dst, overwrite=True)
-        fileio.write_atomic(fileio.join(self.final, COMPLETE_MARKER), marker)
 
-    def _valid_listing(self) -> dict:
-        """The published entry's listing when it is whole; else {} (a broken one removed)."""
-        if not fileio.exists(self.final):
-            return {}
-        marker = fileio.join(self.final, COMPLETE_MARKER)
-        problem = None
-        listing: dict = {}
-        try:
-            listing = json.loads(fileio.read_file(marker))["files"]
-        except FileNotFoundError:
-            problem = "it was never completed (its job was stopped while writing it)"
-        except Exception as e:  # noqa: BLE001  unreadable: as damaged
-            problem = f"its listing cannot be read ({e})"
-        else:
-            problem = changed(self.final, listing, ignore=(COMPLETE_MARKER,))
-        if problem is None and _MANIFEST not in listing:
-            problem = f"it has no {_MANIFEST}"
-        if problem is None:
-            return listing
-        # Noted in the stage's row, logged to the run's log: not a warning, as nothing is
-        # wrong with this run (the analysis runs anew).
-        self.removed = problem
-        _LOG.info("Removed the analyzer cache entry %s: %s.", self.final, problem)
-        try:
-            fileio.rmtree(self.final)
-        except Exception as e:  # noqa: BLE001  left: it is never read without its marker
-            _LOG.warning("Could not delete %s (%s).", self.final, e)
-        return {}
-
-    def _remove_abandoned(self) -> None:
-        """Deletes the private folders of killed processes of this machine."""
-        if fileio.is_remote(self.cache_dir):
-            return  # whose process it was is not known here
-        prefix = f"{_PARTIAL}{socket.gethostname()}-"
-        for name in fileio.listdir(self.cache_dir):
-            name = name.rstrip("/")
-            if not name.startswith(prefix):
-                continue
-            pid = name[len(prefix) :].split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                try:
-                    fileio.rmtree(fileio.join(self.cache_dir, name))
-                except Exception as e:  # noqa: BLE001
-                    _LOG.warning("Could not delete %s (%s).", name, e)
+def _relative_files(folder: str) -> list[str]:
+    out = []
+    for dirpath, _, names in fileio.walk(folder):
+        rel_dir = dirpath[len(folder) :].strip("/").replace(os.sep, "/")
+        out.extend(f"{rel_dir}/{n}" if rel_dir else n for n in names)
+    return out

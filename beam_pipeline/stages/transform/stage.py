@@ -3,7 +3,9 @@
 One Beam job (inside a ``tft_beam.Context``) writes the transform graph and the transformed
 examples; tf.Transform's analyzer cache, shared by the runs under one pipeline root and
 keyed by the examples' content fingerprint, lets a rerun on the same data skip the
-analysis. The raw data's metadata is written beside the graph, as TFX's Transform does.
+analysis. With a ``{SPAN}`` input the cache has one dataset key per span (TFX's Transform
+keys it per input the same way): a window that moved by a span analyzes the new span only.
+The raw data's metadata is written beside the graph, as TFX's Transform does.
 
 Example::
 
@@ -35,6 +37,8 @@ from beam_pipeline.engine.summary import StageReport, StageStatus
 if TYPE_CHECKING:
     import apache_beam as beam
 
+    from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
+
 __all__ = ["TransformConfig", "build_transform_pipeline", "TransformStage"]
 
 
@@ -48,7 +52,8 @@ def build_transform_pipeline(
     cache_dir: Optional[str],
     graph_dir: str,
     examples_dir: str,
-) -> None:
+    train_datasets: Optional[Mapping[str, str]] = None,
+) -> tuple[str, ...]:
     """Wires the Transform phase into ``p`` without running it (inside a tft_beam.Context).
 
     Args:
@@ -60,6 +65,12 @@ def build_transform_pipeline(
       fingerprint: the data fingerprint keying the analyzer cache.
       cache_dir: the analyzer cache folder, or None.
       graph_dir / examples_dir: where the transform graph and transformed examples go.
+      train_datasets: with a ``{SPAN}`` input, each span's analyzer-cache dataset key ->
+        its train examples (:func:`span_datasets`).
+
+    Returns:
+      The dataset keys whose analysis runs (those of ``train_datasets`` the analyzer
+      cache does not hold).
 
     Raises:
       PipelineError: ``preprocessing_fn`` raised while tf.Transform traced it.
@@ -68,7 +79,9 @@ def build_transform_pipeline(
 
     from transforms.transform import TransformExamples, WriteTransformedExamples
 
-    transform = TransformExamples(examples, schema, preprocessing_fn, cache_dir, fingerprint)
+    transform = TransformExamples(
+        examples, schema, preprocessing_fn, cache_dir, fingerprint, train_datasets=train_datasets
+    )
     try:
         result = p | "Transform" >> transform
     except Exception as e:  # noqa: BLE001  tf.Transform traces the user's function here
@@ -86,6 +99,19 @@ def build_transform_pipeline(
         _ = result.analyzer_cache | "WriteCache" >> tft_beam.analyzer_cache.WriteAnalysisCacheToFS(
             p, cache_dir
         )
+    return transform.analyzed_datasets
+
+
+def span_datasets(examples: Examples) -> dict[str, str]:
+    """With a ``{SPAN}`` input: one analyzer-cache dataset key per span (its number and
+    its content key, ``stages.common.span_cache``) -> the span's train examples; else {}."""
+    keys = examples.properties.get("span_keys") or {}
+    return {
+        f"span{span}-{key[:16]}": fileio.join(
+            examples.uri, Split.TRAIN.value, f"span-{span}-*.tfrecord.gz"
+        )
+        for span, key in sorted(keys.items(), key=lambda item: int(item[0]))
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,12 +164,14 @@ class TransformStage(Stage):
         schema = read_schema(inputs[Schema].file)
         graph_tmp = out.folder(TransformGraph)
         examples_tmp = out.folder(TransformedExamples)
+        datasets = span_datasets(examples)
         cache = None
         if config.transform.analyzer_cache:
             from beam_pipeline.stages.transform.analyzer_cache import AnalyzerCache
 
             cache = AnalyzerCache(
-                run_dir.cache_path("transform"), dataset_cache_key(fingerprint).key
+                run_dir.cache_path("transform"),
+                list(datasets) or [dataset_cache_key(fingerprint).key],
             )
         try:
             # The job reads and writes a private copy of the cache entry, published only
@@ -151,7 +179,7 @@ class TransformStage(Stage):
             cache_dir = cache.open() if cache is not None else None
             with tft_beam.Context(temp_dir=fileio.join(run_dir.root, ".staging", "tft-tmp")):
                 p = create_pipeline(ctx.options)
-                build_transform_pipeline(
+                analyzed = build_transform_pipeline(
                     p,
                     {s: examples.file_pattern(s) for s in splits},
                     schema,
@@ -161,6 +189,7 @@ class TransformStage(Stage):
                     cache_dir,
                     graph_tmp,
                     examples_tmp,
+                    datasets,
                 )
                 beam_result = run_pipeline(p, "Transform", config.worker_start_timeout)
                 announce_job(ctx, beam_result)
@@ -183,15 +212,21 @@ class TransformStage(Stage):
             raise
         rows = {s.value: counter(beam_result, f"transform.rows_out.{s.value}") for s in splits}
         cache_note = "off"
-        if cache is not None:
-            if not cache.before:
+        details: dict = {}
+        if cache is not None and datasets:
+            cache_note, details = _span_cache_note(cache, datasets, analyzed)
+        elif cache is not None:
+            (key,) = cache.keys
+            before, after = cache.before.get(key), cache.after.get(key)
+            if not before:
                 cache_note = f"written to {cache.cache_dir}"
-            elif not cache.after or cache.after == cache.before:
+            elif cache.reused(key):
                 cache_note = "reused (no analyzer recomputed)"
             else:
-                cache_note = f"partly reused ({len(cache.after - cache.before)} entries added)"
-            if cache.removed:
-                cache_note = f"{cache_note} (a damaged entry removed: {cache.removed})"
+                cache_note = f"partly reused ({len(after - before)} entries added)"
+        if cache is not None and cache.removed:
+            removed = "; ".join(cache.removed.values())
+            cache_note = f"{cache_note} (a damaged entry removed: {removed})"
         graph = out.artifact(TransformGraph)
         transformed = out.artifact(
             TransformedExamples, split_names=[s.value for s in splits], rows=rows
@@ -210,6 +245,27 @@ class TransformStage(Stage):
             0.0,
             graph.uri,
             "; ".join(n for n in note if n),
-            details={"analyzer_cache": cache_note, "job": job.to_json()},
+            details={"analyzer_cache": cache_note, **details, "job": job.to_json()},
         )
         return StageResult([report], outputs=(graph, transformed))
+
+
+def _span_cache_note(
+    cache: AnalyzerCache, datasets: Mapping[str, str], analyzed: tuple[str, ...]
+) -> tuple[str, dict]:
+    """The analyzer cache's note with one dataset per span: which spans' analyzers were
+    read from the cache and which were computed."""
+    from beam_pipeline.stages.common.span_cache import span_label
+
+    def span(key: str) -> int:
+        return int(key[len("span") :].split("-", 1)[0])
+
+    reused = [span(k) for k in datasets if k not in analyzed and cache.before.get(k)]
+    computed = [span(k) for k in datasets if k in analyzed or not cache.before.get(k)]
+    parts = []
+    if reused:
+        parts.append(f"{span_label(reused)} reused (not analyzed again)")
+    if computed:
+        parts.append(f"{span_label(computed)} analyzed and written to {cache.cache_dir}")
+    details = {"analyzer_cache_spans_reused": reused, "analyzer_cache_spans_analyzed": computed}
+    return "; ".join(parts), details
