@@ -137,9 +137,18 @@ def _is_interrupt(error: BaseException) -> bool:
     return False
 
 
+def _ended_well(running: list[str], row) -> None:
+    """A stage's row: one that did not fail ends it in ``running``."""
+    from beam_pipeline.engine.summary import StageStatus
+    from beam_pipeline.progress import row_ends
+
+    if row.status is not StageStatus.FAILED:
+        running[:] = [stage for stage in running if not row_ends(stage, row)]
+
+
 def _interrupted(events: RunEvents, running: Sequence[str]) -> str:
     """The one sentence of an interrupted run: where, and how to go on from there."""
-    during = f" during {running[-1]}" if running else ""
+    during = f" during {' and '.join(running)}" if running else ""
     if not events.run_dir:
         return f"the run was interrupted{during} before it started; nothing was written."
     run_id = os.path.basename(os.path.normpath(events.run_dir))
@@ -153,8 +162,13 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
     """The run itself: (exit code, the summary of a run that succeeded, the error)."""
     config: Optional[PipelineConfig] = None
     quiet = _HandledWorkerErrors()
-    running: list[str] = []  # the stages started, for an interrupt's message
-    events.subscribe(stage_started=running.append)
+    # The stages started and not ended well, for an interrupt's message: two may run at
+    # once (the Evaluator and the InfraValidator), and both are stopped.
+    running: list[str] = []
+    events.subscribe(
+        stage_started=running.append,
+        stage_finished=lambda row: _ended_well(running, row),
+    )
     beam_loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
     for logger in beam_loggers:
         logger.addFilter(quiet)

@@ -46,7 +46,13 @@ from rich.text import Text
 from beam_pipeline.console import RunEvents
 from beam_pipeline.engine.summary import StageReport
 
-__all__ = ["COUNTERS_EVERY_SECONDS", "PLAIN_EVERY_SECONDS", "PROGRESS_PREFIX", "ProgressDisplay"]
+__all__ = [
+    "COUNTERS_EVERY_SECONDS",
+    "PLAIN_EVERY_SECONDS",
+    "PROGRESS_PREFIX",
+    "ProgressDisplay",
+    "row_ends",
+]
 
 PROGRESS_PREFIX = "> "
 PLAIN_EVERY_SECONDS = 10.0
@@ -109,7 +115,7 @@ class _Running:
         self.spinner = None
 
 
-def _ends(stage: str, report: StageReport) -> bool:
+def row_ends(stage: str, report: StageReport) -> bool:
     """Whether ``report`` is the row of the running ``stage`` (its first row ends it; the
     ExampleGen+Statistics unit's first row is ExampleGen's)."""
     return stage == report.stage or stage.startswith(report.stage + "+")
@@ -234,7 +240,7 @@ class ProgressDisplay:
     def _stage_finished(self, report: StageReport) -> None:
         with self._lock:  # the stage's first row ends it (a unit may add several rows)
             for stage in self._running:
-                if _ends(stage, report):
+                if row_ends(stage, report):
                     del self._running[stage]
                     break
         seconds = f" in {report.seconds:.1f} s" if report.seconds else ""

@@ -5,9 +5,10 @@ example (small steps, no tuning) in a subprocess.
 The Evaluator and the InfraValidator both read only what the Trainer and ExampleGen made:
 they run at once (the store's execution times overlap), while the summary, ``runs show``
 and the manifest keep graph order. A failing Evaluator lets the InfraValidator beside it
-finish and be recorded. ``--stage_beam_args=Trainer:...`` reaches the Trainer's options
-only; a stage name that is none of the graph's, or a flag that is no Beam option, is
-refused before anything is written. The runner's rules on small stages are in
+finish and be recorded, and a Ctrl-C while both run stops both and records them.
+``--stage_beam_args=Trainer:...`` reaches the Trainer's options only; a stage name that is
+none of the graph's, or a flag that is no Beam option, is refused before anything is
+written. The runner's rules on small stages are in
 tests/test_stage_runner.py.
 """
 
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -138,3 +141,49 @@ def test_a_bad_stage_beam_flag_is_refused_before_anything_runs(tmp_path, flag, m
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert not os.path.exists(tmp_path / "pipeline_runs" / "runs")
+
+
+def test_ctrl_c_while_both_run_stops_the_run_and_records_them(bundled):
+    cwd, _ = bundled
+    run = cwd / "pipeline_runs" / "runs" / "stopped"
+
+    def both_running() -> bool:  # each one's staging folder exists while it runs
+        staged = {p.name.split("-")[0] for p in (run / ".staging").glob("*")}
+        return {"evaluation", "infra_blessing"} <= staged
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "beam_pipeline", *SMALL, "--run_id=stopped"]
+        + ["--no_cache=Evaluator,InfraValidator"],
+        cwd=str(cwd),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        # A pytest worker may ignore SIGINT; a terminal's command does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    deadline = time.time() + 600
+    while not both_running():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() < deadline
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert stderr.startswith("error: the run was interrupted during ")
+    assert "Traceback" not in stdout + stderr
+    executions = _executions(str(cwd / "pipeline_runs"), "stopped")
+    # Each stopped where it was (or had just ended), recorded; nothing after them ran.
+    for stage in ("Evaluator", "InfraValidator"):
+        e = executions[stage]
+        assert e.status is ExecutionStatus.COMPLETE or (
+            e.status is ExecutionStatus.FAILED and e.error.startswith("KeyboardInterrupt")
+        ), (stage, e.status, e.error)
+    assert "Pusher" not in executions or executions["Pusher"].status is not ExecutionStatus.COMPLETE
+    # The message names the stages it stopped.
+    stopped = [s for s in ("Evaluator", "InfraValidator") if executions[s].error]
+    assert stopped and stderr.strip() == (
+        f"error: the run was interrupted during {' and '.join(stopped)}; what its finished "
+        "stages published is kept: run the same command with --run_id=stopped to resume it."
+    )
+    assert not (run / ".staging").exists() or not list((run / ".staging").iterdir())

@@ -5,7 +5,10 @@ cache in Transform, and the span patterns (``{SPAN}``, ``{VERSION}``, dates).
   run reading every span of the window anew (a new pipeline root: byte for byte) and of
   a plain ``--data`` glob over the same files (field for field); Transform analyzes only
   the new span, the others' analyzers read from tf.Transform's cache.
-- A damaged or half-written span unit is removed and the span read again, never reused.
+- A damaged or half-written span unit is removed and the span read again, never reused;
+  a killed run's private folder is deleted by the next run.
+- ``{VERSION}`` reads a span's latest version, ``{YYYY}{MM}{DD}`` makes a day a span; bad
+  patterns are one-sentence errors.
 """
 
 from __future__ import annotations
@@ -192,6 +195,16 @@ def test_a_damaged_or_half_written_span_unit_is_read_again_never_reused(tmp_path
         f.write(b"\x00\x01\x02")
     os.remove(os.path.join(units[3], "_COMPLETE"))
 
+    # A run killed while writing span 4's unit left its private folder (its process gone).
+    import socket
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    left = os.path.join(
+        root, "cache", "spans", f".partial-{socket.gethostname()}-{dead.stdout.strip()}-0a1b2c3d"
+    )
+    os.makedirs(os.path.join(left, "k", "examples"))
+
     _write_span(spans, 4)
     second = _run(root, "b", pattern, "--span_window=4")
     details = second["ExampleGen"]["details"]
@@ -203,6 +216,7 @@ def test_a_damaged_or_half_written_span_unit_is_read_again_never_reused(tmp_path
     )
     assert "span 3's cached unit removed (it was never completed" in note
     assert second["ExampleGen"]["rows_in"] == {"all": sum(SIZES)}
+    assert not os.path.exists(left)
     assert not glob.glob(os.path.join(root, "cache", "spans", ".partial-*"))
 
 

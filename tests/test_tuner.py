@@ -225,14 +225,14 @@ def test_stage_skips(tmp_path, tuner_config, module, note):
     assert report.status is StageStatus.SKIPPED and note in report.note and best is None
 
 
-def test_stage_reports_a_published_tuner_as_cached(tmp_path):
+def test_a_published_tuner_is_never_overwritten(tmp_path):
+    """Reuse is the runner's; the stage refuses to write over a published search."""
     run_dir = RunDirectory.create(str(tmp_path))
     with run_dir.stage(Artifact.TUNER) as staging:
         with open(os.path.join(staging, "best_hyperparameters.json"), "w") as f:
             json.dump({"space": [], "values": {"units": 4}}, f)
-    report, best = run_tuning_stage(PipelineConfig(module_file=TINY), run_dir, None)
-    assert report.status is StageStatus.CACHED
-    assert best == run_dir.path(Artifact.TUNER, "best_hyperparameters.json")
+    with pytest.raises(PipelineError, match=r"Artifact 'tuner' already exists"):
+        run_tuning_stage(PipelineConfig(module_file=TINY), run_dir, None)
 
 
 def test_a_bad_resource_hint_is_refused(tmp_path):

@@ -273,10 +273,14 @@ def test_the_trainer_receives_the_best_hyperparameters(tuned):
         assert json.load(f) == _best(run_dir)
 
 
-def test_a_rerun_is_cached(tuned):
+def test_a_second_search_into_a_published_tuner_is_refused(tuned):
+    """Reuse is the runner's (a rerun finds the execution in the store or the manifest and
+    reports it cached: test_resume, test_cli_runs); the stage itself never overwrites a
+    published search."""
     config, run_dir, _, best_path, _ = tuned
-    report, best = run_tuning_stage(config, run_dir, TWO_WORKERS)
-    assert report.status is StageStatus.CACHED and best == best_path
+    with pytest.raises(PipelineError, match=r"Artifact 'tuner' already exists in run directory"):
+        run_tuning_stage(config, run_dir, TWO_WORKERS)
+    assert os.path.exists(best_path)
 
 
 @pytest.mark.parametrize(

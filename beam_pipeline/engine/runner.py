@@ -242,6 +242,8 @@ class _Scheduler:
                 starting.append(started)
             if not progressed:
                 break
+        if self.errors:
+            return  # a failure (or a check that stops the run) starts nothing more
         # Recorded as begun all together, before any of them works: a stage's start is
         # before its siblings' ends in the store's times too.
         for run in starting:
