@@ -96,7 +96,8 @@ def run(
       config: from :func:`make_config` (or the command line's parser).
       graph: the stages to run; default: ``config.graph`` (``--graph``) or the bundled ones.
       events: hears of the run's directory and each stage as it starts and ends.
-      report: write the run's ``report.html`` (as the command line does).
+      report: write the run's ``report.html``, also for a failed run (as the command line
+        does).
 
     Raises:
       PipelineError: bad settings, inputs, module file or data; one sentence with the fix.
@@ -104,9 +105,11 @@ def run(
     """
     from beam_pipeline.pipeline import run as run_pipeline
 
-    summary = run_pipeline(config, events, graph)
-    if report:
-        from beam_pipeline.report import write_report
+    events = events if events is not None else RunEvents()
+    try:
+        return run_pipeline(config, events, graph)
+    finally:
+        if report and events.run_dir:  # a failed run's report too: it shows what exists
+            from beam_pipeline.report import write_report
 
-        write_report(summary.run_dir)
-    return summary
+            write_report(events.run_dir)

@@ -386,6 +386,14 @@ def _convert(flag: str, value: Any, table: Table, graph: Sequence[Any]) -> Any:
     s = table[flag][2]
     if s.parse is not None:
         return s.parse(value)
+    if s.kind in _TYPES and isinstance(value, str):  # a flag's text given from Python
+        try:
+            return _TYPES[s.kind](value)
+        except ValueError:
+            raise PipelineError(
+                f"--{flag}={value!r} is not a {'whole ' if s.kind == 'int' else ''}number; "
+                f"pass e.g. --{flag}={field_default(table[flag][3], table[flag][1]) or 1}."
+            ) from None
     if s.kind == "list":
         return tuple(value) if isinstance(value, (list, tuple)) else tuple(str(value).split(","))
     return value

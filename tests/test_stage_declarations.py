@@ -85,6 +85,22 @@ def test_the_toy_stage_runs_through_the_cli_summary_report_and_runs_show(tmp_pat
         rows = {r["stage"]: r for r in json.load(f)["stages"]}
     assert rows["CountExamples"]["status"] == "ok" and rows["ExampleGen"]["status"] == "cached"
 
+    # The stage's own code is in its key: an edited stage file is not reused (this
+    # project's sources are keyed by the pipeline's code digest; a user's file by its own).
+    edited = tmp_path / "toy_stage.py"
+    edited.write_text(open(TOY).read().replace("examples counted", "examples counted!"))
+    proc = _cli(
+        f"--graph={edited}:GRAPH",
+        *DATA_ONLY,
+        f"--pipeline_root={root}",
+        "--run_id=d",
+        "--count_every=2",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(root, "runs", "d", "summary.json")) as f:
+        rows = {r["stage"]: r for r in json.load(f)["stages"]}
+    assert rows["CountExamples"]["status"] == "ok" and rows["CountExamples"]["note"].endswith("!")
+
 
 def test_a_bad_graph_is_one_sentence(tmp_path):
     proc = _cli(f"--graph={tmp_path}/none.py:GRAPH", *DATA_ONLY)
@@ -117,3 +133,21 @@ def test_the_python_api_runs_a_graph_and_returns_its_summary(tmp_path):
     assert os.path.exists(os.path.join(summary.run_dir, "report.html"))
     with pytest.raises(PipelineError, match="did you mean 'train_steps'"):
         bp.make_config(train_step=3)
+    # A flag's text is read as the flag reads it; a bad one is one sentence.
+    assert bp.make_config(train_steps="50").trainer.train_steps == 50
+    with pytest.raises(PipelineError, match=r"--train_steps='x' is not a whole number"):
+        bp.make_config(train_steps="x")
+
+
+def test_the_python_api_writes_the_report_of_a_failed_run_too(tmp_path):
+    import beam_pipeline as bp
+
+    data = tmp_path / "rows.csv"
+    data.write_text("a,b\n1,2\n3\n")  # a short row: rejected, over the default 0 share
+    config = bp.make_config(
+        data=str(data), pipeline_root=str(tmp_path / "root"), beam_args=["--runner=DirectRunner"]
+    )
+    with pytest.raises(PipelineError, match="max_rejected_fraction"):
+        bp.run(config)
+    [run_dir] = (tmp_path / "root" / "runs").iterdir()
+    assert (run_dir / "report.html").exists()

@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 
@@ -136,3 +136,20 @@ def pipeline_code() -> str:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return json_digest({"sources": sources_digest(roots), "libraries": versions})
+
+
+def stage_code(stage: object) -> Optional[str]:
+    """The digest of the file declaring ``stage``'s class when it is not this project's (a
+    stage of the user's own, ``--graph``): :func:`pipeline_code` covers this project's
+    sources only, and an edited stage must not reuse what its old code made. None for
+    this project's stages."""
+    import inspect
+
+    module = type(stage).__module__.split(".")[0]
+    if module in ("beam_pipeline", "transforms", "trainer"):
+        return None
+    try:
+        path = inspect.getsourcefile(type(stage))
+    except TypeError:  # defined where no file holds it (an interactive session)
+        return None
+    return file_digest(path) if path else None

@@ -58,7 +58,7 @@ from beam_pipeline.core.errors import first_line, user_error
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.contents import changed, describe
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
-from beam_pipeline.engine.fingerprint import pipeline_code
+from beam_pipeline.engine.fingerprint import pipeline_code, stage_code
 from beam_pipeline.engine.stage import (
     Outputs,
     Stage,
@@ -449,6 +449,9 @@ def _resolve(
     # The code that runs it: another version's (or an edited checkout's) result is not
     # this code's result (beam_pipeline.engine.fingerprint.pipeline_code).
     built_from["pipeline_code"] = pipeline_code()
+    own = stage_code(stage)  # a stage of the user's own: its file's content
+    if own is not None:
+        built_from["stage_code"] = own
     return inputs, built_from
 
 
