@@ -26,11 +26,19 @@ from beam_pipeline.core.errors import PipelineError, user_error
 from beam_pipeline.core.gpus import gpu_environment
 from beam_pipeline.core.secrets import mask
 from beam_pipeline.engine.config import PipelineConfig
-from beam_pipeline.flags import build_parser, parse_config, parse_output
 from beam_pipeline.progress import ProgressDisplay
-from beam_pipeline.report import write_report
 
-__all__ = ["build_parser", "main", "parse_config", "parse_output"]
+__all__ = ["build_parser", "main", "parse_config", "parse_output"]  # noqa: F822 - see __getattr__
+
+
+def __getattr__(name: str) -> Any:
+    # The flags' parser, imported when a run needs it: `runs` commands read no flags of a
+    # run, and the parser reads every stage's declaration.
+    if name in ("build_parser", "parse_config", "parse_output"):
+        from beam_pipeline import flags
+
+        return getattr(flags, name)
+    raise AttributeError(f"module 'beam_pipeline.cli' has no attribute {name!r}")
 
 
 # Where Beam logs a worker's error with its traceback: the DoFn runner (in_memory), the SDK
@@ -81,6 +89,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from beam_pipeline.history import main as runs_main
 
         return runs_main(argv[1:])
+    from beam_pipeline.flags import parse_output
+
     output = parse_output(argv)
     events = RunEvents()
     report = None
@@ -94,6 +104,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 code, summary, error = _run(argv, events, log)
             finally:
                 if events.run_dir:  # a failed run's report too: it shows what exists
+                    from beam_pipeline.report import write_report
+
                     report = write_report(events.run_dir)
     if error:  # the one sentence, once the progress display has stopped
         print(f"error: {error}", file=sys.stderr)
@@ -115,11 +127,12 @@ def _refuse_unknown_flags(config: PipelineConfig) -> None:
     """A flag neither ours nor Beam's (left in ``beam_args``) is refused here, where this
     parser's flags are known, so that the error suggests ``--module_file`` for
     ``--modul_file``; the run's own check (``parse_beam_args``) knows Beam's alone."""
+    from beam_pipeline import flags
     from beam_pipeline.runtime.options import refuse_unknown_flags
 
     own = [
         option
-        for action in build_parser()._actions  # noqa: SLF001  argparse keeps no public list
+        for action in flags.build_parser()._actions  # noqa: SLF001  argparse keeps no public list
         for option in action.option_strings
         if option.startswith("--")
     ]
@@ -172,10 +185,12 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
     beam_loggers = [logging.getLogger(name) for name in _BEAM_ERROR_LOGGERS]
     for logger in beam_loggers:
         logger.addFilter(quiet)
+    from beam_pipeline import flags
+
     try:
         # argparse's --help, --version and usage errors are for the terminal, not the log.
         with contextlib.redirect_stdout(log.stdout), contextlib.redirect_stderr(log.stderr):
-            config = parse_config(argv)
+            config = flags.parse_config(argv)
         quiet.pipeline_root = config.pipeline_root
         _refuse_unknown_flags(config)
         from beam_pipeline.api import run  # heavy imports only after flags are valid

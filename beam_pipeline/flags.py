@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import enum
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from beam_pipeline.config import BUNDLED_CONFIG
-from beam_pipeline.console import OutputConfig
+from beam_pipeline.console import OutputConfig, command_name
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import Setting, field_default, settings_of
 from beam_pipeline.engine.config import PipelineConfig
@@ -135,14 +134,6 @@ def build_parser(graph: Sequence[Any] = STAGE_GRAPH) -> argparse.ArgumentParser:
         _add_setting(groups[key], s, field_default(cls, name))
     _add_output_flags(p.add_argument_group("output"))
     return p
-
-
-def command_name() -> str:
-    """How the user ran us: ``beam-pipeline`` (the installed command) or ``python -m
-    beam_pipeline``, for the usage line and the messages that quote a command."""
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "beam-pipeline":
-        return "beam-pipeline"
-    return "python -m beam_pipeline"
 
 
 class _Version(argparse.Action):

@@ -41,8 +41,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Optional
 
-from rich.text import Text
-
 from beam_pipeline.console import RunEvents
 from beam_pipeline.engine.summary import StageReport
 
@@ -186,9 +184,11 @@ class ProgressDisplay:
         if not self._enabled:
             return self
         if self._tty:
+            # rich only here (a terminal), not at import: --help and runs need it not.
             from rich.console import Console
             from rich.live import Live
             from rich.spinner import Spinner
+            from rich.text import Text
 
             self._spinner_class = Spinner
             self._console = Console(file=self._out, highlight=False)
@@ -288,6 +288,7 @@ class ProgressDisplay:
             lines = self._lines()
             if self._live is not None:
                 from rich.console import Group
+                from rich.text import Text
 
                 for _, state, line in lines:
                     # A Text, not a str: rich would read a str as markup (a "[" in a detail
