@@ -120,39 +120,103 @@ def feature_value(example, name: str):
     return values[0] if values else None
 
 
-# Test files by the test-seconds they took in a whole suite run (2 cores, pytest-xdist's
-# three processes), longest first. pytest-xdist hands each process one file at a time in
-# collection order (pytest.ini: --dist loadfile --no-loadscope-reorder), so the longest
-# files start first and the short ones fill in at the end (longest-processing-time-first
-# scheduling); a file not listed runs after these. Only the order depends on these figures:
-# stale ones cost balance, never a result.
-_FILE_SECONDS = {  # a whole suite at commit 41fb00c, -n 3 (test_tfx_portable: a fresh-clone run)
-    "test_tuner_stage.py": 233,
-    "test_cli_runs.py": 203,
-    "test_user_code.py": 200,  # 250 s alone at -n 0 (h/usercode)
-    "test_tuner.py": 95,
-    "test_docs.py": 90,  # an estimate (the getting-started tutorial's whole run): not yet measured
-    "test_cli.py": 87,
-    "test_tfx_modules.py": 77,
-    "test_tfx_portable.py": 75,
-    "test_runners.py": 70,
-    "test_resume.py": 64,
-    "test_trainer_distributed.py": 55,
-    "test_trainer_stage.py": 45,
-    "test_evaluator.py": 43,
-    "test_example_gen.py": 31,
-    "test_worker_errors.py": 28,
-    "test_watchdog.py": 28,
-    "test_csv_ranges.py": 19,
-    "test_trainer_resume.py": 16,
-    "test_statistics.py": 14,
-    "test_tfrecords.py": 9,
+# Test files by the test-seconds they took in a whole suite run (pytest-xdist's three
+# processes on 2 cores), longest first: weights for the order below. Only the order
+# depends on these figures: stale ones cost balance, never a result; a file not listed
+# runs after these.
+_FILE_SECONDS = {  # a whole suite at commit f132c5f, -n 3 on a loaded machine
+    "test_continuous_training.py": 1310,
+    "test_cli_trust.py": 1220,
+    "test_user_code.py": 1030,
+    "test_evaluator_kinds.py": 650,
+    "test_tuner_stage.py": 580,
+    "test_cli_runs.py": 470,
+    "test_damaged_artifacts.py": 415,
+    "test_gpu_env.py": 380,
+    "test_interrupted_runs.py": 370,
+    "test_tuner.py": 240,
+    "test_docs.py": 230,
+    "test_trainer_distributed.py": 230,
+    "test_cli.py": 220,
+    "test_tfx_modules.py": 195,
+    "test_tfx_portable.py": 190,
+    "test_exact_string_stats.py": 190,
+    "test_runners.py": 175,
+    "test_resume.py": 160,
+    "test_mixed_precision.py": 150,
+    "test_trainer_stage.py": 110,
+    "test_evaluator.py": 110,
+    "test_example_gen.py": 80,
+    "test_worker_errors.py": 70,
+    "test_watchdog.py": 70,
+    "test_csv_ranges.py": 60,
+    "test_unclear_endings.py": 50,
+    "test_trainer_resume.py": 50,
+    "test_run_records.py": 40,
+    "test_metadata_secrets.py": 36,
+    "test_statistics.py": 35,
+    "test_tfrecords.py": 25,
 }
+# Fixture scopes whose value tests of one file share: tests that use one of them run
+# together on one process (one work unit), so that it is built once. (The session-scoped
+# penguin_run_dir is built once for all processes: see conftest_trainer.)
+_SHARED_SCOPES = ("module", "class", "package")
 
 
-def pytest_collection_modifyitems(items):
-    """Orders the tests by file, longest file first (see _FILE_SECONDS); stable within."""
-    items.sort(key=lambda item: -_FILE_SECONDS.get(os.path.basename(str(item.fspath)), 0))
+def _work_units(items) -> dict:
+    """Each test's work unit: the file and the fixtures it shares with others of that file
+    (tests linked by a shared module-scoped fixture are one unit), or the test alone."""
+    parent: dict = {}
+
+    def find(key):
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = [
+            name
+            for name, defs in (info.name2fixturedefs.items() if info else ())
+            if defs and defs[-1].scope in _SHARED_SCOPES
+        ]
+        for name in shared:
+            parent[find((item.fspath, name))] = find(item.nodeid)
+    return {item.nodeid: find(item.nodeid) for item in items}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    """Splits the tests into work units and orders them longest file first.
+
+    pytest.ini runs ``--dist loadgroup --no-loadscope-reorder``: pytest-xdist hands each
+    process one work unit at a time in collection order. A unit is one test, or the tests
+    of a file that share a module-scoped fixture (an xdist_group mark each): a long file's
+    tests spread over all processes instead of holding one to the end, and a shared run
+    is still built once. The longest files start first and the short ones fill in at the
+    end (longest-processing-time-first scheduling); within a file, the shared-fixture
+    units first, each unit's tests together and in the file's order.
+    """
+    units = _work_units(items)
+    sizes: dict = {}
+    for unit in units.values():
+        sizes[unit] = sizes.get(unit, 0) + 1
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(units[item.nodeid], index)
+
+    def key(item):
+        unit = units[item.nodeid]
+        weight = _FILE_SECONDS.get(os.path.basename(str(item.fspath)), 0)
+        return (-weight, str(item.fspath), sizes[unit] == 1, first[unit])
+
+    items.sort(key=key)
+    if config.getoption("dist", "no") == "loadgroup":
+        for item in items:
+            unit = units[item.nodeid]
+            if sizes[unit] > 1:  # a name without "@", "[" or "]" (xdist splits node ids there)
+                name = f"{os.path.basename(str(item.fspath))}#{first[unit]}"
+                item.add_marker(pytest.mark.xdist_group(name))
 
 
 @pytest.fixture
