@@ -121,9 +121,10 @@ def feature_value(example, name: str):
 
 
 # Test files by the test-seconds they took in a whole suite run (pytest-xdist's three
-# processes on 2 cores), longest first: weights for the order below. Only the order
-# depends on these figures: stale ones cost balance, never a result; a file not listed
-# runs after these.
+# processes on 2 cores), longest first: the order below. Only the order depends on these
+# figures: stale ones cost balance, never a result; but a long file missing here runs
+# after all of these and holds its process to the end (the files added since the last
+# table did: their tests took most of the suite's last minutes).
 _FILE_SECONDS = {  # a whole suite at commit f132c5f, -n 3 on a loaded machine
     "test_continuous_training.py": 1310,
     "test_cli_trust.py": 1220,
@@ -157,66 +158,19 @@ _FILE_SECONDS = {  # a whole suite at commit f132c5f, -n 3 on a loaded machine
     "test_statistics.py": 35,
     "test_tfrecords.py": 25,
 }
-# Fixture scopes whose value tests of one file share: tests that use one of them run
-# together on one process (one work unit), so that it is built once. (The session-scoped
-# penguin_run_dir is built once for all processes: see conftest_trainer.)
-_SHARED_SCOPES = ("module", "class", "package")
 
 
-def _work_units(items) -> dict:
-    """Each test's work unit: the file and the fixtures it shares with others of that file
-    (tests linked by a shared module-scoped fixture are one unit), or the test alone."""
-    parent: dict = {}
+def pytest_collection_modifyitems(items):
+    """Orders the tests by file, longest file first (see _FILE_SECONDS); stable within.
 
-    def find(key):
-        while parent.setdefault(key, key) != key:
-            key = parent[key]
-        return key
-
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        shared = [
-            name
-            for name, defs in (info.name2fixturedefs.items() if info else ())
-            if defs and defs[-1].scope in _SHARED_SCOPES
-        ]
-        for name in shared:
-            parent[find((item.fspath, name))] = find(item.nodeid)
-    return {item.nodeid: find(item.nodeid) for item in items}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook reads the xdist_group marks
-def pytest_collection_modifyitems(config, items):
-    """Splits the tests into work units and orders them longest file first.
-
-    pytest.ini runs ``--dist loadgroup --no-loadscope-reorder``: pytest-xdist hands each
-    process one work unit at a time in collection order. A unit is one test, or the tests
-    of a file that share a module-scoped fixture (an xdist_group mark each): a long file's
-    tests spread over all processes instead of holding one to the end, and a shared run
-    is still built once. The longest files start first and the short ones fill in at the
-    end (longest-processing-time-first scheduling); within a file, the shared-fixture
-    units first, each unit's tests together and in the file's order.
+    pytest.ini runs ``--dist loadfile --no-loadscope-reorder``: pytest-xdist hands each
+    process one file at a time in collection order, so the longest files start first and
+    the short ones fill in at the end (longest-processing-time-first scheduling).
+    (``--dist loadgroup`` with xdist_group marks, to spread a long file's tests over the
+    processes, groups nothing with pytest 9.2 and pytest-xdist 3.8: xdist marks a group
+    in ``item._nodeid``, which pytest 9 no longer reads; pytest-xdist issue 1386.)
     """
-    units = _work_units(items)
-    sizes: dict = {}
-    for unit in units.values():
-        sizes[unit] = sizes.get(unit, 0) + 1
-    first = {}
-    for index, item in enumerate(items):
-        first.setdefault(units[item.nodeid], index)
-
-    def key(item):
-        unit = units[item.nodeid]
-        weight = _FILE_SECONDS.get(os.path.basename(str(item.fspath)), 0)
-        return (-weight, str(item.fspath), sizes[unit] == 1, first[unit])
-
-    items.sort(key=key)
-    if config.getoption("dist", "no") == "loadgroup":
-        for item in items:
-            unit = units[item.nodeid]
-            if sizes[unit] > 1:  # a name without "@", "[" or "]" (xdist splits node ids there)
-                name = f"{os.path.basename(str(item.fspath))}#{first[unit]}"
-                item.add_marker(pytest.mark.xdist_group(name))
+    items.sort(key=lambda item: -_FILE_SECONDS.get(os.path.basename(str(item.fspath)), 0))
 
 
 @pytest.fixture
