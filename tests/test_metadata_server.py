@@ -184,6 +184,10 @@ _RUN_ARGS = {
 }
 
 
+def _data_stages(row: dict) -> dict:
+    return {k: v for k, v in row["stages"].items() if k != "Transform"}
+
+
 def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
     root = tmp_path / "root"
     run_args = ["--runner=DirectRunner", *_RUN_ARGS[server.backend], f"--pipeline_root={root}"]
@@ -201,8 +205,11 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     run_b, run_a = (r["run_id"] for r in rows)  # newest first
-    assert set(rows[1]["stages"].values()) == {"complete"}, rows[1]["stages"]
-    assert set(rows[0]["stages"].values()) == {"cached"}, rows[0]["stages"]
+    # (Without a module file, the data run records Transform as canceled: not run.)
+    ran = rows[1]["stages"] if server.backend == "postgresql" else _data_stages(rows[1])
+    reused = rows[0]["stages"] if server.backend == "postgresql" else _data_stages(rows[0])
+    assert set(ran.values()) == {"complete"}, rows[1]["stages"]
+    assert set(reused.values()) == {"cached"}, rows[0]["stages"]
     assert os.listdir(root / "runs") and {run_a, run_b} == set(os.listdir(root / "runs"))
 
     shown = _cli("runs", "show", run_a, "--json", where, cwd=tmp_path)
