@@ -226,10 +226,11 @@ def worker_pool_process(argv, log_path, env=None, cwd=None):
 
 
 def readme_portable_commands() -> tuple[list[str], list[str]]:
-    """The README's two portable-runner commands (pool, run), as argument lists."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+    """The docs' two portable-runner commands (pool, run), as argument lists: the runners
+    page's "Portable runner" section, which the README links to."""
+    with open(os.path.join(REPO, "docs", "runners.md"), encoding="utf-8") as f:
         readme = f.read()
-    section = readme.split("### Portable runner", 1)[1]
+    section = readme.split("## Portable runner", 1)[1]
     block = section.split("```sh\n", 1)[1].split("```", 1)[0]
     pool_line, *run_lines = block.replace("\\\n", " ").strip().splitlines()
     assert len(run_lines) == 1, block
@@ -238,7 +239,7 @@ def readme_portable_commands() -> tuple[list[str], list[str]]:
 
 @pytest.fixture(scope="module")
 def readme_worker_pool(tmp_path_factory):
-    """The README's worker pool, started exactly as written, as a user would without the venv.
+    """The docs' worker pool, started exactly as written, as a user would without the venv.
 
     From the repository's root, with a PATH that does not lead to the venv and no
     PYTHONPATH; only the port is replaced by a free one. Yields ``(address, log path,
