@@ -486,31 +486,12 @@ class ExampleGenStage(Stage):
         rejected_dir = out.uri(RejectedRows)
         note = f"{rejected_n} rejected rows listed in {rejected_dir}" if rejected_n else ""
         note = "; ".join(n for n in (note, reading_note(result), job_note(job)) if n)
-        reports = [
-            StageReport(
-                "ExampleGen",
-                StageStatus.OK,
-                {"all": read},
-                rows,
-                rejected_n,
-                0.0,
-                examples.uri,
-                note,
-                details={"job": job.to_json()},
-            ),
-            StageReport(
-                "Statistics",
-                StageStatus.OK,
-                rows,
-                {},
-                0,
-                0.0,
-                statistics.uri,
-                "computed in ExampleGen's Beam job (same pass over the data)",
-            ),
-        ]
-        rejected = out.artifact(RejectedRows, rows=rejected_n)
-        return StageResult(reports, outputs=(rejected, examples, statistics))
+        return _data_result(
+            out,
+            (read, rows, rejected_n),
+            (examples, note, {"job": job.to_json()}),
+            (statistics, "computed in ExampleGen's Beam job (same pass over the data)", {}),
+        )
 
     def _run_spans(self, ctx: StageContext, out: Outputs) -> StageResult:
         """A ``{SPAN}`` input: the spans without a cached unit are read (one Beam job), the
@@ -604,33 +585,60 @@ class ExampleGenStage(Stage):
             details["versions"] = {str(s): v for s, v in versions.items()}
         if job is not None:
             details["job"] = job.to_json()
-        reports = [
-            StageReport(
-                "ExampleGen",
-                StageStatus.OK,
-                {"all": read},
-                rows,
-                rejected_n,
-                0.0,
-                examples.uri,
-                "; ".join(n for n in parts if n),
-                details=details,
-            ),
-            StageReport(
-                "Statistics",
-                StageStatus.OK,
-                rows,
-                {},
-                0,
-                0.0,
-                statistics.uri,
-                f"merged from the per-span statistics of {span_label(spans)}"
-                + (f" ({span_label(reused)} not read again)" if reused else ""),
-                details={"spans": spans, "spans_reused": reused},
-            ),
-        ]
-        rejected = out.artifact(RejectedRows, rows=rejected_n)
-        return StageResult(reports, outputs=(rejected, examples, statistics))
+        merged = f"merged from the per-span statistics of {span_label(spans)}" + (
+            f" ({span_label(reused)} not read again)" if reused else ""
+        )
+        return _data_result(
+            out,
+            (read, rows, rejected_n),
+            (examples, "; ".join(n for n in parts if n), details),
+            (statistics, merged, {"spans": spans, "spans_reused": reused}),
+        )
+
+
+def _data_result(
+    out: Outputs,
+    counts: tuple[int, Mapping[str, int], int],
+    example_row: tuple[Examples, str, dict],
+    statistics_row: tuple[Statistics, str, dict],
+) -> StageResult:
+    """ExampleGen+Statistics' result: its two summary rows and its three outputs.
+
+    Args:
+      out: the stage's outputs.
+      counts: (rows read, rows written per split, rows rejected).
+      example_row: (the Examples artifact, ExampleGen's note, its details).
+      statistics_row: (the Statistics artifact, its note, its details).
+    """
+    read, rows, rejected_n = counts
+    examples, note, details = example_row
+    statistics, stats_note, stats_details = statistics_row
+    reports = [
+        StageReport(
+            "ExampleGen",
+            StageStatus.OK,
+            {"all": read},
+            rows,
+            rejected_n,
+            0.0,
+            examples.uri,
+            note,
+            details=details,
+        ),
+        StageReport(
+            "Statistics",
+            StageStatus.OK,
+            rows,
+            {},
+            0,
+            0.0,
+            statistics.uri,
+            stats_note,
+            details=stats_details,
+        ),
+    ]
+    rejected = out.artifact(RejectedRows, rows=rejected_n)
+    return StageResult(reports, outputs=(rejected, examples, statistics))
 
 
 def _check_rejected(
