@@ -59,12 +59,11 @@ def make_config(
     Raises:
       PipelineError: a name that is no setting (with the closest one), or a bad value.
     """
-    from beam_pipeline.flags import _convert, flag_table
+    from beam_pipeline.flags import build_config, flag_table
 
     table = flag_table(graph)
     given = {**(settings or {}), **more}
-    sections: dict[str, dict[str, Any]] = {}
-    for name, value in given.items():
+    for name in given:
         if name not in table:
             close = difflib.get_close_matches(name, list(table), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
@@ -72,14 +71,7 @@ def make_config(
                 f"make_config got {name!r}, which is no setting; {hint}use the command "
                 "line's flag names without '--' (python -m beam_pipeline --help)."
             )
-        section, field, _, _ = table[name]
-        sections.setdefault(section, {})[field] = _convert(name, value, table, graph)
-    classes = {s.config_key: s.Config for s in graph if s.Config is not None}
-    return PipelineConfig(
-        beam_args=tuple(str(a) for a in beam_args),
-        **sections.get("", {}),
-        **{key: classes[key](**fields) for key, fields in sections.items() if key},
-    )
+    return build_config(given, graph, table, beam_args=beam_args)
 
 
 def run(

@@ -36,7 +36,7 @@ from beam_pipeline.core.settings import Setting, field_default, settings_of
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.stages.graph import STAGE_GRAPH, load_graph
 
-__all__ = ["build_parser", "parse_config", "parse_output", "flag_table"]
+__all__ = ["build_config", "build_parser", "parse_config", "parse_output", "flag_table"]
 
 
 Table = dict[str, tuple[str, str, Setting, type]]
@@ -285,17 +285,24 @@ def _beam_settings(path: str, settings: dict[str, Any], table: Table) -> list[st
     return args
 
 
+def _stage_names(graph: Sequence[Any]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The graph's stage names, and each name as a user may write it (any case; a combined
+    stage by each of its parts: ExampleGen, Statistics) -> the name."""
+    every = tuple(s.name for s in graph)
+    names = {n.lower(): n for n in every}
+    for n in every:
+        for part in n.split("+"):
+            names.setdefault(part.lower(), n)
+    return every, names
+
+
 def _no_cache(value: Any, graph: Sequence[Any]) -> tuple[str, ...]:
     """``--no_cache``'s stages: all (the flag alone, ``true``), none, or a list of names."""
-    every = tuple(s.name for s in graph)
+    every, names = _stage_names(graph)
     if value is True or str(value).strip().lower() == "all":
         return every
     if value is False or value is None:
         return ()
-    names = {n.lower(): n for n in every}
-    for n in every:  # a combined stage by each of its parts: ExampleGen, Statistics
-        for part in n.split("+"):
-            names.setdefault(part.lower(), n)
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
     stages: list[str] = []
     for item in items:
@@ -324,11 +331,7 @@ def stage_beam_args(value: Any, graph: Sequence[Any]) -> tuple[tuple[str, tuple[
       PipelineError: a stage name that is none of the graph's, or a flag that is no
         ``--flag``.
     """
-    every = [s.name for s in graph]
-    names = {n.lower(): n for n in every}
-    for n in every:  # a combined stage by each of its parts: ExampleGen, Statistics
-        for part in n.split("+"):
-            names.setdefault(part.lower(), n)
+    every, names = _stage_names(graph)
     pairs: list[tuple[str, str]] = []
 
     def add(stage: Any, flags: Any, shown: str) -> None:
@@ -439,16 +442,31 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
         # wins from the command line), as the Beam flags do.
         given["stage_beam_args"] = [settings["stage_beam_args"], *given["stage_beam_args"]]
     settings.update(given)
+    extra = [a for a in rest if a != "--"]
+    return build_config(
+        settings, graph, table, beam_args=tuple(beam_args + extra), graph_spec=_absolute_graph(spec)
+    )
+
+
+def build_config(
+    settings: dict[str, Any],
+    graph: Sequence[Any],
+    table: Table,
+    *,
+    beam_args: Sequence[str] = (),
+    graph_spec: str = "",
+) -> PipelineConfig:
+    """The config of ``settings`` (flag names -> values, each known to ``table``): each
+    converted as its setting says, gathered into the run's settings and the stages'
+    sections (the command line's and the Python API's one way to a config)."""
     sections: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         section, field, _, _ = table[key]
         sections.setdefault(section, {})[field] = _convert(key, value, table, graph)
-    extra = [a for a in rest if a != "--"]
     classes = {s.config_key: s.Config for s in graph if s.Config is not None}
-    stage_sections = {k: classes[k](**v) for k, v in sections.items() if k}
     return PipelineConfig(
-        beam_args=tuple(beam_args + extra),
-        graph=_absolute_graph(spec),
+        beam_args=tuple(str(a) for a in beam_args),
+        graph=graph_spec,
         **sections.get("", {}),
-        **stage_sections,
+        **{k: classes[k](**v) for k, v in sections.items() if k},
     )
