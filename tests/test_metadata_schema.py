@@ -25,7 +25,7 @@ from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus, de
 from beam_pipeline.metadata.connection import migrate
 from beam_pipeline.metadata.schema import METADATA
 
-HEAD = "0003"
+HEAD = "0004"
 
 
 def _url(path) -> str:
@@ -231,7 +231,7 @@ def _foreign_database(tmp_path) -> str:
     "make_url, message",
     [
         (_newer_store, r"newer\.sqlite was written by a newer beam-pipeline \(schema revision "
-         r"0099; this version knows up to 0003\); upgrade beam-pipeline"),
+         r"0099; this version knows up to 0004\); upgrade beam-pipeline"),
         (_corrupt_file, r"corrupt\.sqlite is not a SQLite database or is corrupt \(file is not a "
          r"database\); move the file away"),
         (lambda t: _url(t / "missing" / "metadata.sqlite"),

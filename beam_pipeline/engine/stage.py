@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 from beam_pipeline.console import RunEvents
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
+from beam_pipeline.engine.history_entry import HistoryEntry
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport
 
@@ -297,3 +298,19 @@ class Stage(abc.ABC):
           outcome: the execution's outcome (:attr:`StageResult.outcome`).
         """
         return None  # most stages never stop the run once they finished
+
+    # -- What the run history shows of it (runs list, runs show, runs diff) ---------------
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        """What this execution shows in the run history, from its summary rows: its
+        ``runs list`` columns, the facts and lines of ``runs show``, its verdict as a
+        model check, its sections of ``runs diff`` (:class:`HistoryEntry`).
+
+        The runner calls it as it records an execution that ended with a result (a
+        reused one shows what its original recorded) and keeps the answer with it in
+        the metadata store, which the ``runs`` commands read without importing any stage.
+
+        Args:
+          reports: the summary rows the stage's ``run`` returned (ok or skipped).
+        """
+        return HistoryEntry()  # most stages show only their executions

@@ -117,42 +117,54 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
+def _table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], cut: Sequence[str] = ()
+) -> Any:
     if not rows:
         return f"{title}: none"
     table = Table(title=title, title_justify="left", show_lines=False)
     for c in columns:
-        # Names, statuses and run ids whole; long uris and parameter lists fold; a metric
-        # too long for its column ends in "…" (its value is in --json).
-        overflow = "ellipsis" if c == "metrics" else "fold"
+        # Names, statuses and run ids whole; long uris and parameter lists fold; a value of
+        # the ``cut`` columns (key=value lines) too long for its column ends in "…" (its
+        # value is in --json).
+        overflow = "ellipsis" if c in cut else "fold"
         table.add_column(c, overflow=overflow, no_wrap=c in _WHOLE)
     for row in rows:
         table.add_row(*(_plain(v) for v in row))
     return table
 
 
-def _verdict(value: Optional[bool]) -> str:
-    return "-" if value is None else ("yes" if value else "no")
+def _cell(value: Any) -> str:
+    """A value a stage recorded for a ``runs list`` column: a mapping as ``key=value``
+    lines, a boolean as yes/no, nothing as ``-``."""
+    if isinstance(value, dict):
+        return "\n".join(f"{k}={_plain(v)}" for k, v in sorted(value.items())) or "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _plain(value)
 
 
 def _list(console: Console, rows: list[dict]) -> None:
-    # Narrow enough for 100 columns: the fingerprints are in `runs show` and --json.
+    # The columns the runs' stages recorded, in the order they ran (a stage that ran in
+    # one run only gets its column, "-" in the others). Narrow enough for 100 columns:
+    # the fingerprints are in `runs show` and --json.
+    columns = list(dict.fromkeys(c for r in rows for c in r.get("columns") or {}))
+    cut = [c for c in columns if any(isinstance(r["columns"].get(c), dict) for r in rows)]
     console.print(
         _table(
             "Runs (newest first)",
-            ["run", "start", "status", "metrics", "blessed", "pushed", "cached"],
+            ["run", "start", "status", *columns, "cached"],
             [
                 [
                     r["run_id"],
                     (r["start"] or "-")[:16].replace("T", " "),
                     r["status"],
-                    "\n".join(f"{k}={_plain(v)}" for k, v in sorted(r["metrics"].items())) or "-",
-                    _verdict(r.get("blessed")),
-                    _verdict(r.get("pushed")),
+                    *(_cell(r["columns"].get(c)) for c in columns),
                     f"{len(r['cached'])} of {len(r['stages'])}" if r["cached"] else "-",
                 ]
                 for r in rows
             ],
+            cut,
         )
     )
 
@@ -230,14 +242,8 @@ def _show(console: Console, run: dict) -> None:
         f"Run {run['run_id']}: {run['status']}, {run['start']} .. {run['end'] or '-'}; "
         f"data {_short(run['data'])}, module {_short(run['module'])}"
     )
-    if run.get("spans"):
-        from beam_pipeline.stages.common.span_cache import span_label
-
-        reused = run["spans_reused"]
-        console.print(
-            f"Data: {span_label(run['spans'])}"
-            + (f" ({span_label(reused)} reused from earlier runs, not read)" if reused else "")
-        )
+    for line in run.get("lines") or ():  # what its stages recorded for it
+        console.print(line)
     executions = run["executions"]
     base = _base(executions)
     if base:
@@ -257,7 +263,7 @@ def _show(console: Console, run: dict) -> None:
                 [[stage, c["status"], c["note"]] for stage, c in checks.items()],
             )
         )
-    failures = checks.get("Evaluator", {}).get("failures") or []
+    failures = [f for c in checks.values() for f in c.get("failures") or ()]
     if failures:
         console.print(
             _table(
@@ -286,9 +292,9 @@ def _diff(console: Console, d: dict) -> None:
     )
     if d.get("identical"):
         # Not tables of zeros: the one fact.
+        same = ["inputs", "parameters", "schema", "statistics", *d["compared"]]
         console.print(
-            f"Runs {a} and {b} are identical: the same inputs, parameters, schema, statistics, "
-            "hyperparameters and metrics."
+            f"Runs {a} and {b} are identical: the same {', '.join(same[:-1])} and {same[-1]}."
         )
         return
     console.print(
@@ -339,9 +345,9 @@ def _diff(console: Console, d: dict) -> None:
                 ],
             )
         )
-    for name in ("hyperparameters", "metrics"):
+    for name, section in d["compared"].items():
         console.print(
-            _table(name.capitalize(), ["", a, b], [[k, x, y] for k, (x, y) in d[name].items()])
+            _table(name.capitalize(), ["", a, b], [[k, x, y] for k, (x, y) in section.items()])
         )
 
 

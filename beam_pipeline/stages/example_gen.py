@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
@@ -27,6 +27,7 @@ from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, Artifact, Data
 from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest, pipeline_code
+from beam_pipeline.engine.history_entry import HistoryEntry
 from beam_pipeline.engine.stage import (
     Outputs,
     Stage,
@@ -594,6 +595,18 @@ class ExampleGenStage(Stage):
             (examples, "; ".join(n for n in parts if n), details),
             (statistics, merged, {"spans": spans, "spans_reused": reused}),
         )
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        # With a {SPAN} input: the spans the examples hold and those reused, not read
+        # (keys of runs list --json; a line of runs show).
+        details = reports[0].details if reports else {}
+        spans, reused = details.get("spans"), details.get("spans_reused") or []
+        if not spans:
+            return HistoryEntry()
+        line = f"Data: {span_label(spans)}" + (
+            f" ({span_label(reused)} reused from earlier runs, not read)" if reused else ""
+        )
+        return HistoryEntry(facts={"spans": spans, "spans_reused": reused}, lines=[line])
 
 
 def _data_result(

@@ -13,7 +13,7 @@ this unit adds the verdict to the Model artifact the Trainer's execution recorde
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
@@ -30,9 +30,10 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.fingerprint import file_digest
+from beam_pipeline.engine.history_entry import HistoryEntry
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.common.blessings import NO_LABEL_FIX, skip_without_model
+from beam_pipeline.stages.common.blessings import NO_LABEL_FIX, skip_without_model, verdict
 from beam_pipeline.stages.common.store import open_store
 
 __all__ = ["EvaluatorConfig", "EvaluatorStage"]
@@ -225,3 +226,10 @@ class EvaluatorStage(Stage):
             out.artifact(ModelBlessing, blessed=result.blessed, baseline=baseline),
         )
         return StageResult([report], outputs=outputs, outcome={"blessed": result.blessed})
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        # runs list's "blessed" column; runs show's model check and failed thresholds.
+        found = verdict(reports)
+        if found is None:
+            return HistoryEntry()
+        return HistoryEntry(columns={"blessed": found["blessed"]}, verdict=found)

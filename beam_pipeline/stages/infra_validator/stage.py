@@ -17,7 +17,7 @@ import dataclasses
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_pipeline.core import fileio
@@ -25,9 +25,10 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.history_entry import HistoryEntry
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.common.blessings import skip_without_model
+from beam_pipeline.stages.common.blessings import skip_without_model, verdict
 
 __all__ = ["InfraValidatorConfig", "InfraValidatorStage", "read_examples"]
 
@@ -151,3 +152,6 @@ class InfraValidatorStage(Stage):
             outputs=(out.artifact(InfraBlessing, blessed=result.blessed),),
             outcome={"blessed": result.blessed},
         )
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        return HistoryEntry(verdict=verdict(reports))  # runs show's model check

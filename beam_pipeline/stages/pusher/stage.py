@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_pipeline.core import fileio
@@ -24,6 +24,7 @@ from beam_pipeline.engine.artifacts import (
     PushedModel,
     TypedArtifact,
 )
+from beam_pipeline.engine.history_entry import HistoryEntry
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.blessings import (
@@ -31,6 +32,7 @@ from beam_pipeline.stages.common.blessings import (
     read_blessing,
     read_infra_result,
     skip_without_model,
+    verdict,
 )
 
 __all__ = ["PusherConfig", "PusherStage", "EXIT_NOT_BLESSED", "PUSHED_FILE"]
@@ -138,3 +140,10 @@ class PusherStage(Stage):
                 "summary's Evaluator and InfraValidator rows say which check failed.",
                 exit_code=EXIT_NOT_BLESSED,
             )
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        # runs list's "pushed" column; runs show's model check.
+        found = verdict(reports, "pushed")
+        if found is None:
+            return HistoryEntry()
+        return HistoryEntry(columns={"pushed": found["pushed"]}, verdict=found)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.fileio import is_remote
@@ -25,6 +25,7 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.history_entry import HistoryEntry
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
@@ -198,3 +199,9 @@ class TunerStage(Stage):
         if best is not None:
             outputs = (out.artifact(Hyperparameters, file=BEST_HYPERPARAMETERS_FILE),)
         return StageResult([report], outputs=outputs)
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        # The best trial's hyperparameters, compared by runs diff.
+        ok = reports and reports[0].status in (StageStatus.OK, StageStatus.CACHED)
+        best = dict(reports[0].details.get("best_hyperparameters") or {}) if ok else {}
+        return HistoryEntry(compared={"hyperparameters": best})
