@@ -121,6 +121,108 @@ def test_a_store_of_an_older_revision_is_upgraded_keeping_its_rows(tmp_path, rev
     assert "ix_executions_cache" in indexes
 
 
+# Summary rows as beam-pipeline recorded them before revision 0004 (no ``history``):
+# the data stage over spans 2-3 (2 reused), a model with metrics that missed a threshold,
+# and a Pusher that did not push it.
+_OLD_ROWS = {
+    "ExampleGen+Statistics": [
+        {"stage": "ExampleGen", "status": "ok", "note": "spans 2-3",
+         "details": {"spans": [2, 3], "spans_reused": [2], "spans_read": [3]}},
+        {"stage": "Statistics", "status": "ok", "note": "", "details": {}},
+    ],
+    "Tuner": [
+        {"stage": "Tuner", "status": "ok", "note": "",
+         "details": {"best_hyperparameters": {"learning_rate": 0.01}}},
+    ],
+    "Trainer": [
+        {"stage": "Trainer", "status": "ok", "note": "", "details": {"metrics": {"acc": 0.5}}},
+    ],
+    "Evaluator": [
+        {"stage": "Evaluator", "status": "ok", "note": "NOT blessed: 1 threshold missed",
+         "details": {"blessed": False, "failures": [
+             {"metric": "acc", "slice": "Overall", "value": 0.5, "bound": ">= 0.6", "by": 0.1}
+         ]}},
+    ],
+    "Pusher": [
+        {"stage": "Pusher", "status": "skipped", "note": "not pushed: not blessed",
+         "details": {"pushed": False, "destination": None}},
+    ],
+}  # fmt: skip
+
+
+def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_path, capsys):
+    """A store of revision 0003, whose executions hold only their summary rows, is upgraded
+    to 0004 with each execution's history filled from them: ``runs list`` still shows the
+    model's metrics, blessed and pushed, ``runs show`` the spans and the failed check,
+    ``runs diff`` the metrics and hyperparameters, as before."""
+    import json
+
+    from beam_pipeline import cli
+
+    path = tmp_path / "old.sqlite"
+    engine = sa.create_engine(_url(path))
+    with engine.begin() as conn:
+        migrate(conn, "0003")
+        conn.exec_driver_sql(
+            "INSERT INTO types (id, kind, name) VALUES (1, 'context', 'pipeline'), "
+            "(2, 'context', 'run')"
+        )
+        conn.exec_driver_sql("INSERT INTO contexts VALUES (1, 1, 'beam-pipeline', '{}', 1, 1)")
+        for run_number, run_id in enumerate(["old-a", "old-b"], start=2):
+            run = json.dumps({"status": "complete", "end_time_ms": 3000, "properties": {}})
+            conn.exec_driver_sql(
+                "INSERT INTO contexts VALUES (?, 2, ?, ?, 1000, 3000)", (run_number, run_id, run)
+            )
+            conn.exec_driver_sql("INSERT INTO parent_contexts VALUES (?, 1)", (run_number,))
+        for i, (stage, rows) in enumerate(_OLD_ROWS.items()):
+            conn.exec_driver_sql(
+                "INSERT INTO types (id, kind, name) VALUES (?, 'execution', ?)", (10 + i, stage)
+            )
+            for run_number in (2, 3):
+                execution_id = 100 * run_number + i
+                conn.exec_driver_sql(
+                    "INSERT INTO executions (id, type_id, status, cache_key, parameters, "
+                    "start_time_ms, end_time_ms, properties) "
+                    "VALUES (?, ?, 'complete', ?, '{}', 1000, 2000, ?)",
+                    (execution_id, 10 + i, f"k{i}", json.dumps({"reports": rows})),
+                )
+                conn.exec_driver_sql(
+                    "INSERT INTO associations VALUES (?, ?)", (run_number, execution_id)
+                )
+    engine.dispose()
+    url = _url(path)
+
+    assert cli.main(["runs", "list", f"--metadata_url={url}", "--json"]) == 0
+    assert _revision(path) == HEAD
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    row = rows["old-a"]
+    assert (row["metrics"], row["blessed"], row["pushed"]) == ({"acc": 0.5}, False, False)
+    assert (row["spans"], row["spans_reused"]) == ([2, 3], [2])
+    assert row["columns"] == {"metrics": {"acc": 0.5}, "blessed": False, "pushed": False}
+    with sqlite3.connect(path) as db:
+        kept = db.execute("SELECT properties FROM executions WHERE id = 202").fetchone()[0]
+    assert json.loads(kept)["history"]["columns"] == {"metrics": {"acc": 0.5}}  # the Trainer
+    assert cli.main(["runs", "list", f"--metadata_url={url}"]) == 0
+    listed = capsys.readouterr().out
+    header = next(line for line in listed.splitlines() if "run" in line and "status" in line)
+    assert [c.strip() for c in header.strip("┃│ ").split("┃")] == [
+        "run", "start", "status", "metrics", "blessed", "pushed", "cached",
+    ]  # fmt: skip
+    assert "acc=0.5" in listed and " no " in listed
+
+    assert cli.main(["runs", "show", "old-a", f"--metadata_url={url}"]) == 0
+    shown = capsys.readouterr().out
+    assert "Data: spans 2-3 (span 2 reused from earlier runs, not read)" in shown
+    checks = shown.split("Model checks", 1)[1]
+    assert "NOT blessed: 1 threshold missed" in checks and "not pushed: not blessed" in checks
+    assert "Failed thresholds" in checks and ">= 0.6" in checks
+
+    assert cli.main(["runs", "diff", "old-a", "old-b", f"--metadata_url={url}", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["metrics"] == {"acc": [0.5, 0.5]}
+    assert d["hyperparameters"] == {"learning_rate": [0.01, 0.01]}
+
+
 # Two processes open one new store at once (both may create the schema), then, released
 # together, each records a run of many executions, all reading one shared data artifact.
 # Neither gets more than _WINDOW executions ahead of the other (it reads the other's count

@@ -21,6 +21,7 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine import Input, Stage, StageResult
 from beam_pipeline.engine.artifacts import Examples, TypedArtifact
+from beam_pipeline.engine.history_entry import HistoryEntry
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.options import create_pipeline, run_pipeline
 from beam_pipeline.stages.graph import STAGE_GRAPH
@@ -92,8 +93,14 @@ class CountStage(Stage):
             StageStatus.OK,
             artifact=out.uri(ExampleCounts),
             note=f"{total} examples counted",
+            details={"counted": total},
         )
         return StageResult([row], outputs=(out.artifact(ExampleCounts, counts=counts),))
+
+    def history(self, reports):
+        # A column of `runs list` and a line of `runs show`, kept with the execution.
+        total = reports[0].details.get("counted") if reports else None
+        return HistoryEntry(columns={"counted": total}, lines=[f"Counted: {total} examples"])
 
 
 # After ExampleGen, whose examples it reads (a run without a module file stops after
