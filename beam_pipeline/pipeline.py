@@ -44,6 +44,7 @@ from beam_pipeline.engine import Preflight, Stage, StageContext, run_stages
 from beam_pipeline.engine.code_digest import transform_code
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import pipeline_code
+from beam_pipeline.engine.history_entry import HISTORY_COLUMNS, declared_columns
 from beam_pipeline.engine.manifest import RunManifest, run_identity
 from beam_pipeline.engine.records import DATA_TYPE, RunRecords, stored_uri
 from beam_pipeline.engine.summary import RunSummary, write_summary
@@ -217,6 +218,8 @@ def run(
                 "code": pipeline_code(),
                 # Who runs it: `runs list` tells a killed launcher's run from a live one.
                 "launcher": this_launcher(),
+                # The columns `runs list` shows for it, whichever stages get to record.
+                HISTORY_COLUMNS: declared_columns(graph),
             }
             run = store.start_run(run_dir.run_id, properties=properties)
         data = _data_spec(config, inputs.fingerprint)

@@ -99,7 +99,8 @@ def test_a_store_of_an_older_revision_is_upgraded_keeping_its_rows(tmp_path, rev
         assert (run.run_id, run.status, run.properties) == (
             "old-run",
             RunStatus.COMPLETE,
-            {"data": "d"},
+            # 0004: the columns every run listed then (their values where none is recorded).
+            {"data": "d", "history_columns": {"metrics": {}, "blessed": None, "pushed": None}},
         )
         (execution,) = store.run_executions("old-run")
         assert (execution.stage, execution.status, execution.parameters) == (
@@ -152,9 +153,10 @@ _OLD_ROWS = {
 
 def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_path, capsys):
     """A store of revision 0003, whose executions hold only their summary rows, is upgraded
-    to 0004 with each execution's history filled from them: ``runs list`` still shows the
-    model's metrics, blessed and pushed, ``runs show`` the spans and the failed check,
-    ``runs diff`` the metrics and hyperparameters, as before."""
+    to 0004 with each execution's history filled from them and each run's columns: ``runs
+    list`` still shows the model's metrics, blessed and pushed (``-`` for a run that made
+    none), ``runs show`` the spans and the failed check, ``runs diff`` the metrics and
+    hyperparameters, as before."""
     import json
 
     from beam_pipeline import cli
@@ -168,7 +170,8 @@ def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_pa
             "(2, 'context', 'run')"
         )
         conn.exec_driver_sql("INSERT INTO contexts VALUES (1, 1, 'beam-pipeline', '{}', 1, 1)")
-        for run_number, run_id in enumerate(["old-a", "old-b"], start=2):
+        # old-c: a run that failed before any execution.
+        for run_number, run_id in enumerate(["old-a", "old-b", "old-c"], start=2):
             run = json.dumps({"status": "complete", "end_time_ms": 3000, "properties": {}})
             conn.exec_driver_sql(
                 "INSERT INTO contexts VALUES (?, 2, ?, ?, 1000, 3000)", (run_number, run_id, run)
@@ -199,6 +202,9 @@ def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_pa
     assert (row["metrics"], row["blessed"], row["pushed"]) == ({"acc": 0.5}, False, False)
     assert (row["spans"], row["spans_reused"]) == ([2, 3], [2])
     assert row["columns"] == {"metrics": {"acc": 0.5}, "blessed": False, "pushed": False}
+    row = rows["old-c"]
+    assert (row["metrics"], row["blessed"], row["pushed"]) == ({}, None, None)
+    assert row["columns"] == {"metrics": {}, "blessed": None, "pushed": None}
     with sqlite3.connect(path) as db:
         kept = db.execute("SELECT properties FROM executions WHERE id = 202").fetchone()[0]
     assert json.loads(kept)["history"]["columns"] == {"metrics": {"acc": 0.5}}  # the Trainer
@@ -209,6 +215,8 @@ def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_pa
         "run", "start", "status", "metrics", "blessed", "pushed", "cached",
     ]  # fmt: skip
     assert "acc=0.5" in listed and " no " in listed
+    old_c = next(line for line in listed.splitlines() if "old-c" in line)
+    assert [c.strip() for c in old_c.strip("│ ").split("│")][3:6] == ["-", "-", "-"]
 
     assert cli.main(["runs", "show", "old-a", f"--metadata_url={url}"]) == 0
     shown = capsys.readouterr().out

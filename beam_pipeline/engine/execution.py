@@ -25,6 +25,7 @@ from typing import Any, Optional, Protocol
 
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.fingerprint import json_digest
+from beam_pipeline.engine.history_entry import HISTORY
 from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["Execution", "ExecutionRecords", "cache_key"]
@@ -78,7 +79,7 @@ class Execution:
             "outcome": dict(self.outcome),
             "started": self.started,
             "finished": self.finished,
-            "history": dict(self.history),
+            HISTORY: dict(self.history),
         }
 
     @classmethod
@@ -99,7 +100,7 @@ class Execution:
                 run_id=run_id,
                 started=kept.get("started", ""),
                 finished=kept.get("finished", ""),
-                history=kept.get("history") or {},
+                history=kept.get(HISTORY) or {},
             )
         except (KeyError, TypeError, ValueError):
             return None

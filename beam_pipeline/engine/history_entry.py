@@ -18,7 +18,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-__all__ = ["HistoryEntry"]
+__all__ = ["HISTORY", "HISTORY_COLUMNS", "HistoryEntry", "declared_columns"]
+
+# The execution property holding its :meth:`HistoryEntry.to_json`, and the run property
+# holding its graph's declared columns (:func:`declared_columns`).
+HISTORY = "history"
+HISTORY_COLUMNS = "history_columns"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +61,10 @@ class HistoryEntry:
         if self.verdict is not None:
             kept["verdict"] = dict(self.verdict)
         return kept
+
+
+def declared_columns(graph: Sequence[Any]) -> dict[str, Any]:
+    """The ``runs list`` columns the stages of ``graph`` declare
+    (:attr:`~beam_pipeline.engine.stage.Stage.history_columns`), in the graph's order, each
+    with its value where its stage recorded none; kept with the run as it starts."""
+    return {name: empty for stage in graph for name, empty in stage.history_columns.items()}

@@ -301,6 +301,11 @@ class Stage(abc.ABC):
 
     # -- What the run history shows of it (runs list, runs show, runs diff) ---------------
 
+    # The ``runs list`` columns its :meth:`history` gives, each with the value a run in
+    # which it recorded none shows (it did not run, or failed): every run of a graph lists
+    # the same columns, in the graph's order (recorded with the run as it starts).
+    history_columns: ClassVar[Mapping[str, Any]] = {}
+
     def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
         """What this execution shows in the run history, from its summary rows: its
         ``runs list`` columns, the facts and lines of ``runs show``, its verdict as a

@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.engine.history_entry import HISTORY, HISTORY_COLUMNS
 from beam_pipeline.metadata import (
     ArtifactRecord,
     ExecutionRecord,
@@ -42,10 +43,6 @@ __all__ = [
     "run_rows",
     "run_view",
 ]
-
-# An execution's property holding what its stage shows in the history
-# (beam_pipeline.engine.history_entry.HistoryEntry.to_json, recorded by the runner).
-HISTORY = "history"
 
 
 def _time(t: Optional[datetime.datetime]) -> Optional[str]:
@@ -190,9 +187,11 @@ def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
         "stages": {stage: status.value for stage, status in run.stages.items()},
         "cached": [s for s, status in run.stages.items() if status is ExecutionStatus.CACHED],
     }
-    # What the stages recorded for the history: the columns of `runs list` (in the order
-    # the stages ran) and facts; each also a key of the row unless the row has it already.
-    columns = _merged(entries, "columns")
+    # What the stages recorded for the history: the columns of `runs list` (those its
+    # graph declared, in its order, with their values where none was recorded; then any
+    # other, in the order the stages ran) and facts; each also a key of the row unless the
+    # row has it already.
+    columns = {**(run.properties.get(HISTORY_COLUMNS) or {}), **_merged(entries, "columns")}
     for name, value in {**columns, **_merged(entries, "facts")}.items():
         row.setdefault(name, value)
     row["columns"] = columns

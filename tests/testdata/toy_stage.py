@@ -97,6 +97,8 @@ class CountStage(Stage):
         )
         return StageResult([row], outputs=(out.artifact(ExampleCounts, counts=counts),))
 
+    history_columns = {"counted": None}  # its column in `runs list`, for every run
+
     def history(self, reports):
         # A column of `runs list` and a line of `runs show`, kept with the execution.
         total = reports[0].details.get("counted") if reports else None

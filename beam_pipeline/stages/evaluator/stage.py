@@ -227,6 +227,8 @@ class EvaluatorStage(Stage):
         )
         return StageResult([report], outputs=outputs, outcome={"blessed": result.blessed})
 
+    history_columns = {"blessed": None}  # its verdict (history())
+
     def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
         # runs list's "blessed" column; runs show's model check and failed thresholds.
         found = verdict(reports)

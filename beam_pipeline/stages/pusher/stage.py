@@ -141,6 +141,8 @@ class PusherStage(Stage):
                 exit_code=EXIT_NOT_BLESSED,
             )
 
+    history_columns = {"pushed": None}  # whether it pushed the model (history())
+
     def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
         # runs list's "pushed" column; runs show's model check.
         found = verdict(reports, "pushed")

@@ -211,6 +211,8 @@ class TrainerStage(Stage):
             outputs = (out.artifact(Model), out.artifact(ModelRun))
         return StageResult([report], outputs=outputs)
 
+    history_columns = {"metrics": {}}  # its eval metrics (history())
+
     def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
         # Its eval metrics: runs list's "metrics" column, compared by runs diff.
         ok = reports and reports[0].status in (StageStatus.OK, StageStatus.CACHED)

@@ -1,11 +1,13 @@
 """Executions get what their stage shows in the run history: a ``history`` property (a
 :class:`~beam_pipeline.engine.history_entry.HistoryEntry` as JSON), which the runner now
-records from each stage's declaration and the ``runs`` commands draw without naming any
-stage. Executions recorded before it get theirs here, from their summary rows, by the
-rules the ``runs`` commands read them with until this revision (frozen here: a migration
-must turn the same rows into the same values whatever the stages say later). No column
-changes: the store's schema is that of 0003; the revision is raised so that an older
-beam-pipeline, which would record executions without it, refuses the store.
+records from each stage's declaration, and runs the ``runs list`` columns their graph
+declared (``history_columns``); the ``runs`` commands draw them without naming any stage.
+Executions and runs recorded before get theirs here, from their summary rows, by the rules
+the ``runs`` commands read them with until this revision (frozen here: a migration must
+turn the same rows into the same values whatever the stages say later; every run then
+listed a model's metrics, whether it was blessed and pushed). No column changes: the
+store's schema is that of 0003; the revision is raised so that an older beam-pipeline,
+which would record executions without it, refuses the store.
 
 Revision ID: 0004
 Revises: 0003
@@ -23,11 +25,16 @@ branch_labels = None
 depends_on = None
 
 _TYPES = sa.table("types", sa.column("id"), sa.column("kind"), sa.column("name"))
+_CONTEXTS = sa.table(
+    "contexts", sa.column("id"), sa.column("type_id"), sa.column("properties", sa.JSON)
+)
 _EXECUTIONS = sa.table(
     "executions", sa.column("id"), sa.column("type_id"), sa.column("properties", sa.JSON)
 )
 # The summary row each stage's history was read from (the data stage's first row).
 _ROW = {"ExampleGen+Statistics": "ExampleGen"}
+# The columns every run listed, with their values where its stages recorded none.
+_COLUMNS = {"metrics": {}, "blessed": None, "pushed": None}
 
 
 def _span_label(spans: Sequence[int]) -> str:
@@ -87,6 +94,17 @@ def _with_history(stage: str, properties: Any) -> Optional[dict[str, Any]]:
 
 def upgrade() -> None:
     conn = op.get_bind()
+    runs = sa.select(_CONTEXTS.c.id, _CONTEXTS.c.properties).join(
+        _TYPES, _TYPES.c.id == _CONTEXTS.c.type_id
+    )
+    runs = runs.where(_TYPES.c.kind == "context", _TYPES.c.name == "run")
+    for context_id, kept in conn.execute(runs).fetchall():
+        own = kept.get("properties") if isinstance(kept, dict) else None
+        if isinstance(own, dict) and "history_columns" not in own:
+            changed = {**kept, "properties": {**own, "history_columns": _COLUMNS}}
+            conn.execute(
+                sa.update(_CONTEXTS).where(_CONTEXTS.c.id == context_id).values(properties=changed)
+            )
     query = sa.select(_EXECUTIONS.c.id, _TYPES.c.name, _EXECUTIONS.c.properties).join(
         _TYPES, _TYPES.c.id == _EXECUTIONS.c.type_id
     )
