@@ -10,6 +10,8 @@ Example::
     git worktree add /tmp/before <commit>
     .venv/bin/python benchmarks/bench_cli_start.py --before /tmp/before \
         --pipeline_root <a root with runs> --repeats 9
+    # a newer store revision: the same runs for the older checkout
+    ... --before_pipeline_root <a copy of that root before the newer version opened it>
 """
 
 from __future__ import annotations
@@ -53,19 +55,29 @@ def main() -> None:
     p.add_argument("--before", required=True, help="a checkout of the version to compare with")
     p.add_argument("--pipeline_root", required=True, help="a pipeline root with runs in it")
     p.add_argument("--repeats", type=int, default=9)
+    p.add_argument(
+        "--before_pipeline_root",
+        default=None,
+        help="the same runs in a store the older version reads (a store a newer version "
+        "migrated is refused by an older one); default: --pipeline_root",
+    )
     args = p.parse_args()
+    roots = {
+        REPO: os.path.abspath(args.pipeline_root),
+        args.before: os.path.abspath(args.before_pipeline_root or args.pipeline_root),
+    }
     commands = {
-        "--help": ["--help"],
-        "runs list": ["runs", "list", f"--pipeline_root={os.path.abspath(args.pipeline_root)}"],
+        "--help": lambda checkout: ["--help"],
+        "runs list": lambda checkout: ["runs", "list", f"--pipeline_root={roots[checkout]}"],
     }
     results = {}
     for name, argv in commands.items():
         for checkout in (REPO, args.before):  # warm-up: the file cache, the .pyc files
-            _time(checkout, argv)
+            _time(checkout, argv(checkout))
         runs: dict[str, list[tuple[float, float]]] = {"after": [], "before": []}
         for _ in range(args.repeats):
-            runs["after"].append(_time(REPO, argv))
-            runs["before"].append(_time(args.before, argv))
+            runs["after"].append(_time(REPO, argv(REPO)))
+            runs["before"].append(_time(args.before, argv(args.before)))
         results[name] = {
             version: {
                 "wall_s_median": round(statistics.median(w for w, _ in r), 4),
@@ -80,8 +92,13 @@ def main() -> None:
     out = {
         "benchmark": "cli_start",
         "date": now.isoformat(timespec="seconds"),
-        "machine": {"nproc": os.cpu_count(), "loadavg": list(os.getloadavg())},
+        "machine": {
+            "nproc": os.cpu_count(),
+            "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "loadavg": list(os.getloadavg()),
+        },
         "before": os.path.abspath(args.before),
+        "pipeline_roots": {"after": roots[REPO], "before": roots[args.before]},
         "repeats": args.repeats,
         "results": results,
     }

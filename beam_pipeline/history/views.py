@@ -1,12 +1,15 @@
 """The metadata store's records as JSON values: one run's row, its executions, a lineage.
 
 These are what ``runs ... --json`` prints and what the tables are drawn from, so a script
-and a person see the same facts.
+and a person see the same facts. What a stage adds to them (its ``runs list`` columns, its
+lines and verdict in ``runs show``, its sections of ``runs diff``) is what it recorded
+with its execution (:class:`beam_pipeline.engine.history_entry.HistoryEntry`): nothing
+here names a stage.
 
 Example::
 
     with MetadataStore.open(url) as store:
-        rows = run_rows(store)            # [{"run_id": ..., "metrics": {...}, ...}, ...]
+        rows = run_rows(store)            # [{"run_id": ..., "columns": {...}, ...}, ...]
         shown = run_view(store, "again")  # {"run_id": "again", "executions": [...]}
 """
 
@@ -34,9 +37,9 @@ from beam_pipeline.metadata.launcher import launcher_gone
 __all__ = [
     "artifact_view",
     "execution_view",
-    "lineage_view",
     "compared",
     "history_entries",
+    "lineage_view",
     "made_by",
     "model_checks",
     "run_executions",
