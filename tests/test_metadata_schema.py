@@ -151,52 +151,67 @@ _OLD_ROWS = {
 }  # fmt: skip
 
 
-def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_path, capsys):
-    """A store of revision 0003, whose executions hold only their summary rows, is upgraded
-    to 0004 with each execution's history filled from them and each run's columns: ``runs
-    list`` still shows the model's metrics, blessed and pushed (``-`` for a run that made
-    none), ``runs show`` the spans and the failed check, ``runs diff`` the metrics and
-    hyperparameters, as before."""
+def write_0003_runs(conn: sa.engine.Connection) -> None:
+    """Three runs as beam-pipeline recorded them at revision 0003 (on ``conn``, migrated
+    to it): old-a and old-b with an execution of each stage of :data:`_OLD_ROWS`, holding
+    only its summary rows; old-c, which failed before any execution. Written with the
+    schema's tables (0004 changes no column), so that any backend gets the same rows."""
+    from beam_pipeline.metadata import schema as s
+
+    conn.execute(
+        sa.insert(s.types),
+        [
+            {"id": 1, "kind": "context", "name": "pipeline"},
+            {"id": 2, "kind": "context", "name": "run"},
+        ]
+        + [{"id": 10 + i, "kind": "execution", "name": stage} for i, stage in enumerate(_OLD_ROWS)],
+    )
+    times = {"create_time_ms": 1000, "update_time_ms": 3000}
+    conn.execute(
+        sa.insert(s.contexts),
+        [{"id": 1, "type_id": 1, "name": "beam-pipeline", "properties": {}, **times}]
+        + [
+            {
+                "id": number,
+                "type_id": 2,
+                "name": run_id,
+                "properties": {"status": "complete", "end_time_ms": 3000, "properties": {}},
+                **times,
+            }
+            for number, run_id in [(2, "old-a"), (3, "old-b"), (4, "old-c")]
+        ],
+    )
+    conn.execute(
+        sa.insert(s.parent_contexts),
+        [{"context_id": n, "parent_context_id": 1} for n in (2, 3, 4)],
+    )
+    for number in (2, 3):
+        for i, rows in enumerate(_OLD_ROWS.values()):
+            conn.execute(
+                sa.insert(s.executions).values(
+                    id=100 * number + i,
+                    type_id=10 + i,
+                    status="complete",
+                    cache_key=f"k{i}",
+                    parameters={},
+                    start_time_ms=1000,
+                    end_time_ms=2000,
+                    properties={"reports": rows},
+                )
+            )
+            conn.execute(
+                sa.insert(s.associations).values(context_id=number, execution_id=100 * number + i)
+            )
+
+
+def check_0003_runs_upgraded(url: str, capsys) -> None:
+    """The runs of :func:`write_0003_runs` as the ``runs`` commands show them once the
+    store at ``url`` is opened (and upgraded): as they were shown before 0004."""
     import json
 
     from beam_pipeline import cli
 
-    path = tmp_path / "old.sqlite"
-    engine = sa.create_engine(_url(path))
-    with engine.begin() as conn:
-        migrate(conn, "0003")
-        conn.exec_driver_sql(
-            "INSERT INTO types (id, kind, name) VALUES (1, 'context', 'pipeline'), "
-            "(2, 'context', 'run')"
-        )
-        conn.exec_driver_sql("INSERT INTO contexts VALUES (1, 1, 'beam-pipeline', '{}', 1, 1)")
-        # old-c: a run that failed before any execution.
-        for run_number, run_id in enumerate(["old-a", "old-b", "old-c"], start=2):
-            run = json.dumps({"status": "complete", "end_time_ms": 3000, "properties": {}})
-            conn.exec_driver_sql(
-                "INSERT INTO contexts VALUES (?, 2, ?, ?, 1000, 3000)", (run_number, run_id, run)
-            )
-            conn.exec_driver_sql("INSERT INTO parent_contexts VALUES (?, 1)", (run_number,))
-        for i, (stage, rows) in enumerate(_OLD_ROWS.items()):
-            conn.exec_driver_sql(
-                "INSERT INTO types (id, kind, name) VALUES (?, 'execution', ?)", (10 + i, stage)
-            )
-            for run_number in (2, 3):
-                execution_id = 100 * run_number + i
-                conn.exec_driver_sql(
-                    "INSERT INTO executions (id, type_id, status, cache_key, parameters, "
-                    "start_time_ms, end_time_ms, properties) "
-                    "VALUES (?, ?, 'complete', ?, '{}', 1000, 2000, ?)",
-                    (execution_id, 10 + i, f"k{i}", json.dumps({"reports": rows})),
-                )
-                conn.exec_driver_sql(
-                    "INSERT INTO associations VALUES (?, ?)", (run_number, execution_id)
-                )
-    engine.dispose()
-    url = _url(path)
-
     assert cli.main(["runs", "list", f"--metadata_url={url}", "--json"]) == 0
-    assert _revision(path) == HEAD
     rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
     row = rows["old-a"]
     assert (row["metrics"], row["blessed"], row["pushed"]) == ({"acc": 0.5}, False, False)
@@ -205,9 +220,9 @@ def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_pa
     row = rows["old-c"]
     assert (row["metrics"], row["blessed"], row["pushed"]) == ({}, None, None)
     assert row["columns"] == {"metrics": {}, "blessed": None, "pushed": None}
-    with sqlite3.connect(path) as db:
-        kept = db.execute("SELECT properties FROM executions WHERE id = 202").fetchone()[0]
-    assert json.loads(kept)["history"]["columns"] == {"metrics": {"acc": 0.5}}  # the Trainer
+    with MetadataStore.open(url) as store:
+        trainer = next(e for e in store.run_executions("old-a") if e.stage == "Trainer")
+        assert trainer.properties["history"]["columns"] == {"metrics": {"acc": 0.5}}
     assert cli.main(["runs", "list", f"--metadata_url={url}"]) == 0
     listed = capsys.readouterr().out
     header = next(line for line in listed.splitlines() if "run" in line and "status" in line)
@@ -229,6 +244,22 @@ def test_executions_recorded_before_0004_get_their_history_and_still_list(tmp_pa
     d = json.loads(capsys.readouterr().out)
     assert d["metrics"] == {"acc": [0.5, 0.5]}
     assert d["hyperparameters"] == {"learning_rate": [0.01, 0.01]}
+
+
+def test_runs_recorded_before_0004_get_their_history_and_still_list(tmp_path, capsys):
+    """A store of revision 0003, whose executions hold only their summary rows, is upgraded
+    to 0004 with each execution's history filled from them and each run's columns: ``runs
+    list`` still shows the model's metrics, blessed and pushed (``-`` for a run that made
+    none), ``runs show`` the spans and the failed check, ``runs diff`` the metrics and
+    hyperparameters, as before."""
+    path = tmp_path / "old.sqlite"
+    engine = sa.create_engine(_url(path))
+    with engine.begin() as conn:
+        migrate(conn, "0003")
+        write_0003_runs(conn)
+    engine.dispose()
+    check_0003_runs_upgraded(_url(path), capsys)
+    assert _revision(path) == HEAD
 
 
 # Two processes open one new store at once (both may create the schema), then, released
