@@ -36,8 +36,8 @@ from beam_pipeline.metadata.launcher import launcher_gone
 
 __all__ = [
     "artifact_view",
-    "execution_view",
     "compared",
+    "execution_view",
     "history_entries",
     "lineage_view",
     "made_by",
