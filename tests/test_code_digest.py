@@ -114,7 +114,7 @@ def _stage_keys(folder, source):
     code = _key(folder, source)
     ctx = StageContext(
         config=None, options=None, run_dir=None, identity={"trainer": {"train_steps": 10}},
-        data=None, csv_format=None, module_digest=hashlib.sha256(source.encode()).hexdigest(),
+        module_digest=hashlib.sha256(source.encode()).hexdigest(),
         transform_code=code,
     )  # fmt: skip
     inputs = {"examples": "k-examples", "schema": "k-schema", "transform": "k-transform"}

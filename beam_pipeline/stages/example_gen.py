@@ -3,14 +3,14 @@
 ExampleGen reads, types and splits the input and writes the examples and the rejected
 rows; Statistics is a streaming combine over the same RecordBatches. :func:`check_data`
 checks the input before any Beam job starts (files, format, CSV header) and fingerprints
-its content; :func:`build_data_pipeline` wires the job (tests build it on Dataflow with
-``--dry_run``); :class:`ExampleGenStage` runs it.
+its content (:meth:`ExampleGenStage.prepare` calls it for the run); :func:`build_data_pipeline`
+wires the job (tests build it on Dataflow with ``--dry_run``); :class:`ExampleGenStage` runs it.
 
 Example::
 
-    data = check_data(config, csv_format)
+    data = check_data(config, csv_format(config))
     p = create_pipeline(options)
-    build_data_pipeline(p, config, data, csv_format, None, staging)
+    build_data_pipeline(p, config, data, csv_format(config), None, staging)
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, T
 from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest, pipeline_code
 from beam_pipeline.engine.stage import (
+    InputData,
     Outputs,
     Stage,
     StageContext,
@@ -35,6 +36,7 @@ from beam_pipeline.engine.stage import (
     StageResult,
 )
 from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.stages.common.csv_input import csv_format
 from beam_pipeline.stages.common.span_cache import (
     SpanInput,
     SpanPlan,
@@ -88,6 +90,7 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     Raises:
       PipelineError: no input files, an unknown format, or a bad CSV header.
     """
+    from beam_pipeline.stages.common.schema_file import user_schema
     from transforms import example_gen as eg
     from transforms.example_gen.input_files import has_span_spec, resolve_spans
 
@@ -115,8 +118,9 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         span_window=1,  # which spans: the files' content above says
         spans=None,
     )
-    # A --schema types the CSV columns ExampleGen reads.
-    schema = file_digest(config.schema.file) if config.schema.file else None
+    # A --schema types the CSV columns ExampleGen reads. Read before its digest is taken: a
+    # missing or malformed one is named in one sentence (read_schema), not a traceback.
+    schema = file_digest(config.schema.file) if user_schema(config) is not None else None
     if by_span:
         # Each span's unit is keyed by its own content (with what shapes its examples and
         # the code that writes them), so a span is read once for every window it is in.
@@ -150,6 +154,24 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         }
     )
     return DataInputs(sources, data_format, header, fingerprint, spans)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+    """What :meth:`ExampleGenStage.prepare` reads for the run, before anything is written.
+
+    Attributes:
+      inputs: the checked inputs (:func:`check_data`).
+      csv_format: how CSV input is read.
+      schema: the ``--schema`` proto (it types the CSV columns), or None.
+      uri: where the input is (``--data``, or ``split=path`` for each ``--input_splits``),
+        as the metadata store records it.
+    """
+
+    inputs: DataInputs
+    csv_format: Any  # transforms.example_gen.CsvFormat
+    schema: Any
+    uri: str
 
 
 def build_data_pipeline(
@@ -437,13 +459,34 @@ class ExampleGenStage(Stage):
     reads_input_data = True
     outputs = (RejectedRows, Examples, Statistics)
 
+    def prepare(self, config: PipelineConfig, options: Any) -> PreparedData:
+        """The input files resolved and checked (format, CSV header), their content
+        fingerprinted, and the ``--schema`` that types the columns read."""
+        from beam_pipeline.stages.common.schema_file import user_schema
+
+        fmt = csv_format(config)
+        inputs = check_data(config, fmt)
+        d = config.data
+        # As the store records artifacts' places (engine.records.stored_uri); that module is
+        # not imported here: it imports the store, which --help does not need.
+        absolute = fileio.absolute_uri
+        if d.data:
+            uri = absolute(d.data)
+        else:
+            uri = ",".join(f"{split.value}={absolute(p)}" for split, p in d.input_splits)
+        return PreparedData(inputs, fmt, user_schema(config), uri)
+
+    def input_data(self, prepared: PreparedData) -> InputData:
+        return InputData(prepared.uri, prepared.inputs.fingerprint)
+
     def parameters(self, ctx: StageContext) -> dict:
-        return {"data": ctx.data.fingerprint}
+        return {"data": ctx.prepared(self).inputs.fingerprint}
 
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        if ctx.data.span_inputs:
+        prepared: PreparedData = ctx.prepared(self)
+        if prepared.inputs.span_inputs:
             return self._run_spans(ctx, out)
         from apache_beam.options.pipeline_options import TestOptions
 
@@ -455,7 +498,8 @@ class ExampleGenStage(Stage):
         splits = config.data.splits
         staging = {a.FOLDER: out.folder(a) for a in self.outputs}
         p = create_pipeline(options)
-        build_data_pipeline(p, config, ctx.data, ctx.csv_format, ctx.user_schema, staging)
+        data, csv, schema = prepared.inputs, prepared.csv_format, prepared.schema
+        build_data_pipeline(p, config, data, csv, schema, staging)
         result = run_pipeline(p, _JOB, config.worker_start_timeout)
         announce_job(ctx, result)
         job = wait_for_job(result, options, _JOB)
@@ -479,8 +523,8 @@ class ExampleGenStage(Stage):
             Examples,
             split_names=[s.value for s in splits],
             rows=rows,
-            fingerprint=ctx.data.fingerprint,
-            spans=list(ctx.data.spans),
+            fingerprint=prepared.inputs.fingerprint,
+            spans=list(prepared.inputs.spans),
         )
         statistics = out.artifact(Statistics, split_names=[s.value for s in splits])
         rejected_dir = out.uri(RejectedRows)
@@ -505,13 +549,15 @@ class ExampleGenStage(Stage):
         config, options = ctx.config, ctx.options
         splits = config.data.splits
         staging = {a.FOLDER: out.folder(a) for a in self.outputs}
-        plan = SpanPlan(ctx.run_dir.cache_path("spans"), ctx.data.span_inputs)
+        prepared: PreparedData = ctx.prepared(self)
+        plan = SpanPlan(ctx.run_dir.cache_path("spans"), prepared.inputs.span_inputs)
         plan.open()
         job = result = None
         try:
             if plan.missing:
                 p = create_pipeline(options)
-                build_span_pipeline(p, config, ctx.data, ctx.csv_format, ctx.user_schema, plan)
+                data, csv, schema = prepared.inputs, prepared.csv_format, prepared.schema
+                build_span_pipeline(p, config, data, csv, schema, plan)
                 result = run_pipeline(p, _JOB, config.worker_start_timeout)
                 announce_job(ctx, result)
                 job = wait_for_job(result, options, _JOB)
@@ -551,7 +597,7 @@ class ExampleGenStage(Stage):
             Examples,
             split_names=[s.value for s in splits],
             rows=rows,
-            fingerprint=ctx.data.fingerprint,
+            fingerprint=prepared.inputs.fingerprint,
             spans=spans,
             span_keys=span_keys,
             spans_reused=reused,

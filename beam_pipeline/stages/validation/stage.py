@@ -97,7 +97,10 @@ class ValidationStage(Stage):
     outputs = (Anomalies,)
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
+        from beam_pipeline.stages.common.schema_file import user_schema
+
         d = ctx.config.validation
+        given = user_schema(ctx.config)  # the --schema, checked by the run before it started
         return {
             "drift_threshold": d.drift_threshold,
             "skew_threshold": d.skew_threshold,
@@ -106,7 +109,7 @@ class ValidationStage(Stage):
             "drift_baseline": (
                 previous_statistics(ctx)
                 if d.drift_threshold is not None
-                or (ctx.user_schema is not None and _compares(ctx.user_schema, "drift_comparator"))
+                or (given is not None and _compares(given, "drift_comparator"))
                 else None
             ),
         }
