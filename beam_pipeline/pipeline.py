@@ -42,7 +42,6 @@ from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
 from beam_pipeline.engine import Preflight, Stage, StageContext, Started, run_stages
-from beam_pipeline.engine.code_digest import transform_code
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import pipeline_code
 from beam_pipeline.engine.manifest import RunManifest, run_identity
@@ -219,7 +218,6 @@ def run(
                 identity=manifest.identity,
                 preprocessing_fn=preprocessing_fn,
                 module_digest=module_digest,
-                transform_code=transform_code(preprocessing_fn, module_digest),
                 staged=staged,
                 events=events,
                 prepared_values=prepared,

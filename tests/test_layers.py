@@ -358,6 +358,68 @@ def test_no_stage_imports_a_sibling_stage(tree):
     assert not bad, "\n".join(bad)
 
 
+def stage_imports(module: str, graph, stages: list[str], modules: dict[str, str]) -> list[str]:
+    """The imports of a stage's home (either side) by ``module``."""
+    return sorted(
+        f"{modules[module]}:{line} imports {target} ({home(target, stages)})"
+        for target, (line, _) in graph.get(module, {}).items()
+        if home(target, stages)
+    )
+
+
+def test_the_run_imports_no_stage(tree):
+    # pipeline.py runs any graph (--graph too): what a stage needs for the whole run comes
+    # from the stage's own hooks (prepare, input_data, start), not from the run's code.
+    _, modules, graph = tree
+    bad = stage_imports("beam_pipeline.pipeline", graph, _stage_names(), modules)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_check_tells_a_run_that_imports_a_stage():
+    sources = {
+        _p("beam_pipeline", "pipeline.py"): (
+            "from beam_pipeline.stages.graph import STAGE_GRAPH\n"
+            "from transforms import example_gen as eg\n"
+            "def run():\n    from beam_pipeline.stages.tuner.stage import TunerStage\n"
+        ),
+        _p("beam_pipeline", "stages", "graph.py"): "",
+        _p("beam_pipeline", "stages", "tuner", "stage.py"): "",
+        _p("transforms", "example_gen", "__init__.py"): "",
+    }
+    modules = {_module_name(rel): rel for rel in sources}
+    bad = stage_imports(
+        "beam_pipeline.pipeline", import_graph(sources), ["example_gen", "tuner"], modules
+    )
+    assert [b.split(" ")[0] for b in bad] == [
+        _p("beam_pipeline", "pipeline.py") + ":2",
+        _p("beam_pipeline", "pipeline.py") + ":4",
+    ]
+
+
+def test_the_stage_context_carries_nothing_stage_specific():
+    # What one stage reads for the run is its own (ctx.prepared, ctx.started): no field of
+    # the context every stage gets is named after a stage, its settings or its artifacts,
+    # and none is an untyped value (Beam's options aside: not imported there).
+    import dataclasses
+    import re
+
+    from beam_pipeline.engine.stage import StageContext
+    from beam_pipeline.stages.graph import STAGE_GRAPH
+
+    words = set()
+    for stage in STAGE_GRAPH:
+        words.update(re.findall(r"[a-z]+", stage.name.lower()))
+        words.update((stage.config_key or "").split("_"))
+        words.update(artifact.FOLDER for artifact in stage.outputs)
+    words.discard("")
+    assert {"data", "schema", "tuner", "examples"} <= words, words
+    fields = {f.name: f.type for f in dataclasses.fields(StageContext)}
+    named = [name for name in fields if {name, *name.split("_")} & words]
+    assert not named, f"StageContext fields named after a stage's data: {named}"
+    untyped = [name for name, kind in fields.items() if kind == "Any" and name != "options"]
+    assert not untyped, f"StageContext fields typed Any: {untyped}"
+
+
 def named_after_a_stage(names: list[str], stages: list[str]) -> list[str]:
     """The module names among ``names`` that a stage's own: ``<stage>``, ``<stage>_stage``,
     ``<stage>s``."""

@@ -79,9 +79,6 @@ class StageContext:
         settings sections enter the model stages' keys.
       preprocessing_fn: the module's tf.Transform function, or None without a module.
       module_digest: the digest of the module and its folder's Python files, or None.
-      transform_code: what Transform's key holds of the code: ``function <digest>`` of
-        what ``preprocessing_fn`` runs (:func:`beam_pipeline.engine.code_digest.function_digest`)
-        or, where that cannot be computed, ``module <module_digest>``; None without a module.
       staged: the module file as staged in the run directory for the workers, or None.
       events: hears of each stage as it starts and ends (the CLI's progress display).
       stage: the stage this context was made for (the runner gives each stage its own,
@@ -99,7 +96,6 @@ class StageContext:
     identity: Mapping[str, Any]
     preprocessing_fn: Optional[Callable] = None
     module_digest: Optional[str] = None
-    transform_code: Optional[str] = None
     staged: Optional[StagedModule] = None
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
     stage: Optional[str] = None
