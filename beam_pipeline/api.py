@@ -104,4 +104,4 @@ def run(
         if report and events.run_dir:  # a failed run's report too: it shows what exists
             from beam_pipeline.report import write_report
 
-            write_report(events.run_dir)
+            write_report(events.run_dir, events.graph or None)

@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if events.run_dir:  # a failed run's report too: it shows what exists
                     from beam_pipeline.report import write_report
 
-                    report = write_report(events.run_dir)
+                    report = write_report(events.run_dir, events.graph or None)
     if error:  # the one sentence, once the progress display has stopped
         print(f"error: {error}", file=sys.stderr)
     if summary is not None:

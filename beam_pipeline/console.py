@@ -45,8 +45,8 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
-from typing import IO, Optional
+from collections.abc import Callable, Sequence
+from typing import IO, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.secrets import mask
@@ -123,6 +123,7 @@ class RunEvents:
 
     def __init__(self):
         self.run_dir: Optional[str] = None
+        self.graph: tuple[Any, ...] = ()
         # Stage -> what tells its progress from its files while it runs (Stage.progress).
         self.details: dict[str, Callable[[str], str]] = {}
         self._listeners: dict[str, list[Callable[..., None]]] = {e: [] for e in self._EVENTS}
@@ -132,9 +133,11 @@ class RunEvents:
         for event, callback in callbacks.items():
             self._listeners[event].append(callback)
 
-    def run_started(self, run_dir: str) -> None:
-        """The run directory exists (``<pipeline_root>/runs/<run_id>``)."""
+    def run_started(self, run_dir: str, graph: Sequence[Any] = ()) -> None:
+        """The run directory exists (``<pipeline_root>/runs/<run_id>``); ``graph``: the
+        stages the run runs (kept in ``graph``: its report shows their sections)."""
         self.run_dir = run_dir
+        self.graph = tuple(graph)
         for callback in self._listeners["run_started"]:
             callback(run_dir)
 

@@ -224,7 +224,7 @@ def run(
         records = RunRecords(manifest, store, run, data, config.no_cache, data_stage)
         summary = RunSummary(run_dir.root)
         events = events if events is not None else RunEvents()
-        events.run_started(run_dir.root)
+        events.run_started(run_dir.root, graph)
         # The model phase's workers load the module and its folder's Python files staged
         # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not
         # the user's copies, which may change or be out of their reach.

@@ -108,7 +108,7 @@ def test_event_files_are_read_record_by_record_as_tensorflow_reads_them(tmp_path
     TensorFlow's reader; a truncated or damaged one ends the file there."""
     import tensorflow as tf
 
-    from beam_pipeline.report.data import _tfrecords
+    from beam_pipeline.stages.trainer.report import tfrecords as _tfrecords
 
     path = str(tmp_path / "events.out.tfevents.1")
     records = [b"", b"x", bytes(range(256)) * 40, b"last"]
