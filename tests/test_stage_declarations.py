@@ -165,7 +165,8 @@ def test_the_python_api_runs_a_graph_and_returns_its_summary(tmp_path):
     summary = bp.run(config, graph=toy_stage.GRAPH)
     assert summary.stage("CountExamples").status.value == "ok"
     assert summary.stage("ExampleGen").rows_out["train"] > 0
-    assert os.path.exists(os.path.join(summary.run_dir, "report.html"))
+    with open(os.path.join(summary.run_dir, "report.html")) as f:
+        assert '<section id="counts"><h2>Example counts</h2>' in f.read()  # the graph's
     with pytest.raises(PipelineError, match="did you mean 'train_steps'"):
         bp.make_config(train_step=3)
     # A flag's text is read as the flag reads it; a bad one is one sentence.
