@@ -33,7 +33,6 @@ import os
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, no_room
 from beam_pipeline.core.forked import WORKER_MODULES_ENV
@@ -43,6 +42,7 @@ from beam_pipeline.core.user_module import get_preprocessing_fn
 from beam_pipeline.engine import Preflight, Stage, StageContext, run_stages
 from beam_pipeline.engine.code_digest import transform_code
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.fingerprint import pipeline_code
 from beam_pipeline.engine.manifest import RunManifest, run_identity
 from beam_pipeline.engine.records import DATA_TYPE, RunRecords, stored_uri
