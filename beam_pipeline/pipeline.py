@@ -34,7 +34,6 @@ import os
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, no_room
 from beam_pipeline.core.forked import WORKER_MODULES_ENV
@@ -43,6 +42,7 @@ from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
 from beam_pipeline.engine import Preflight, Stage, StageContext, Started, run_stages
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.fingerprint import pipeline_code
 from beam_pipeline.engine.manifest import RunManifest, run_identity
 from beam_pipeline.engine.records import DATA_TYPE, RunRecords
@@ -202,7 +202,7 @@ def run(
         records = RunRecords(manifest, store, run, spec, config.no_cache, data_name)
         summary = RunSummary(run_dir.root)
         events = events if events is not None else RunEvents()
-        events.run_started(run_dir.root)
+        events.run_started(run_dir.root, graph)
         # The model phase's workers load the module and its folder's Python files staged
         # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not
         # the user's copies, which may change or be out of their reach.

@@ -29,14 +29,15 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from beam_pipeline.console import RunEvents
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport
 
 if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
     from beam_pipeline.core.module_staging import StagedModule
+    from beam_pipeline.engine.report_sections import ReportSection, ReportView
 
 __all__ = [
     "Input",
@@ -349,6 +350,14 @@ class Stage(abc.ABC):
           outcome: the execution's outcome (:attr:`StageResult.outcome`).
         """
         return None  # most stages never stop the run once they finished
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Its sections of the run's ``report.html``, read from what the run directory
+        holds (``view``: its artifacts, wherever a cached stage's are, and the summary
+        rows); the report shows them in graph order. Without any, the stage has its
+        summary row only. Import what reads and draws inside this method: the report
+        (``runs report``) loads neither Beam nor TensorFlow."""
+        return []
 
     # Run-level hooks: what a stage prepares before anything is written, and what it
     # starts for the whole run (kept per stage: ``ctx.prepared(self)``, ``ctx.started(self)``).

@@ -21,6 +21,7 @@ from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import SCHEMA_FILE, Schema, Statistics, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import file_digest
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
@@ -114,6 +115,12 @@ class SchemaStage(Stage):
         e = ctx.config.evaluator
         if e.enabled and e.slice_features and outcome.get("schema_file"):
             check_slice_features(e.slice_features, outcome["schema_file"], ctx.preprocessing_fn)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Each feature's type, presence, shape and domain."""
+        from beam_pipeline.stages.schema.report import schema_section
+
+        return [schema_section(view)]
 
 
 def _transformed_names(schema, preprocessing_fn) -> set[str]:

@@ -29,6 +29,7 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
@@ -234,3 +235,9 @@ class TunerStage(Stage):
         if best is not None:
             outputs = (out.artifact(Hyperparameters, file=BEST_HYPERPARAMETERS_FILE),)
         return StageResult([report], outputs=outputs)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """The trials, the objective per trial, per hyperparameter and per epoch."""
+        from beam_pipeline.stages.tuner.report import trials_section
+
+        return [trials_section(view)]

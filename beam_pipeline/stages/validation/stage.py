@@ -23,6 +23,7 @@ from beam_pipeline.core.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import Anomalies, Schema, Statistics, TypedArtifact
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
@@ -208,6 +209,12 @@ class ValidationStage(Stage):
         blocking = outcome.get("blocking_error")
         if blocking and not ctx.config.validation.ignore_anomalies:
             raise PipelineError(blocking, exit_code=EXIT_ANOMALIES)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Each anomaly per split and feature."""
+        from beam_pipeline.stages.validation.report import anomalies_section
+
+        return [anomalies_section(view)]
 
 
 def _comparator_details(by_split) -> str:
