@@ -167,8 +167,8 @@ class TunerStage(Stage):
         """The trials' worker pool, started now: its processes import TensorFlow while the
         data stages run, instead of after them (closed by :meth:`run` after the search)."""
         config = ctx.config
-        if not config.module_file:
-            return None
+        if not config.module_file or not _default_pool_workers(config, ctx.options):
+            return None  # no pool to start (its settings or runner say so): the module unread
         from trainer.module_loader import load_trainer_module
 
         loaded = load_trainer_module(
