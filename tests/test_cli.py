@@ -267,6 +267,10 @@ def _write(path, text):
             ],
             r"preprocessing_fn in .*m\.py raised KeyError",
         ),
+        (
+            lambda d: [f"--data={PENGUIN_DIR}/penguins.csv", f"--schema={d / 'none.pbtxt'}"],
+            r"Schema file .*none\.pbtxt does not exist",
+        ),
         (lambda d: ["--data", _write(d / "a.csv", "x\n1\n"), "--bogus_flag=1"], r"Unknown flag"),
         (
             lambda d: ["--data", _write(d / "a.csv", "x\n1\n"), "--split_buckets=train"],
@@ -279,6 +283,7 @@ def _write(path, text):
         "no-header",
         "no-preprocessing_fn",
         "fn-raises",
+        "missing-schema",
         "unknown-flag",
         "bad-split",
     ],

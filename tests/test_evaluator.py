@@ -327,7 +327,7 @@ def _pusher_ctx(tmp_path, **pusher):
 
     config = PipelineConfig(pipeline_root=str(tmp_path / "root"), pusher=PusherConfig(**pusher))
     run_dir = RunDirectory.create(config.pipeline_root, "r")
-    return StageContext(config, None, run_dir, {}, None, None)
+    return StageContext(config, None, run_dir, {})
 
 
 def test_pusher_stage_pushes_only_a_model_blessed_by_both(model, tmp_path):

@@ -31,6 +31,7 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.fingerprint import file_digest
 from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.blessings import NO_LABEL_FIX, skip_without_model, verdict
@@ -226,6 +227,12 @@ class EvaluatorStage(Stage):
             out.artifact(ModelBlessing, blessed=result.blessed, baseline=baseline),
         )
         return StageResult([report], outputs=outputs, outcome={"blessed": result.blessed})
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """The verdict, the metrics per slice beside the baseline's, TFMA's plots."""
+        from beam_pipeline.stages.evaluator.report import evaluation_section
+
+        return [evaluation_section(view)]
 
     history_columns = {"blessed": None}  # its verdict (history())
 

@@ -26,6 +26,7 @@ from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import ReportSection, ReportView, json_key_values
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.blessings import skip_without_model, verdict
@@ -152,6 +153,12 @@ class InfraValidatorStage(Stage):
             outputs=(out.artifact(InfraBlessing, blessed=result.blessed),),
             outcome={"blessed": result.blessed},
         )
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Its verdict's files, added to the evaluation's section."""
+        markers = {"INFRA_BLESSED": ("blessed", True), "INFRA_NOT_BLESSED": ("blessed", False)}
+        parts = json_key_values(view, InfraBlessing, markers=markers)
+        return [ReportSection("evaluation", "Evaluation", (InfraBlessing,), parts)]
 
     def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
         return HistoryEntry(verdict=verdict(reports))  # runs show's model check

@@ -25,6 +25,7 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import ReportSection, ReportView, json_key_values
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.blessings import (
@@ -140,6 +141,12 @@ class PusherStage(Stage):
                 "summary's Evaluator and InfraValidator rows say which check failed.",
                 exit_code=EXIT_NOT_BLESSED,
             )
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Its record (where the model went, or why not), added to the evaluation's
+        section."""
+        parts = json_key_values(view, PushedModel)
+        return [ReportSection("evaluation", "Evaluation", (PushedModel,), parts)]
 
     history_columns = {"pushed": None}  # whether it pushed the model (history())
 

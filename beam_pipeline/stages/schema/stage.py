@@ -19,8 +19,9 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import SCHEMA_FILE, Schema, Statistics, TypedArtifact
-from beam_pipeline.engine.config import check_int
+from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import file_digest
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
@@ -64,6 +65,13 @@ class SchemaStage(Stage):
     inputs = (Input(Statistics, key="statistics"),)
     outputs = (Schema,)
 
+    def prepare(self, config: PipelineConfig, options: Any) -> Any:
+        """The ``--schema`` proto (read and checked now, before anything is written), or
+        None: the schema is inferred."""
+        from beam_pipeline.stages.common.schema_file import user_schema
+
+        return user_schema(config)
+
     def parameters(self, ctx: StageContext) -> dict:
         data = ctx.config.schema
         return {
@@ -79,8 +87,9 @@ class SchemaStage(Stage):
         from transforms.statistics import read_statistics
 
         data = ctx.config.schema
-        if ctx.user_schema is not None:
-            schema, how = ctx.user_schema, f"from --schema {data.file}"
+        given = ctx.prepared(self)
+        if given is not None:
+            schema, how = given, f"from --schema {data.file}"
         else:
             train = read_statistics(inputs[Statistics].path(Split.TRAIN))
             schema = infer_schema(
@@ -106,6 +115,12 @@ class SchemaStage(Stage):
         e = ctx.config.evaluator
         if e.enabled and e.slice_features and outcome.get("schema_file"):
             check_slice_features(e.slice_features, outcome["schema_file"], ctx.preprocessing_fn)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Each feature's type, presence, shape and domain."""
+        from beam_pipeline.stages.schema.report import schema_section
+
+        return [schema_section(view)]
 
 
 def _transformed_names(schema, preprocessing_fn) -> set[str]:

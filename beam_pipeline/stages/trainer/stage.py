@@ -20,6 +20,7 @@ from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, Schema, TypedArtifact
 from beam_pipeline.engine.config import check_int, check_seconds
 from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs, parse_custom_config
@@ -210,6 +211,12 @@ class TrainerStage(Stage):
         if report.status in (StageStatus.OK, StageStatus.CACHED):
             outputs = (out.artifact(Model), out.artifact(ModelRun))
         return StageResult([report], outputs=outputs)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """The training result and the curves Keras logged to TensorBoard."""
+        from beam_pipeline.stages.trainer.report import training_section
+
+        return [training_section(view)]
 
     history_columns = {"metrics": {}}  # its eval metrics (history())
 

@@ -23,6 +23,7 @@ from beam_pipeline.core.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import Anomalies, Schema, Statistics, TypedArtifact
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
@@ -97,7 +98,10 @@ class ValidationStage(Stage):
     outputs = (Anomalies,)
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
+        from beam_pipeline.stages.common.schema_file import user_schema
+
         d = ctx.config.validation
+        given = user_schema(ctx.config)  # the --schema, checked by the run before it started
         return {
             "drift_threshold": d.drift_threshold,
             "skew_threshold": d.skew_threshold,
@@ -106,7 +110,7 @@ class ValidationStage(Stage):
             "drift_baseline": (
                 previous_statistics(ctx)
                 if d.drift_threshold is not None
-                or (ctx.user_schema is not None and _compares(ctx.user_schema, "drift_comparator"))
+                or (given is not None and _compares(given, "drift_comparator"))
                 else None
             ),
         }
@@ -205,6 +209,12 @@ class ValidationStage(Stage):
         blocking = outcome.get("blocking_error")
         if blocking and not ctx.config.validation.ignore_anomalies:
             raise PipelineError(blocking, exit_code=EXIT_ANOMALIES)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Each anomaly per split and feature."""
+        from beam_pipeline.stages.validation.report import anomalies_section
+
+        return [anomalies_section(view)]
 
 
 def _comparator_details(by_split) -> str:
