@@ -40,11 +40,19 @@ def _names() -> tuple[set[str], set[str]]:
     return names, names & set(artifact_types())
 
 
+def _a_stage_module(module: str) -> bool:
+    """A stage's own module: under ``beam_pipeline.stages`` but not what the stages share
+    (``common``) or the graph's loader (``graph``, which ``runs report --graph`` uses)."""
+    shared = ("beam_pipeline.stages.common", "beam_pipeline.stages.graph")
+    return module.startswith("beam_pipeline.stages") and not module.startswith(shared)
+
+
 def stage_mentions(source: str, names: set[str], artifacts: set[str]) -> list[str]:
     """Where ``source`` names a stage: a string (docstrings and f-strings included) that is
     a stage's name, or holds one as a word; an identifier that spells one (``TRAINER``,
-    ``pusher_row``); an import of a stage's module. A name that is also an artifact type's
-    (Schema, Statistics: the artifacts ``runs diff`` compares) counts only as a whole string.
+    ``pusher_row``); an import of a stage's module (:func:`_a_stage_module`). A name that
+    is also an artifact type's (Schema, Statistics: the artifacts ``runs diff`` compares)
+    counts only as a whole string.
     """
     words = sorted(names - artifacts)
     spelled = [n.lower() for n in words]
@@ -66,16 +74,10 @@ def stage_mentions(source: str, names: set[str], artifacts: set[str]) -> list[st
             identifiers = [node.arg]
         elif isinstance(node, ast.alias):
             identifiers = [node.asname or node.name]
-            module = node.name
-            if module.startswith("beam_pipeline.stages.") and not module.startswith(
-                "beam_pipeline.stages.common"
-            ):
-                found.append(f"line {line}: imports {module}")
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "beam_pipeline.stages"
-        ):
-            if not (node.module or "").startswith("beam_pipeline.stages.common"):
-                found.append(f"line {line}: imports from {node.module}")
+            if _a_stage_module(node.name):
+                found.append(f"line {line}: imports {node.name}")
+        if isinstance(node, ast.ImportFrom) and _a_stage_module(node.module or ""):
+            found.append(f"line {line}: imports from {node.module}")
         for identifier in identifiers:
             flat = identifier.lower().replace("_", "")
             if any(n in flat for n in spelled):
@@ -109,6 +111,7 @@ def test_the_check_tells_a_named_stage():
     for source in [
         'print("Schema: not compared")\n',
         "from beam_pipeline.stages.common.schema_file import read_schema\n",
+        "from beam_pipeline.stages.graph import load_graph\n",
         'd["compared"]\n',
     ]:
         assert not stage_mentions(source, names, artifacts), source
