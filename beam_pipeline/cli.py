@@ -102,6 +102,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from beam_pipeline.progress import ProgressDisplay
 
     output = parse_output(argv)
+    if not output.verbose:
+        sys.unraisablehook = _log_unraisable
     events = RunEvents()
     report = None
     with RunLog(output) as log:
@@ -127,6 +129,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             where.append(f"full log: {log.path}")
         print("; ".join(where))
     return code
+
+
+def _log_unraisable(unraisable) -> None:
+    """Logs an exception Python could not raise (one in a ``__del__``) instead of printing
+    its traceback on the terminal.
+
+    A Ctrl-C that lands while TensorFlow builds an object leaves it half-made, and its
+    ``__del__`` fails when it is collected: Python would print "Exception ignored in ...
+    Traceback" beside the run's one sentence. The log keeps it (``-v`` prints it).
+    """
+    logging.getLogger(__name__).info(
+        "Exception ignored in %r",
+        unraisable.object,
+        exc_info=(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback),
+    )
 
 
 def _answers_at_once(argv: Sequence[str]) -> bool:
