@@ -314,7 +314,7 @@ def test_blessing_json_names_the_failed_threshold(tmp_path):
     assert evaluator.read_blessing(str(tmp_path)).failures == (failure,)
     # The summary's table: counts whole (a 1M-row taxi run showed 3.334e+05), rates to 4
     # significant digits.
-    from beam_pipeline.stages.evaluator.stage import metrics_table
+    from beam_pipeline.stages.evaluator.executor import metrics_table
 
     table = metrics_table({"Overall": {"example_count": 333447.0, "binary_accuracy": 0.768512}})
     assert table.split("\n")[1].split() == ["Overall", "0.7685", "333447"]
