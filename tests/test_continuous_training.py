@@ -187,13 +187,12 @@ def test_dataflow_job_graph_holds_run_inference(tmp_path):
     """Built offline (--dry_run) from the stage's own builder, as test_runners does."""
     from beam_pipeline.core.types import DataFormat
     from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
-    from beam_pipeline.stages.bulk_inferrer import (
+    from beam_pipeline.stages.bulk_inferrer.artifacts import (
         InferenceRejectedRows,
         InferenceResult,
-        InferInputs,
         InferredExamples,
-        build_inference_pipeline,
     )
+    from beam_pipeline.stages.bulk_inferrer.executor import InferInputs, build_inference_pipeline
     from transforms import example_gen as eg
 
     header, _ = _rows()

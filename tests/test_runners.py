@@ -513,7 +513,7 @@ def dataflow_graphs(tmp_path_factory):
     from beam_pipeline.stages.example_gen import DataInputs, build_data_pipeline
     from beam_pipeline.stages.schema.inference import read_schema
     from beam_pipeline.stages.trainer.training import build_training_job
-    from beam_pipeline.stages.transform.stage import build_transform_pipeline
+    from beam_pipeline.stages.transform.executor import build_transform_pipeline
     from beam_pipeline.stages.tuner.tuning import build_tuning_job
     from trainer.tuning import TrialSpec, state_path
     from transforms import example_gen as eg

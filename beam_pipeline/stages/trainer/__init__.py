@@ -1,1 +1,2 @@
-"""The Trainer stage: its declaration (``stage.py``) and its Beam job (``training.py``)."""
+"""The Trainer stage: its declaration (``stage.py``), the work its hooks delegate to
+(``executor.py``) and its Beam job (``training.py``)."""

@@ -1,34 +1,40 @@
-"""The Trainer stage: the module's ``run_fn`` or TrainSpec trained as a Beam step.
+"""The Trainer stage's declaration: the module's ``run_fn`` or TrainSpec trained as a Beam step.
 
-The training itself is :func:`beam_pipeline.stages.trainer.training.run_training_stage`, which
-writes ``model_run/`` in place (a retry resumes from its checkpoints) and publishes
-``model/`` and ``model_run/`` itself; this unit gives it Transform's outputs, the schema
-and the tuner's best hyperparameters (when the tuner ran), and reports the model.
+Its settings (TFX's TrainArgs/EvalArgs and more), its inputs (Transform's outputs, the
+schema, the tuner's best hyperparameters) and its hooks; the work they delegate to is
+:mod:`beam_pipeline.stages.trainer.executor` (and its Beam job,
+:mod:`beam_pipeline.stages.trainer.training`), imported when a hook runs.
+
+Example::
+
+    python -m beam_pipeline --data=train.csv --module_file=m.py --train_steps=200
 """
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
-import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, Schema, TypedArtifact
 from beam_pipeline.engine.config import check_int, check_seconds
-from beam_pipeline.engine.history_entry import HistoryEntry
-from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
-from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs, parse_custom_config
+from beam_pipeline.stages.common.model_job import MODEL_INPUTS
 
-__all__ = ["TrainerConfig", "TrainerStage", "check_warm_start"]
+if TYPE_CHECKING:
+    from beam_pipeline.engine.history_entry import HistoryEntry
+    from beam_pipeline.engine.report_sections import ReportSection, ReportView
+    from beam_pipeline.engine.summary import StageReport
+
+__all__ = ["TrainerConfig", "TrainerStage"]
 
 
 def _custom_config(value: Any) -> str:
+    from beam_pipeline.stages.common.model_job import parse_custom_config
+
     text = value if isinstance(value, str) else json.dumps(value)
     parse_custom_config(text)  # checked here, parsed again where fn_args is built
     return text
@@ -149,68 +155,31 @@ class TrainerStage(Stage):
     def preflight(self, run: Preflight) -> None:
         config = run.config
         if config.trainer.warm_start and config.trainer.enabled:
-            check_warm_start(run.store(), config, config.run_id)
+            from beam_pipeline.stages.trainer import executor
+
+            executor.check_warm_start(run.store(), config, config.run_id)
 
     def progress(self, run_dir: str) -> str:
         """'epoch 4, loss 0.31' from the newest TensorBoard event file in model_run/train."""
-        files = glob.glob(os.path.join(run_dir, "model_run", "train", "events.out.tfevents.*"))
-        if not files:
-            return ""
-        import tensorflow as tf
+        from beam_pipeline.stages.trainer import executor
 
-        step, loss = None, None
-        try:
-            for event in tf.compat.v1.train.summary_iterator(max(files, key=os.path.getmtime)):
-                for value in event.summary.value:
-                    if value.tag.endswith("loss") and value.HasField("tensor"):
-                        step, loss = event.step, float(tf.make_ndarray(value.tensor))
-        except (tf.errors.OpError, OSError, ValueError):  # a record half written: next poll
-            pass
-        if step is None:
-            return ""
-        return f"epoch {step + 1}, loss {loss:.4g}"
+        return executor.progress(run_dir)
 
     def parameters(self, ctx: StageContext) -> dict:
         return {"module_file": ctx.module_digest, "trainer": ctx.identity["trainer"]}
 
     def resolved_inputs(self, ctx: StageContext) -> tuple[TypedArtifact, ...]:
         """``--warm_start``'s model, from the metadata store."""
-        which = ctx.config.trainer.warm_start
-        if not which or not ctx.config.trainer.enabled:
-            return ()
-        from beam_pipeline.stages.common.store import open_store
+        from beam_pipeline.stages.trainer import executor
 
-        with open_store(ctx) as store:
-            uri = check_warm_start(store, ctx.config, ctx.run_dir.run_id)
-        return (Model(uri, {"warm_start": which}),)
+        return executor.resolved_inputs(ctx)
 
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.trainer.training import run_training_stage
+        from beam_pipeline.stages.trainer import executor
 
-        best = inputs.get(Hyperparameters)
-        config = ctx.config
-        base = inputs.get(Model)
-        if base is not None:  # --warm_start: the model the store resolved
-            config = dataclasses.replace(
-                config,
-                trainer=dataclasses.replace(config.trainer, base_model=base.uri, warm_start=None),
-            )
-
-        report = run_training_stage(
-            config,
-            ctx.run_dir,
-            ctx.options,
-            best.file if best is not None else None,
-            entry_point=ctx.config.trainer.entry_point,
-            staged=ctx.staged,
-            inputs=model_inputs(inputs),
-        )
-        outputs = ()
-        if report.status in (StageStatus.OK, StageStatus.CACHED):
-            outputs = (out.artifact(Model), out.artifact(ModelRun))
-        return StageResult([report], outputs=outputs)
+        return executor.run(ctx, inputs, out)
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """The training result and the curves Keras logged to TensorBoard."""
@@ -221,52 +190,10 @@ class TrainerStage(Stage):
     history_columns = {"metrics": {}}  # its eval metrics (history())
 
     def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        from beam_pipeline.engine.history_entry import HistoryEntry
+        from beam_pipeline.engine.summary import StageStatus
+
         # Its eval metrics: runs list's "metrics" column, compared by runs diff.
         ok = reports and reports[0].status in (StageStatus.OK, StageStatus.CACHED)
         metrics = dict(reports[0].details.get("metrics") or {}) if ok else {}
         return HistoryEntry(columns={"metrics": metrics}, compared={"metrics": metrics})
-
-
-def check_warm_start(store, config, run_id: str = "") -> str:
-    """``--warm_start``'s model (its uri), checked before anything of the run is written.
-
-    Args:
-      store: the run's metadata store, or None (a remote root without ``--metadata_url``).
-      config: the run's configuration.
-      run_id: this run's id (its own model is not a base model).
-
-    Raises:
-      PipelineError: there is no store, or no such model in it.
-    """
-    which = config.trainer.warm_start
-    if store is None:
-        raise PipelineError(
-            f"--warm_start {which} looks the model up in the metadata store, and this run has "
-            "none (a remote --pipeline_root); pass --metadata_url or --base_model PATH."
-        )
-    uri = _warm_start_model(store, which, run_id)
-    if uri is None:
-        raise PipelineError(
-            f"--warm_start {which} found no {which.replace('_', ' ')} model of this "
-            f"pipeline in the metadata store of {config.pipeline_root}; run once "
-            "without --warm_start first, or pass --base_model PATH."
-        )
-    return uri
-
-
-def _warm_start_model(store, which: str, run_id: str) -> Optional[str]:
-    """The uri of this pipeline's latest blessed (or latest) model still on disk, made by
-    another run; None if there is none."""
-    from beam_pipeline.metadata.store import is_available
-
-    if which == "latest_blessed":
-        found = store.latest_blessed_model()
-        return found.uri if found is not None else None
-    for run in store.list_runs():  # newest first
-        if run.run_id == run_id:
-            continue
-        for execution in store.run_executions(run.run_id) or ():
-            for artifact in execution.outputs.values():
-                if artifact.type_name == Model.__name__ and is_available(artifact):
-                    return artifact.uri
-    return None

@@ -1,2 +1,2 @@
-"""The Transform stage: its declaration and job (``stage.py``) and tf.Transform's analyzer
-cache (``analyzer_cache.py``)."""
+"""The Transform stage: its declaration (``stage.py``), its job (``executor.py``) and
+tf.Transform's analyzer cache (``analyzer_cache.py``)."""

@@ -1,7 +1,10 @@
 """The Tuner stage's launcher side with Beam: its schedules and its trials' files.
 
-The stage itself is :func:`beam_pipeline.stages.tuner.tuning.run_tuning_stage`; the trial's
-plain-Python halves (oracle driver, trial runner) are in :mod:`trainer.tuning`.
+The declaration is :mod:`~beam_pipeline.stages.tuner.stage` (its settings
+:mod:`~beam_pipeline.stages.tuner.settings`), the work its hooks delegate to
+:mod:`~beam_pipeline.stages.tuner.executor`; the search itself is
+:func:`beam_pipeline.stages.tuner.tuning.run_tuning_stage`; the trial's plain-Python halves
+(oracle driver, trial runner) are in :mod:`trainer.tuning`.
 
 - :mod:`~beam_pipeline.stages.tuner.search`: what a search did (:class:`Search`) and the results
   its trials' workers wrote;
