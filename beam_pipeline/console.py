@@ -310,11 +310,3 @@ def _is_fd(stream, fd: int) -> bool:
         return stream.fileno() == fd
     except (AttributeError, OSError, ValueError):
         return False
-
-
-def command_name() -> str:
-    """How the user ran us: ``beam-pipeline`` (the installed command) or ``python -m
-    beam_pipeline``, for the usage line and the messages that quote a command."""
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "beam-pipeline":
-        return "beam-pipeline"
-    return "python -m beam_pipeline"

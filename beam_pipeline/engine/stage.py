@@ -32,13 +32,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
 from beam_pipeline.engine.events import RunEvents
-from beam_pipeline.engine.history_entry import HistoryEntry
-from beam_pipeline.engine.run_dir import RunDirectory
-from beam_pipeline.engine.summary import StageReport
 
-if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
+# For annotations only: every command imports the stage declarations (--help for their
+# flags), and these modules serve a run, not a declaration.
+if TYPE_CHECKING:
     from beam_pipeline.core.module_staging import StagedModule
+    from beam_pipeline.engine.history_entry import HistoryEntry
     from beam_pipeline.engine.report_sections import ReportSection, ReportView
+    from beam_pipeline.engine.run_dir import RunDirectory
+    from beam_pipeline.engine.summary import StageReport
 
 __all__ = [
     "Input",
@@ -404,4 +406,6 @@ class Stage(abc.ABC):
         Args:
           reports: the summary rows the stage's ``run`` returned (ok or skipped).
         """
+        from beam_pipeline.engine.history_entry import HistoryEntry
+
         return HistoryEntry()  # most stages show only their executions

@@ -41,7 +41,7 @@ _DIGEST = re.compile(r"[0-9a-f]{40,}")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from beam_pipeline.console import command_name
+    from beam_pipeline.core.command import command_name
 
     p = argparse.ArgumentParser(
         prog=f"{command_name()} runs", description="Run history from the metadata store."
