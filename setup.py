@@ -59,7 +59,6 @@ setuptools.setup(
             # The run report's template.
             "report/templates/*.html",
             # The stages' own templates of their report sections.
-            "stages/*.html",
             "stages/*/*.html",
         ]
     },

@@ -65,7 +65,7 @@ def _run_once(data: str, beam_args: list[str], fork_server: bool = True) -> dict
     from beam_pipeline.core.types import Artifact
     from beam_pipeline.runtime.jobs import counter
     from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
-    from beam_pipeline.stages.example_gen import build_data_pipeline, check_data
+    from beam_pipeline.stages.example_gen.executor import build_data_pipeline, check_data
     from transforms import example_gen as eg
 
     config = PipelineConfig(data=DataConfig(data=data))

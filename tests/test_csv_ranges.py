@@ -17,7 +17,7 @@ import pytest
 from conftest import make_pipeline
 
 from beam_pipeline.runtime.jobs import counter
-from beam_pipeline.stages.example_gen import reading_note
+from beam_pipeline.stages.example_gen.executor import reading_note
 from transforms import example_gen as eg
 from transforms.example_gen.csv_chunks import (
     RESCANNED_COUNTER,

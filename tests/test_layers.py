@@ -580,7 +580,7 @@ def test_the_stage_names_come_from_the_graph():
     source = (
         "from beam_pipeline.engine.stage import Stage\n"
         "from beam_pipeline.stages.tuner.stage import TunerStage\n"
-        "from beam_pipeline.stages.example_gen import ExampleGenStage\n"
+        "from beam_pipeline.stages.example_gen.stage import ExampleGenStage\n"
     )
     assert stage_names(source) == ["example_gen", "tuner"]
 

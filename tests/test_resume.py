@@ -55,7 +55,7 @@ def test_a_summary_that_cannot_be_written_never_hides_the_runs_own_error(tmp_pat
 
 
 def _fingerprint(data: str) -> str:
-    from beam_pipeline.stages.example_gen import check_data
+    from beam_pipeline.stages.example_gen.executor import check_data
     from transforms.example_gen import CsvFormat
 
     config = PipelineConfig(data=DataConfig(data=data, csv_null_values=("", "NA")))

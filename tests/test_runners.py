@@ -510,7 +510,7 @@ def dataflow_graphs(tmp_path_factory):
     from beam_pipeline.core.types import Artifact
     from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
     from beam_pipeline.engine.run_dir import RunDirectory
-    from beam_pipeline.stages.example_gen import DataInputs, build_data_pipeline
+    from beam_pipeline.stages.example_gen.executor import DataInputs, build_data_pipeline
     from beam_pipeline.stages.schema.inference import read_schema
     from beam_pipeline.stages.trainer.training import build_training_job
     from beam_pipeline.stages.transform.executor import build_transform_pipeline

@@ -22,7 +22,7 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.engine.stage import Stage
 from beam_pipeline.stages.bulk_inferrer.stage import BulkInferrerStage
 from beam_pipeline.stages.evaluator.stage import EvaluatorStage
-from beam_pipeline.stages.example_gen import ExampleGenStage
+from beam_pipeline.stages.example_gen.stage import ExampleGenStage
 from beam_pipeline.stages.infra_validator.stage import InfraValidatorStage
 from beam_pipeline.stages.pusher.stage import PusherStage
 from beam_pipeline.stages.schema.stage import SchemaStage
