@@ -471,6 +471,48 @@ def test_importing_the_stage_graph_loads_no_beam_or_tensorflow():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_help_imports_the_stage_declarations_and_none_of_their_work():
+    # TFX's split: a stage's declaration (stage.py, with its settings and artifact types)
+    # is what --help reads for its flags; the work (executor.py, report.py, the engine's
+    # run machinery, the console, the runtime) loads only when a run needs it.
+    code = (
+        "import contextlib, io, sys\n"
+        "from beam_pipeline import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        cli.main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    loaded = out.stdout.split()
+    ours = [m for m in loaded if m.split(".")[0] in ("beam_pipeline", "transforms", "trainer")]
+    assert "beam_pipeline.stages.tuner.stage" in ours, ours  # the declarations are read
+    declaration_parts = {"stage", "settings", "artifacts"}
+    engine_parts = {"artifacts", "config", "events", "stage"}
+    work = [
+        m
+        for m in ours
+        if m.split(".")[0] != "beam_pipeline"
+        or m.startswith(("beam_pipeline.runtime", "beam_pipeline.metadata"))
+        or m.startswith(("beam_pipeline.report", "beam_pipeline.history"))
+        or m in ("beam_pipeline.console", "beam_pipeline.progress", "beam_pipeline.pipeline")
+        or (m.startswith("beam_pipeline.engine.") and m.split(".")[2] not in engine_parts)
+        or (
+            m.startswith("beam_pipeline.stages.")
+            and m.count(".") == 3
+            and m.split(".")[2] != "common"
+            and m.split(".")[3] not in declaration_parts
+        )
+    ]
+    assert not work, work
+    assert not [m for m in _HEAVY if m in loaded]
+
+
 # -- the checks tell a wrong shape -------------------------------------------------------
 
 

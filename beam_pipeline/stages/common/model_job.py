@@ -27,11 +27,11 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.config import PipelineConfig
-from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.stage import Input
 
 if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
     from beam_pipeline.core.module_staging import StagedModule
+    from beam_pipeline.engine.run_dir import RunDirectory
 
 __all__ = ["MODEL_INPUTS", "model_inputs", "model_job_fields", "parse_custom_config"]
 
