@@ -285,28 +285,30 @@ def test_an_exit_in_a_trials_fit_names_the_trial_and_the_exit_code(hostile, tmp_
 def test_a_trial_past_trial_timeout_is_stopped_and_the_search_goes_on(hostile, tmp_path):
     # The first trial's callback loops forever; it is stopped, recorded as timed out,
     # and the second trial completes: the search publishes its best hyperparameters.
-    # The limit is far above what the second trial takes (a few seconds, its process's
-    # tuner_fn included) on a loaded machine: only the hanging trial can reach it.
+    # The limit is far above what the second trial takes and what the first takes to
+    # reach its first batch (a few seconds each, tuner_fn included, on a loaded machine):
+    # only the hanging trial can reach it.
     proc, run_dir = _hostile_run(
-        hostile, tmp_path, "first_trial_hangs", "--trial_timeout=60", "--no_trainer"
+        hostile, tmp_path, "first_trial_hangs", "--trial_timeout=20", "--no_trainer"
     )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert (tmp_path / "marker").exists()  # the hanging trial did start
     with open(os.path.join(run_dir, "tuner", "trials.json")) as f:
         trials = json.load(f)
     trials = trials["trials"] if isinstance(trials, dict) else trials
-    statuses = sorted((t["status"], (t.get("error") or "")[:40]) for t in trials)
+    statuses = sorted((t["status"], (t.get("error") or "")[:41]) for t in trials)
     assert statuses == [
         ("COMPLETED", ""),
-        ("FAILED", "TimeoutError: ran past --trial_timeout=6"),
+        ("FAILED", "TimeoutError: ran past --trial_timeout=20"),
     ], statuses
 
 
 @pytest.mark.slow
 def test_a_search_whose_trials_all_time_out_stops_with_one_sentence(hostile, tmp_path):
-    proc, run_dir = _hostile_run(hostile, tmp_path, "fit_hang", "--trial_timeout=20")
+    # Every trial hangs, so any limit is reached: a short one keeps the test short.
+    proc, run_dir = _hostile_run(hostile, tmp_path, "fit_hang", "--trial_timeout=5")
     sentence = (
-        "tuning trials ran past --trial_timeout=20 s and were stopped; raise --trial_timeout, "
+        "tuning trials ran past --trial_timeout=5 s and were stopped; raise --trial_timeout, "
         "or make the trials shorter (--tuner_train_steps)."
     )
     _assert_failed_run(proc, run_dir, hostile[1], "Tuner", sentence)
@@ -314,11 +316,12 @@ def test_a_search_whose_trials_all_time_out_stops_with_one_sentence(hostile, tmp
 
 @pytest.mark.slow
 def test_a_run_fn_past_trainer_timeout_fails_the_trainer_with_one_sentence(hostile, tmp_path):
+    # run_fn hangs, so any limit is reached: a short one keeps the test short.
     proc, run_dir = _hostile_run(
-        hostile, tmp_path, "run_fn_hang", "--no_tuner", "--trainer_timeout=45"
+        hostile, tmp_path, "run_fn_hang", "--no_tuner", "--trainer_timeout=10"
     )
     sentence = (
-        f"run_fn in {hostile[0]} ran past --trainer_timeout=45 s and was stopped; raise "
+        f"run_fn in {hostile[0]} ran past --trainer_timeout=10 s and was stopped; raise "
         "--trainer_timeout, or make it do less (fewer steps)."
     )
     _assert_failed_run(proc, run_dir, hostile[1], "Trainer", sentence)
