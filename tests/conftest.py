@@ -128,13 +128,17 @@ def feature_value(example, name: str):
 _FILE_SECONDS = {  # a whole suite at commit f132c5f, -n 3 on a loaded machine
     "test_continuous_training.py": 1310,
     "test_cli_trust.py": 1220,
-    "test_user_code.py": 1030,
+    "test_user_code.py": 500,
     "test_evaluator_kinds.py": 650,
     "test_tuner_stage.py": 580,
     "test_cli_runs.py": 470,
     "test_damaged_artifacts.py": 415,
     "test_gpu_env.py": 380,
     "test_interrupted_runs.py": 370,
+    "test_spans.py": 330,
+    "test_metadata_server.py": 290,
+    "test_parallel_stages.py": 260,
+    "test_user_code_staging.py": 250,
     "test_tuner.py": 240,
     "test_docs.py": 230,
     "test_trainer_distributed.py": 230,
@@ -148,7 +152,9 @@ _FILE_SECONDS = {  # a whole suite at commit f132c5f, -n 3 on a loaded machine
     "test_trainer_stage.py": 110,
     "test_evaluator.py": 110,
     "test_example_gen.py": 80,
+    "test_stage_declarations.py": 105,
     "test_worker_errors.py": 70,
+    "test_bad_tfrecords.py": 70,
     "test_watchdog.py": 70,
     "test_csv_ranges.py": 60,
     "test_unclear_endings.py": 50,
@@ -157,6 +163,9 @@ _FILE_SECONDS = {  # a whole suite at commit f132c5f, -n 3 on a loaded machine
     "test_metadata_secrets.py": 36,
     "test_statistics.py": 35,
     "test_tfrecords.py": 25,
+    "test_trainer_data.py": 15,
+    "test_progress.py": 12,
+    "test_metadata_schema.py": 10,
 }
 
 
