@@ -183,7 +183,7 @@ def test_a_trial_past_trial_timeout_is_stopped_and_the_search_goes_on(hostile, t
     # reach its first batch (a few seconds each, tuner_fn included, on a loaded machine):
     # only the hanging trial can reach it.
     proc, run_dir = _hostile_run(
-        hostile, tmp_path, "first_trial_hangs", "--trial_timeout=20", "--no_trainer"
+        hostile, tmp_path, "first_trial_hangs", "--trial_timeout=30", "--no_trainer"
     )
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert (tmp_path / "marker").exists()  # the hanging trial did start
@@ -193,7 +193,7 @@ def test_a_trial_past_trial_timeout_is_stopped_and_the_search_goes_on(hostile, t
     statuses = sorted((t["status"], (t.get("error") or "")[:41]) for t in trials)
     assert statuses == [
         ("COMPLETED", ""),
-        ("FAILED", "TimeoutError: ran past --trial_timeout=20"),
+        ("FAILED", "TimeoutError: ran past --trial_timeout=30"),
     ], statuses
 
 
