@@ -58,6 +58,9 @@ setuptools.setup(
             "metadata/migrations/versions/*.py",
             # The run report's template.
             "report/templates/*.html",
+            # The stages' own templates of their report sections.
+            "stages/*.html",
+            "stages/*/*.html",
         ]
     },
     include_package_data=True,

@@ -18,7 +18,15 @@ that ``--help`` and the ``runs`` commands stay fast.
 
 from typing import Any
 
-__all__ = ["make_config", "run", "PipelineConfig", "PipelineError", "RunSummary", "STAGE_GRAPH"]
+__all__ = [
+    "make_config",
+    "run",
+    "PipelineConfig",
+    "PipelineError",
+    "RunEvents",
+    "RunSummary",
+    "STAGE_GRAPH",
+]
 
 # Name -> the module that defines it.
 _API = {
@@ -27,6 +35,7 @@ _API = {
     "STAGE_GRAPH": "beam_pipeline.api",
     "PipelineConfig": "beam_pipeline.engine.config",
     "PipelineError": "beam_pipeline.core.errors",
+    "RunEvents": "beam_pipeline.engine.events",
     "RunSummary": "beam_pipeline.engine.summary",
 }
 

@@ -30,9 +30,9 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from beam_pipeline.console import RunEvents
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.stage import Stage
 from beam_pipeline.engine.summary import RunSummary
 from beam_pipeline.stages.graph import STAGE_GRAPH
@@ -104,4 +104,4 @@ def run(
         if report and events.run_dir:  # a failed run's report too: it shows what exists
             from beam_pipeline.report import write_report
 
-            write_report(events.run_dir)
+            write_report(events.run_dir, events.graph or None)

@@ -19,14 +19,16 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from beam_pipeline.console import RunEvents, RunLog
 from beam_pipeline.core.errors import PipelineError, user_error
 from beam_pipeline.core.gpus import gpu_environment
 from beam_pipeline.core.secrets import mask
-from beam_pipeline.engine.config import PipelineConfig
-from beam_pipeline.progress import ProgressDisplay
+from beam_pipeline.engine.events import RunEvents
+
+if TYPE_CHECKING:
+    from beam_pipeline.console import RunLog
+    from beam_pipeline.engine.config import PipelineConfig
 
 __all__ = ["build_parser", "main", "parse_config", "parse_output"]  # noqa: F822 - see __getattr__
 
@@ -89,9 +91,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from beam_pipeline.history import main as runs_main
 
         return runs_main(argv[1:])
+    if _answers_at_once(argv):
+        code = _answer(argv)
+        if code is not None:
+            return code
+    # The terminal's log and progress display, for a run only (imported here: --help and
+    # --version print without them).
+    from beam_pipeline.console import RunLog
     from beam_pipeline.flags import parse_output
+    from beam_pipeline.progress import ProgressDisplay
 
     output = parse_output(argv)
+    if not output.verbose:
+        sys.unraisablehook = _log_unraisable
     events = RunEvents()
     report = None
     with RunLog(output) as log:
@@ -106,7 +118,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if events.run_dir:  # a failed run's report too: it shows what exists
                     from beam_pipeline.report import write_report
 
-                    report = write_report(events.run_dir)
+                    report = write_report(events.run_dir, events.graph or None)
     if error:  # the one sentence, once the progress display has stopped
         print(f"error: {error}", file=sys.stderr)
     if summary is not None:
@@ -117,6 +129,47 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             where.append(f"full log: {log.path}")
         print("; ".join(where))
     return code
+
+
+def _log_unraisable(unraisable) -> None:
+    """Logs an exception Python could not raise (one in a ``__del__``) instead of printing
+    its traceback on the terminal.
+
+    A Ctrl-C that lands while TensorFlow builds an object leaves it half-made, and its
+    ``__del__`` fails when it is collected: Python would print "Exception ignored in ...
+    Traceback" beside the run's one sentence. The log keeps it (``-v`` prints it).
+    """
+    logging.getLogger(__name__).info(
+        "Exception ignored in %r",
+        unraisable.object,
+        exc_info=(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback),
+    )
+
+
+def _answers_at_once(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for ``--help`` or ``--version``, which print and exit."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg in ("-h", "--help", "--version"):
+            return True
+    return False
+
+
+def _answer(argv: Sequence[str]) -> Optional[int]:
+    """Prints what ``--help`` or ``--version`` asks for and returns the exit code; None
+    where the flags ask for a run after all (argparse read the word as another flag's
+    value)."""
+    from beam_pipeline import flags
+
+    try:
+        flags.parse_config(argv)
+    except SystemExit as e:  # argparse's exit after printing (or after a usage error)
+        return e.code if isinstance(e.code, int) else 0 if e.code is None else 2
+    except PipelineError as e:  # e.g. a --graph or --config that cannot be read
+        print(f"error: {mask(str(e))}", file=sys.stderr)
+        return e.exit_code
+    return None
 
 
 # 128 + SIGINT, as a shell reports a command Ctrl-C ended.

@@ -42,10 +42,7 @@ import dataclasses
 import logging
 import os
 import re
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable
 from typing import IO, Optional
 
 from beam_pipeline.core import fileio
@@ -55,7 +52,6 @@ __all__ = [
     "LOG_FILE",
     "NOT_FOR_THE_USER",
     "OutputConfig",
-    "RunEvents",
     "RunLog",
     "quiet_environment",
 ]
@@ -110,60 +106,6 @@ class OutputConfig:
     verbose: bool = False
     log_file: Optional[str] = None
     progress: bool = True
-
-
-class RunEvents:
-    """What a run tells its caller while it goes: its directory once it exists, each stage
-    as it starts and ends, each Beam job a stage submits. The CLI's log and progress
-    display subscribe to them; with no subscriber every event is a no-op (a run called
-    from Python, a test).
-    """
-
-    _EVENTS = ("run_started", "stage_started", "job_submitted", "stage_finished")
-
-    def __init__(self):
-        self.run_dir: Optional[str] = None
-        # Stage -> what tells its progress from its files while it runs (Stage.progress).
-        self.details: dict[str, Callable[[str], str]] = {}
-        self._listeners: dict[str, list[Callable[..., None]]] = {e: [] for e in self._EVENTS}
-
-    def subscribe(self, **callbacks: Callable[..., None]) -> None:
-        """``subscribe(run_started=f, stage_started=g, stage_finished=h)``, any of them."""
-        for event, callback in callbacks.items():
-            self._listeners[event].append(callback)
-
-    def run_started(self, run_dir: str) -> None:
-        """The run directory exists (``<pipeline_root>/runs/<run_id>``)."""
-        self.run_dir = run_dir
-        for callback in self._listeners["run_started"]:
-            callback(run_dir)
-
-    def stage_started(self, stage: str, details: Optional[Callable[[str], str]] = None) -> None:
-        """A stage (ExampleGen, Transform, Tuner, ...) starts running (not when cached);
-        ``details(run_dir)`` tells how far it got (its declaration's ``progress``)."""
-        if details is not None:
-            self.details[stage] = details
-        for callback in self._listeners["stage_started"]:
-            callback(stage)
-
-    def job_submitted(self, info, counters, stage: Optional[str] = None) -> None:
-        """A running stage submitted a Beam job.
-
-        Args:
-          info: its :class:`~beam_pipeline.runtime.runners.JobInfo` (id, console link).
-          counters: reads the job's counters while it runs
-            (:func:`beam_pipeline.runtime.counters.live_counters`), or None where the
-            runner reports none before the job ends.
-          stage: the stage that submitted it (as ``stage_started`` named it); None: the
-            one running (several stages may run at once).
-        """
-        for callback in self._listeners["job_submitted"]:
-            callback(info, counters, stage)
-
-    def stage_finished(self, report) -> None:
-        """A stage's :class:`~beam_pipeline.engine.summary.StageReport` joined the summary."""
-        for callback in self._listeners["stage_finished"]:
-            callback(report)
 
 
 def quiet_environment(env: dict, *, verbose: bool = False) -> dict:
@@ -242,6 +184,8 @@ class RunLog:
         self._captured_warnings = False
 
     def __enter__(self) -> RunLog:
+        import tempfile  # lazily: `--help` imports this module, not this
+
         verbose = self.output.verbose
         quiet_environment(os.environ, verbose=verbose)
         fd, self._tmp_path = tempfile.mkstemp(prefix="beam-pipeline-", suffix=".log")
@@ -286,6 +230,8 @@ class RunLog:
         self.path = self.output.log_file or fileio.join(run_dir, LOG_FILE)
         if fileio.is_remote(self.path) or self._tmp_path is None:
             return
+        import shutil
+
         try:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             with open(self.path, "ab") as log, open(self._tmp_path, "rb") as so_far:
@@ -334,6 +280,8 @@ class RunLog:
                 # Not fileio for a local file: it loads TensorFlow (seconds, and C++ lines
                 # on the terminal now that descriptor 2 is back) in a run that ended before
                 # loading it (a flag error with --log_file).
+                import shutil
+
                 os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
                 shutil.copyfile(self._tmp_path, target)
                 self.path = target
@@ -362,11 +310,3 @@ def _is_fd(stream, fd: int) -> bool:
         return stream.fileno() == fd
     except (AttributeError, OSError, ValueError):
         return False
-
-
-def command_name() -> str:
-    """How the user ran us: ``beam-pipeline`` (the installed command) or ``python -m
-    beam_pipeline``, for the usage line and the messages that quote a command."""
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "beam-pipeline":
-        return "beam-pipeline"
-    return "python -m beam_pipeline"

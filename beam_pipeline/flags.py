@@ -27,14 +27,17 @@ import argparse
 import enum
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.config import BUNDLED_CONFIG
-from beam_pipeline.console import OutputConfig, command_name
+from beam_pipeline.core.command import command_name
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import Setting, field_default, settings_of
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.stages.graph import STAGE_GRAPH, load_graph
+
+if TYPE_CHECKING:
+    from beam_pipeline.console import OutputConfig
 
 __all__ = ["build_config", "build_parser", "parse_config", "parse_output", "flag_table"]
 
@@ -209,6 +212,8 @@ _OUTPUT_FLAGS = ("verbose", "log_file", "progress")
 def parse_output(argv: Sequence[str]) -> OutputConfig:
     """``-v/--verbose``, ``--log_file`` and ``--no_progress`` as an OutputConfig (flags
     only; every other flag, and a malformed one, is :func:`parse_config`'s to check)."""
+    from beam_pipeline.console import OutputConfig  # a run's: --help needs it not
+
     parser = argparse.ArgumentParser(
         add_help=False, allow_abbrev=False, exit_on_error=False, argument_default=argparse.SUPPRESS
     )

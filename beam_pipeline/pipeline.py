@@ -28,24 +28,25 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from beam_pipeline.console import RunEvents
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, no_room
 from beam_pipeline.core.forked import WORKER_MODULES_ENV
 from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
-from beam_pipeline.engine import Preflight, Stage, StageContext, run_stages
-from beam_pipeline.engine.code_digest import transform_code
+from beam_pipeline.engine import Preflight, Stage, StageContext, Started, run_stages
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.fingerprint import pipeline_code
+from beam_pipeline.engine.history_entry import HISTORY_COLUMNS, declared_columns
 from beam_pipeline.engine.manifest import RunManifest, run_identity
-from beam_pipeline.engine.records import DATA_TYPE, RunRecords, stored_uri
+from beam_pipeline.engine.records import DATA_TYPE, RunRecords
 from beam_pipeline.engine.summary import RunSummary, write_summary
 from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus, open_for_pipeline
 from beam_pipeline.metadata.launcher import this_launcher
@@ -53,12 +54,9 @@ from beam_pipeline.runtime.options import is_multi_processing, parse_beam_args
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.runtime.runners import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.scratch import run_temp_dir
-from beam_pipeline.stages.example_gen import check_data
 from beam_pipeline.stages.graph import STAGE_GRAPH, load_graph
-from beam_pipeline.stages.tuner.stage import TunerStage, default_tuner_pool
-from trainer import ModuleKind, load_trainer_module
+from trainer import load_trainer_module
 from trainer.module_loader import check_no_misspelled_run_fn
-from transforms import example_gen as eg
 
 __all__ = ["run"]
 
@@ -97,16 +95,6 @@ def _open_store(config: PipelineConfig) -> Optional[MetadataStore]:
     return open_for_pipeline(config.pipeline_root, config.metadata_url or None)
 
 
-def _data_spec(config: PipelineConfig, fingerprint: str) -> ArtifactSpec:
-    """The run's input data as the store's external artifact: its path(s), its digest."""
-    d = config.data
-    if d.data:
-        uri = stored_uri(d.data)
-    else:
-        uri = ",".join(f"{split.value}={stored_uri(p)}" for split, p in d.input_splits)
-    return ArtifactSpec(uri, DATA_TYPE, fingerprint=fingerprint)
-
-
 def run(
     config: PipelineConfig,
     events: Optional[RunEvents] = None,
@@ -118,8 +106,6 @@ def run(
     Raises:
       PipelineError: bad flags, inputs, module file, or data; the message says the fix.
     """
-    from beam_pipeline.stages.schema.inference import read_schema
-
     if graph is None:
         graph = load_graph(config.graph) if config.graph else STAGE_GRAPH
     gpu_environment(os.environ)  # the Python API's callers too: see beam_pipeline.core.gpus
@@ -145,12 +131,13 @@ def run(
     # while the inputs and the module file are checked, and waited for before anything is
     # created (beam_pipeline.runtime.preflight).
     pool_checked = start_worker_pool_check(options, config.worker_start_timeout)
-    csv_format = eg.CsvFormat(
-        config.data.csv_delimiter, config.data.csv_null_values, config.data.csv_max_field_bytes
-    )
-    inputs = check_data(config, csv_format)
+    # What each stage reads for the whole run, its own inputs checked (ExampleGen's --data,
+    # the Schema stage's --schema): kept for that stage alone (ctx.prepared(stage)).
+    prepared = {stage.name: stage.prepare(config, options) for stage in graph}
+    data_stage = next((s for s in graph if s.reads_input_data), None)
+    data = data_stage.input_data(prepared[data_stage.name]) if data_stage else None
+    fingerprint = data.fingerprint if data is not None else None
     preprocessing_fn = None
-    tunes = False
     bundle = None
     user_module = None
     if config.module_file:
@@ -162,11 +149,6 @@ def run(
         if config.trainer.enabled:
             check_no_misspelled_run_fn(user_module)
         preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
-        # A module with nothing to train is not tuned either (the Tuner says so).
-        tunes = user_module.kind is not ModuleKind.NONE and (
-            callable(getattr(user_module.module, "tuner_fn", None))
-            or bool(config.tuner.search_space)
-        )
         # Read (and its folder's size checked) before the run directory exists.
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
         if not _stages_run_here(options):
@@ -184,7 +166,7 @@ def run(
             opened["store"] = _open_store(config)
         return opened["store"]
 
-    checks = Preflight(config, options, csv_format, user_module, tunes, store_once)
+    checks = Preflight(config, options, user_module, store_once)
     try:
         for stage in graph:
             stage.preflight(checks)
@@ -192,14 +174,11 @@ def run(
         if opened.get("store") is not None:
             opened["store"].close()
         raise
-    user_schema = read_schema(config.schema.file) if config.schema.file else None
 
     pool_checked()
     # What the module's workers run: the module file and its folder's Python files.
     module_digest = bundle.archive_sha256 if bundle is not None else None
-    identity = run_identity(
-        config, inputs.fingerprint, bundle.sha256 if bundle else None, module_digest
-    )
+    identity = run_identity(config, fingerprint, bundle.sha256 if bundle else None, module_digest)
     store = store_once()
     scratch = contextlib.ExitStack()
     try:
@@ -212,58 +191,52 @@ def run(
         run = None
         if store is not None:
             properties = {
-                "data": inputs.fingerprint,
+                "data": fingerprint,
                 "module": module_digest,
                 "code": pipeline_code(),
                 # Who runs it: `runs list` tells a killed launcher's run from a live one.
                 "launcher": this_launcher(),
+                # The columns `runs list` shows for it, whichever stages get to record.
+                HISTORY_COLUMNS: declared_columns(graph),
             }
             run = store.start_run(run_dir.run_id, properties=properties)
-        data = _data_spec(config, inputs.fingerprint)
-        data_stage = next((s.name for s in graph if s.reads_input_data), "")
-        records = RunRecords(manifest, store, run, data, config.no_cache, data_stage)
+        spec = ArtifactSpec(data.uri, DATA_TYPE, fingerprint=fingerprint) if data else None
+        data_name = data_stage.name if data_stage else ""
+        records = RunRecords(manifest, store, run, spec, config.no_cache, data_name)
         summary = RunSummary(run_dir.root)
         events = events if events is not None else RunEvents()
-        events.run_started(run_dir.root)
+        events.run_started(run_dir.root, graph)
         # The model phase's workers load the module and its folder's Python files staged
         # beside the artifacts, named by their sha256 (<run_dir>/module/<sha256>/...), not
         # the user's copies, which may change or be out of their reach.
         staged = bundle.stage(run_dir.root) if bundle is not None else None
-        tuner_pool = contextlib.ExitStack()
+        # What the stages start for the run: closed at its end, a failure included.
+        resources = contextlib.ExitStack()
+        started: dict[str, Started] = {}
         try:
-            # The tuner's worker processes import TensorFlow (seconds each) while the data
-            # stages run, instead of after them; they are stopped before training.
-            pool = None
-            if tunes and not manifest.has(TunerStage.name):
-                pool = default_tuner_pool(config, options, run_dir)
-            if pool is not None:
-                tuner_pool.enter_context(pool)
             ctx = StageContext(
                 config=config,
                 options=options,
                 run_dir=run_dir,
                 identity=manifest.identity,
-                data=inputs,
-                csv_format=csv_format,
-                user_schema=user_schema,
                 preprocessing_fn=preprocessing_fn,
                 module_digest=module_digest,
-                transform_code=transform_code(preprocessing_fn, module_digest),
                 staged=staged,
-                tuner_pool=tuner_pool,
-                pool=pool,
                 events=events,
+                prepared_values=prepared,
+                started_values=started,
             )
+            _start(graph, ctx, manifest, resources, started)
             run_stages(graph, ctx, records, summary, stage_options)
         except BaseException:
-            tuner_pool.close()
+            resources.close()
             run_dir.remove_staging()
             # The run's own error is what the user must see: a summary or a store that
             # cannot be written now (a full disk) is logged, not raised over it.
             write_summary(summary, after_error=True)
             _finish(store, run, RunStatus.FAILED)
             raise
-        tuner_pool.close()
+        resources.close()
         run_dir.remove_staging()
         write_summary(summary)
         if run is not None:
@@ -273,6 +246,27 @@ def run(
         scratch.close()
         if store is not None:
             store.close()
+
+
+def _start(
+    graph: Sequence[Stage],
+    ctx: StageContext,
+    manifest: RunManifest,
+    resources: contextlib.ExitStack,
+    started: dict[str, Started],
+) -> None:
+    """Starts what each stage that will run starts for the run (:meth:`Stage.start`, e.g.
+    the Tuner's worker processes, which import TensorFlow while the data stages run):
+    each closed by ``resources`` at the run's end, or earlier by its stage."""
+    for stage in graph:
+        if manifest.has(stage.name):  # finished by an earlier attempt: it does not run
+            continue
+        resource = stage.start(dataclasses.replace(ctx, stage=stage.name))
+        if resource is None:
+            continue
+        stack = contextlib.ExitStack()
+        resources.callback(stack.close)
+        started[stage.name] = Started(stack.enter_context(resource), stack)
 
 
 def _stage_options(config: PipelineConfig, graph: Sequence[Stage]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Optional
 
-from beam_pipeline.console import RunEvents
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.summary import StageReport
 
 __all__ = [

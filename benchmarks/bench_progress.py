@@ -44,7 +44,7 @@ SETTINGS = ("on", "off")
 # The display alone, showing one running stage for argv[2] seconds; prints its CPU.
 _DISPLAY_ONLY = """
 import resource, sys, time
-from beam_pipeline.console import RunEvents
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.progress import ProgressDisplay
 from beam_pipeline.runtime.runners import JobInfo
 

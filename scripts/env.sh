@@ -51,3 +51,8 @@ if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
 else
   echo "env: .venv is up to date"
 fi
+# The project's own modules compiled, as pip compiles a package it installs (an editable
+# install does not): without the .pyc files, and where PYTHONDONTWRITEBYTECODE is set,
+# every command and test process compiles them again. Only changed files are compiled.
+step "compiling this repository's modules" \
+  .venv/bin/python -m compileall -q beam_pipeline transforms trainer

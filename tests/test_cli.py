@@ -267,6 +267,10 @@ def _write(path, text):
             ],
             r"preprocessing_fn in .*m\.py raised KeyError",
         ),
+        (
+            lambda d: [f"--data={PENGUIN_DIR}/penguins.csv", f"--schema={d / 'none.pbtxt'}"],
+            r"Schema file .*none\.pbtxt does not exist",
+        ),
         (lambda d: ["--data", _write(d / "a.csv", "x\n1\n"), "--bogus_flag=1"], r"Unknown flag"),
         (
             lambda d: ["--data", _write(d / "a.csv", "x\n1\n"), "--split_buckets=train"],
@@ -279,6 +283,7 @@ def _write(path, text):
         "no-header",
         "no-preprocessing_fn",
         "fn-raises",
+        "missing-schema",
         "unknown-flag",
         "bad-split",
     ],
@@ -439,6 +444,7 @@ def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
     from beam_pipeline.engine.summary import StageReport, StageStatus
     from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
     from beam_pipeline.stages.schema.inference import read_schema
+    from beam_pipeline.stages.trainer.stage import TrainerStage
 
     b_dir = tmp_path / "b"
     shutil.copytree(os.path.join(bundled_run, "schema"), b_dir / "schema")
@@ -472,7 +478,10 @@ def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
             store.complete_execution(made)
             trainer = store.begin_execution(run, "Trainer", {"trainer": {"steps": 10}}, "k3", {})
             report = StageReport("Trainer", StageStatus.OK, details={"metrics": {"loss": loss}})
-            store.complete_execution(trainer, properties={"reports": [report.to_json()]})
+            # As the runner records it: the rows and what the stage shows in the history.
+            shown = TrainerStage().history([report]).to_json()
+            properties = {"reports": [report.to_json()], "history": shown}
+            store.complete_execution(trainer, properties=properties)
             store.finish_run(run, RunStatus.COMPLETE)
 
     code, out, _ = _runs(capsys, "diff", "a", "b", f"--metadata_url={url}", "--json")

@@ -385,9 +385,12 @@ def recorded(tmp_path_factory):
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
+    from beam_pipeline.engine.history_entry import HISTORY_COLUMNS, declared_columns
     from beam_pipeline.engine.summary import StageReport, StageStatus
     from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
+    from beam_pipeline.stages.graph import STAGE_GRAPH
 
+    stages = {stage.name: stage for stage in STAGE_GRAPH}
     root = tmp_path_factory.mktemp("recorded")
     run_dir = root / "runs" / "a-run-directory-with-a-long-name-20261126-101052-9f8660"
     (run_dir / "schema").mkdir(parents=True)
@@ -400,7 +403,16 @@ def recorded(tmp_path_factory):
     url = f"sqlite:///{root}/metadata.sqlite"
     with MetadataStore.open(url) as store:
         for run_id in ("a", "b", "c"):
-            run = store.start_run(run_id, properties={"data": "d" * 64, "module": "m" * 64})
+            # As the runner records them: the graph's history columns with the run, and
+            # what each stage shows in the history with its execution.
+            run = store.start_run(
+                run_id,
+                properties={
+                    "data": "d" * 64,
+                    "module": "m" * 64,
+                    HISTORY_COLUMNS: declared_columns(STAGE_GRAPH),
+                },
+            )
             data = store.begin_execution(run, "ExampleGen+Statistics", {"splits": 2}, "k1", {})
             stats_spec = ArtifactSpec(str(run_dir / "statistics"), "Statistics")
             store.publish_outputs(data, {"Statistics": stats_spec})
@@ -415,12 +427,19 @@ def recorded(tmp_path_factory):
                 )
                 store.finish_run(run, RunStatus.FAILED)
                 continue
-            report = StageReport("Trainer", StageStatus.OK, details={"metrics": {"loss": 0.5}})
-            store.complete_execution(trainer, properties={"reports": [report.to_json()]})
-            for stage, details in [("Evaluator", {"blessed": True}), ("Pusher", {"pushed": True})]:
-                check = store.begin_execution(run, stage, {}, f"k-{stage}", {})
+            for stage, details in [
+                ("Trainer", {"metrics": {"loss": 0.5}}),
+                ("Evaluator", {"blessed": True}),
+                ("Pusher", {"pushed": True}),
+            ]:
                 row = StageReport(stage, StageStatus.OK, details=details)
-                store.complete_execution(check, properties={"reports": [row.to_json()]})
+                shown = stages[stage].history([row]).to_json()
+                properties = {"reports": [row.to_json()], "history": shown}
+                if stage == "Trainer":
+                    store.complete_execution(trainer, properties=properties)
+                    continue
+                check = store.begin_execution(run, stage, {}, f"k-{stage}", {})
+                store.complete_execution(check, properties=properties)
             store.finish_run(run, RunStatus.COMPLETE)
     return str(root), str(run_dir)
 

@@ -81,14 +81,20 @@ def module_dir(tmp_path):
 
 def _key(folder, source):
     """Transform's key part for the module ``source`` in ``folder``, loaded as a run does."""
+    path, fn = _load(folder, source)
+    return transform_code(fn, file_digest(str(path)))
+
+
+def _load(folder, source):
+    """The module ``source`` written in ``folder`` and loaded as a run does: (path, its
+    preprocessing_fn)."""
     for name in (HELPER, FROM_HELPER):  # helper files are re-imported, as by a new launch
         sys.modules.pop(name, None)
     path = folder / "module.py"
     # A fresh load like a new launch's: the loader keeps a module per content, so a
     # trailing comment (which does not count, see EDITS) makes the bytes new.
     path.write_text(f"{source}\n# load {time.monotonic_ns()}\n")
-    fn = get_preprocessing_fn(load_trainer_module(str(path)).module, str(path))
-    return transform_code(fn, file_digest(str(path)))
+    return path, get_preprocessing_fn(load_trainer_module(str(path)).module, str(path))
 
 
 @pytest.mark.parametrize("what, old, new, reruns", EDITS, ids=[e[0] for e in EDITS])
@@ -111,11 +117,10 @@ def _stage_keys(folder, source):
     from beam_pipeline.stages.trainer.stage import TrainerStage
     from beam_pipeline.stages.transform.stage import TransformStage
 
-    code = _key(folder, source)
+    _, fn = _load(folder, source)
     ctx = StageContext(
         config=None, options=None, run_dir=None, identity={"trainer": {"train_steps": 10}},
-        data=None, csv_format=None, module_digest=hashlib.sha256(source.encode()).hexdigest(),
-        transform_code=code,
+        preprocessing_fn=fn, module_digest=hashlib.sha256(source.encode()).hexdigest(),
     )  # fmt: skip
     inputs = {"examples": "k-examples", "schema": "k-schema", "transform": "k-transform"}
     return (

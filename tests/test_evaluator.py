@@ -314,7 +314,7 @@ def test_blessing_json_names_the_failed_threshold(tmp_path):
     assert evaluator.read_blessing(str(tmp_path)).failures == (failure,)
     # The summary's table: counts whole (a 1M-row taxi run showed 3.334e+05), rates to 4
     # significant digits.
-    from beam_pipeline.stages.evaluator.stage import metrics_table
+    from beam_pipeline.stages.evaluator.executor import metrics_table
 
     table = metrics_table({"Overall": {"example_count": 333447.0, "binary_accuracy": 0.768512}})
     assert table.split("\n")[1].split() == ["Overall", "0.7685", "333447"]
@@ -327,7 +327,7 @@ def _pusher_ctx(tmp_path, **pusher):
 
     config = PipelineConfig(pipeline_root=str(tmp_path / "root"), pusher=PusherConfig(**pusher))
     run_dir = RunDirectory.create(config.pipeline_root, "r")
-    return StageContext(config, None, run_dir, {}, None, None)
+    return StageContext(config, None, run_dir, {})
 
 
 def test_pusher_stage_pushes_only_a_model_blessed_by_both(model, tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -358,6 +359,68 @@ def test_no_stage_imports_a_sibling_stage(tree):
     assert not bad, "\n".join(bad)
 
 
+def stage_imports(module: str, graph, stages: list[str], modules: dict[str, str]) -> list[str]:
+    """The imports of a stage's home (either side) by ``module``."""
+    return sorted(
+        f"{modules[module]}:{line} imports {target} ({home(target, stages)})"
+        for target, (line, _) in graph.get(module, {}).items()
+        if home(target, stages)
+    )
+
+
+def test_the_run_imports_no_stage(tree):
+    # pipeline.py runs any graph (--graph too): what a stage needs for the whole run comes
+    # from the stage's own hooks (prepare, input_data, start), not from the run's code.
+    _, modules, graph = tree
+    bad = stage_imports("beam_pipeline.pipeline", graph, _stage_names(), modules)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_check_tells_a_run_that_imports_a_stage():
+    sources = {
+        _p("beam_pipeline", "pipeline.py"): (
+            "from beam_pipeline.stages.graph import STAGE_GRAPH\n"
+            "from transforms import example_gen as eg\n"
+            "def run():\n    from beam_pipeline.stages.tuner.stage import TunerStage\n"
+        ),
+        _p("beam_pipeline", "stages", "graph.py"): "",
+        _p("beam_pipeline", "stages", "tuner", "stage.py"): "",
+        _p("transforms", "example_gen", "__init__.py"): "",
+    }
+    modules = {_module_name(rel): rel for rel in sources}
+    bad = stage_imports(
+        "beam_pipeline.pipeline", import_graph(sources), ["example_gen", "tuner"], modules
+    )
+    assert [b.split(" ")[0] for b in bad] == [
+        _p("beam_pipeline", "pipeline.py") + ":2",
+        _p("beam_pipeline", "pipeline.py") + ":4",
+    ]
+
+
+def test_the_stage_context_carries_nothing_stage_specific():
+    # What one stage reads for the run is its own (ctx.prepared, ctx.started): no field of
+    # the context every stage gets is named after a stage, its settings or its artifacts,
+    # and none is an untyped value (Beam's options aside: not imported there).
+    import dataclasses
+    import re
+
+    from beam_pipeline.engine.stage import StageContext
+    from beam_pipeline.stages.graph import STAGE_GRAPH
+
+    words = set()
+    for stage in STAGE_GRAPH:
+        words.update(re.findall(r"[a-z]+", stage.name.lower()))
+        words.update((stage.config_key or "").split("_"))
+        words.update(artifact.FOLDER for artifact in stage.outputs)
+    words.discard("")
+    assert {"data", "schema", "tuner", "examples"} <= words, words
+    fields = {f.name: f.type for f in dataclasses.fields(StageContext)}
+    named = [name for name in fields if {name, *name.split("_")} & words]
+    assert not named, f"StageContext fields named after a stage's data: {named}"
+    untyped = [name for name, kind in fields.items() if kind == "Any" and name != "options"]
+    assert not untyped, f"StageContext fields typed Any: {untyped}"
+
+
 def named_after_a_stage(names: list[str], stages: list[str]) -> list[str]:
     """The module names among ``names`` that a stage's own: ``<stage>``, ``<stage>_stage``,
     ``<stage>s``."""
@@ -536,3 +599,82 @@ def test_the_stage_names_come_from_the_graph():
 )
 def test_the_check_tells_a_heavy_import(source, expected):
     assert len(heavy_at_import("x.py", source)) == expected
+
+
+# -- the report knows no stage -------------------------------------------------------------
+
+
+def _stage_words() -> set[str]:
+    """What names a bundled stage: its name (and the summary rows a combined name joins)
+    and the class names of the artifact types it reads and writes."""
+    from beam_pipeline.stages.graph import STAGE_GRAPH
+
+    words = set()
+    for stage in STAGE_GRAPH:
+        words.update([stage.name, *stage.name.split("+")])
+        words.update(t.__name__ for t in (*stage.outputs, *(i.type for i in stage.inputs)))
+    return words
+
+
+def stage_mentions(rel_path: str, text: str, words: set[str]) -> list[str]:
+    """Each whole-word, case-sensitive occurrence of ``words`` in ``text``."""
+    return [
+        f"{rel_path}:{text.count(chr(10), 0, m.start()) + 1} names {m.group(0)}"
+        for word in sorted(words)
+        for m in re.finditer(rf"(?<![\w+]){re.escape(word)}(?![\w+])", text)
+    ]
+
+
+def report_imports_of_stages(graph, modules: dict[str, str], stages: list[str]) -> list[str]:
+    """Imports from the report package of a stage home or an artifact type's module."""
+    return sorted(
+        f"{modules[m]}:{line} {m} imports {target}"
+        for m, targets in graph.items()
+        if _matches(m, ("beam_pipeline.report",))
+        for target, (line, _) in targets.items()
+        if home(target, stages) or _matches(target, ("beam_pipeline.engine.artifacts",))
+    )
+
+
+def test_the_report_names_no_stage(tree):
+    # The report renders what each stage of the graph returns from its report_sections
+    # hook (beam_pipeline/engine/report_sections.py): it imports no stage's code or
+    # artifact type (the graph alone, stages/graph.py), and neither its modules nor its
+    # template name a stage or an artifact type, so that a stage's section lives with the
+    # stage and a new stage needs no edit here.
+    sources, modules, graph = tree
+    bad = report_imports_of_stages(graph, modules, _stage_names())
+    folder = os.path.join(REPO, "beam_pipeline", "report")
+    words = _stage_words()
+    assert {"Evaluator", "ExampleGen", "Statistics", "ModelBlessing"} <= words, words
+    for parent, _, files in os.walk(folder):
+        for name in sorted(files):
+            if name.endswith((".py", ".html")):
+                path = os.path.join(parent, name)
+                with open(path, encoding="utf-8") as f:
+                    bad += stage_mentions(os.path.relpath(path, REPO), f.read(), words)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_report_check_tells_a_stage_named_or_imported():
+    words = {"Evaluator", "ExampleGen", "ModelBlessing"}
+    text = "x = 1\nif row == 'Evaluator':  # the ExampleGen+Statistics row\n    pass\n"
+    assert stage_mentions("r.py", text, words) == ["r.py:2 names Evaluator"]
+    sources = {
+        _p("beam_pipeline", "report", "data.py"): (
+            "from beam_pipeline.engine.artifacts import ModelBlessing\n"
+            "from beam_pipeline.engine.report_sections import ReportView\n"
+            "def f():\n    from beam_pipeline.stages.evaluator.report import g\n"
+            "    from beam_pipeline.stages.graph import STAGE_GRAPH\n"
+        ),
+        _p("beam_pipeline", "engine", "artifacts.py"): "",
+        _p("beam_pipeline", "engine", "report_sections.py"): "",
+        _p("beam_pipeline", "stages", "evaluator", "report.py"): "",
+        _p("beam_pipeline", "stages", "graph.py"): "",
+    }
+    modules = {_module_name(rel): rel for rel in sources}
+    bad = report_imports_of_stages(import_graph(sources), modules, ["evaluator"])
+    assert [b.split(" ", 1)[1] for b in bad] == [
+        "beam_pipeline.report.data imports beam_pipeline.engine.artifacts",
+        "beam_pipeline.report.data imports beam_pipeline.stages.evaluator.report",
+    ]

@@ -25,7 +25,7 @@ from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus, de
 from beam_pipeline.metadata.connection import migrate
 from beam_pipeline.metadata.schema import METADATA
 
-HEAD = "0003"
+HEAD = "0004"
 
 
 def _url(path) -> str:
@@ -99,7 +99,8 @@ def test_a_store_of_an_older_revision_is_upgraded_keeping_its_rows(tmp_path, rev
         assert (run.run_id, run.status, run.properties) == (
             "old-run",
             RunStatus.COMPLETE,
-            {"data": "d"},
+            # 0004: the columns every run listed then (their values where none is recorded).
+            {"data": "d", "history_columns": {"metrics": {}, "blessed": None, "pushed": None}},
         )
         (execution,) = store.run_executions("old-run")
         assert (execution.stage, execution.status, execution.parameters) == (
@@ -119,6 +120,146 @@ def test_a_store_of_an_older_revision_is_upgraded_keeping_its_rows(tmp_path, rev
     with sqlite3.connect(path) as db:
         indexes = {row[1] for row in db.execute("PRAGMA index_list(executions)")}
     assert "ix_executions_cache" in indexes
+
+
+# Summary rows as beam-pipeline recorded them before revision 0004 (no ``history``):
+# the data stage over spans 2-3 (2 reused), a model with metrics that missed a threshold,
+# and a Pusher that did not push it.
+_OLD_ROWS = {
+    "ExampleGen+Statistics": [
+        {"stage": "ExampleGen", "status": "ok", "note": "spans 2-3",
+         "details": {"spans": [2, 3], "spans_reused": [2], "spans_read": [3]}},
+        {"stage": "Statistics", "status": "ok", "note": "", "details": {}},
+    ],
+    "Tuner": [
+        {"stage": "Tuner", "status": "ok", "note": "",
+         "details": {"best_hyperparameters": {"learning_rate": 0.01}}},
+    ],
+    "Trainer": [
+        {"stage": "Trainer", "status": "ok", "note": "", "details": {"metrics": {"acc": 0.5}}},
+    ],
+    "Evaluator": [
+        {"stage": "Evaluator", "status": "ok", "note": "NOT blessed: 1 threshold missed",
+         "details": {"blessed": False, "failures": [
+             {"metric": "acc", "slice": "Overall", "value": 0.5, "bound": ">= 0.6", "by": 0.1}
+         ]}},
+    ],
+    "Pusher": [
+        {"stage": "Pusher", "status": "skipped", "note": "not pushed: not blessed",
+         "details": {"pushed": False, "destination": None}},
+    ],
+}  # fmt: skip
+
+
+def write_0003_runs(conn: sa.engine.Connection) -> None:
+    """Three runs as beam-pipeline recorded them at revision 0003 (on ``conn``, migrated
+    to it): old-a and old-b with an execution of each stage of :data:`_OLD_ROWS`, holding
+    only its summary rows; old-c, which failed before any execution. Written with the
+    schema's tables (0004 changes no column), so that any backend gets the same rows."""
+    from beam_pipeline.metadata import schema as s
+
+    conn.execute(
+        sa.insert(s.types),
+        [
+            {"id": 1, "kind": "context", "name": "pipeline"},
+            {"id": 2, "kind": "context", "name": "run"},
+        ]
+        + [{"id": 10 + i, "kind": "execution", "name": stage} for i, stage in enumerate(_OLD_ROWS)],
+    )
+    times = {"create_time_ms": 1000, "update_time_ms": 3000}
+    conn.execute(
+        sa.insert(s.contexts),
+        [{"id": 1, "type_id": 1, "name": "beam-pipeline", "properties": {}, **times}]
+        + [
+            {
+                "id": number,
+                "type_id": 2,
+                "name": run_id,
+                "properties": {"status": "complete", "end_time_ms": 3000, "properties": {}},
+                **times,
+            }
+            for number, run_id in [(2, "old-a"), (3, "old-b"), (4, "old-c")]
+        ],
+    )
+    conn.execute(
+        sa.insert(s.parent_contexts),
+        [{"context_id": n, "parent_context_id": 1} for n in (2, 3, 4)],
+    )
+    for number in (2, 3):
+        for i, rows in enumerate(_OLD_ROWS.values()):
+            conn.execute(
+                sa.insert(s.executions).values(
+                    id=100 * number + i,
+                    type_id=10 + i,
+                    status="complete",
+                    cache_key=f"k{i}",
+                    parameters={},
+                    start_time_ms=1000,
+                    end_time_ms=2000,
+                    properties={"reports": rows},
+                )
+            )
+            conn.execute(
+                sa.insert(s.associations).values(context_id=number, execution_id=100 * number + i)
+            )
+
+
+def check_0003_runs_upgraded(url: str, capsys) -> None:
+    """The runs of :func:`write_0003_runs` as the ``runs`` commands show them once the
+    store at ``url`` is opened (and upgraded): as they were shown before 0004."""
+    import json
+
+    from beam_pipeline import cli
+
+    assert cli.main(["runs", "list", f"--metadata_url={url}", "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    row = rows["old-a"]
+    assert (row["metrics"], row["blessed"], row["pushed"]) == ({"acc": 0.5}, False, False)
+    assert (row["spans"], row["spans_reused"]) == ([2, 3], [2])
+    assert row["columns"] == {"metrics": {"acc": 0.5}, "blessed": False, "pushed": False}
+    row = rows["old-c"]
+    assert (row["metrics"], row["blessed"], row["pushed"]) == ({}, None, None)
+    assert row["columns"] == {"metrics": {}, "blessed": None, "pushed": None}
+    with MetadataStore.open(url) as store:
+        trainer = next(e for e in store.run_executions("old-a") if e.stage == "Trainer")
+        assert trainer.properties["history"]["columns"] == {"metrics": {"acc": 0.5}}
+    assert cli.main(["runs", "list", f"--metadata_url={url}"]) == 0
+    listed = capsys.readouterr().out
+    header = next(line for line in listed.splitlines() if "run" in line and "status" in line)
+    assert [c.strip() for c in header.strip("┃│ ").split("┃")] == [
+        "run", "start", "status", "metrics", "blessed", "pushed", "cached",
+    ]  # fmt: skip
+    assert "acc=0.5" in listed and " no " in listed
+    old_c = next(line for line in listed.splitlines() if "old-c" in line)
+    assert [c.strip() for c in old_c.strip("│ ").split("│")][3:6] == ["-", "-", "-"]
+
+    assert cli.main(["runs", "show", "old-a", f"--metadata_url={url}"]) == 0
+    shown = capsys.readouterr().out
+    assert "Data: spans 2-3 (span 2 reused from earlier runs, not read)" in shown
+    checks = shown.split("Model checks", 1)[1]
+    assert "NOT blessed: 1 threshold missed" in checks and "not pushed: not blessed" in checks
+    assert "Failed thresholds" in checks and ">= 0.6" in checks
+
+    assert cli.main(["runs", "diff", "old-a", "old-b", f"--metadata_url={url}", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["metrics"] == {"acc": [0.5, 0.5]}
+    assert d["hyperparameters"] == {"learning_rate": [0.01, 0.01]}
+
+
+def test_runs_recorded_before_0004_get_their_history_and_still_list(tmp_path, capsys):
+    """A store of revision 0003, whose executions hold only their summary rows, is upgraded
+    to 0004 with each execution's history filled from them and each run's columns: ``runs
+    list`` still shows the model's metrics, blessed and pushed (``-`` for a run that made
+    none), ``runs show`` the spans and the failed check, ``runs diff`` the metrics and
+    hyperparameters, as before."""
+    path = tmp_path / "old.sqlite"
+    engine = sa.create_engine(_url(path))
+    with engine.begin() as conn:
+        migrate(conn, "0003")
+        write_0003_runs(conn)
+    engine.dispose()
+    check_0003_runs_upgraded(_url(path), capsys)
+    assert _revision(path) == HEAD
 
 
 # Two processes open one new store at once (both may create the schema), then, released
@@ -231,7 +372,7 @@ def _foreign_database(tmp_path) -> str:
     "make_url, message",
     [
         (_newer_store, r"newer\.sqlite was written by a newer beam-pipeline \(schema revision "
-         r"0099; this version knows up to 0003\); upgrade beam-pipeline"),
+         r"0099; this version knows up to 0004\); upgrade beam-pipeline"),
         (_corrupt_file, r"corrupt\.sqlite is not a SQLite database or is corrupt \(file is not a "
          r"database\); move the file away"),
         (lambda t: _url(t / "missing" / "metadata.sqlite"),

@@ -31,7 +31,7 @@ import test_metadata_store as store_api
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from conftest import PENGUIN_DIR
-from test_metadata_schema import _WRITER, HEAD
+from test_metadata_schema import _WRITER, HEAD, check_0003_runs_upgraded, write_0003_runs
 
 from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
 from beam_pipeline.metadata.connection import migrate
@@ -139,6 +139,19 @@ def test_the_migrations_create_and_upgrade_the_schema_on_the_server(server):
         # Opened again (the schema is current): nothing to do, the run is there.
         with MetadataStore.open(server.plain_url()) as store:
             assert [r.run_id for r in store.list_runs()] == ["r"]
+    finally:
+        engine.dispose()
+
+
+def test_runs_recorded_before_0004_get_their_history_on_the_server(server, capsys):
+    # 0004 rewrites JSON properties of executions and runs (no DDL): each backend's JSON.
+    engine = server.engine()
+    try:
+        with engine.begin() as conn:
+            migrate(conn, "0003")
+            write_0003_runs(conn)
+        check_0003_runs_upgraded(server.driver_url(), capsys)
+        assert _revision(engine) == HEAD
     finally:
         engine.dispose()
 

@@ -237,6 +237,15 @@ def test_wheel_holds_the_three_packages_the_example_and_the_entry_point(built):
     assert set(migrations) <= set(names), set(migrations) - set(names)
     # The run report's template (package_data too: without it no report.html is written).
     assert "beam_pipeline/report/templates/report.html" in names
+    # ... and the stages' templates of their report sections (stages/**/*.html).
+    stage_templates = [
+        os.path.relpath(os.path.join(folder, f), REPO).replace(os.sep, "/")
+        for folder, _, files in os.walk(os.path.join(REPO, "beam_pipeline", "stages"))
+        for f in files
+        if f.endswith(".html")
+    ]
+    assert "beam_pipeline/stages/evaluator/report.html" in stage_templates
+    assert set(stage_templates) <= set(names), set(stage_templates) - set(names)
     assert re.search(
         r"^\[console_scripts\]\s*\nbeam-pipeline\s*=\s*beam_pipeline\.cli:main", entry_text, re.M
     )

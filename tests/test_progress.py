@@ -18,7 +18,7 @@ from beam_pipeline.progress import PROGRESS_PREFIX
 # lines (every 0.2 s here) and for rich's spinner to redraw.
 _SCRIPT = """
 import sys, time
-from beam_pipeline.console import RunEvents
+from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.progress import ProgressDisplay
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
@@ -111,7 +111,7 @@ def test_a_beam_job_shows_its_console_link_at_once_and_only_the_rows_its_runner_
     from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
     from google.cloud import dataflow as dataflow_api
 
-    from beam_pipeline.console import RunEvents
+    from beam_pipeline.engine.events import RunEvents
     from beam_pipeline.progress import ProgressDisplay, _job_rows
     from beam_pipeline.runtime.counters import live_counters
     from beam_pipeline.runtime.options import parse_beam_args

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from beam_pipeline.report import write_report
 
@@ -108,7 +109,7 @@ def test_event_files_are_read_record_by_record_as_tensorflow_reads_them(tmp_path
     TensorFlow's reader; a truncated or damaged one ends the file there."""
     import tensorflow as tf
 
-    from beam_pipeline.report.data import _tfrecords
+    from beam_pipeline.stages.trainer.report import tfrecords as _tfrecords
 
     path = str(tmp_path / "events.out.tfevents.1")
     records = [b"", b"x", bytes(range(256)) * 40, b"last"]
@@ -129,3 +130,52 @@ def test_event_files_are_read_record_by_record_as_tensorflow_reads_them(tmp_path
         f.write(bytes(damaged))
     assert list(_tfrecords(bad)) == records[:2]
     assert "a damaged record" in caplog.text
+
+
+def test_sections_come_from_the_graphs_stages_in_order_merged_and_placed(tmp_path):
+    # The report knows no stage: it shows what each stage of the graph returns, in graph
+    # order; a section with an earlier one's id joins it, `after` places one behind
+    # another, and a hook that raises costs its own sections only (one line says so).
+    from beam_pipeline.engine.report_sections import (
+        Code,
+        Figures,
+        KeyValues,
+        Note,
+        ReportSection,
+        Table,
+    )
+    from beam_pipeline.engine.stage import Stage
+
+    class _Shown(Stage):
+        def __init__(self, name, sections):
+            self.name, self._sections = name, sections
+
+        def run(self, ctx, inputs, out):
+            raise AssertionError("not run here")
+
+        def report_sections(self, view):
+            if self._sections is None:
+                raise ValueError("a file is damaged")
+            return self._sections
+
+    graph = (
+        _Shown("A", [ReportSection("one", "One", empty="Nothing yet."),
+                     ReportSection("late", "Late", parts=[Note("placed")], after="two")]),
+        _Shown("Broken", None),
+        _Shown("B", [ReportSection("two", "Two", parts=[
+            Table(["file", "n"], [[Code("a.csv:3"), 7], ["b", None]]),
+            Figures([("<svg class='x'></svg>", "a <plot>")]),
+        ])]),
+        _Shown("C", [ReportSection("one", "ignored", parts=[KeyValues([("ok", True)], "c/x")])]),
+    )  # fmt: skip
+    html = open(write_report(str(tmp_path), graph), encoding="utf-8").read()
+    assert re.findall(r'<section id="([a-z]+)"><h2>([^<]+)</h2>', html) == [
+        ("stages", "Stages"), ("one", "One"), ("two", "Two"), ("late", "Late"),
+    ]  # fmt: skip
+    one = html.split('<section id="one">', 1)[1].split("</section>", 1)[0]
+    assert "<h3>c/x</h3>\n<table><tr><td>ok</td><td>True</td></tr></table>" in one
+    assert "Nothing yet." not in one
+    assert '<tr><td><code>a.csv:3</code></td><td class="n">7</td></tr>' in html
+    assert "<tr><td>b</td><td>-</td></tr>" in html
+    assert "<figcaption>a &lt;plot&gt;</figcaption>" in html
+    assert "Broken&#39;s report sections: could not be read (ValueError: a file is damaged)" in html

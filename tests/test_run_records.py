@@ -70,7 +70,7 @@ def _run(root: str, run_id: str, graph, no_cache=()) -> RunSummary:
         run = store.start_run(run_id)
         data = ArtifactSpec("/data/numbers.csv", DATA_TYPE, fingerprint="d")
         records = RunRecords(manifest, store, run, data, no_cache, data_stage=MakeNumber.name)
-        ctx = StageContext(None, None, run_dir, {}, None, None)
+        ctx = StageContext(None, None, run_dir, {})
         summary = RunSummary(run_dir.root)
         run_stages(graph, ctx, records, summary)
         return summary

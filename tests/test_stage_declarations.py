@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,6 +30,13 @@ def _cli(*args: str, cwd: str = REPO) -> subprocess.CompletedProcess:
         cwd=cwd,
         timeout=900,
     )
+
+
+def _section(html: str, section: str) -> str:
+    """The body of the report's section ``section``."""
+    found = re.search(rf'<section id="{section}">(.*?)</section>', html, re.S)
+    assert found, f"no section {section!r} in the report"
+    return found.group(1).strip()
 
 
 def test_every_flag_is_a_declared_setting_and_each_stage_has_its_group():
@@ -67,7 +75,16 @@ def test_the_toy_stage_runs_through_the_cli_summary_report_and_runs_show(tmp_pat
     assert counts == {s: n for s, n in rows["ExampleGen"]["rows_out"].items()}
     assert rows["CountExamples"]["note"] == f"{sum(counts.values())} examples counted"
     with open(os.path.join(run_dir, "report.html")) as f:
-        assert "CountExamples" in f.read()
+        html = f.read()
+    assert "<td>CountExamples</td>" in html  # its summary row
+    # Its own section (its report_sections hook), in graph order: after ExampleGen's
+    # statistics, before the Schema's.
+    sections = re.findall(r'<section id="([a-z]+)">', html)
+    assert sections[:4] == ["stages", "statistics", "counts", "schema"], sections
+    counted = _section(html, "counts")
+    assert counted.startswith("<h2>Example counts</h2>")
+    for split, n in counts.items():
+        assert f'<tr><td>{split}</td><td class="n">{n}</td></tr>' in counted, counted
     runs = _cli("runs", "show", "a", f"--pipeline_root={root}", "--json")
     assert runs.returncode == 0, runs.stderr[-2000:]
     stages = [e["stage"] for e in json.loads(runs.stdout)["executions"]]
@@ -79,6 +96,24 @@ def test_the_toy_stage_runs_through_the_cli_summary_report_and_runs_show(tmp_pat
     with open(os.path.join(root, "runs", "b", "summary.json")) as f:
         rows = {r["stage"]: r for r in json.load(f)["stages"]}
     assert rows["CountExamples"]["status"] == "cached"
+    # A cached stage's section shows the counts run a published, and says so.
+    report_b = os.path.join(root, "runs", "b", "report.html")
+    with open(report_b) as f:
+        html = f.read()
+    counted = _section(html, "counts")
+    assert '<p class="origin" data-reused-from="a">' in counted
+    assert f'<td class="n">{counts["train"]}</td>' in counted
+    # `runs report` reads the bundled graph: the toy stage has its summary row only; with
+    # the run's --graph, its section again, as the run wrote it.
+    os.remove(report_b)
+    bundled = _cli("runs", "report", "b", f"--pipeline_root={root}")
+    assert bundled.returncode == 0, bundled.stderr[-2000:]
+    with open(report_b) as f:
+        rewritten = f.read()
+    assert "<td>CountExamples</td>" in rewritten and 'id="counts"' not in rewritten
+    assert _cli("runs", "report", "b", graph, f"--pipeline_root={root}").returncode == 0
+    with open(report_b) as f:
+        assert f.read() == html
     other = _cli(graph, *DATA_ONLY, f"--pipeline_root={root}", "--run_id=c", "--count_every=2")
     assert other.returncode == 0, other.stderr[-3000:]
     with open(os.path.join(root, "runs", "c", "summary.json")) as f:
@@ -130,7 +165,8 @@ def test_the_python_api_runs_a_graph_and_returns_its_summary(tmp_path):
     summary = bp.run(config, graph=toy_stage.GRAPH)
     assert summary.stage("CountExamples").status.value == "ok"
     assert summary.stage("ExampleGen").rows_out["train"] > 0
-    assert os.path.exists(os.path.join(summary.run_dir, "report.html"))
+    with open(os.path.join(summary.run_dir, "report.html")) as f:
+        assert '<section id="counts"><h2>Example counts</h2>' in f.read()  # the graph's
     with pytest.raises(PipelineError, match="did you mean 'train_steps'"):
         bp.make_config(train_step=3)
     # A flag's text is read as the flag reads it; a bad one is one sentence.

@@ -111,7 +111,7 @@ def _graph(**kwargs):
 
 def _run(root, graph, **kwargs):
     run_dir, manifest = RunManifest.open(root, "r1", {"identity": 1})
-    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity)
     records, summary = _Calls(manifest), RunSummary(run_dir.root)
     try:
         run_stages(graph, ctx, records, summary)
@@ -188,7 +188,7 @@ def test_a_failed_stage_publishes_nothing_but_what_it_asks_for(tmp_path, fail):
 def test_a_failed_stage_is_reported_and_told_to_the_records(tmp_path):
     root = str(tmp_path)
     run_dir, manifest = RunManifest.open(root, "r1", {"identity": 1})
-    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity)
     records, summary = _Calls(manifest), RunSummary(run_dir.root)
     with pytest.raises(PipelineError, match="bad rows"):
         run_stages(_graph(fail="stage_failed"), ctx, records, summary)
@@ -280,7 +280,7 @@ def test_independent_stages_run_at_once_and_their_rows_keep_graph_order(tmp_path
     graph[2].run = _then(graph[2].run, infra_ended.set)
     run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
     manifest.order = [s.name for s in graph]  # as beam_pipeline.pipeline sets it
-    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity)
     ctx.events.subscribe(stage_finished=lambda row: ended.append(row.stage))
     records, summary = _Calls(manifest), RunSummary(run_dir.root)
     run_stages(graph, ctx, records, summary)
@@ -323,7 +323,7 @@ def test_a_failed_stage_lets_its_running_sibling_finish_and_the_first_failure_is
     graph = _siblings(evaluator, infra, fail="raise")
     graph[1].run = _failing_then(graph[1].run, evaluator_failed.set)
     run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
-    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity)
     records, summary = _Calls(manifest), RunSummary(run_dir.root)
     with pytest.raises(PipelineError, match="bad input"):
         run_stages(graph, ctx, records, summary)
@@ -388,7 +388,7 @@ def test_a_stage_gets_its_own_beam_options_and_the_others_the_runs(tmp_path):
     run_options = parse_beam_args(["--runner=DirectRunner"])
     own = parse_beam_args(["--runner=DirectRunner", "--direct_num_workers=2"])
     run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
-    ctx = StageContext(PipelineConfig(), run_options, run_dir, manifest.identity, None, None)
+    ctx = StageContext(PipelineConfig(), run_options, run_dir, manifest.identity)
     graph = _siblings(evaluator, infra)
     run_stages(
         graph,
@@ -419,7 +419,7 @@ def test_ctrl_c_stops_the_stages_running_at_once_and_records_them(tmp_path):
     try:
         graph = _siblings(evaluator, infra)
         run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
-        ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity, None, None)
+        ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity)
         records, summary = _Calls(manifest), RunSummary(run_dir.root)
         with pytest.raises(KeyboardInterrupt):
             run_stages(graph, ctx, records, summary)

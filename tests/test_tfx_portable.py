@@ -20,7 +20,7 @@ from test_tfx_modules import (
 )
 
 from beam_pipeline import cli
-from beam_pipeline.console import RunEvents
+from beam_pipeline.engine.events import RunEvents
 
 
 @pytest.mark.slow

@@ -15,8 +15,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import sysconfig
-import traceback
 from collections.abc import Iterator
 from typing import Optional
 
@@ -168,6 +166,8 @@ def _is_user_file(path: str) -> bool:
     parts = set(path.split(os.sep))
     if parts & {"site-packages", "dist-packages"}:
         return False
+    import sysconfig  # lazily: `--help` imports this module, not this
+
     stdlib = {sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)}
     if any(path.startswith(s.rstrip(os.sep) + os.sep) for s in stdlib):
         return False
@@ -218,6 +218,8 @@ def transform_error(
     TensorFlow names the op and its message but not the line of the module file that made
     the op, so the sentence names the module file, the exception and its message.
     """
+    import traceback  # lazily: `--help` imports this module, not this
+
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     start = text.find(_TFT_APPLY)
     if start < 0:
@@ -247,6 +249,8 @@ def code_error(exc: BaseException) -> Optional[PipelineError]:
     input it was given)". An error raised in this project's or a library's code alone
     (a bug, not the user's) gives None.
     """
+    import traceback
+
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     found = _last_user_error(text)
     if found is None:

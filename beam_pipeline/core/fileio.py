@@ -32,12 +32,9 @@ from __future__ import annotations
 
 import builtins
 import errno
-import glob as _glob
 import os
 import posixpath
-import shutil
 import sys
-import uuid
 from collections.abc import Iterator
 from typing import IO, Any
 
@@ -114,7 +111,9 @@ def glob(pattern: str) -> list[str]:
     if not is_remote(pattern) and sys.version_info >= (3, 11):
         # As gfile matches, a wildcard matches names that start with a dot too (Python's
         # glob skips them unless told; `include_hidden` is new in Python 3.11).
-        return sorted(_glob.glob(pattern, include_hidden=True))
+        import glob  # lazily: `--help` imports this module, not this
+
+        return sorted(glob.glob(pattern, include_hidden=True))
     return sorted(_gfile().glob(pattern))
 
 
@@ -162,6 +161,8 @@ def copy(src: str, dst: str, overwrite: bool = False) -> None:
         # Pusher's and publishing's copies are local more often than not.
         if not overwrite and os.path.exists(dst):
             raise FileExistsError(errno.EEXIST, "file exists and overwrite is off", dst)
+        import shutil
+
         shutil.copyfile(src, dst)
         return
     _gfile().copy(src, dst, overwrite=overwrite)
@@ -187,6 +188,8 @@ def write_atomic(path: str, data: str | bytes) -> None:
     is atomic on local disks, and on object stores the object appears only once written,
     so a reader never sees a half-written file and two writers never mix their bytes.
     """
+    import uuid
+
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     mode = "wb" if isinstance(data, bytes) else "w"
     try:

@@ -11,7 +11,8 @@ It imports no stage: the stages (:mod:`beam_pipeline.stages`) build on it.
   identity, resume and folder; :mod:`~beam_pipeline.engine.artifacts`,
   :mod:`~beam_pipeline.engine.contents`, :mod:`~beam_pipeline.engine.fingerprint`: typed
   artifacts, what they hold, content digests; :mod:`~beam_pipeline.engine.summary`: the
-  run's summary rows.
+  run's summary rows; :mod:`~beam_pipeline.engine.history_entry`: what a stage shows in
+  the run history.
 """
 
 from typing import Any
@@ -19,12 +20,14 @@ from typing import Any
 __all__ = [
     "PipelineConfig",
     "Input",
+    "InputData",
     "Preflight",
     "Outputs",
     "Stage",
     "StageContext",
     "StageFailed",
     "StageResult",
+    "Started",
     "Execution",
     "ExecutionRecords",
     "cache_key",

@@ -28,8 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-import uuid
 from typing import Optional
 
 from beam_pipeline.core import fileio
@@ -48,8 +46,20 @@ _PARTIAL = ".partial-"
 _LOG = logging.getLogger(__name__)
 
 
+def _host() -> str:
+    import socket  # lazily: `--help` imports this module, not this
+
+    return socket.gethostname()
+
+
+def _suffix() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:8]
+
+
 def _owner() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+    return f"{_host()}-{os.getpid()}"
 
 
 def _alive(pid: int) -> bool:
@@ -65,7 +75,7 @@ def _alive(pid: int) -> bool:
 def new_work_dir(cache_dir: str) -> str:
     """A new private folder beside the entries of ``cache_dir`` (created), this process's."""
     fileio.makedirs(cache_dir)
-    work = fileio.join(cache_dir, f"{_PARTIAL}{_owner()}-{uuid.uuid4().hex[:8]}")
+    work = fileio.join(cache_dir, f"{_PARTIAL}{_owner()}-{_suffix()}")
     fileio.makedirs(work)
     return work
 
@@ -126,7 +136,7 @@ def publish(entry: str, final: str, work_dir: str, small: int = SMALL_FILE_BYTES
     # theirs is as valid, so a lost race is left at that.
     if fileio.exists(final):
         try:
-            fileio.rename(final, fileio.join(work_dir, f"replaced-{uuid.uuid4().hex[:8]}"))
+            fileio.rename(final, fileio.join(work_dir, f"replaced-{_suffix()}"))
         except Exception:  # noqa: BLE001, S110  moved by a concurrent publish
             pass
     try:
@@ -140,7 +150,7 @@ def remove_abandoned(cache_dir: str) -> None:
     """Deletes the private folders of killed processes of this machine."""
     if fileio.is_remote(cache_dir) or not fileio.exists(cache_dir):
         return  # on an object store, whose process it was is not known here
-    prefix = f"{_PARTIAL}{socket.gethostname()}-"
+    prefix = f"{_PARTIAL}{_host()}-"
     for name in fileio.listdir(cache_dir):
         name = name.rstrip("/")
         if not name.startswith(prefix):

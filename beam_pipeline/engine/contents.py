@@ -24,7 +24,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from typing import Optional
@@ -39,6 +38,8 @@ SMALL_FILE_BYTES = 1 << 20
 
 
 def _digest(path: str) -> str:
+    import hashlib  # lazily: `--help` imports this module, not this
+
     digest = hashlib.blake2b(digest_size=16)
     with fileio.open(path, "rb") as f:
         while chunk := f.read(1 << 20):

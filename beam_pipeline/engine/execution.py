@@ -25,6 +25,7 @@ from typing import Any, Optional, Protocol
 
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.fingerprint import json_digest
+from beam_pipeline.engine.history_entry import HISTORY
 from beam_pipeline.engine.summary import StageReport
 
 __all__ = ["Execution", "ExecutionRecords", "cache_key"]
@@ -50,6 +51,9 @@ class Execution:
         blocking-anomalies message).
       run_id: the run it belongs to.
       started / finished: ISO times.
+      history: what it shows in the run history (:meth:`HistoryEntry.to_json
+        <beam_pipeline.engine.history_entry.HistoryEntry.to_json>` of the stage's
+        :meth:`~beam_pipeline.engine.stage.Stage.history`).
     """
 
     stage: str
@@ -62,6 +66,7 @@ class Execution:
     run_id: str
     started: str
     finished: str
+    history: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """What is kept of it (in the run manifest, and as the store's execution
@@ -74,6 +79,7 @@ class Execution:
             "outcome": dict(self.outcome),
             "started": self.started,
             "finished": self.finished,
+            HISTORY: dict(self.history),
         }
 
     @classmethod
@@ -94,6 +100,7 @@ class Execution:
                 run_id=run_id,
                 started=kept.get("started", ""),
                 finished=kept.get("finished", ""),
+                history=kept.get(HISTORY) or {},
             )
         except (KeyError, TypeError, ValueError):
             return None

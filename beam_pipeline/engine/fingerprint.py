@@ -19,7 +19,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -40,6 +39,8 @@ _CHUNK = 4 << 20  # 4 MiB reads: large enough that hashing, not Python, sets the
 
 
 def _hasher():
+    import hashlib  # lazily: `--help` imports this module, not this
+
     return hashlib.blake2b(digest_size=32)
 
 
@@ -49,6 +50,8 @@ def file_digest(path: str, *, sha256: bool = False) -> str:
     SHA-256 is what names a staged module file (``module_staging.stage_module_file``), so a run
     identifies its module by the same digest.
     """
+    import hashlib
+
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 

@@ -80,7 +80,8 @@ class RunRecords:
       manifest: this run's manifest.
       store: the open metadata store, or None.
       run: this run as started in the store (None without a store).
-      data: the run's input data as an external artifact (its path and content digest).
+      data: the run's input data as an external artifact (its path and content digest);
+        None where no stage of the graph reads input data.
       no_cache: the stages never looked up.
       data_stage: the stage that reads the run's input data (recorded as its input).
     """
@@ -90,7 +91,7 @@ class RunRecords:
         manifest: RunManifest,
         store: Optional[MetadataStore],
         run: Optional[RunRef],
-        data: ArtifactSpec,
+        data: Optional[ArtifactSpec],
         no_cache: Collection[str] = (),
         data_stage: str = "",
     ):

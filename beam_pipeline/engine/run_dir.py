@@ -16,10 +16,8 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import datetime
 import logging
 import posixpath
-import uuid
 from collections.abc import Iterator
 
 from beam_pipeline.core import fileio
@@ -53,6 +51,9 @@ class RunDirectory:
     def create(cls, pipeline_root: str, run_id: str = "") -> RunDirectory:
         """Creates the run folder; a fresh ``run_id`` is generated when empty."""
         if not run_id:
+            import datetime  # lazily: `--help` imports this module, not this
+            import uuid
+
             stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
             run_id = f"{stamp}-{uuid.uuid4().hex[:6]}"
         run_dir = cls(pipeline_root, run_id)
@@ -94,12 +95,16 @@ class RunDirectory:
                 f"Artifact {_folder(artifact)!r} already exists in run directory {self.root}; "
                 "pass a new --run_id (or none) to start a fresh run."
             )
+        import uuid
+
         staging = fileio.join(self.root, ".staging", f"{_folder(artifact)}-{uuid.uuid4().hex[:8]}")
         fileio.makedirs(staging)
         return staging
 
     def publish(self, artifact: Artifact | str, staging: str) -> str:
         """Moves a finished staging folder into place and marks it published."""
+        import datetime
+
         final = self.path(artifact)
         with fileio.open(fileio.join(staging, PUBLISHED_MARKER), "w") as f:
             f.write(datetime.datetime.now().isoformat())

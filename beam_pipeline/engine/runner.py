@@ -328,6 +328,7 @@ class _Scheduler:
             run_id=ctx.run_dir.run_id,
             started=run.started.isoformat(timespec="seconds"),
             finished=finished.isoformat(timespec="seconds"),
+            history=stage.history(result.reports).to_json(),
         )
         self.records.record(execution)
         self._made(run.index, execution, run.key, ctx)

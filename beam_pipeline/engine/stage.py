@@ -29,22 +29,28 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from beam_pipeline.console import RunEvents
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
-from beam_pipeline.engine.run_dir import RunDirectory
-from beam_pipeline.engine.summary import StageReport
+from beam_pipeline.engine.events import RunEvents
 
-if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
+# For annotations only: every command imports the stage declarations (--help for their
+# flags), and these modules serve a run, not a declaration.
+if TYPE_CHECKING:
     from beam_pipeline.core.module_staging import StagedModule
+    from beam_pipeline.engine.history_entry import HistoryEntry
+    from beam_pipeline.engine.report_sections import ReportSection, ReportView
+    from beam_pipeline.engine.run_dir import RunDirectory
+    from beam_pipeline.engine.summary import StageReport
 
 __all__ = [
     "Input",
+    "InputData",
     "Preflight",
     "Stage",
     "StageContext",
     "StageResult",
     "StageFailed",
+    "Started",
     "Outputs",
 ]
 
@@ -75,39 +81,93 @@ class StageContext:
       run_dir: the run directory.
       identity: the run's identity (see :func:`beam_pipeline.engine.manifest.run_identity`); its
         settings sections enter the model stages' keys.
-      data: ExampleGen's checked inputs.
-      csv_format: how CSV input is read.
-      user_schema: the ``--schema`` proto, or None.
       preprocessing_fn: the module's tf.Transform function, or None without a module.
       module_digest: the digest of the module and its folder's Python files, or None.
-      transform_code: what Transform's key holds of the code: ``function <digest>`` of
-        what ``preprocessing_fn`` runs (:func:`beam_pipeline.engine.code_digest.function_digest`)
-        or, where that cannot be computed, ``module <module_digest>``; None without a module.
       staged: the module file as staged in the run directory for the workers, or None.
-      tuner_pool: closes the tuner's early-started worker pool (after tuning, or at the
-        end of the run).
-      pool: that pool, or None.
       events: hears of each stage as it starts and ends (the CLI's progress display).
       stage: the stage this context was made for (the runner gives each stage its own,
         with its own ``options`` where ``--stage_beam_args`` names it); None outside a
         stage.
+      prepared_values: stage name -> what its :meth:`Stage.prepare` returned for this run
+        (read by the stage itself with :meth:`prepared`).
+      started_values: stage name -> what its :meth:`Stage.start` started (read by the stage
+        itself with :meth:`started`).
     """
 
     config: PipelineConfig
     options: Any  # Beam's PipelineOptions (not imported here: Beam is heavy to import)
     run_dir: RunDirectory
     identity: Mapping[str, Any]
-    data: Any  # ExampleGen's DataInputs
-    csv_format: Any  # transforms.example_gen.CsvFormat
-    user_schema: Any = None
     preprocessing_fn: Optional[Callable] = None
     module_digest: Optional[str] = None
-    transform_code: Optional[str] = None
     staged: Optional[StagedModule] = None
-    tuner_pool: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
-    pool: Any = None  # beam_pipeline.runtime.pool.LocalWorkerPool
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
     stage: Optional[str] = None
+    prepared_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    started_values: Mapping[str, Started] = dataclasses.field(default_factory=dict)
+
+    def prepared(self, stage: Stage) -> Any:
+        """What ``stage``'s :meth:`Stage.prepare` returned for this run (None: nothing).
+
+        Raises:
+          ValueError: the context is another stage's: a stage reads only its own values
+            (what several stages need comes from the config or ``stages.common``).
+        """
+        self._own(stage)
+        return self.prepared_values.get(stage.name)
+
+    def started(self, stage: Stage) -> Started:
+        """What ``stage``'s :meth:`Stage.start` started (``with ctx.started(self) as value:``
+        uses it and closes it; a stage that started nothing gets None there).
+
+        Raises:
+          ValueError: the context is another stage's.
+        """
+        self._own(stage)
+        return self.started_values.get(stage.name) or Started(None)
+
+    def _own(self, stage: Stage) -> None:
+        if self.stage is not None and stage.name != self.stage:
+            raise ValueError(
+                f"{self.stage} asked for {stage.name}'s prepared or started values; a stage "
+                "reads only its own (take shared values from the config or stages.common)."
+            )
+
+
+class Started:
+    """A resource a stage's :meth:`Stage.start` started: its value, and its closing.
+
+    The run closes it at its end (also on a failure or Ctrl-C); the stage may close it
+    earlier, once it is done with it: ``with ctx.started(self) as pool: ...``. Closing
+    twice closes once.
+    """
+
+    def __init__(self, value: Any, stack: Optional[contextlib.ExitStack] = None):
+        self.value = value
+        self._stack = stack if stack is not None else contextlib.ExitStack()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Any:
+        return self.value
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclasses.dataclass(frozen=True)
+class InputData:
+    """The run's input data as the stage that reads it gives it (:meth:`Stage.input_data`).
+
+    Attributes:
+      uri: where it is (its path or paths), as the metadata store records it.
+      fingerprint: the digest of its content and of every setting that shapes what is read
+        of it: the run's identity holds it (a resume with other data is refused).
+    """
+
+    uri: str
+    fingerprint: str
 
 
 @dataclasses.dataclass
@@ -180,17 +240,13 @@ class Preflight:
     Attributes:
       config: the run's configuration.
       options: Beam's PipelineOptions.
-      csv_format: how CSV input is read (``transforms.example_gen.CsvFormat``).
       user_module: the loaded module file (``trainer.UserModule``), or None.
-      tunes: the module defines a search (``tuner_fn`` or a config search space).
       store: opens (once) and returns the metadata store, or None where the run has none.
     """
 
     config: PipelineConfig
     options: Any
-    csv_format: Any = None
     user_module: Any = None
-    tunes: bool = False
     store: Callable[[], Any] = lambda: None
 
 
@@ -297,3 +353,59 @@ class Stage(abc.ABC):
           outcome: the execution's outcome (:attr:`StageResult.outcome`).
         """
         return None  # most stages never stop the run once they finished
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Its sections of the run's ``report.html``, read from what the run directory
+        holds (``view``: its artifacts, wherever a cached stage's are, and the summary
+        rows); the report shows them in graph order. Without any, the stage has its
+        summary row only. Import what reads and draws inside this method: the report
+        (``runs report``) loads neither Beam nor TensorFlow."""
+        return []
+
+    # Run-level hooks: what a stage prepares before anything is written, and what it
+    # starts for the whole run (kept per stage: ``ctx.prepared(self)``, ``ctx.started(self)``).
+
+    def prepare(self, config: PipelineConfig, options: Any) -> Any:
+        """Checks its own inputs and reads what its run needs, for the whole run, before
+        the module file is loaded and before anything is written (e.g. ExampleGen resolves
+        and fingerprints ``--data``, the Schema stage reads ``--schema``); called for every
+        stage in graph order. Its value is the stage's own (``ctx.prepared(self)``);
+        raises PipelineError with the fix."""
+        return None
+
+    def input_data(self, prepared: Any) -> Optional[InputData]:
+        """For the stage that :attr:`reads_input_data`: the run's input data (its place and
+        fingerprint, for the run's identity and the store), from what :meth:`prepare`
+        returned; None: it gives none."""
+        return None
+
+    def start(self, ctx: StageContext) -> Optional[contextlib.AbstractContextManager]:
+        """A resource to start once the run directory exists, before the first stage runs
+        (e.g. the Tuner's worker processes, which import TensorFlow while the data stages
+        run): entered now, closed at the run's end (a failure and Ctrl-C included) or
+        earlier by the stage (``with ctx.started(self) as value:``). Not called for a stage
+        an earlier attempt of the run finished; None: nothing to start."""
+        return None
+
+    # -- What the run history shows of it (runs list, runs show, runs diff) ---------------
+
+    # The ``runs list`` columns its :meth:`history` gives, each with the value a run in
+    # which it recorded none shows (it did not run, or failed): every run of a graph lists
+    # the same columns, in the graph's order (recorded with the run as it starts).
+    history_columns: ClassVar[Mapping[str, Any]] = {}
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        """What this execution shows in the run history, from its summary rows: its
+        ``runs list`` columns, the facts and lines of ``runs show``, its verdict as a
+        model check, its sections of ``runs diff`` (:class:`HistoryEntry`).
+
+        The runner calls it as it records an execution that ended with a result (a
+        reused one shows what its original recorded) and keeps the answer with it in
+        the metadata store, which the ``runs`` commands read without importing any stage.
+
+        Args:
+          reports: the summary rows the stage's ``run`` returned (ok or skipped).
+        """
+        from beam_pipeline.engine.history_entry import HistoryEntry
+
+        return HistoryEntry()  # most stages show only their executions

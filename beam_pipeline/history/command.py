@@ -41,7 +41,7 @@ _DIGEST = re.compile(r"[0-9a-f]{40,}")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from beam_pipeline.console import command_name
+    from beam_pipeline.core.command import command_name
 
     p = argparse.ArgumentParser(
         prog=f"{command_name()} runs", description="Run history from the metadata store."
@@ -72,12 +72,23 @@ def _parser() -> argparse.ArgumentParser:
         "report", parents=[where], help="(Re)writes a recorded run's report.html; prints its path."
     )
     report.add_argument("run")
+    report.add_argument(
+        "--graph",
+        default="",
+        help="FILE.py:NAME or module:NAME: the stage graph the run used, for the sections "
+        "of your own stages (default: the bundled graph; other stages show their summary "
+        "row only).",
+    )
     return p
 
 
-def _report(store: MetadataStore, pipeline_root: str, run_id: str) -> dict[str, Any]:
-    """Writes the recorded run's ``report.html`` (beam_pipeline.report) in its folder."""
+def _report(
+    store: MetadataStore, pipeline_root: str, run_id: str, graph_spec: str = ""
+) -> dict[str, Any]:
+    """Writes the recorded run's ``report.html`` (beam_pipeline.report) in its folder, with
+    the sections of the stages of ``graph_spec`` (``--graph``; "": the bundled graph)."""
     from beam_pipeline.report import write_report
+    from beam_pipeline.stages.graph import load_graph
 
     views.run_executions(store, run_id)  # raises for a run the store does not hold
     run_dir = fileio.join(pipeline_root, "runs", run_id)
@@ -86,7 +97,8 @@ def _report(store: MetadataStore, pipeline_root: str, run_id: str) -> dict[str, 
             f"Run {run_id!r} is recorded but its folder {run_dir} does not exist; pass the "
             "--pipeline_root that run used."
         )
-    path = write_report(run_dir)
+    graph = load_graph(graph_spec) if graph_spec else None  # a bad one: one sentence
+    path = write_report(run_dir, graph)
     if path is None:
         raise PipelineError(
             f"The report of run {run_id!r} could not be written in {run_dir}; see the "
@@ -117,42 +129,54 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Any:
+def _table(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], cut: Sequence[str] = ()
+) -> Any:
     if not rows:
         return f"{title}: none"
     table = Table(title=title, title_justify="left", show_lines=False)
     for c in columns:
-        # Names, statuses and run ids whole; long uris and parameter lists fold; a metric
-        # too long for its column ends in "…" (its value is in --json).
-        overflow = "ellipsis" if c == "metrics" else "fold"
+        # Names, statuses and run ids whole; long uris and parameter lists fold; a value of
+        # the ``cut`` columns (key=value lines) too long for its column ends in "…" (its
+        # value is in --json).
+        overflow = "ellipsis" if c in cut else "fold"
         table.add_column(c, overflow=overflow, no_wrap=c in _WHOLE)
     for row in rows:
         table.add_row(*(_plain(v) for v in row))
     return table
 
 
-def _verdict(value: Optional[bool]) -> str:
-    return "-" if value is None else ("yes" if value else "no")
+def _cell(value: Any) -> str:
+    """A value a stage recorded for a ``runs list`` column: a mapping as ``key=value``
+    lines, a boolean as yes/no, nothing as ``-``."""
+    if isinstance(value, dict):
+        return "\n".join(f"{k}={_plain(v)}" for k, v in sorted(value.items())) or "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _plain(value)
 
 
 def _list(console: Console, rows: list[dict]) -> None:
-    # Narrow enough for 100 columns: the fingerprints are in `runs show` and --json.
+    # The columns the runs' stages recorded, in the order they ran (a stage that ran in
+    # one run only gets its column, "-" in the others). Narrow enough for 100 columns:
+    # the fingerprints are in `runs show` and --json.
+    columns = list(dict.fromkeys(c for r in rows for c in r.get("columns") or {}))
+    cut = [c for c in columns if any(isinstance(r["columns"].get(c), dict) for r in rows)]
     console.print(
         _table(
             "Runs (newest first)",
-            ["run", "start", "status", "metrics", "blessed", "pushed", "cached"],
+            ["run", "start", "status", *columns, "cached"],
             [
                 [
                     r["run_id"],
                     (r["start"] or "-")[:16].replace("T", " "),
                     r["status"],
-                    "\n".join(f"{k}={_plain(v)}" for k, v in sorted(r["metrics"].items())) or "-",
-                    _verdict(r.get("blessed")),
-                    _verdict(r.get("pushed")),
+                    *(_cell(r["columns"].get(c)) for c in columns),
                     f"{len(r['cached'])} of {len(r['stages'])}" if r["cached"] else "-",
                 ]
                 for r in rows
             ],
+            cut,
         )
     )
 
@@ -230,14 +254,8 @@ def _show(console: Console, run: dict) -> None:
         f"Run {run['run_id']}: {run['status']}, {run['start']} .. {run['end'] or '-'}; "
         f"data {_short(run['data'])}, module {_short(run['module'])}"
     )
-    if run.get("spans"):
-        from beam_pipeline.stages.common.span_cache import span_label
-
-        reused = run["spans_reused"]
-        console.print(
-            f"Data: {span_label(run['spans'])}"
-            + (f" ({span_label(reused)} reused from earlier runs, not read)" if reused else "")
-        )
+    for line in run.get("lines") or ():  # what its stages recorded for it
+        console.print(line)
     executions = run["executions"]
     base = _base(executions)
     if base:
@@ -257,7 +275,7 @@ def _show(console: Console, run: dict) -> None:
                 [[stage, c["status"], c["note"]] for stage, c in checks.items()],
             )
         )
-    failures = checks.get("Evaluator", {}).get("failures") or []
+    failures = [f for c in checks.values() for f in c.get("failures") or ()]
     if failures:
         console.print(
             _table(
@@ -286,9 +304,9 @@ def _diff(console: Console, d: dict) -> None:
     )
     if d.get("identical"):
         # Not tables of zeros: the one fact.
+        same = ["inputs", "parameters", "schema", "statistics", *d["compared"]]
         console.print(
-            f"Runs {a} and {b} are identical: the same inputs, parameters, schema, statistics, "
-            "hyperparameters and metrics."
+            f"Runs {a} and {b} are identical: the same {', '.join(same[:-1])} and {same[-1]}."
         )
         return
     console.print(
@@ -339,9 +357,9 @@ def _diff(console: Console, d: dict) -> None:
                 ],
             )
         )
-    for name in ("hyperparameters", "metrics"):
+    for name, section in d["compared"].items():
         console.print(
-            _table(name.capitalize(), ["", a, b], [[k, x, y] for k, (x, y) in d[name].items()])
+            _table(name.capitalize(), ["", a, b], [[k, x, y] for k, (x, y) in section.items()])
         )
 
 
@@ -367,7 +385,7 @@ def main(argv: Sequence[str]) -> int:
             elif args.command == "lineage":
                 result, draw = views.lineage_view(store, args.uri), _lineage
             elif args.command == "report":
-                result = _report(store, args.pipeline_root, args.run)
+                result = _report(store, args.pipeline_root, args.run, args.graph)
                 draw = _report_line
             else:
                 result, draw = compare.diff_runs(store, args.run_a, args.run_b), _diff

@@ -1,8 +1,10 @@
-"""Two runs side by side: parameters, input fingerprints, schema, statistics drift,
-hyperparameters and metrics (``runs diff RUN_A RUN_B``).
+"""Two runs side by side: parameters, input fingerprints, schema, statistics drift, and
+the sections the runs' stages recorded for it (a model's metrics, a search's best
+hyperparameters: :attr:`beam_pipeline.engine.history_entry.HistoryEntry.compared`)
+(``runs diff RUN_A RUN_B``).
 
-The schema and statistics are read from the two runs' recorded artifacts (tfmd protos);
-an artifact that is gone from disk is reported as missing, not compared.
+The schema and statistics are read from the two runs' recorded artifacts of those types
+(tfmd protos); an artifact that is gone from disk is reported as missing, not compared.
 
 Example::
 
@@ -20,19 +22,13 @@ from google.protobuf import json_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 from beam_pipeline.core import fileio
-from beam_pipeline.history.views import (
-    TRAINER,
-    TUNER,
-    made_by,
-    run_executions,
-    stage_details,
-)
+from beam_pipeline.engine.artifacts import SCHEMA_FILE, Schema, Statistics
+from beam_pipeline.history.views import compared, made_by, run_executions
 from beam_pipeline.metadata import ArtifactRecord, ExecutionRecord, MetadataStore
 from beam_pipeline.stages.common.schema_file import read_schema
 
 __all__ = ["diff_runs", "flat", "schema_diff", "statistics_drift"]
 
-_SCHEMA_FILE = "schema.pbtxt"
 _STATS_FILE = "FeatureStats.pb"
 # What "type or presence changed" compares per feature (the rest of a Feature, such as
 # its description or drift comparator, is left out of the diff).
@@ -177,11 +173,11 @@ def diff_runs(store: MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
         changed = _side_by_side(pa, pb, changed_only=True)
         if changed:
             parameters[stage] = changed
-    schemas = [_on_disk(_output(x, "Schema"), _SCHEMA_FILE) for x in (la, lb)]
+    schemas = [_on_disk(_output(x, Schema.__name__), SCHEMA_FILE) for x in (la, lb)]
     schema: Optional[dict[str, Any]] = None
     if all(schemas):
         schema = schema_diff(read_schema(schemas[0]), read_schema(schemas[1]))
-    stats = [_on_disk(_output(x, "Statistics")) for x in (la, lb)]
+    stats = [_on_disk(_output(x, Statistics.__name__)) for x in (la, lb)]
     drift = statistics_drift(stats[0], stats[1]) if all(stats) else None
     d = {
         "runs": [run_a, run_b],
@@ -189,24 +185,23 @@ def diff_runs(store: MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
         "parameters": parameters,
         "schema": schema,
         "drift": drift,
-        "hyperparameters": _side_by_side(
-            stage_details(ea, oa, TUNER).get("best_hyperparameters", {}),
-            stage_details(eb, ob, TUNER).get("best_hyperparameters", {}),
-            changed_only=False,
-        ),
-        "metrics": _side_by_side(
-            stage_details(ea, oa, TRAINER).get("metrics", {}),
-            stage_details(eb, ob, TRAINER).get("metrics", {}),
-            changed_only=False,
-        ),
     }
+    # What the stages recorded to compare, section by section (in the order they ran);
+    # each section also a key of the diff where the diff has none of that name.
+    ca, cb = compared(ea, oa), compared(eb, ob)
+    d["compared"] = {
+        name: _side_by_side(ca.get(name) or {}, cb.get(name) or {}, changed_only=False)
+        for name in dict.fromkeys([*ca, *cb])
+    }
+    for name, section in d["compared"].items():
+        d.setdefault(name, section)
     d["identical"] = _identical(d)
     return d
 
 
 def _identical(d: Mapping[str, Any]) -> bool:
     """Whether the diff found no difference: same inputs and cache keys, parameters,
-    schema, statistics (where both are on disk), hyperparameters and metrics."""
+    schema, statistics (where both are on disk) and recorded sections."""
     same = all(a == b for a, b in d["inputs"].values())
     same = same and not d["parameters"]
     schema = d["schema"]
@@ -218,6 +213,4 @@ def _identical(d: Mapping[str, Any]) -> bool:
             for features in d["drift"].values()
             for v in features.values()
         )
-    return same and all(
-        a == b for name in ("hyperparameters", "metrics") for a, b in d[name].values()
-    )
+    return same and all(a == b for section in d["compared"].values() for a, b in section.values())

@@ -1,12 +1,15 @@
 """The metadata store's records as JSON values: one run's row, its executions, a lineage.
 
 These are what ``runs ... --json`` prints and what the tables are drawn from, so a script
-and a person see the same facts.
+and a person see the same facts. What a stage adds to them (its ``runs list`` columns, its
+lines and verdict in ``runs show``, its sections of ``runs diff``) is what it recorded
+with its execution (:class:`beam_pipeline.engine.history_entry.HistoryEntry`): nothing
+here names a stage.
 
 Example::
 
     with MetadataStore.open(url) as store:
-        rows = run_rows(store)            # [{"run_id": ..., "metrics": {...}, ...}, ...]
+        rows = run_rows(store)            # [{"run_id": ..., "columns": {...}, ...}, ...]
         shown = run_view(store, "again")  # {"run_id": "again", "executions": [...]}
 """
 
@@ -19,6 +22,7 @@ from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.engine.history_entry import HISTORY, HISTORY_COLUMNS
 from beam_pipeline.metadata import (
     ArtifactRecord,
     ExecutionRecord,
@@ -32,21 +36,16 @@ from beam_pipeline.metadata.launcher import launcher_gone
 
 __all__ = [
     "artifact_view",
+    "compared",
     "execution_view",
+    "history_entries",
     "lineage_view",
     "made_by",
     "model_checks",
     "run_executions",
     "run_rows",
     "run_view",
-    "stage_details",
 ]
-
-TRAINER = "Trainer"
-TUNER = "Tuner"
-PUSHER = "Pusher"
-MODEL_CHECKS = ("Evaluator", "InfraValidator", PUSHER)
-DATA = "ExampleGen+Statistics"  # the data stage's execution; its first summary row ExampleGen
 
 
 def _time(t: Optional[datetime.datetime]) -> Optional[str]:
@@ -122,89 +121,65 @@ def made_by(store: MetadataStore, executions: list[ExecutionRecord]) -> dict[int
     }
 
 
-def _stage_report(
-    executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord], stage: str
-) -> dict[str, Any]:
-    """``stage``'s summary row in a run (its own or, when cached, the execution it
-    reused), as JSON; {} when the run has none."""
-    for e in reversed(executions):
-        if e.stage != stage:
-            continue
-        source = originals.get(e.id, e)
-        for report in source.properties.get("reports", []):
-            if report.get("stage") == stage:
-                return dict(report)
-        return {}
-    return {}
+def _latest(executions: list[ExecutionRecord]) -> dict[str, ExecutionRecord]:
+    """Each stage's latest execution, the stages in the order they first ran."""
+    return {e.stage: e for e in executions}
 
 
-def stage_details(
-    executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord], stage: str
-) -> dict[str, Any]:
-    """The ``details`` of ``stage``'s summary row in a run (its own or, when cached, the
-    execution it reused); {} when the stage did not run to a result."""
-    report = _stage_report(executions, originals, stage)
-    if report.get("status") in ("ok", "cached"):
-        return dict(report.get("details") or {})
-    return {}
-
-
-def data_spans(
+def history_entries(
     executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord]
-) -> dict[str, Any]:
-    """With a ``{SPAN}`` input: the spans a run's examples hold and those whose ExampleGen +
-    Statistics units were reused, not read ({} otherwise)."""
-    for e in reversed(executions):
-        if e.stage != DATA:
-            continue
-        source = originals.get(e.id, e)
-        for report in source.properties.get("reports", []):
-            details = report.get("details") or {}
-            if report.get("stage") == "ExampleGen" and details.get("spans"):
-                return {"spans": details["spans"], "spans_reused": details["spans_reused"]}
-        return {}
-    return {}
+) -> list[tuple[ExecutionRecord, dict[str, Any]]]:
+    """Each stage's latest execution in a run and what its stage recorded for the history
+    (its own or, when cached, the execution's it reused), in the order they ran."""
+    return [
+        (e, dict(originals.get(e.id, e).properties.get(HISTORY) or {}))
+        for e in _latest(executions).values()
+    ]
+
+
+def _merged(entries: list[tuple[ExecutionRecord, dict[str, Any]]], part: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for _, entry in entries:
+        merged.update(entry.get(part) or {})
+    return merged
+
+
+def compared(
+    executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord]
+) -> dict[str, dict[str, Any]]:
+    """The sections ``runs diff`` compares, as the run's stages recorded them (a model's
+    metrics, a search's best hyperparameters, ...), in the order they ran."""
+    return _merged(history_entries(executions, originals), "compared")
 
 
 def model_checks(
     executions: list[ExecutionRecord], originals: Mapping[int, ExecutionRecord]
 ) -> dict[str, dict[str, Any]]:
-    """The model checks' verdicts in a run: for each of the Evaluator, InfraValidator and
-    Pusher that has a summary row, its status, note (the verdict in words), whether it
-    blessed (or pushed) the model, and the Evaluator's failed thresholds (metric, slice,
-    value, bound and by how much the value misses it)."""
+    """The model checks' verdicts in a run: for each stage that recorded a verdict, its
+    status (as the run's summary says it), its first summary row's note (the verdict in
+    words) and the verdict's keys (whether it blessed the model, the thresholds it missed:
+    metric, slice, value, bound and by how much the value misses it, ...)."""
     checks: dict[str, dict[str, Any]] = {}
-    latest = {e.stage: e for e in executions}
-    for stage in MODEL_CHECKS:
-        report = _stage_report(executions, originals, stage)
-        if not report:
+    for e, entry in history_entries(executions, originals):
+        found = entry.get("verdict")
+        if found is None:
             continue
-        details = report.get("details") or {}
-        status = report.get("status")
-        e = latest.get(stage)
-        if e is not None and e.status is ExecutionStatus.CACHED:
+        reports = originals.get(e.id, e).properties.get("reports") or [{}]
+        status = reports[0].get("status")
+        if e.status is ExecutionStatus.CACHED:
             status = _summary_status(e, originals.get(e.id))  # as the run's summary says
-        checks[stage] = {
-            "status": status,
-            "note": report.get("note", ""),
-            "blessed": details.get("blessed"),
-            "failures": list(details.get("failures") or []),
-        }
-        if stage == PUSHER:
-            checks[stage]["pushed"] = details.get("pushed")
+        checks[e.stage] = {"status": status, "note": reports[0].get("note", ""), **found}
     return checks
 
 
 def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
     executions = store.run_executions(run.run_id) or []
-    originals = made_by(store, executions)
-    metrics = stage_details(executions, originals, TRAINER).get("metrics", {})
-    checks = model_checks(executions, originals)
+    entries = history_entries(executions, made_by(store, executions))
     status = run.status.value
     if run.status is RunStatus.RUNNING and launcher_gone(run.properties.get("launcher")):
         # Killed (or lost) without a resume: nothing will ever finish its record.
         status = "abandoned"
-    return {
+    row = {
         "run_id": run.run_id,
         "pipeline": run.pipeline,
         "status": status,
@@ -212,20 +187,25 @@ def _row(store: MetadataStore, run: RunRecord) -> dict[str, Any]:
         "end": _time(run.end_time),
         "data": run.properties.get("data"),
         "module": run.properties.get("module"),
-        "metrics": metrics,
         "stages": {stage: status.value for stage, status in run.stages.items()},
         "cached": [s for s, status in run.stages.items() if status is ExecutionStatus.CACHED],
-        # The model checks' verdicts (None: the check did not run or decide).
-        "blessed": checks.get("Evaluator", {}).get("blessed"),
-        "pushed": checks.get(PUSHER, {}).get("pushed"),
-        **data_spans(executions, originals),
     }
+    # What the stages recorded for the history: the columns of `runs list` (those its
+    # graph declared, in its order, with their values where none was recorded; then any
+    # other, in the order the stages ran) and facts; each also a key of the row unless the
+    # row has it already.
+    columns = {**(run.properties.get(HISTORY_COLUMNS) or {}), **_merged(entries, "columns")}
+    for name, value in {**columns, **_merged(entries, "facts")}.items():
+        row.setdefault(name, value)
+    row["columns"] = columns
+    return row
 
 
 def run_rows(store: MetadataStore, limit: Optional[int] = None) -> list[dict[str, Any]]:
     """Every recorded run (the ``limit`` newest), newest first: id, start, status, data and
-    module fingerprints, the Trainer's eval metrics, each stage's status, the cached
-    stages, and whether the Evaluator blessed the model and the Pusher pushed it."""
+    module fingerprints, each stage's status, the cached stages, and the columns and facts
+    its stages recorded for the history (``columns``: name -> value, in the order the
+    stages ran; each also a key of the row)."""
     runs = store.list_runs()
     return [_row(store, run) for run in (runs if limit is None else runs[:limit])]
 
@@ -242,8 +222,9 @@ def _summary_status(e: ExecutionRecord, original: Optional[ExecutionRecord]) -> 
 
 
 def run_view(store: MetadataStore, run_id: str) -> dict[str, Any]:
-    """One run: its row, each execution with inputs, outputs, parameters and job ids, and
-    the model checks' verdicts (:func:`model_checks`).
+    """One run: its row, each execution with inputs, outputs, parameters and job ids, the
+    model checks' verdicts (:func:`model_checks`) and the lines its stages recorded for
+    ``runs show`` (``lines``).
 
     Raises:
       PipelineError: no such run is recorded.
@@ -257,6 +238,8 @@ def run_view(store: MetadataStore, run_id: str) -> dict[str, Any]:
     for view, e in zip(row["executions"], executions):
         view["summary_status"] = _summary_status(e, originals.get(e.id))
     row["model_checks"] = model_checks(executions, originals)
+    entries = history_entries(executions, originals)
+    row["lines"] = [line for _, entry in entries for line in entry.get("lines") or ()]
     return row
 
 

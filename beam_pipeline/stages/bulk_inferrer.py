@@ -35,6 +35,7 @@ from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import files_digest, folder_digest
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.stages.common.csv_input import csv_format
 
 if TYPE_CHECKING:
     import apache_beam as beam
@@ -245,7 +246,7 @@ class BulkInferrerStage(Stage):
 
     def preflight(self, run: Preflight) -> None:
         # The new examples and the model, checked now rather than after the training.
-        check_infer_inputs(run.config, run.csv_format)
+        check_infer_inputs(run.config, csv_format(run.config))
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         from transforms.example_gen.input_files import resolve_input_files
@@ -276,11 +277,11 @@ class BulkInferrerStage(Stage):
         from beam_pipeline.runtime.jobs import announce_job, counter, job_note
         from beam_pipeline.runtime.options import create_pipeline, run_pipeline
         from beam_pipeline.runtime.runners import wait_for_job
-        from beam_pipeline.stages.common.schema_file import read_schema
+        from beam_pipeline.stages.common.schema_file import read_schema, user_schema
         from transforms import example_gen as eg
 
         b = ctx.config.bulk_inferrer
-        checked = check_infer_inputs(ctx.config, ctx.csv_format)
+        checked = check_infer_inputs(ctx.config, csv_format(ctx.config))
         if checked is None:
             return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note="no --infer_data")])
         model_dir, how = _model(ctx, inputs)
@@ -289,8 +290,8 @@ class BulkInferrerStage(Stage):
             return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note=note)])
         schema = inputs.get(Schema)
         settings = eg.ReadSettings(
-            csv=ctx.csv_format,
-            schema=read_schema(schema.file) if schema is not None else ctx.user_schema,
+            csv=csv_format(ctx.config),
+            schema=read_schema(schema.file) if schema is not None else user_schema(ctx.config),
         )
         staging = {a: out.folder(a) for a in (InferenceResult, InferenceRejectedRows)}
         if b.output_examples:

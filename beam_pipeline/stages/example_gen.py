@@ -3,31 +3,47 @@
 ExampleGen reads, types and splits the input and writes the examples and the rejected
 rows; Statistics is a streaming combine over the same RecordBatches. :func:`check_data`
 checks the input before any Beam job starts (files, format, CSV header) and fingerprints
-its content; :func:`build_data_pipeline` wires the job (tests build it on Dataflow with
-``--dry_run``); :class:`ExampleGenStage` runs it.
+its content (:meth:`ExampleGenStage.prepare` calls it for the run); :func:`build_data_pipeline`
+wires the job (tests build it on Dataflow with ``--dry_run``); :class:`ExampleGenStage` runs it.
 
 Example::
 
-    data = check_data(config, csv_format)
+    data = check_data(config, csv_format(config))
     p = create_pipeline(options)
-    build_data_pipeline(p, config, data, csv_format, None, staging)
+    build_data_pipeline(p, config, data, csv_format(config), None, staging)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, Artifact, DataFormat, Split
-from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
+from beam_pipeline.engine.artifacts import (
+    Anomalies,
+    Examples,
+    RejectedRows,
+    Statistics,
+    TypedArtifact,
+)
 from beam_pipeline.engine.config import PipelineConfig, check_int
 from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest, pipeline_code
+from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import (
+    Code,
+    Fragment,
+    Note,
+    ReportSection,
+    ReportView,
+    Table,
+)
 from beam_pipeline.engine.stage import (
+    InputData,
     Outputs,
     Stage,
     StageContext,
@@ -35,6 +51,7 @@ from beam_pipeline.engine.stage import (
     StageResult,
 )
 from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.stages.common.csv_input import csv_format
 from beam_pipeline.stages.common.span_cache import (
     SpanInput,
     SpanPlan,
@@ -88,6 +105,7 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     Raises:
       PipelineError: no input files, an unknown format, or a bad CSV header.
     """
+    from beam_pipeline.stages.common.schema_file import user_schema
     from transforms import example_gen as eg
     from transforms.example_gen.input_files import has_span_spec, resolve_spans
 
@@ -115,8 +133,9 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         span_window=1,  # which spans: the files' content above says
         spans=None,
     )
-    # A --schema types the CSV columns ExampleGen reads.
-    schema = file_digest(config.schema.file) if config.schema.file else None
+    # A --schema types the CSV columns ExampleGen reads. Read before its digest is taken: a
+    # missing or malformed one is named in one sentence (read_schema), not a traceback.
+    schema = file_digest(config.schema.file) if user_schema(config) is not None else None
     if by_span:
         # Each span's unit is keyed by its own content (with what shapes its examples and
         # the code that writes them), so a span is read once for every window it is in.
@@ -150,6 +169,24 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         }
     )
     return DataInputs(sources, data_format, header, fingerprint, spans)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedData:
+    """What :meth:`ExampleGenStage.prepare` reads for the run, before anything is written.
+
+    Attributes:
+      inputs: the checked inputs (:func:`check_data`).
+      csv_format: how CSV input is read.
+      schema: the ``--schema`` proto (it types the CSV columns), or None.
+      uri: where the input is (``--data``, or ``split=path`` for each ``--input_splits``),
+        as the metadata store records it.
+    """
+
+    inputs: DataInputs
+    csv_format: Any  # transforms.example_gen.CsvFormat
+    schema: Any
+    uri: str
 
 
 def build_data_pipeline(
@@ -437,13 +474,34 @@ class ExampleGenStage(Stage):
     reads_input_data = True
     outputs = (RejectedRows, Examples, Statistics)
 
+    def prepare(self, config: PipelineConfig, options: Any) -> PreparedData:
+        """The input files resolved and checked (format, CSV header), their content
+        fingerprinted, and the ``--schema`` that types the columns read."""
+        from beam_pipeline.stages.common.schema_file import user_schema
+
+        fmt = csv_format(config)
+        inputs = check_data(config, fmt)
+        d = config.data
+        # As the store records artifacts' places (engine.records.stored_uri); that module is
+        # not imported here: it imports the store, which --help does not need.
+        absolute = fileio.absolute_uri
+        if d.data:
+            uri = absolute(d.data)
+        else:
+            uri = ",".join(f"{split.value}={absolute(p)}" for split, p in d.input_splits)
+        return PreparedData(inputs, fmt, user_schema(config), uri)
+
+    def input_data(self, prepared: PreparedData) -> InputData:
+        return InputData(prepared.uri, prepared.inputs.fingerprint)
+
     def parameters(self, ctx: StageContext) -> dict:
-        return {"data": ctx.data.fingerprint}
+        return {"data": ctx.prepared(self).inputs.fingerprint}
 
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        if ctx.data.span_inputs:
+        prepared: PreparedData = ctx.prepared(self)
+        if prepared.inputs.span_inputs:
             return self._run_spans(ctx, out)
         from apache_beam.options.pipeline_options import TestOptions
 
@@ -455,7 +513,8 @@ class ExampleGenStage(Stage):
         splits = config.data.splits
         staging = {a.FOLDER: out.folder(a) for a in self.outputs}
         p = create_pipeline(options)
-        build_data_pipeline(p, config, ctx.data, ctx.csv_format, ctx.user_schema, staging)
+        data, csv, schema = prepared.inputs, prepared.csv_format, prepared.schema
+        build_data_pipeline(p, config, data, csv, schema, staging)
         result = run_pipeline(p, _JOB, config.worker_start_timeout)
         announce_job(ctx, result)
         job = wait_for_job(result, options, _JOB)
@@ -479,8 +538,8 @@ class ExampleGenStage(Stage):
             Examples,
             split_names=[s.value for s in splits],
             rows=rows,
-            fingerprint=ctx.data.fingerprint,
-            spans=list(ctx.data.spans),
+            fingerprint=prepared.inputs.fingerprint,
+            spans=list(prepared.inputs.spans),
         )
         statistics = out.artifact(Statistics, split_names=[s.value for s in splits])
         rejected_dir = out.uri(RejectedRows)
@@ -505,13 +564,15 @@ class ExampleGenStage(Stage):
         config, options = ctx.config, ctx.options
         splits = config.data.splits
         staging = {a.FOLDER: out.folder(a) for a in self.outputs}
-        plan = SpanPlan(ctx.run_dir.cache_path("spans"), ctx.data.span_inputs)
+        prepared: PreparedData = ctx.prepared(self)
+        plan = SpanPlan(ctx.run_dir.cache_path("spans"), prepared.inputs.span_inputs)
         plan.open()
         job = result = None
         try:
             if plan.missing:
                 p = create_pipeline(options)
-                build_span_pipeline(p, config, ctx.data, ctx.csv_format, ctx.user_schema, plan)
+                data, csv, schema = prepared.inputs, prepared.csv_format, prepared.schema
+                build_span_pipeline(p, config, data, csv, schema, plan)
                 result = run_pipeline(p, _JOB, config.worker_start_timeout)
                 announce_job(ctx, result)
                 job = wait_for_job(result, options, _JOB)
@@ -551,7 +612,7 @@ class ExampleGenStage(Stage):
             Examples,
             split_names=[s.value for s in splits],
             rows=rows,
-            fingerprint=ctx.data.fingerprint,
+            fingerprint=prepared.inputs.fingerprint,
             spans=spans,
             span_keys=span_keys,
             spans_reused=reused,
@@ -594,6 +655,23 @@ class ExampleGenStage(Stage):
             (examples, "; ".join(n for n in parts if n), details),
             (statistics, merged, {"spans": spans, "spans_reused": reused}),
         )
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """The statistics per feature and split (anomalous features marked) and the first
+        rejected rows."""
+        return [_statistics_section(view), _rejected_section(view)]
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        # With a {SPAN} input: the spans the examples hold and those reused, not read
+        # (keys of runs list --json; a line of runs show).
+        details = reports[0].details if reports else {}
+        spans, reused = details.get("spans"), details.get("spans_reused") or []
+        if not spans:
+            return HistoryEntry()
+        line = f"Data: {span_label(spans)}" + (
+            f" ({span_label(reused)} reused from earlier runs, not read)" if reused else ""
+        )
+        return HistoryEntry(facts={"spans": spans, "spans_reused": reused}, lines=[line])
 
 
 def _data_result(
@@ -665,3 +743,150 @@ def _check_rejected(
                 "--max_rejected_fraction."
             )
         raise StageFailed(error, [report], publish=(RejectedRows,))
+
+
+# -- its report sections (read without Beam or TensorFlow) -----------------------------------
+
+REJECTED_ROWS_SHOWN = 20
+_TOP_VALUES_SHOWN = 10
+_STATISTICS_STYLE = (
+    ".anomalous { color: #cf222e; } .badge { background: #ffebe9; color: #cf222e; border: "
+    "1px solid #f0a0a0; border-radius: 3px; font-size: 11px; padding: 0 4px; margin-left: "
+    ".4em; }\n"
+)
+
+
+def _statistics_section(view: ReportView) -> ReportSection:
+    """Per feature and split (train and eval side by side, as Facets shows them) the
+    statistics a user checks, with overlaid histograms; the Validation's anomalies mark
+    their features."""
+    from beam_pipeline.report.svg import overlaid_histograms
+    from beam_pipeline.stages.common.anomalies_file import read_anomalies, split_order
+
+    section = ReportSection(
+        "statistics",
+        "Statistics",
+        artifacts=(Statistics,),
+        empty="No statistics.",
+        style=_STATISTICS_STYLE,
+    )
+    splits: list[str] = []
+    features: dict[str, dict] = {}
+    with section.reading("the statistics"):
+        from tensorflow_metadata.proto.v0 import statistics_pb2
+
+        if not view.published(Statistics):
+            section.missing.append(
+                view.gone(Statistics)
+                or "statistics: not published (ExampleGen's job did not finish)"
+            )
+            return section
+        root = view.path(Statistics)
+        found = sorted(
+            (d.rstrip("/") for d in fileio.listdir(root) if fileio.isdir(fileio.join(root, d))),
+            key=split_order,
+        )
+        for split in found:
+            stats = statistics_pb2.DatasetFeatureStatisticsList()
+            with fileio.open(fileio.join(root, split, "FeatureStats.pb"), "rb") as f:
+                stats.ParseFromString(f.read())
+            if not stats.datasets:
+                continue
+            splits.append(split)
+            dataset = stats.datasets[0]
+            for feature in dataset.features:
+                name = ".".join(feature.path.step) or feature.name
+                kind = statistics_pb2.FeatureNameStatistics.Type.Name(feature.type)
+                entry = features.setdefault(name, {"type": kind, "splits": {}})
+                entry["splits"][split] = _feature_stats(feature, dataset.num_examples)
+    if not features:
+        return section
+    anomalous: dict[str, list[str]] = {}
+    try:  # the marks only: the Validation's section says when its file is unreadable
+        rows = read_anomalies(view)[0] if view.published(Anomalies) else []
+    except Exception:  # noqa: BLE001 - a report never fails the run
+        rows = []
+    for a in rows:
+        anomalous.setdefault(a["feature"], []).append(f"{a['split']}: {a['description']}")
+    for name, feature in features.items():
+        worst = max((st.get("missing_pct", 0.0) for st in feature["splits"].values()), default=0)
+        feature["sort_key"] = (name not in anomalous, -worst, name)
+    hist = {
+        name: overlaid_histograms(
+            {
+                split: stats.get("histogram") or []
+                for split, stats in feature["splits"].items()
+                if stats.get("histogram")
+            }
+        )
+        for name, feature in features.items()
+    }
+    data = {"splits": splits, "features": features, "anomalous": anomalous}
+    values = {"data": data, "plots": {"hist": hist}}
+    section.parts.append(Fragment("beam_pipeline.stages", "example_gen_statistics.html", values))
+    return section
+
+
+def _feature_stats(feature, num_examples: int) -> dict[str, Any]:
+    which = feature.WhichOneof("stats")
+    out: dict[str, Any] = {"kind": which}
+    if which == "num_stats":
+        s = feature.num_stats
+        common = s.common_stats
+        out.update(min=s.min, mean=s.mean, max=s.max, std=s.std_dev, zeros=s.num_zeros)
+        buckets = []
+        for histogram in s.histograms:
+            if histogram.type == histogram.STANDARD:
+                buckets = [(b.low_value, b.high_value, b.sample_count) for b in histogram.buckets]
+        out["histogram"] = buckets
+    elif which == "string_stats":
+        s = feature.string_stats
+        common = s.common_stats
+        out.update(unique=s.unique, avg_length=s.avg_length)
+        out["top_values"] = [(v.value, v.frequency) for v in s.top_values[:_TOP_VALUES_SHOWN]]
+    elif which == "bytes_stats":
+        common = feature.bytes_stats.common_stats
+    else:
+        common = None
+    present = common.num_non_missing if common is not None else 0
+    missing = common.num_missing if common is not None else 0
+    total = present + missing or num_examples
+    out.update(
+        count=present,
+        missing=missing,
+        missing_pct=(100.0 * missing / total) if total else 0.0,
+    )
+    return out
+
+
+def _rejected_section(view: ReportView) -> ReportSection:
+    """The first rejected rows, each with its file, line and reason; shown after the
+    anomalies (the data's problems together)."""
+    section = ReportSection(
+        "rejected",
+        "Rejected rows",
+        artifacts=(RejectedRows,),
+        empty="No row was rejected.",
+        after="anomalies",
+    )
+    with section.reading("the rejected rows"):
+        if not view.published(RejectedRows):
+            section.missing.append(view.gone(RejectedRows) or "rejected rows: not published")
+            return section
+        total, shown = 0, []
+        for path in sorted(fileio.glob(view.path(RejectedRows, "rejected-*.jsonl"))):
+            with fileio.open(path, "r") as f:
+                for line in f:
+                    if not line.strip():
+                        continue
+                    total += 1
+                    if len(shown) < REJECTED_ROWS_SHOWN:
+                        row = json.loads(line)
+                        text = str(row.get("text", ""))
+                        text = text if len(text) <= 200 else text[:200] + " ..."
+                        where = f"{row.get('file', '?')}:{row.get('line', '?')}"
+                        shown.append([Code(where), row.get("reason", ""), Code(text)])
+        if shown:
+            section.parts.append(Note(f"{total} rejected; the first {len(shown)}:"))
+            section.parts.append(Table(["file:line", "reason", "text"], shown))
+    return section

@@ -1,6 +1,7 @@
 """A toy stage of a user's own, as docs/add-a-stage.md walks through: three touch points.
 
-1. Its declaration (``CountStage``: name, inputs, outputs, settings, ``run``);
+1. Its declaration (``CountStage``: name, inputs, outputs, settings, ``run``, and its
+   section of the run's report);
 2. its Beam side (``CountExamples``, a PTransform);
 3. one line in a graph (``GRAPH``), which ``--graph tests/testdata/toy_stage.py:GRAPH``
    (or ``beam_pipeline.run(config, graph=GRAPH)``) runs.
@@ -21,6 +22,8 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine import Input, Stage, StageResult
 from beam_pipeline.engine.artifacts import Examples, TypedArtifact
+from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import ReportSection, Table
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.options import create_pipeline, run_pipeline
 from beam_pipeline.stages.graph import STAGE_GRAPH
@@ -92,8 +95,32 @@ class CountStage(Stage):
             StageStatus.OK,
             artifact=out.uri(ExampleCounts),
             note=f"{total} examples counted",
+            details={"counted": total},
         )
         return StageResult([row], outputs=(out.artifact(ExampleCounts, counts=counts),))
+
+    history_columns = {"counted": None}  # its column in `runs list`, for every run
+
+    def history(self, reports):
+        # A column of `runs list` and a line of `runs show`, kept with the execution.
+        total = reports[0].details.get("counted") if reports else None
+        return HistoryEntry(columns={"counted": total}, lines=[f"Counted: {total} examples"])
+
+    def report_sections(self, view):
+        section = ReportSection(
+            "counts",
+            "Example counts",
+            artifacts=(ExampleCounts,),  # the report names the run a cached one came from
+            empty="No counts (the stage did not run).",
+        )
+        with section.reading("the example counts"):  # unreadable: one line, not a failure
+            if view.published(ExampleCounts):
+                [written] = fileio.glob(view.path(ExampleCounts, "counts*.json"))
+                with fileio.open(written) as f:
+                    counts = json.load(f)
+                rows = sorted(counts.items())
+                section.parts.append(Table(["split", "examples counted"], rows))
+        return [section]
 
 
 # After ExampleGen, whose examples it reads (a run without a module file stops after

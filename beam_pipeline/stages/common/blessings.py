@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
@@ -37,6 +37,7 @@ __all__ = [
     "skip_without_model",
     "write_blessing",
     "write_infra_result",
+    "verdict",
 ]
 
 BLESSING_FILE = "blessing.json"
@@ -175,3 +176,16 @@ def read_infra_result(folder: str) -> Optional[InfraResult]:
         {int(k): v for k, v in d["latency_ms"].items()},
         d.get("endpoint"),
     )
+
+
+def verdict(reports: Sequence[StageReport], *also: str) -> Optional[dict[str, Any]]:
+    """A model check's verdict as the run history shows it (its
+    :attr:`~beam_pipeline.engine.history_entry.HistoryEntry.verdict`): whether its first
+    summary row blessed the model (None: it did not decide), the thresholds it missed,
+    and the details ``also`` names; None without a row."""
+    if not reports:
+        return None
+    details = reports[0].details
+    found = {"blessed": details.get("blessed"), "failures": list(details.get("failures") or [])}
+    found.update({name: details.get(name) for name in also})
+    return found

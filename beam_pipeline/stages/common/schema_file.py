@@ -1,7 +1,9 @@
 """The Schema artifact's file: a tensorflow_metadata ``Schema`` as a text proto.
 
 The Schema stage writes it (``schema/schema.pbtxt``, as TFX's SchemaGen does); the
-Validation, Transform, Evaluator and BulkInferrer stages and ``runs diff`` read it.
+Validation, Transform, Evaluator and BulkInferrer stages and ``runs diff`` read it. The
+user's ``--schema`` is one too (:func:`user_schema`): ExampleGen types the CSV columns with
+it, the Schema stage publishes it, Validation and the BulkInferrer read it.
 
 Example::
 
@@ -11,13 +13,16 @@ Example::
 
 from __future__ import annotations
 
+from typing import Optional
+
 from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.engine.config import PipelineConfig
 
-__all__ = ["read_schema", "write_schema"]
+__all__ = ["read_schema", "user_schema", "write_schema"]
 
 
 def write_schema(schema: schema_pb2.Schema, path: str) -> None:
@@ -60,3 +65,12 @@ def read_schema(path: str) -> schema_pb2.Schema:
             f"Schema file {path} is not a valid text-format tensorflow_metadata Schema "
             f"({err}); fix that line or delete the file to infer the schema again."
         ) from err
+
+
+def user_schema(config: PipelineConfig) -> Optional[schema_pb2.Schema]:
+    """The ``--schema`` file's schema, or None without one.
+
+    Raises:
+      PipelineError: the file does not exist or is not a text-format Schema.
+    """
+    return read_schema(config.schema.file) if config.schema.file else None

@@ -1,1 +1,2 @@
-"""The Evaluator stage: its declaration (``stage.py``) and the TFMA work (``evaluation.py``)."""
+"""The Evaluator stage: its declaration (``stage.py``), its run (``executor.py``) and the
+TFMA work (``evaluation.py``)."""

@@ -1,3 +1,4 @@
-"""The InfraValidator stage: its declaration (``stage.py``), the serving check
-(``checks.py``), its sandbox script (``sandbox.py``) and a TF Serving client (``endpoint.py``).
+"""The InfraValidator stage: its declaration (``stage.py``), its run (``executor.py``), the
+serving check (``checks.py``), its sandbox script (``sandbox.py``) and a TF Serving client
+(``endpoint.py``).
 """

@@ -1,48 +1,26 @@
-"""The InfraValidator stage: the model served from a sandbox process (or by the TF Serving
-server at ``--serving_endpoint``) before it is pushed.
-
-The work is :func:`beam_pipeline.stages.infra_validator.checks.validate_model`; this unit
-takes up to 64 raw examples of the eval split as request material, publishes
-``infra_blessing/`` and, on success, the model carries TF Serving's warm-up file
-(``assets.extra/``). It reads the model and the examples the Evaluator reads and nothing
-the Evaluator makes, so the two run at the same time (the Pusher waits for both). The
-warm-up file it adds to the model folder is not read by the Evaluator's model loads
-(TensorFlow's loader reads ``saved_model.pb``, ``variables/`` and ``assets/`` only) and is
-written under a temporary name, then renamed.
+"""The InfraValidator stage's declaration: the model served from a sandbox process (or by
+the TF Serving server at ``--serving_endpoint``) before it is pushed (the work:
+:mod:`beam_pipeline.stages.infra_validator.executor`, imported when it runs).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
-import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
-from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.common.blessings import skip_without_model
 
-__all__ = ["InfraValidatorConfig", "InfraValidatorStage", "read_examples"]
+if TYPE_CHECKING:
+    from beam_pipeline.engine.history_entry import HistoryEntry
+    from beam_pipeline.engine.report_sections import ReportSection, ReportView
+    from beam_pipeline.engine.summary import StageReport
 
-_MAX_EXAMPLES = 64
-
-
-def read_examples(pattern: str, limit: int = _MAX_EXAMPLES) -> list[bytes]:
-    """Up to ``limit`` serialized tf.Examples of the (gzip) TFRecord files at ``pattern``."""
-    import tensorflow as tf
-
-    files = sorted(fileio.glob(pattern))
-    if not files:
-        return []
-    records = tf.data.TFRecordDataset(files, compression_type="GZIP")
-    return [r.numpy() for r in itertools.islice(records, limit)]
+__all__ = ["InfraValidatorConfig", "InfraValidatorStage"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +49,9 @@ class InfraValidatorConfig:
     )
 
     def __post_init__(self):
+        import math
+        import re
+
         t = self.load_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
             raise PipelineError(
@@ -118,36 +99,20 @@ class InfraValidatorStage(Stage):
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.infra_validator.checks import (
-            describe,
-            validate_model,
-            write_infra_result,
-        )
+        from beam_pipeline.stages.infra_validator import executor
 
-        e = ctx.config.infra_validator
-        off = "" if e.enabled else "--no_infra_validator"
-        skipped = skip_without_model("InfraValidator", inputs, off)
-        if skipped is not None:
-            return skipped
-        model = inputs[Model]
-        examples = read_examples(inputs[Examples].file_pattern(ctx.config.evaluator.eval_split))
-        result = validate_model(
-            model.uri,
-            examples,
-            load_timeout=e.load_timeout,
-            endpoint=e.serving_endpoint,
-            model_name=e.serving_model_name,
-        )
-        write_infra_result(out.folder(InfraBlessing), result)
-        report = StageReport(
-            "InfraValidator",
-            StageStatus.OK,
-            artifact=out.uri(InfraBlessing),
-            note=describe(result),
-            details=result.to_json(),
-        )
-        return StageResult(
-            [report],
-            outputs=(out.artifact(InfraBlessing, blessed=result.blessed),),
-            outcome={"blessed": result.blessed},
-        )
+        return executor.run(self, ctx, inputs, out)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Its verdict's files, added to the evaluation's section."""
+        from beam_pipeline.engine.report_sections import ReportSection, json_key_values
+
+        markers = {"INFRA_BLESSED": ("blessed", True), "INFRA_NOT_BLESSED": ("blessed", False)}
+        parts = json_key_values(view, InfraBlessing, markers=markers)
+        return [ReportSection("evaluation", "Evaluation", (InfraBlessing,), parts)]
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        from beam_pipeline.engine.history_entry import HistoryEntry
+        from beam_pipeline.stages.common.blessings import verdict
+
+        return HistoryEntry(verdict=verdict(reports))  # runs show's model check

@@ -1,1 +1,2 @@
-"""The Pusher stage: its declaration (``stage.py``) and the copy (``push.py``)."""
+"""The Pusher stage: its declaration (``stage.py``), its run (``executor.py``) and the copy
+(``push.py``)."""

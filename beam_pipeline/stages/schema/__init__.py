@@ -1,1 +1,2 @@
-"""The Schema stage: its declaration (``stage.py``) and the inference (``inference.py``)."""
+"""The Schema stage: its declaration (``stage.py``), its run (``executor.py``) and the
+inference (``inference.py``)."""

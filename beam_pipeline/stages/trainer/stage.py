@@ -12,15 +12,17 @@ import dataclasses
 import glob
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, Schema, TypedArtifact
 from beam_pipeline.engine.config import check_int, check_seconds
+from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
-from beam_pipeline.engine.summary import StageStatus
+from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.model_job import MODEL_INPUTS, model_inputs, parse_custom_config
 
 __all__ = ["TrainerConfig", "TrainerStage", "check_warm_start"]
@@ -209,6 +211,20 @@ class TrainerStage(Stage):
         if report.status in (StageStatus.OK, StageStatus.CACHED):
             outputs = (out.artifact(Model), out.artifact(ModelRun))
         return StageResult([report], outputs=outputs)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """The training result and the curves Keras logged to TensorBoard."""
+        from beam_pipeline.stages.trainer.report import training_section
+
+        return [training_section(view)]
+
+    history_columns = {"metrics": {}}  # its eval metrics (history())
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        # Its eval metrics: runs list's "metrics" column, compared by runs diff.
+        ok = reports and reports[0].status in (StageStatus.OK, StageStatus.CACHED)
+        metrics = dict(reports[0].details.get("metrics") or {}) if ok else {}
+        return HistoryEntry(columns={"metrics": metrics}, compared={"metrics": metrics})
 
 
 def check_warm_start(store, config, run_id: str = "") -> str:

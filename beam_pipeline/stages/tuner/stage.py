@@ -4,6 +4,10 @@ The search itself is :func:`beam_pipeline.stages.tuner.tuning.run_tuning_stage`,
 publishes ``tuner/`` itself; this unit gives it Transform's outputs and the schema, and
 reports the best hyperparameters as the stage's output (none when the stage was skipped).
 
+Its worker pool (:func:`default_tuner_pool`) is started with the run (:meth:`TunerStage.start`),
+so that its processes import TensorFlow while the data stages run, and stopped after the
+search.
+
 Example::
 
     pool = default_tuner_pool(config, options)   # started while the data stages run
@@ -14,7 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.fileio import is_remote
@@ -25,6 +29,8 @@ from beam_pipeline.engine.artifacts import (
     TypedArtifact,
 )
 from beam_pipeline.engine.config import PipelineConfig
+from beam_pipeline.engine.history_entry import HistoryEntry
+from beam_pipeline.engine.report_sections import ReportSection, ReportView
 from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
@@ -92,6 +98,22 @@ def default_tuner_pool(
     )
 
 
+def _tunes(config: PipelineConfig, user_module: Any) -> bool:
+    """Whether the run searches: its module (``trainer.TrainerModule``, or None) trains a
+    model and defines a search (``tuner_fn`` or a config search space). A module with
+    nothing to train is not tuned either (the stage says so)."""
+    from trainer.module_loader import ModuleKind
+
+    return (
+        user_module is not None
+        and user_module.kind is not ModuleKind.NONE
+        and (
+            callable(getattr(user_module.module, "tuner_fn", None))
+            or bool(config.tuner.search_space)
+        )
+    )
+
+
 def _nothing_to_train(ctx: StageContext) -> str:
     """Why the run's module gives the search no model to tune ('' when it trains one)."""
     config = ctx.config
@@ -138,8 +160,24 @@ class TunerStage(Stage):
         return with_schedule(config, options)
 
     def preflight(self, run: Preflight) -> None:
-        if run.tunes:  # the host's GPUs for --gpus_per_trial, before anything is written
+        # The host's GPUs for --gpus_per_trial, before anything is written.
+        if _tunes(run.config, run.user_module):
             check_trial_gpus(run.config, run.options)
+
+    def start(self, ctx: StageContext) -> Optional[LocalWorkerPool]:
+        """The trials' worker pool, started now: its processes import TensorFlow while the
+        data stages run, instead of after them (closed by :meth:`run` after the search)."""
+        config = ctx.config
+        if not config.module_file or not _default_pool_workers(config, ctx.options):
+            return None  # no pool to start (its settings or runner say so): the module unread
+        from trainer.module_loader import load_trainer_module
+
+        loaded = load_trainer_module(
+            config.module_file, entry_point=config.trainer.entry_point, staged=ctx.staged
+        )  # loaded already by the run's checks: not executed again
+        if not _tunes(config, loaded):
+            return None
+        return default_tuner_pool(config, ctx.options, ctx.run_dir)
 
     def progress(self, run_dir: str) -> str:
         """'trials: 3 done, 2 running, 0 failed; best 0.97' from keras-tuner's trial files."""
@@ -184,12 +222,12 @@ class TunerStage(Stage):
             # Hyperparameters that nothing trains with are no result: the search is not run.
             return StageResult([StageReport(STAGE, StageStatus.SKIPPED, note=untrained)])
         # The early-started pool (if any) serves this search and is stopped after it.
-        with ctx.tuner_pool:
+        with ctx.started(self) as pool:
             report, best = run_tuning_stage(
                 ctx.config,
                 ctx.run_dir,
                 ctx.options,
-                worker_pool=ctx.pool,
+                worker_pool=pool,
                 search_space=ctx.config.tuner.search_space,
                 staged=ctx.staged,
                 inputs=model_inputs(inputs),
@@ -198,3 +236,15 @@ class TunerStage(Stage):
         if best is not None:
             outputs = (out.artifact(Hyperparameters, file=BEST_HYPERPARAMETERS_FILE),)
         return StageResult([report], outputs=outputs)
+
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """The trials, the objective per trial, per hyperparameter and per epoch."""
+        from beam_pipeline.stages.tuner.report import trials_section
+
+        return [trials_section(view)]
+
+    def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
+        # The best trial's hyperparameters, compared by runs diff.
+        ok = reports and reports[0].status in (StageStatus.OK, StageStatus.CACHED)
+        best = dict(reports[0].details.get("best_hyperparameters") or {}) if ok else {}
+        return HistoryEntry(compared={"hyperparameters": best})

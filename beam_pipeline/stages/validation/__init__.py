@@ -1,2 +1,2 @@
-"""The Validation stage: its declaration (``stage.py``), the checks (``checks.py``) and the
-anomalies file (``anomalies.py``)."""
+"""The Validation stage: its declaration (``stage.py``), its run (``executor.py``), the
+checks (``checks.py``) and the anomalies file (``anomalies.py``)."""

@@ -1,10 +1,7 @@
-"""The Validation stage: every split's statistics checked against the schema.
+"""The Validation stage's declaration: every split's statistics checked against the schema
+(the work: :mod:`beam_pipeline.stages.validation.executor`, imported when it runs).
 
-Each split is validated against the schema (eval and test also for drift/skew against
-train); ``anomalies/<split>/SchemaDiff.pb`` and a readable ``summary.txt`` are published.
-Blocking anomalies stop the run with exit code 3 unless ``--ignore_anomalies``; the
-message is kept in the execution's outcome, so that a resumed run stops (or goes on) the
-same way without validating again.
+Blocking anomalies stop the run with exit code 3 unless ``--ignore_anomalies``.
 
 Example::
 
@@ -16,43 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.core.settings import setting
-from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import Anomalies, Schema, Statistics, TypedArtifact
 from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
-from beam_pipeline.engine.summary import StageReport, StageStatus
 
-__all__ = ["ValidationConfig", "ValidationStage", "previous_statistics"]
+if TYPE_CHECKING:
+    from beam_pipeline.engine.report_sections import ReportSection, ReportView
 
-
-def previous_statistics(ctx: StageContext) -> Optional[str]:
-    """The drift baseline: the statistics folder of this pipeline's newest earlier run that
-    completed (a run stopped by drift is no baseline), from the metadata store; None for
-    the first run or without a store."""
-    from beam_pipeline.metadata import RunStatus
-    from beam_pipeline.metadata.store import is_available
-    from beam_pipeline.stages.common.store import open_store
-
-    with open_store(ctx) as store:
-        if store is None:
-            return None
-        for run in store.list_runs():  # newest first
-            if run.run_id == ctx.run_dir.run_id or run.status is not RunStatus.COMPLETE:
-                continue
-            for execution in store.run_executions(run.run_id) or ():
-                for artifact in execution.outputs.values():
-                    if artifact.type_name == Statistics.__name__ and is_available(artifact):
-                        return artifact.uri
-    return None
-
-
-def _compares(schema, comparator: str, default: Optional[float] = None) -> bool:
-    """Whether any feature has a ``comparator`` threshold (the schema's or the flag's)."""
-    return default is not None or any(f.HasField(comparator) for f in schema.feature)
+__all__ = ["ValidationConfig", "ValidationStage"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,108 +68,16 @@ class ValidationStage(Stage):
     outputs = (Anomalies,)
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
-        d = ctx.config.validation
-        return {
-            "drift_threshold": d.drift_threshold,
-            "skew_threshold": d.skew_threshold,
-            # The drift baseline: another run's statistics give another verdict. Only
-            # comparators of the flag or of a --schema exist (inferred schemas set none).
-            "drift_baseline": (
-                previous_statistics(ctx)
-                if d.drift_threshold is not None
-                or (ctx.user_schema is not None and _compares(ctx.user_schema, "drift_comparator"))
-                else None
-            ),
-        }
+        from beam_pipeline.stages.validation import executor
+
+        return executor.parameters(self, ctx)
 
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:
-        from beam_pipeline.stages.common.schema_file import read_schema
-        from beam_pipeline.stages.validation.anomalies import (
-            blocking_anomalies,
-            format_anomalies,
-            is_blocking,
-        )
-        from beam_pipeline.stages.validation.checks import (
-            compare_distributions,
-            merge_anomalies,
-            validate_statistics,
-        )
-        from transforms.statistics import read_statistics
+        from beam_pipeline.stages.validation import executor
 
-        statistics = inputs[Statistics]
-        stats = {s: read_statistics(statistics.path(s)) for s in statistics.split_names}
-        schema = read_schema(inputs[Schema].file)
-        tmp = out.folder(Anomalies)
-        d = ctx.config.validation
-        notes = []
-        previous = None
-        if _compares(schema, "drift_comparator", d.drift_threshold):
-            where = previous_statistics(ctx)
-            if where is None:
-                notes.append("drift: no baseline (the first complete run of this pipeline)")
-            else:
-                previous = {
-                    s: read_statistics(fileio.join(where, s.value, "FeatureStats.pb"))
-                    for s in statistics.split_names
-                    if fileio.exists(fileio.join(where, s.value, "FeatureStats.pb"))
-                }
-                notes.append(f"drift checked against {where}")
-        skew = _compares(schema, "skew_comparator", d.skew_threshold)
-        texts, by_split = [], {}
-        for split, split_stats in stats.items():
-            baseline = stats[Split.TRAIN] if split is not Split.TRAIN else None
-            anomalies = validate_statistics(split_stats, schema, baseline_stats=baseline)
-            # Drift is the train split's (TFX's: the new span against the previous one);
-            # eval is checked against train (skew).
-            if previous and split is Split.TRAIN and split in previous:
-                merge_anomalies(
-                    anomalies,
-                    compare_distributions(
-                        split_stats, previous[split], schema, "drift_comparator", d.drift_threshold
-                    ),
-                )
-            if skew and baseline is not None:
-                merge_anomalies(
-                    anomalies,
-                    compare_distributions(
-                        split_stats, baseline, schema, "skew_comparator", d.skew_threshold
-                    ),
-                )
-            by_split[split.value] = anomalies
-            fileio.makedirs(fileio.join(tmp, split.value))
-            with fileio.open(fileio.join(tmp, split.value, "SchemaDiff.pb"), "wb") as f:
-                f.write(anomalies.SerializeToString())
-            texts.append(format_anomalies(split.value, anomalies))
-        text = "\n".join(t for t in [*texts, *notes] if t.strip())
-        with fileio.open(fileio.join(tmp, "summary.txt"), "wb") as f:
-            f.write((text or "no anomalies").encode("utf-8") + b"\n")
-        artifact = out.uri(Anomalies)
-        blocking = any(is_blocking(a) for a in by_split.values())
-        stops = blocking and not ctx.config.validation.ignore_anomalies
-        report = StageReport(
-            "Validation",
-            StageStatus.FAILED if stops else StageStatus.OK,
-            artifact=artifact,
-            # One line: "Split 'train': no anomalies; Split 'eval': ..." (each line's own
-            # full stop would read ".;" before the separator).
-            note="; ".join(line.strip().rstrip(".") for line in text.splitlines())
-            or "no anomalies",
-        )
-        error = None
-        if blocking:
-            error = (
-                f"Validation found blocking anomalies in {blocking_anomalies(by_split)} "
-                f"(details in {artifact}/summary.txt); fix the data or the --schema, or pass "
-                "--ignore_anomalies to go on."
-            )
-            drifted = _comparator_details(by_split)
-            if drifted:
-                error = error[:-1] + f" ({drifted})."
-        return StageResult(
-            [report], outputs=(out.artifact(Anomalies),), outcome={"blocking_error": error}
-        )
+        return executor.run(self, ctx, inputs, out)
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
         """Stops the run (exit code 3) on blocking anomalies unless ``--ignore_anomalies``."""
@@ -206,19 +85,8 @@ class ValidationStage(Stage):
         if blocking and not ctx.config.validation.ignore_anomalies:
             raise PipelineError(blocking, exit_code=EXIT_ANOMALIES)
 
+    def report_sections(self, view: ReportView) -> list[ReportSection]:
+        """Each anomaly per split and feature."""
+        from beam_pipeline.stages.validation.report import anomalies_section
 
-def _comparator_details(by_split) -> str:
-    """The drift and skew anomalies' own sentences (feature, distance, threshold)."""
-    from tensorflow_metadata.proto.v0 import anomalies_pb2
-
-    kinds = {
-        anomalies_pb2.AnomalyInfo.COMPARATOR_L_INFTY_HIGH,
-        anomalies_pb2.AnomalyInfo.COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH,
-    }
-    found = []
-    for split, anomalies in by_split.items():
-        for name in sorted(anomalies.anomaly_info):
-            for reason in anomalies.anomaly_info[name].reason:
-                if reason.type in kinds and " between " in reason.description:
-                    found.append(f"{split} {name}: {reason.description.rstrip('.')}")
-    return "; ".join(found)
+        return [anomalies_section(view)]
