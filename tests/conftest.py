@@ -160,6 +160,7 @@ _FILE_SECONDS = {
     "test_example_gen.py": 40,
     "test_trainer_resume.py": 30,
     "test_tfrecords.py": 30,
+    "test_history_columns.py": 25,
     "test_worker_errors.py": 30,
     "test_run_records.py": 20,
     "test_statistics.py": 18,
