@@ -1,0 +1,99 @@
+"""The bundled run's wall time against another checkout of the project (the one before a
+change), in the same sitting, alternating A B A B, each in a fresh pipeline root.
+
+Each run is ``python -m beam_pipeline --runner=DirectRunner`` plus ``--args`` (by default
+a short training without tuning), from the checkout's own tree. Recorded per run: the
+whole process's wall time, its CPU time, and each stage's time from the run's
+``summary.json``; written to ``benchmarks/results/bundled_run_<date>.json``.
+
+Example::
+
+    git worktree add /tmp/before <commit>
+    .venv/bin/python benchmarks/bench_bundled_run.py --before /tmp/before --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+DEFAULT_ARGS = "--train_steps=20 --eval_steps=5 --no_tuner"
+
+
+def _run(checkout: str, args: list[str], root: str) -> dict:
+    """One bundled run from ``checkout`` into ``root``: wall, CPU, stage times."""
+    env = dict(os.environ, PYTHONPATH=checkout)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", *args]
+        + [f"--pipeline_root={root}", "--run_id=bench", "--no_progress"],
+        env=env,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{checkout}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    with open(os.path.join(root, "runs", "bench", "summary.json")) as f:
+        rows = json.load(f)["stages"]
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "stage_s": {r["stage"]: r.get("seconds", 0.0) for r in rows},
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--before", required=True, help="a checkout of the version to compare with")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--args", default=DEFAULT_ARGS, help="the run's flags besides the runner")
+    args = p.parse_args()
+    flags = shlex.split(args.args)
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="bench_bundled_") as work:
+        for i in range(args.repeats):
+            for version, checkout in (("before", args.before), ("after", REPO)):
+                root = os.path.join(work, f"{version}-{i}")
+                runs[version].append(_run(checkout, flags, root))
+                print(version, runs[version][-1], flush=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    out = {
+        "benchmark": "bundled_run",
+        "date": now.isoformat(timespec="seconds"),
+        "machine": {
+            "nproc": os.cpu_count(),
+            "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
+        },
+        "command": f"python -m beam_pipeline --runner=DirectRunner {args.args}",
+        "before": os.path.abspath(args.before),
+        "order": "before, after, alternating; a fresh pipeline root each",
+        "runs": runs,
+        "wall_s_median": {v: statistics.median(r["wall_s"] for r in rs) for v, rs in runs.items()},
+        "cpu_s_median": {v: statistics.median(r["cpu_s"] for r in rs) for v, rs in runs.items()},
+    }
+    path = os.path.join(HERE, "results", f"bundled_run_{now.strftime('%Y%m%d-%H%M')}.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+    print(json.dumps({k: out[k] for k in ("wall_s_median", "cpu_s_median")}))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
