@@ -273,6 +273,17 @@ def prepare(config: PipelineConfig) -> PreparedData:
     return PreparedData(inputs, fmt, user_schema(config), uri)
 
 
+def _dry_run_result(job) -> StageResult:
+    """A ``--dry_run``'s result: the job was built (its id and link in the note), not run,
+    and the run stops here (later stages need the outputs it did not make)."""
+    from beam_pipeline.runtime.jobs import job_note
+
+    report = StageReport(
+        "ExampleGen", StageStatus.SKIPPED, note=job_note(job), details={"job": job.to_json()}
+    )
+    return StageResult([report], halt=True)
+
+
 def run(stage: Stage, ctx: StageContext, out: Outputs) -> StageResult:
     """Runs the data phase's Beam job (with a ``{SPAN}`` input, for the spans not cached)
     and publishes the examples, the rejected rows and the statistics."""
@@ -295,13 +306,7 @@ def run(stage: Stage, ctx: StageContext, out: Outputs) -> StageResult:
     announce_job(ctx, result)
     job = wait_for_job(result, options, _JOB)
     if options.view_as(TestOptions).dry_run:
-        report = StageReport(
-            "ExampleGen",
-            StageStatus.SKIPPED,
-            note=job_note(job),
-            details={"job": job.to_json()},
-        )
-        return StageResult([report], halt=True)
+        return _dry_run_result(job)
     read = counter(result, "example_gen.rows_read")
     rejected_n = counter(result, "example_gen.rows_rejected")
     rows = {s.value: counter(result, f"example_gen.rows_out.{s.value}") for s in splits}
@@ -355,13 +360,7 @@ def _run_spans(stage: Stage, ctx: StageContext, out: Outputs) -> StageResult:
             job = wait_for_job(result, options, _JOB)
             if options.view_as(TestOptions).dry_run:
                 plan.discard()
-                report = StageReport(
-                    "ExampleGen",
-                    StageStatus.SKIPPED,
-                    note=job_note(job),
-                    details={"job": job.to_json()},
-                )
-                return StageResult([report], halt=True)
+                return _dry_run_result(job)
             computed_read = counter(result, "example_gen.rows_read")
             computed_out = sum(counter(result, f"example_gen.rows_out.{s.value}") for s in splits)
             computed_rejected = counter(result, "example_gen.rows_rejected")
