@@ -252,7 +252,12 @@ class RunLog:
         root = logging.getLogger()
         for handler in self._handlers:
             root.removeHandler(handler)
-            handler.close()
+            try:
+                handler.close()
+            except OSError:
+                # A full disk: the log's last lines are lost, but the terminal must get its
+                # descriptors back below, or the run's one sentence is never seen.
+                pass
         root.setLevel(self._root_level)
         if self._captured_warnings:
             logging.captureWarnings(False)
