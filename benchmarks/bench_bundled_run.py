@@ -59,6 +59,19 @@ def _run(checkout: str, args: list[str], root: str) -> dict:
     }
 
 
+def _commit(checkout: str) -> str:
+    """The checkout's commit (with ``+changes`` when its tree differs from it)."""
+    head = subprocess.run(
+        ["git", "-C", checkout, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", checkout, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{head or os.path.abspath(checkout)}{' +changes' if dirty else ''}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--before", required=True, help="a checkout of the version to compare with")
@@ -82,7 +95,8 @@ def main() -> None:
             "ram_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30),
         },
         "command": f"python -m beam_pipeline --runner=DirectRunner {args.args}",
-        "before": os.path.abspath(args.before),
+        "before": _commit(args.before),
+        "after": _commit(REPO),
         "order": "before, after, alternating; a fresh pipeline root each",
         "runs": runs,
         "wall_s_median": {v: statistics.median(r["wall_s"] for r in rs) for v, rs in runs.items()},
