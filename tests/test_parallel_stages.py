@@ -14,6 +14,7 @@ tests/test_stage_runner.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -161,6 +162,8 @@ def test_ctrl_c_while_both_run_stops_the_run_and_records_them(bundled):
         start_new_session=True,
         # A pytest worker may ignore SIGINT; a terminal's command does not.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+        # A run that does not stop is aborted below: its threads' stacks say where it hung.
+        env=dict(os.environ, PYTHONFAULTHANDLER="1"),
     )
     deadline = time.time() + 600
     while not both_running():
@@ -168,7 +171,14 @@ def test_ctrl_c_while_both_run_stops_the_run_and_records_them(bundled):
         assert time.time() < deadline
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
-    stdout, stderr = proc.communicate(timeout=300)
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        stdout, stderr = proc.communicate(timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the run did not stop within 300 s of Ctrl-C:\n{stderr[-6000:]}")
     assert proc.returncode == 130, stderr[-3000:]
     assert stderr.startswith("error: the run was interrupted during "), stderr[-3000:]
     assert "Traceback" not in stdout + stderr

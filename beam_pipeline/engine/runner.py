@@ -46,6 +46,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import datetime
+import importlib
 import logging
 import queue
 import threading
@@ -254,6 +255,10 @@ class _Scheduler:
             _work(run, None)  # the only stage that can run: on this thread
             self.ended.put(run.index)
             return
+        for run in starting:
+            # Its work's code loaded here, not on its thread: see Stage.executor.
+            if run.stage.executor:
+                importlib.import_module(run.stage.executor)
         for run in starting:
             self.running[run.index] = run
             run.thread = threading.Thread(

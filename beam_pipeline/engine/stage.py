@@ -274,6 +274,10 @@ class Stage(abc.ABC):
         input).
       worker_modules: modules its Beam workers import (a local worker pool imports them
         once, before it forks a worker per job).
+      executor: the module that does its work (its hooks import it when they run), or
+        None. The runner imports it on its own thread before the stage starts on one of
+        its own: a Ctrl-C is raised in a running stage's thread, and one that lands while
+        that thread imports can leave Python's import lock held for good.
     """
 
     name: ClassVar[str]
@@ -284,6 +288,7 @@ class Stage(abc.ABC):
     publishes_itself: ClassVar[bool] = False
     keeps_outputs_on_rerun: ClassVar[bool] = False
     worker_modules: ClassVar[tuple[str, ...]] = ()
+    executor: ClassVar[Optional[str]] = None
     reads_input_data: ClassVar[bool] = False
     in_run_identity: ClassVar[bool] = False
 

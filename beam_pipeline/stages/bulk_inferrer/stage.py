@@ -77,6 +77,7 @@ class BulkInferrerStage(Stage):
     and the joined examples)."""
 
     name = "BulkInferrer"
+    executor = "beam_pipeline.stages.bulk_inferrer.executor"
     Config = BulkInferrerConfig
     config_key = "bulk_inferrer"
     inputs = (

@@ -88,6 +88,7 @@ class EvaluatorStage(Stage):
     """Model + Examples + Schema -> ModelEvaluation + ModelBlessing."""
 
     name = "Evaluator"
+    executor = "beam_pipeline.stages.evaluator.executor"
     Config = EvaluatorConfig
     config_key = "evaluator"
     inputs = (

@@ -218,6 +218,7 @@ class ExampleGenStage(Stage):
     """ExampleGen + Statistics: the examples, the rejected rows and per-split statistics."""
 
     name = "ExampleGen+Statistics"
+    executor = "beam_pipeline.stages.example_gen.executor"
     Config = DataConfig
     config_key = "data"
     reads_input_data = True

@@ -75,6 +75,7 @@ class InfraValidatorStage(Stage):
     """Model + Examples -> InfraBlessing (and the model's warm-up file)."""
 
     name = "InfraValidator"
+    executor = "beam_pipeline.stages.infra_validator.executor"
     Config = InfraValidatorConfig
     config_key = "infra_validator"
     inputs = (Input(Model, key="model", optional=True), Input(Examples, key="examples"))

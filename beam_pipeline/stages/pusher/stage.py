@@ -54,6 +54,7 @@ class PusherStage(Stage):
     """Model + ModelBlessing + InfraBlessing -> PushedModel (a record of the push)."""
 
     name = "Pusher"
+    executor = "beam_pipeline.stages.pusher.executor"
     Config = PusherConfig
     config_key = "pusher"
     inputs = (

@@ -56,6 +56,7 @@ class SchemaStage(Stage):
     """Statistics -> Schema."""
 
     name = "Schema"
+    executor = "beam_pipeline.stages.schema.executor"
     Config = SchemaConfig
     config_key = "schema"
     inputs = (Input(Statistics, key="statistics"),)

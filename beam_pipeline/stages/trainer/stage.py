@@ -139,6 +139,7 @@ class TrainerStage(Stage):
     """TransformGraph + TransformedExamples + Schema (+ Hyperparameters) -> Model + ModelRun."""
 
     name = "Trainer"
+    executor = "beam_pipeline.stages.trainer.executor"
     Config = TrainerConfig
     config_key = "trainer"
     in_run_identity = True

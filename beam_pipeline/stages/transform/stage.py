@@ -43,6 +43,7 @@ class TransformStage(Stage):
     """Examples + Schema -> TransformGraph + TransformedExamples (needs a module file)."""
 
     name = "Transform"
+    executor = "beam_pipeline.stages.transform.executor"
     Config = TransformConfig
     config_key = "transform"
     in_run_identity = True

@@ -34,6 +34,7 @@ class TunerStage(Stage):
     """TransformGraph + TransformedExamples (+ Schema) -> Hyperparameters."""
 
     name = "Tuner"
+    executor = "beam_pipeline.stages.tuner.executor"
     Config = TunerConfig
     config_key = "tuner"
     in_run_identity = True
