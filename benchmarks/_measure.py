@@ -32,8 +32,10 @@ quiet machine; near the core count means the run had to share every core.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import Optional
@@ -247,3 +249,26 @@ def _downsample(samples: list[tuple[float, int, int]], points: int) -> list[list
         if b not in buckets or rss > buckets[b][1]:
             buckets[b] = (t, rss)
     return [[round(t, 1), round(rss / _MIB)] for t, rss in (buckets[b] for b in sorted(buckets))]
+
+
+def run_from_checkout(
+    checkout: str, args: Sequence[str], env: Optional[dict] = None
+) -> tuple[subprocess.CompletedProcess, float, float]:
+    """``python -m beam_pipeline ARGS`` with ``checkout``'s code (its tree first on the
+    path, run from it): the finished process, its wall seconds and the CPU seconds of
+    every process it waited for (``RUSAGE_CHILDREN``)."""
+    env = dict(os.environ if env is None else env, PYTHONPATH=checkout)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", *args],
+        env=env,
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return proc, wall, cpu

@@ -18,42 +18,40 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _measure import run_from_checkout  # noqa: E402
+
 REPO = os.path.dirname(HERE)
 DEFAULT_ARGS = "--train_steps=20 --eval_steps=5 --no_tuner"
 
 
 def _run(checkout: str, args: list[str], root: str) -> dict:
     """One bundled run from ``checkout`` into ``root``: wall, CPU, stage times."""
-    env = dict(os.environ, PYTHONPATH=checkout)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", *args]
-        + [f"--pipeline_root={root}", "--run_id=bench", "--no_progress"],
-        env=env,
-        cwd=checkout,
-        capture_output=True,
-        text=True,
-        check=False,
+    proc, wall, cpu = run_from_checkout(
+        checkout,
+        [
+            "--runner=DirectRunner",
+            *args,
+            f"--pipeline_root={root}",
+            "--run_id=bench",
+            "--no_progress",
+        ],
     )
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{checkout}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
     with open(os.path.join(root, "runs", "bench", "summary.json")) as f:
         rows = json.load(f)["stages"]
     return {
         "wall_s": round(wall, 2),
-        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
+        "cpu_s": round(cpu, 2),
         "load_average_1min": round(os.getloadavg()[0], 2),
         "stage_s": {r["stage"]: r.get("seconds", 0.0) for r in rows},
     }

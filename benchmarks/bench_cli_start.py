@@ -25,14 +25,15 @@ import argparse
 import datetime
 import json
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from _measure import run_from_checkout  # noqa: E402
+
 REPO = os.path.dirname(HERE)
 
 
@@ -50,24 +51,13 @@ def _drop_bytecode(checkout: str) -> None:
 
 def _time(checkout: str, args: list[str], bytecode: bool) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of ``python -m beam_pipeline ARGS`` run from ``checkout``."""
-    env = dict(os.environ, PYTHONPATH=checkout)
+    env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if not bytecode:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *args],
-        env=env,
-        cwd=checkout,
-        capture_output=True,
-        check=False,
-    )
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc, wall, cpu = run_from_checkout(checkout, args, env)
     if proc.returncode != 0:
         raise SystemExit(f"{checkout}: {' '.join(args)} exited {proc.returncode}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
 
