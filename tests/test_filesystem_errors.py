@@ -155,6 +155,18 @@ except OSError:
     pass
 else:
     raise AssertionError("a missing local file must raise OSError")
+# A folder moved into place (publishing), never over one that exists; a folder deleted.
+fileio.write_file(os.path.join(root, "b", "x.txt"), "x")
+fileio.rename(os.path.join(root, "a"), os.path.join(root, "c"))
+try:
+    fileio.rename(os.path.join(root, "c"), os.path.join(root, "b"))
+except FileExistsError:
+    pass
+else:
+    raise AssertionError("a rename over an existing folder must be refused")
+assert fileio.read_file(os.path.join(root, "c", "text.txt")) == "new"
+fileio.rmtree(os.path.join(root, "c"))
+assert sorted(os.listdir(root)) == ["b"]
 print("tensorflow" in sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

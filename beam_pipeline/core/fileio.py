@@ -3,9 +3,9 @@
 Every read, write, listing and rename of an artifact, a staged module or a run record goes
 through these functions, which delegate to ``tf.io.gfile`` for ``gs://`` paths. Local
 paths go to Python's own functions (reads and writes, listings, globs, walks, folder
-creation, sizes, overwriting renames and removals), with gfile's meaning, so that the data
-stages' workers and the ``runs`` commands never import TensorFlow; only a local ``rmtree``
-or non-overwriting ``rename`` still uses gfile. Why
+creation, sizes, renames and removals), with gfile's meaning, so that the data
+stages' workers, the ``runs`` commands and a run whose stages are all reused never
+import TensorFlow. Why
 ``tf.io.gfile`` and not Beam's ``FileSystems``: :mod:`trainer` runs inside a worker and in
 plain processes where it must not need Beam (see DESIGN.md), while TensorFlow is present
 in every process that touches an artifact; gfile also has folders (``makedirs``,
@@ -148,8 +148,15 @@ def open(path: str, mode: str = "r") -> IO[Any]:  # noqa: A001 - the module's fi
 
 def rename(src: str, dst: str, overwrite: bool = False) -> None:
     """Moves ``src`` (a file or, on local disks, a folder) to ``dst``."""
-    if overwrite and not (is_remote(src) or is_remote(dst)):
-        os.replace(src, dst)  # what gfile does on a local disk, without its import
+    if not (is_remote(src) or is_remote(dst)):
+        # What gfile does on a local disk, without its import: a run whose stages are all
+        # reused publishes their records, and would import TensorFlow for that alone.
+        if overwrite:
+            os.replace(src, dst)
+            return
+        if os.path.exists(dst):
+            raise FileExistsError(errno.EEXIST, "file exists and overwrite is off", dst)
+        os.rename(src, dst)
         return
     _gfile().rename(src, dst, overwrite=overwrite)
 
@@ -178,6 +185,13 @@ def remove(path: str) -> None:
 
 def rmtree(path: str) -> None:
     """Deletes folder ``path`` and everything in it."""
+    if not is_remote(path):
+        # What gfile does on a local disk, without its import: a run whose stages are all
+        # reused discards their staging folders, and would import TensorFlow for that alone.
+        import shutil
+
+        shutil.rmtree(path)
+        return
     _gfile().rmtree(path)
 
 

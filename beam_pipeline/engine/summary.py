@@ -168,17 +168,22 @@ def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional
     Raises:
       PipelineError: the file cannot be written (only when ``after_error`` is False).
     """
-    import tensorflow as tf  # lazily: the CLI checks flags before importing TensorFlow
-
     from beam_pipeline.core.errors import PipelineError, no_room
 
     path = fileio.join(summary.run_dir, SUMMARY_FILE)
+    errors: tuple[type[BaseException], ...] = (OSError,)
+    if fileio.is_remote(path):
+        # gfile's errors, for gs:// only: a local summary is written with the OS's calls
+        # (fileio), and a run whose stages were all reused would import TensorFlow for this.
+        import tensorflow as tf
+
+        errors = (OSError, tf.errors.OpError)
     try:
         if not summary.stages and fileio.exists(path):
             return None
         fileio.write_atomic(path, summary.to_json())
         return path
-    except (OSError, tf.errors.OpError) as e:
+    except errors as e:
         cause = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e)
         if after_error:
             # A full disk is what the run's own error says already: the log only.
