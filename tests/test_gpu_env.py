@@ -63,14 +63,20 @@ def _ppid(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def _descendants(root: int) -> list[int]:
+def _descendants(root: int, parents: dict[int, int]) -> list[int]:
+    """The processes under ``root``; ``parents`` (pid: its parent) is kept between calls,
+    so that each call reads the parent of new processes only (every process's, every
+    50 ms, would cost the test more CPU than some of the processes it watches)."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            try:
-                children.setdefault(_ppid(int(name)), []).append(int(name))
-            except (OSError, IndexError, ValueError):  # gone meanwhile
-                continue
+            pid = int(name)
+            if pid not in parents:
+                try:
+                    parents[pid] = _ppid(pid)
+                except (OSError, IndexError, ValueError):  # gone meanwhile
+                    continue
+            children.setdefault(parents[pid], []).append(pid)
     out, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -105,9 +111,13 @@ def _kind(cmdline: str) -> str:
 
 @pytest.fixture(scope="module")
 def watched_run(tmp_path_factory):
-    """The bundled pipeline (tuning, training, Evaluator, InfraValidator) through the CLI in
-    multi_processing mode, with four GPU ids visible and two per trial, its processes'
-    environments read every 50 ms while it runs."""
+    """The bundled pipeline through the CLI in multi_processing mode, with four GPU ids
+    visible and two per trial, its processes' environments read every 50 ms while it runs.
+
+    The stages that start processes of their own kinds run: the data stages' and the
+    Transform's Beam jobs (SDK workers), the tuner's trial workers (forks of the fork
+    server), the Trainer and the InfraValidator's sandbox. The Evaluator starts none of
+    another kind (its Beam job's workers are the data stages' kind): it does not run."""
     tmp = tmp_path_factory.mktemp("gpu_env")
     module_dir = tmp / "module"
     shutil.copytree(PENGUIN_DIR, module_dir)
@@ -135,6 +145,7 @@ def watched_run(tmp_path_factory):
         "--tuner_eval_steps=1",
         "--train_steps=3",
         "--eval_steps=1",
+        "--no_evaluator",
         "--no_progress",
         f"--custom_config={json.dumps({'env_dir': str(env_dir)})}",
     ]
@@ -142,10 +153,11 @@ def watched_run(tmp_path_factory):
         cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     seen: dict[int, tuple[str, dict]] = {}
+    parents: dict[int, int] = {}
     deadline = time.time() + 900
     own = _read_process(launcher.pid)
     while launcher.poll() is None and time.time() < deadline:
-        for pid in _descendants(launcher.pid):
+        for pid in _descendants(launcher.pid, parents):
             if pid not in seen:
                 read = _read_process(pid)
                 # A child with the launcher's own command line is a fork that has not
