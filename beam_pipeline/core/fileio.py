@@ -148,8 +148,15 @@ def open(path: str, mode: str = "r") -> IO[Any]:  # noqa: A001 - the module's fi
 
 def rename(src: str, dst: str, overwrite: bool = False) -> None:
     """Moves ``src`` (a file or, on local disks, a folder) to ``dst``."""
-    if overwrite and not (is_remote(src) or is_remote(dst)):
-        os.replace(src, dst)  # what gfile does on a local disk, without its import
+    if not (is_remote(src) or is_remote(dst)):
+        # What gfile does on a local disk, without its import: a data-only run publishes
+        # its outputs this way and needs TensorFlow for nothing else.
+        if overwrite:
+            os.replace(src, dst)
+            return
+        if os.path.exists(dst):  # gfile's check, then the rename
+            raise FileExistsError(errno.EEXIST, "file exists and overwrite is off", dst)
+        os.rename(src, dst)
         return
     _gfile().rename(src, dst, overwrite=overwrite)
 
@@ -178,6 +185,11 @@ def remove(path: str) -> None:
 
 def rmtree(path: str) -> None:
     """Deletes folder ``path`` and everything in it."""
+    if not is_remote(path):
+        import shutil  # lazily, as in copy
+
+        shutil.rmtree(path)  # no TensorFlow import for a local folder (see rename)
+        return
     _gfile().rmtree(path)
 
 

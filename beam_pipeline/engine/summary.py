@@ -17,6 +17,7 @@ import dataclasses
 import enum
 import json
 import logging
+import sys
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
@@ -149,6 +150,14 @@ class RunSummary:
         )
 
 
+def _write_errors() -> tuple[type[BaseException], ...]:
+    """What writing the summary may raise: OSError, and TensorFlow's errors only where gfile
+    (a remote run directory) imported it; a local one is written with the OS's calls, so a
+    data-only run never imports TensorFlow."""
+    tf = sys.modules.get("tensorflow")
+    return (OSError, tf.errors.OpError) if tf is not None else (OSError,)
+
+
 def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional[str]:
     """Writes ``summary.json`` into the run directory atomically; returns its path.
 
@@ -168,8 +177,6 @@ def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional
     Raises:
       PipelineError: the file cannot be written (only when ``after_error`` is False).
     """
-    import tensorflow as tf  # lazily: the CLI checks flags before importing TensorFlow
-
     from beam_pipeline.core.errors import PipelineError, no_room
 
     path = fileio.join(summary.run_dir, SUMMARY_FILE)
@@ -178,7 +185,7 @@ def write_summary(summary: RunSummary, *, after_error: bool = False) -> Optional
             return None
         fileio.write_atomic(path, summary.to_json())
         return path
-    except (OSError, tf.errors.OpError) as e:
+    except _write_errors() as e:  # evaluated once raised, after any gfile import
         cause = getattr(e, "strerror", None) or getattr(e, "message", None) or str(e)
         if after_error:
             # A full disk is what the run's own error says already: the log only.
