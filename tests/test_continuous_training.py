@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
+import io
 import json
 import os
 import random
@@ -33,13 +35,24 @@ PENGUINS = os.path.join(BUNDLED_EXAMPLE_DIR, "penguins.csv")
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
-    quiet = [] if argv[0] == "runs" else ["--no_progress"]
-    return subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *argv, *quiet],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    """A run through the CLI's entry point in this process, its exit code and what it
+    printed: these tests read the run's summary, artifacts and error sentences, not the
+    process, and a fresh interpreter per run would import TensorFlow and Beam each time
+    (the Trainer and the Beam workers run in processes of their own either way). ``runs``
+    commands, light, stay a process of their own."""
+    if argv[0] == "runs":
+        return subprocess.run(
+            [sys.executable, "-m", "beam_pipeline", *argv],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    from beam_pipeline import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([*argv, "--no_progress"])
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def _summary(root: str, run_id: str) -> dict:
