@@ -327,25 +327,21 @@ def _reused_sections(html: str) -> dict[str, str]:
     return found
 
 
-def test_a_rerun_whose_stages_are_all_reused_has_a_whole_report(default_run):
+def test_a_rerun_whose_stages_are_all_reused_has_a_whole_report(default_run, monkeypatch):
     # The second run into one pipeline root, the normal case after the first: every stage
     # is reused. Its report (and `runs report`'s) shows what those stages published in the
     # first run's folder, each section saying so, and never claims a stage did not finish
     # (it said "statistics: not published (ExampleGen's job did not finish)", "trials: no
-    # tuner/trials.json", and had empty sections).
+    # tuner/trials.json", and had empty sections). In this process, from the first
+    # command's folder (the report is what is checked; test_runs_commands_print_nothing...
+    # runs `runs report` in a fresh one).
     _, run_dir = default_run
     first = os.path.basename(run_dir)
     folder = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))))
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", "--run_id=again"],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    monkeypatch.chdir(folder)
+    args = ["--runner=DirectRunner", "--run_id=again"]
+    monkeypatch.setattr(sys, "argv", ["beam_pipeline", *args])
+    assert cli.main(args) == 0
     again = os.path.join(folder, "pipeline_runs", "runs", "again")
     stages = _summary(again)
     assert {s["status"] for s in stages.values()} <= {"cached", "skipped"}
@@ -356,15 +352,7 @@ def test_a_rerun_whose_stages_are_all_reused_has_a_whole_report(default_run):
     for written in (html, None):
         if written is None:  # `runs report` writes the same page again
             os.remove(report)
-            proc = subprocess.run(
-                [sys.executable, "-m", "beam_pipeline", "runs", "report", "again"],
-                cwd=folder,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert cli.main(["runs", "report", "again"]) == 0
             with open(report, encoding="utf-8") as f:
                 written = f.read()
             assert written == html
@@ -429,38 +417,28 @@ metrics_specs {
 def plots_run(default_run, tmp_path_factory):
     """A later run on a copy of the default run's root (its store; the other tests' runs
     there are left as they are) that trains the model again (a new model, so that the
-    default run's blessed one is its baseline) and evaluates it with that EvalConfig:
-    (stdout, run directory)."""
+    default run's blessed one is its baseline) and evaluates it with that EvalConfig: its
+    run directory. In this process (what is checked is the report it writes, not the
+    terminal: the first command's own process is test_the_first_command's), from the
+    copy's folder, as its relative default root has it."""
     _, run_dir = default_run
     first_root = os.path.dirname(os.path.dirname(os.path.abspath(run_dir)))
     folder = tmp_path_factory.mktemp("plots")
     shutil.copytree(first_root, folder / "pipeline_runs")
     config = folder / "eval_config.pbtxt"
     config.write_text(_PLOTS_EVAL_CONFIG)
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     args = ["--runner=DirectRunner", "--run_id=plots", f"--eval_config={config}"]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "beam_pipeline",
-            *args,
-            "--no_infra_validator",
-            "--no_cache=Trainer",
-        ],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc.stdout, os.path.join(folder, "pipeline_runs", "runs", "plots")
+    args += ["--no_infra_validator", "--no_cache=Trainer"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        patch.setattr(sys, "argv", ["beam_pipeline", *args])
+        assert cli.main(args) == 0
+    return os.path.join(folder, "pipeline_runs", "runs", "plots")
 
 
 def test_the_report_draws_tfma_plots_and_the_candidate_beside_its_baseline(default_run, plots_run):
     _, first = default_run
-    _, run_dir = plots_run
+    run_dir = plots_run
     stages = _summary(run_dir)
     assert stages["Trainer"]["status"] == stages["Evaluator"]["status"] == "ok"
     baseline = os.path.abspath(os.path.join(first, "model"))
@@ -680,7 +658,7 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(default_
 
 @needs_chromium
 def test_the_evaluation_plots_render_in_headless_chromium(plots_run, tmp_path):
-    _, run_dir = plots_run
+    run_dir = plots_run
     screenshot = tmp_path / "plots.png"
     dom, console = _render_in_chromium(
         os.path.join(run_dir, "report.html"), tmp_path, str(screenshot)

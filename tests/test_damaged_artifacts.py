@@ -33,9 +33,11 @@ def _summary(root: str, run_id: str) -> dict:
 
 @pytest.fixture(scope="module")
 def trained_root(tmp_path_factory):
-    """A pipeline root with run ``a``: every stage but the Tuner and the InfraValidator."""
+    """A pipeline root with run ``a``: the data stages and Transform (--no_trainer: each
+    test that needs a model trains or evaluates it in its own run, so none is made here
+    that no test reads)."""
     root = str(tmp_path_factory.mktemp("damaged"))
-    assert cli.main([*_ARGS, f"--pipeline_root={root}", "--run_id=a"]) == 0
+    assert cli.main([*_ARGS, "--no_trainer", f"--pipeline_root={root}", "--run_id=a"]) == 0
     return root
 
 
@@ -49,8 +51,9 @@ def test_a_rewritten_vocabulary_is_not_reused(trained_root, capsys):
     with open(species, "w") as f:  # the same three names, in another order
         f.write("\n".join(names[1:] + names[:1]) + "\n")
     capsys.readouterr()
-    # The model is trained and evaluated again: on the damaged vocabulary, evaluated
-    # against the raw labels, it would be right about a fifth of the time.
+    # The model is trained and evaluated (again, if another test's run trained one on run
+    # a's artifacts): on the damaged vocabulary, evaluated against the raw labels, it would
+    # be right about a fifth of the time.
     args = [*_ARGS, f"--pipeline_root={root}", "--run_id=c", "--no_cache=Trainer,Evaluator"]
     assert cli.main(args) == 0
     transform = _summary(root, "c")["Transform"]
@@ -75,7 +78,8 @@ def test_a_deleted_eval_split_is_not_reused(trained_root):
     for name in os.listdir(eval_split):
         os.remove(os.path.join(eval_split, name))
     os.rmdir(eval_split)
-    # The Evaluator reads the raw eval examples: it runs again, on intact ones.
+    # The Evaluator reads the raw eval examples: it runs (again, with --no_cache, if
+    # another test's run evaluated a model of run a's artifacts), on intact ones.
     args = [*_ARGS, f"--pipeline_root={root}", "--run_id=e", "--no_cache=Evaluator"]
     assert cli.main(args) == 0
     summary = _summary(root, "e")
@@ -90,13 +94,16 @@ def test_a_deleted_eval_split_is_not_reused(trained_root):
 def test_a_truncated_examples_file_is_not_reused(tmp_path):
     root = str(tmp_path)
     args = [*_ARGS, "--no_trainer", f"--pipeline_root={root}"]
-    assert cli.main([*args, "--run_id=a"]) == 0
+    # Run a publishes the examples (without --module_file: the data stages alone, no
+    # Transform that run b could reuse).
+    data_only = [a for a in args if not a.startswith("--module_file=")]
+    assert cli.main([*data_only, "--run_id=a"]) == 0
     (shard,) = glob.glob(os.path.join(root, "runs", "a", "examples", "train", "*"))
     size = os.path.getsize(shard)
     with open(shard, "r+b") as f:
         f.truncate(size // 2)
-    # Transform reads the examples again (not reusing run a's transform).
-    assert cli.main([*args, "--run_id=b", "--no_cache=Transform"]) == 0
+    # Transform reads the examples again (run a has no transform to reuse).
+    assert cli.main([*args, "--run_id=b"]) == 0
     summary = _summary(root, "b")
     assert summary["ExampleGen"]["status"] == "ok"
     assert summary["ExampleGen"]["note"].startswith(

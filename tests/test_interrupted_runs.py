@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import PENGUIN_DIR, REPO
 
 from beam_pipeline import cli
@@ -66,16 +67,27 @@ def _kill_cli_when(args, log_dir, ready, what: str) -> None:
     _signal_group_when(proc, ready, signal.SIGKILL, what)
 
 
-def test_a_transform_killed_while_writing_its_analyzer_cache_breaks_no_later_run(tmp_path):
-    root = str(tmp_path / "root")
+@pytest.fixture(scope="module")
+def killed_in_cache(tmp_path_factory):
+    """A pipeline root whose run ``killed`` (data stages and Transform) was SIGKILLed while
+    tf.Transform wrote its analyzer cache entry, then resumed with the same command:
+    (root, the data stages' arguments)."""
+    tmp = tmp_path_factory.mktemp("killed_in_cache")
+    root = str(tmp / "root")
     args = [*_DATA_ARGS, "--no_trainer", f"--pipeline_root={root}"]
     _kill_cli_when(
-        [*args, "--run_id=killed"], str(tmp_path / "logs"), _cache_manifest_written(root), "cache"
+        [*args, "--run_id=killed"], str(tmp / "logs"), _cache_manifest_written(root), "cache"
     )
+    assert cli.main([*args, "--run_id=killed"]) == 0
+    return root, args
 
+
+def test_a_transform_killed_while_writing_its_analyzer_cache_breaks_no_later_run(
+    killed_in_cache,
+):
+    root, args = killed_in_cache
     # The killed run resumed, then a new run on the same data: both finish (the new one
     # runs Transform again, not reusing the resumed run's, to read the analyzer cache).
-    assert cli.main([*args, "--run_id=killed"]) == 0
     transform = _summary(root, "killed")["Transform"]
     assert transform["status"] == "ok"
     assert transform["details"]["analyzer_cache"].startswith("written to ")
@@ -88,12 +100,11 @@ def test_a_transform_killed_while_writing_its_analyzer_cache_breaks_no_later_run
     assert len(entries) == 1 and entries[0].startswith("train-"), entries
 
 
-def test_an_analyzer_cache_entry_left_half_written_is_removed_and_never_read(tmp_path):
+def test_an_analyzer_cache_entry_left_half_written_is_removed_and_never_read(killed_in_cache):
     """An entry without its listing (what a killed older version left: a MANIFEST naming
-    shards never written) is removed, and the analysis runs anew."""
-    root = str(tmp_path / "root")
-    args = [*_DATA_ARGS, "--no_trainer", f"--pipeline_root={root}"]
-    assert cli.main([*args, "--run_id=first"]) == 0
+    shards never written) is removed, and the analysis runs anew. (In the killed-and-resumed
+    root above: its one published entry, made half-written here, whichever test ran first.)"""
+    root, args = killed_in_cache
     (entry,) = glob.glob(os.path.join(root, "cache", "transform", "train-*"))
     for name in os.listdir(entry):
         if name != "MANIFEST":

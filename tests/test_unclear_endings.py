@@ -85,14 +85,26 @@ def _small_disk(tmp_path, size: str):
         subprocess.run(["umount", str(where)], check=True)
 
 
-def test_a_full_push_destination_says_so_and_leaves_nothing(tmp_path, capsys):
-    root = str(tmp_path / "root")
+@pytest.fixture(scope="module")
+def data_run(tmp_path_factory):
+    """A pipeline root with run ``a`` of the bundled module, --no_tuner --no_trainer: the
+    data stages and Transform (its analyzer cache written): (root, the run's arguments
+    less --module_file and --run_id)."""
+    root = str(tmp_path_factory.mktemp("data_run") / "root")
+    args = [f"--data={_PENGUINS}", "--csv_null_values=,NA", "--no_tuner", "--no_trainer"]
+    args.append(f"--pipeline_root={root}")
+    module = os.path.join(PENGUIN_DIR, "penguin_module.py")
+    assert cli.main([*args, f"--module_file={module}", "--run_id=a"]) == 0
+    return root, args
+
+
+def test_a_full_push_destination_says_so_and_leaves_nothing(data_run, tmp_path, capsys):
+    # Run r in data_run's root: its data stages and Transform are run a's (reused); the
+    # model is trained, checked and pushed.
+    root, data_args = data_run
     args = [
-        f"--data={_PENGUINS}",
-        "--csv_null_values=,NA",
+        *(a for a in data_args if a != "--no_trainer"),
         f"--module_file={os.path.join(PENGUIN_DIR, 'penguin_module.py')}",
-        "--no_tuner",
-        f"--pipeline_root={root}",
         "--run_id=r",
     ]
     # Room for none of the SavedModel's files but the smallest.
@@ -147,29 +159,20 @@ def test_a_full_pipeline_root_is_one_sentence_and_leaves_no_partial_file(tmp_pat
         assert glob.glob(os.path.join(root, "**", "*.tmp-*"), recursive=True) == []
 
 
-def test_runs_show_says_a_tuner_turned_off_was_skipped(tmp_path, capsys):
-    root = str(tmp_path)
-    args = [
-        f"--data={_PENGUINS}",
-        "--csv_null_values=,NA",
-        f"--module_file={os.path.join(PENGUIN_DIR, 'penguin_module.py')}",
-        "--no_tuner",
-        "--no_trainer",
-        f"--pipeline_root={root}",
-        "--run_id=r",
-    ]
-    assert cli.main(args) == 0
+def test_runs_show_says_a_tuner_turned_off_was_skipped(data_run, capsys):
+    root, _ = data_run
     capsys.readouterr()
-    assert cli.main(["runs", "show", "r", "--json", f"--pipeline_root={root}"]) == 0
+    assert cli.main(["runs", "show", "a", "--json", f"--pipeline_root={root}"]) == 0
     shown = json.loads(capsys.readouterr().out)
     statuses = {e["stage"]: e["status"] for e in shown["executions"]}
     assert statuses["Tuner"] == "skipped" and statuses["Trainer"] == "skipped"
     assert statuses["Transform"] == "complete"
 
 
-def test_a_transform_adding_to_the_analyzer_cache_keeps_stderr_empty(tmp_path, capsys):
+def test_a_transform_adding_to_the_analyzer_cache_keeps_stderr_empty(data_run, tmp_path, capsys):
     """tf.Transform rewrites the cache entry's METADATA when a changed preprocessing_fn adds
-    analyzers to it; Beam's sink announces the rewrite as a warning, which is the log's."""
+    analyzers to it; Beam's sink announces the rewrite as a warning, which is the log's.
+    (Run b, in the root of run a above: its entry is the one added to.)"""
     module = os.path.join(PENGUIN_DIR, "penguin_module.py")
     with open(module) as f:
         text = f.read()
@@ -178,10 +181,7 @@ def test_a_transform_adding_to_the_analyzer_cache_keeps_stderr_empty(tmp_path, c
     changed = tmp_path / "more_analyzers.py"
     added = '    outputs["year_xf"] = _dense(tft.scale_by_min_max(_to_float(inputs["year"])), 0.0)'
     changed.write_text(text.replace(anchor, f"{added}\n{anchor}"))
-    root = str(tmp_path / "root")
-    args = [f"--data={_PENGUINS}", "--csv_null_values=,NA", "--no_tuner", "--no_trainer"]
-    args.append(f"--pipeline_root={root}")
-    assert cli.main([*args, f"--module_file={module}", "--run_id=a"]) == 0
+    root, args = data_run
     capsys.readouterr()
     assert cli.main([*args, f"--module_file={changed}", "--run_id=b"]) == 0
     assert capsys.readouterr().err == ""
