@@ -149,7 +149,10 @@ def test_a_failing_run_fn_is_one_sentence_and_its_rerun_says_where_it_resumed(tm
         f"--module_file={module}",
         f"--pipeline_root={root}",
         "--run_id=resumed",
-        "--train_steps=40",  # 10 epochs of 4 steps (the bundled module's _epochs)
+        # 3 epochs of 1 step (the bundled module's _epochs): the first attempt stops
+        # after the second, the rerun trains the third.
+        "--train_steps=3",
+        "--eval_steps=1",
         "--no_tuner",
         "--no_infra_validator",
         "--no_progress",
@@ -213,8 +216,10 @@ def test_a_tfx_module_prints_nothing_of_its_own_on_the_terminal(tmp_path):
         f"--pipeline_root={root}",
         "--run_id=tfx",
         "--tuner_max_trials=1",
-        "--tuner_train_steps=10",
-        "--train_steps=20",
+        "--tuner_train_steps=2",
+        "--tuner_eval_steps=1",
+        "--train_steps=2",
+        "--eval_steps=1",
         "--no_progress",
     )
     assert proc.returncode == 0, proc.stderr
@@ -250,7 +255,8 @@ def test_a_keras_model_save_names_the_saved_model_export(tmp_path, root):
         f"--module_file={module}",
         f"--pipeline_root={root}",
         "--run_id=saves",
-        "--train_steps=10",
+        "--train_steps=2",
+        "--eval_steps=1",
         "--no_tuner",
         *FAST,
     )

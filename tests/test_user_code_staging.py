@@ -48,32 +48,101 @@ def _run_dir(root) -> str:
     return os.path.join(runs, name)
 
 
-@pytest.mark.slow
-def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(tmp_path):
-    # A common layout: the project folder holds the module file and the virtualenv the
-    # pipeline runs with (here the real one, linked in; sys.prefix is then inside the
-    # project). TensorFlow, imported while the module loads, must not be pickled by value
-    # (that failed with "excessively deep recursion") nor archived; neither must the
-    # autograph temp files of a folder such as /tmp.
+def _tree(folder) -> dict[str, bytes]:
+    """Every path under ``folder`` (folders end in /), with each file's bytes."""
+    tree = {}
+    for d, dirs, files in os.walk(folder):
+        for name in dirs:
+            tree[os.path.relpath(os.path.join(d, name), folder) + "/"] = b""
+        for name in files:
+            path = os.path.join(d, name)
+            with open(path, "rb") as f:
+                tree[os.path.relpath(path, folder)] = f.read()
+    return tree
+
+
+_PLANTED = """
+import json
+import os
+import pathlib
+open(os.environ["PLANTED_MARKER"], "w").write("the planted module ran")
+"""
+
+
+@pytest.fixture(scope="module")
+def run():
+    """One run of the whole pipeline that each test below reads (a run each cost three
+    pipelines): the module file beside its project's venv, run by that venv's python, with
+    a temporary folder of its own (TMPDIR) in which another user planted folders at the
+    predictable unpack paths of the staged module; the DirectRunner's worker processes
+    (multi_processing), so the Trainer loads the staged module in a worker, not in the
+    launcher. Yields (the process, the pipeline root, TMPDIR, the planted marker,
+    TMPDIR's tree before the run)."""
+    # Short paths: multiprocessing's fork server puts its socket under TMPDIR and the
+    # worker's under the run's temporary folder (<root>/tmp/run-*), and a socket's path may
+    # not be longer than 107 bytes (pytest's own folders can be).
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="bp-", dir="/tmp"))
     project = tmp_path / "project"
     project.mkdir()
+    module = project / "m.py"
+    shutil.copy(PENGUIN_MODULE, module)
+    # The archive the run stages (its sha256 names the unpack folder): the user's files
+    # only, which the module-beside-its-venv test checks the run's archive holds.
+    bundle = bundle_module_file(str(module))
+    # A common layout: the project folder holds the module file and the virtualenv the
+    # pipeline runs with (here the real one, linked in; sys.prefix is then inside the
+    # project), and a folder such as /tmp the autograph temp files of TensorFlow.
     os.symlink(os.path.realpath(sys.prefix), project / ".venv")
-    shutil.copy(PENGUIN_MODULE, project / "m.py")
     (project / "__autograph_generated_filexyz.py").write_text("x = 1\n")
     python = str(project / ".venv" / "bin" / "python")
+
+    # Another local user creates the folders the worker's copy of the staged module would
+    # be unpacked to (named by the archive's sha256, which anyone can compute from the
+    # module's files), with their code in them.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    marker = tmp_path / "planted_ran"
+    planted_code = module.read_text() + _PLANTED
+    uid = os.getuid()
+    for cache in ("beam_pipeline_modules", f"beam_pipeline_modules-{uid}"):
+        for digest in (bundle.archive_sha256, bundle.sha256):
+            planted = tmp / cache / digest
+            planted.mkdir(parents=True)
+            (planted / "m.py").write_text(planted_code)
+            os.chmod(planted, 0o777)
+        os.chmod(tmp / cache, 0o777)
+    before = _tree(tmp)
+    env = dict(os.environ, TMPDIR=str(tmp), PLANTED_MARKER=str(marker))
     root = tmp_path / "root"
 
     proc = _cli(
         [
-            f"--module_file={project / 'm.py'}",
+            f"--module_file={module}",
             *PENGUIN_DATA,
             f"--pipeline_root={root}",
-            "--no_tuner",
-            "--no_trainer",
+            # Every stage, the tuner's pool of trial workers included: what each writes
+            # to a temporary folder must go to the run's own.
+            "--tuner_max_trials=2",
+            "--tuner_train_steps=2",
+            "--tuner_eval_steps=1",
+            "--train_steps=2",
+            "--eval_steps=1",
+            "--direct_running_mode=multi_processing",
+            "--direct_num_workers=1",
         ],
         python=python,
+        env=env,
     )
+    yield proc, root, tmp, marker, before
+    shutil.rmtree(tmp_path, ignore_errors=True)
 
+
+@pytest.mark.slow
+def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(run):
+    # TensorFlow, imported while the module loads, must not be pickled by value (that
+    # failed with "excessively deep recursion") nor archived; neither must the autograph
+    # temp files of a folder such as /tmp.
+    proc, root, _, _, _ = run
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     (archive,) = [
         os.path.join(d, f)
@@ -85,90 +154,25 @@ def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(tmp_path)
         assert z.namelist() == ["m.py"]
 
 
-_PLANTED = """
-import json
-import os
-import pathlib
-open(os.environ["PLANTED_MARKER"], "w").write("the planted module ran")
-"""
-
-
 @pytest.mark.slow
-def test_a_module_folder_planted_at_the_predictable_path_is_never_executed(request):
-    # Another local user creates the folder the trainer's copy of the staged module would
-    # be unpacked to (its name comes from the archive's sha256, which anyone can compute
-    # from the module's files), with their code in it: the run must execute the real
-    # module and never the planted one. The Trainer runs in a worker process (the launcher
-    # has the module loaded already and would not load a copy).
-    # Short paths: the worker's fork server puts its socket under the run's temporary
-    # folder (<root>/tmp/run-*), and a socket's path may not be longer than 107 bytes.
-    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="bp-", dir="/tmp"))
-    request.addfinalizer(lambda: shutil.rmtree(tmp_path, ignore_errors=True))
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    marker = tmp_path / "planted_ran"
-    module_dir = tmp_path / "user"
-    module_dir.mkdir()
-    module = module_dir / "m.py"
-    shutil.copy(PENGUIN_MODULE, module)
-    bundle = bundle_module_file(str(module))
-    planted_code = module.read_text() + _PLANTED
-    uid = os.getuid()
-    for cache in ("beam_pipeline_modules", f"beam_pipeline_modules-{uid}"):
-        for digest in (bundle.archive_sha256, bundle.sha256):
-            planted = tmp / cache / digest
-            planted.mkdir(parents=True)
-            (planted / "m.py").write_text(planted_code)
-            os.chmod(planted, 0o777)
-        os.chmod(tmp / cache, 0o777)
-    env = dict(os.environ, TMPDIR=str(tmp), PLANTED_MARKER=str(marker))
-
-    proc = _cli(
-        [
-            f"--module_file={module}",
-            *PENGUIN_DATA,
-            f"--pipeline_root={tmp_path / 'root'}",
-            "--no_tuner",
-            "--train_steps=2",
-            "--eval_steps=1",
-            # The stages that load the module (Transform, Trainer); the later ones only
-            # read the SavedModel.
-            "--no_evaluator",
-            "--no_infra_validator",
-            "--direct_running_mode=multi_processing",
-            "--direct_num_workers=1",
-        ],
-        env=env,
-    )
-
+def test_a_module_folder_planted_at_the_predictable_path_is_never_executed(run):
+    # The run must execute the real module and never the planted one. The Trainer runs in
+    # a worker process (the launcher has the module loaded already and would not load a
+    # copy), as do the tuner's trials.
+    proc, _, _, marker, _ = run
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
     assert not marker.exists()
 
 
 @pytest.mark.slow
-def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(tmp_path, request):
+def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(run):
     # TensorFlow's autograph files, the tuner pool's log folders, unpacked modules: they
     # went to the shared /tmp and stayed there. Everything now goes to a folder of the
-    # run's own under the pipeline root, removed when the run ends.
-    # A short path: multiprocessing's fork server puts its socket under TMPDIR, and a
-    # socket's path may not be longer than 107 bytes (pytest's own folders can be).
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bp-tmp-", dir="/tmp"))
-    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
-    root = tmp_path / "root"
-    env = dict(os.environ, TMPDIR=str(tmp))
-    proc = _cli(
-        [
-            f"--pipeline_root={root}",
-            "--tuner_max_trials=2",
-            "--tuner_train_steps=2",
-            "--tuner_eval_steps=1",
-            "--train_steps=2",
-            "--eval_steps=1",
-        ],
-        env=env,
-    )
+    # run's own under the pipeline root, removed when the run ends: TMPDIR holds what it
+    # held before the run (the planted folders), byte for byte, and nothing else.
+    proc, root, tmp, _, before = run
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert "Tuner: ok" in proc.stdout and "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
-    assert os.listdir(tmp) == []
+    assert _tree(tmp) == before
     assert not os.path.exists(root / "tmp")
