@@ -435,3 +435,50 @@ def test_ctrl_c_stops_the_stages_running_at_once_and_records_them(tmp_path):
     ]
     assert not os.path.exists(os.path.join(run_dir.root, ".staging", "model_blessing"))
     assert not any(t.name.startswith("bp-") for t in threading.enumerate())
+
+
+def test_a_stage_that_turns_ctrl_c_into_its_own_error_or_ends_after_it_is_recorded_interrupted(
+    tmp_path,
+):
+    # TensorFlow turns a KeyboardInterrupt raised inside one of its calls into an error of
+    # its own, which a stage may translate into a sentence of its own ("the model does not
+    # load"); a stage's code may also catch it and end normally. Either way the stage was
+    # interrupted: that is what its record and its summary row say.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    both = threading.Barrier(2, timeout=60)
+
+    def evaluator(ctx):
+        both.wait()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        try:
+            while True:
+                time.sleep(0.01)
+        except KeyboardInterrupt:
+            raise PipelineError("The model in /m does not load (KeyboardInterrupt).") from None
+
+    def infra(ctx):
+        both.wait()
+        try:
+            while True:
+                time.sleep(0.01)
+        except KeyboardInterrupt:
+            return {}  # ends as if nothing happened
+
+    try:
+        graph = _siblings(evaluator, infra)
+        run_dir, manifest = RunManifest.open(str(tmp_path), "r1", {"identity": 1})
+        ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity)
+        records, summary = _Calls(manifest), RunSummary(run_dir.root)
+        with pytest.raises(KeyboardInterrupt):
+            run_stages(graph, ctx, records, summary)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert records.calls[-2:] == [
+        ("stop", "Evaluator", "KeyboardInterrupt"),
+        ("stop", "InfraValidator", "KeyboardInterrupt"),
+    ]
+    assert [(r.stage, r.status, r.note) for r in summary.stages[1:]] == [
+        ("Evaluator", StageStatus.FAILED, "interrupted"),
+        ("InfraValidator", StageStatus.FAILED, "interrupted"),
+    ]
+    assert not any(t.name.startswith("bp-") for t in threading.enumerate())

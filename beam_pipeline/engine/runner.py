@@ -167,6 +167,11 @@ class _Running:
     thread: Optional[threading.Thread] = None
     # Set by the stage's thread when it ends: (result, error, rows of a StageFailed, end).
     ended: Optional[tuple[Any, ...]] = None
+    # Held while ``ended`` is set and while a Ctrl-C is raised in the stage's thread, so
+    # that the KeyboardInterrupt lands only in a stage that has not ended (see _work).
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # A Ctrl-C was raised in the stage's thread before it ended.
+    interrupted: bool = False
 
 
 class _Scheduler:
@@ -364,8 +369,11 @@ class _Scheduler:
         KeyboardInterrupt too, as a stage on this thread would, and is waited for and
         recorded (a second Ctrl-C stops the waiting)."""
         for run in self.running.values():
-            if run.thread is not None and run.ended is None:
-                _raise_in(run.thread, KeyboardInterrupt)
+            if run.thread is not None:
+                with run.lock:
+                    if run.ended is None:
+                        run.interrupted = True
+                        _raise_in(run.thread, KeyboardInterrupt)
         try:
             for run in list(self.running.values()):
                 if run.thread is not None:
@@ -374,20 +382,38 @@ class _Scheduler:
             pass
         for index in sorted(self.running):
             run = self.running.pop(index)
-            if run.ended is None:  # still running (a second Ctrl-C) or ended unreported
+            if run.ended is None or run.interrupted:
+                # Still running (a second Ctrl-C), or stopped by the Ctrl-C: whatever its
+                # code made of the KeyboardInterrupt is the interruption, never a result or
+                # an error of its own. TensorFlow turns a KeyboardInterrupt raised inside
+                # one of its calls into an error of its own ("... REPLACED BY
+                # KeyboardInterrupt"), which a stage may translate (a model that "does not
+                # load"); a stage that caught it may even end normally.
+                if run.ended is not None and run.ended[1] is not None:
+                    _LOG.info("%s ended after the Ctrl-C with: %r", run.stage.name, run.ended[1])
                 run.ended = (None, KeyboardInterrupt(), [], datetime.datetime.now())
             self._end(run)
 
 
 def _work(run: _Running, ended: Optional[queue.Queue]) -> None:
-    """Runs the stage (on whichever thread calls it) and keeps how it ended."""
+    """Runs the stage (on whichever thread calls it) and keeps how it ended.
+
+    A Ctrl-C raised in this thread (_Scheduler._interrupt) lands inside the outer ``try``:
+    it is raised only while ``run.ended`` is unset, under ``run.lock``, and this thread
+    sets ``run.ended`` under that lock, inside the ``try``. So it never escapes the thread
+    (which would print a traceback) nor stops the queue from hearing of the end.
+    """
     try:
-        result, error, rows = _run(run.stage, run.ctx, run.inputs), None, []
-    except _Failed as failed:
-        result, error, rows = None, failed.error, failed.rows
-    except BaseException as e:  # noqa: BLE001 - handed to the runner's thread
-        result, error, rows = None, e, []
-    run.ended = (result, error, rows, datetime.datetime.now())
+        try:
+            result, error, rows = _run(run.stage, run.ctx, run.inputs), None, []
+        except _Failed as failed:
+            result, error, rows = None, failed.error, failed.rows
+        except BaseException as e:  # noqa: BLE001 - handed to the runner's thread
+            result, error, rows = None, e, []
+        with run.lock:
+            run.ended = (result, error, rows, datetime.datetime.now())
+    except KeyboardInterrupt as e:  # raised by _interrupt between the stage's end and here
+        run.ended = (None, e, [], datetime.datetime.now())
     if ended is not None:
         ended.put(run.index)
 
