@@ -1,7 +1,8 @@
 """``--mixed_precision``: a TrainSpec trains in bfloat16 on CPU (float16 on a GPU), a run_fn
 gets the policy's name, and the exported model still serves float32.
 
-The training runs in a fresh process: Keras's dtype policy is global to a process.
+Both trainings run in one fresh process: Keras's dtype policy is global to a process (the
+flagless one runs first, on the default policy; the flagged one must put it back).
 """
 
 from __future__ import annotations
@@ -52,26 +53,29 @@ from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.stages.trainer.training import build_training_job
 from trainer import run_trainer
 
-root, module, flags = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-run_dir = RunDirectory(root, conftest_trainer.RUN_ID)
-config = parse_config([f"--module_file={module}", "--data=unused.csv", *flags])
-job = build_training_job(config, run_dir, entry_point="MixedSpec")
-keras.utils.set_random_seed(0)
-result = run_trainer(job)
-assert result.error is None, result.error
-serve = tf.saved_model.load(result.serving_model_dir).signatures["serving_default"]
-raw = conftest_trainer.read_raw_examples(run_dir)
-outputs = serve(examples=tf.constant(raw[:8]))
-(name, spec), = serve.structured_input_signature[1].items()
-with open(os.path.join(job.model_run_dir, "policy.json")) as f:
-    policy = json.load(f)
-print(json.dumps({
-    "policy": policy,
-    "after": keras.config.dtype_policy().name,
-    "input": [name, spec.dtype.name],
-    "outputs": {k: v.dtype.name for k, v in outputs.items()},
-    "accuracy": conftest_trainer.classify_accuracy(result.serving_model_dir, raw),
-}))
+module, cases = sys.argv[1], json.loads(sys.argv[2])
+out = {}
+for case, root, flags in cases:
+    run_dir = RunDirectory(root, conftest_trainer.RUN_ID)
+    config = parse_config([f"--module_file={module}", "--data=unused.csv", *flags])
+    job = build_training_job(config, run_dir, entry_point="MixedSpec")
+    keras.utils.set_random_seed(0)
+    result = run_trainer(job)
+    assert result.error is None, result.error
+    serve = tf.saved_model.load(result.serving_model_dir).signatures["serving_default"]
+    raw = conftest_trainer.read_raw_examples(run_dir)
+    outputs = serve(examples=tf.constant(raw[:8]))
+    (name, spec), = serve.structured_input_signature[1].items()
+    with open(os.path.join(job.model_run_dir, "policy.json")) as f:
+        policy = json.load(f)
+    out[case] = {
+        "policy": policy,
+        "after": keras.config.dtype_policy().name,
+        "input": [name, spec.dtype.name],
+        "outputs": {k: v.dtype.name for k, v in outputs.items()},
+        "accuracy": conftest_trainer.classify_accuracy(result.serving_model_dir, raw),
+    }
+print(json.dumps(out))
 """
 
 
@@ -84,18 +88,26 @@ def module_file(tmp_path_factory):
     return str(module)
 
 
-def _train(penguin_run_dir, tmp_path, module_file, *flags) -> dict:
-    root = str(tmp_path / "root")
-    conftest_trainer.copy_run_dir(penguin_run_dir, root)
-    flags = ["--train_steps=100", "--eval_steps=2", *flags]
-    return conftest_trainer.run_python(_SCRIPT, root, module_file, json.dumps(flags), timeout=300)
+@pytest.fixture(scope="module")
+def trained(penguin_run_dir, tmp_path_factory, module_file) -> dict:
+    """Both runs in one fresh process, the flagless one first (the process's policy is
+    Keras's default float32 when it starts) and one training step (its test reads only
+    the policies); the flagged one then trains 100 steps, as the accuracy floor needs."""
+    tmp = tmp_path_factory.mktemp("mixed_runs")
+    cases = []
+    for case, flags in [
+        ("without", ["--train_steps=1", "--eval_steps=1"]),
+        ("mixed", ["--train_steps=100", "--eval_steps=2", "--mixed_precision"]),
+    ]:
+        root = str(tmp / case)
+        conftest_trainer.copy_run_dir(penguin_run_dir, root)
+        cases.append((case, root, flags))
+    return conftest_trainer.run_python(_SCRIPT, module_file, json.dumps(cases), timeout=300)
 
 
 @pytest.mark.slow
-def test_a_trainspec_trains_in_bfloat16_on_cpu_and_serves_float32(
-    penguin_run_dir, tmp_path, module_file
-):
-    out = _train(penguin_run_dir, tmp_path, module_file, "--mixed_precision")
+def test_a_trainspec_trains_in_bfloat16_on_cpu_and_serves_float32(trained):
+    out = trained["mixed"]
     assert out["policy"] == {
         "global": "mixed_bfloat16",
         "fn_args": "mixed_bfloat16",
@@ -110,8 +122,8 @@ def test_a_trainspec_trains_in_bfloat16_on_cpu_and_serves_float32(
 
 
 @pytest.mark.slow
-def test_without_the_flag_the_model_is_float32(penguin_run_dir, tmp_path, module_file):
-    out = _train(penguin_run_dir, tmp_path, module_file)
+def test_without_the_flag_the_model_is_float32(trained):
+    out = trained["without"]
     assert out["policy"] == {
         "global": "float32",
         "fn_args": None,

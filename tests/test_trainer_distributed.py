@@ -68,7 +68,15 @@ _SCRIPT = """
 import dataclasses, json, sys
 from trainer import choose_strategy, run_trainer
 
-strategy = choose_strategy(logical_cpus=2)  # first, before TensorFlow initializes
+# No GPU for TensorFlow here (CUDA_VISIBLE_DEVICES=""), also on a GPU machine: asking for
+# 2 logical GPUs must fail before anything initializes (the check lists devices only)...
+try:
+    choose_strategy(logical_gpus=2)
+    # Had it gone on, TensorFlow would be initialized and no run below could split the CPU.
+    sys.exit("choose_strategy(logical_gpus=2) did not fail on a process without a GPU")
+except RuntimeError as e:
+    gpu_split_error = str(e)
+strategy = choose_strategy(logical_cpus=2)  # ...so this is still before TF initializes
 import keras, numpy as np, tensorflow as tf
 # Deterministic ops, and every case seeded alike below (initializers, the data accessor's
 # shuffle, dropout): the accuracies the tests assert on are the same on every run.
@@ -77,7 +85,7 @@ from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.stages.trainer.training import build_training_job
 import conftest_trainer
 
-out = {}
+out = {"gpu_split_error": gpu_split_error}
 for name, root, module, entry, steps in json.loads(sys.argv[1]):
     run_dir = RunDirectory(root, conftest_trainer.RUN_ID)
     config = conftest_trainer.penguin_config(module, train_steps=steps, eval_steps=2)
@@ -112,7 +120,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def two_replica_runs(penguin_run_dir, tmp_path_factory):
-    """One fresh process with 2 logical CPUs: penguin run_fn, PenguinSpec, AUC spec."""
+    """One fresh process that sees no GPU, with 2 logical CPUs: penguin run_fn,
+    PenguinSpec, AUC spec; before them, its attempt to split a GPU in 2."""
     tmp = tmp_path_factory.mktemp("mirrored")
     (tmp / "auc_module.py").write_text(_AUC_MODULE)
     cases = []
@@ -124,7 +133,9 @@ def two_replica_runs(penguin_run_dir, tmp_path_factory):
         root = str(tmp / name)
         conftest_trainer.copy_run_dir(penguin_run_dir, root)
         cases.append((name, root, module, entry, steps))
-    return conftest_trainer.run_python(_SCRIPT, json.dumps(cases), str(tmp), timeout=300)
+    return conftest_trainer.run_python(
+        _SCRIPT, json.dumps(cases), str(tmp), timeout=300, env={"CUDA_VISIBLE_DEVICES": ""}
+    )
 
 
 @pytest.mark.slow
@@ -213,16 +224,9 @@ def test_two_logical_gpus_train_and_export(two_logical_gpu_runs, form):
     assert result["accuracy"] >= SERVED_FLOOR
 
 
-def test_two_logical_gpus_without_a_gpu_is_an_error_not_a_cpu_run():
-    out = conftest_trainer.run_python(
-        "import json\n"
-        "from trainer import choose_strategy\n"
-        "try:\n"
-        "    choose_strategy(logical_gpus=2)\n"
-        "    print(json.dumps({'error': None}))\n"
-        "except RuntimeError as e:\n"
-        "    print(json.dumps({'error': str(e)}))\n",
-        # No GPU for TensorFlow, also on a GPU machine.
-        env={"CUDA_VISIBLE_DEVICES": ""},
-    )
-    assert out["error"] == "Cannot split a GPU into 2 logical GPUs: TensorFlow sees none."
+@pytest.mark.slow
+def test_two_logical_gpus_without_a_gpu_is_an_error_not_a_cpu_run(two_replica_runs):
+    # Asked first thing in the fixture's fresh process, which sees no GPU (also on a GPU
+    # machine): an error, where a CPU run would have gone on.
+    error = two_replica_runs["gpu_split_error"]
+    assert error == "Cannot split a GPU into 2 logical GPUs: TensorFlow sees none."

@@ -10,6 +10,7 @@ Beam stage itself is tested in ``test_tuner_stage.py``.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 
@@ -44,6 +45,22 @@ from trainer.tuning import (
 from transforms.tuner import RunTrials
 
 TINY = os.path.join(os.path.dirname(__file__), "testdata", "tiny_tuner_module.py")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen():
+    """The trials here run in the test process, whose heap holds everything the suite has
+    imported and built so far. Frozen (the collector's permanent generation), as a pool
+    worker's heap is (the fork server froze its imports: beam_pipeline.runtime.pool_zygote):
+    the trial runner then skips its own full collection, and keras-tuner's two collections
+    before each trial walk only what these tests made. Unfrozen when the module ends.
+    (The trials' libraries imported first, so that their objects are frozen too.)"""
+    import keras_tuner  # noqa: F401
+    import tensorflow  # noqa: F401
+
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 def _job(tmp_path, module_file: str = TINY, **custom) -> TuningJob:
