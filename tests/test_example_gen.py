@@ -502,3 +502,60 @@ def test_a_format_passed_in_as_a_plug_in_flows_through_example_gen(tmp_path):
     with open(glob.glob(os.path.join(rejected, "rejected-*.jsonl"))[0], encoding="utf-8") as f:
         (row,) = [json.loads(line) for line in f]
     assert (os.path.basename(row["file"]), row["line"], row["text"]) == ("a.jsonl", 3, "not json")
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@pytest.fixture(scope="module")
+def wide_int_run(tmp_path_factory):
+    """One data-only run through the CLI over 200 rows: 19-digit ids, int64's bounds, and
+    a column with one value above 2^63-1; its examples and train statistics."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    from beam_pipeline import cli
+
+    tmp = tmp_path_factory.mktemp("wide_ints")
+    lines = ["account_id,edge,big"]
+    for i in range(200):
+        edge = (_INT64_MIN, _INT64_MAX, 0)[i % 3]
+        lines.append(f"{1234567890123456789 + i},{edge},{2**63 if i == 7 else i}")
+    (tmp / "ids.csv").write_text("\n".join(lines) + "\n")
+    root = tmp / "root"
+    args = ["--runner=DirectRunner", f"--data={tmp / 'ids.csv'}", "--no_trainer", "--no_tuner"]
+    assert cli.main([*args, f"--pipeline_root={root}", "--run_id=r"]) == 0
+    run = root / "runs" / "r"
+    stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(
+        (run / "statistics" / "train" / "FeatureStats.pb").read_bytes()
+    )
+    features = {f.path.step[0]: f for f in stats.datasets[0].features}
+    return read_examples(str(run / "examples" / "*" / "*.gz")), features
+
+
+_BIG = {str(2**63).encode()} | {str(i).encode() for i in range(200) if i != 7}
+
+
+@pytest.mark.parametrize(
+    "column, kind, values, stats_type, stats_range",
+    [
+        # 19-digit ids: 200 distinct exact int64s (they were one float32 value).
+        ("account_id", "int64_list", {1234567890123456789 + i for i in range(200)}, "INT", None),
+        # int64's whole range, both bounds exact, and the statistics over it.
+        ("edge", "int64_list", {_INT64_MIN, _INT64_MAX, 0}, "INT", (_INT64_MIN, _INT64_MAX)),
+        # A value above 2^63-1: the column is a string column, every value its exact text.
+        ("big", "bytes_list", _BIG, "STRING", None),
+    ],
+)
+def test_integers_keep_their_exact_value_up_to_int64_and_beyond_are_strings(
+    wide_int_run, column, kind, values, stats_type, stats_range
+):
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    examples, features = wide_int_run
+    assert len(examples) == 200
+    assert {e.features.feature[column].WhichOneof("kind") for e in examples} == {kind}
+    assert {feature_value(e, column) for e in examples} == values
+    stats = features[column]
+    assert statistics_pb2.FeatureNameStatistics.Type.Name(stats.type) == stats_type
+    if stats_range:
+        assert (stats.num_stats.min, stats.num_stats.max) == tuple(map(float, stats_range))

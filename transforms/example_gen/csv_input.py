@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Optional
 
@@ -37,11 +38,12 @@ from transforms.example_gen.csv_ranges import ScanCsvRanges
 from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile
 from transforms.example_gen.csv_typing import (
     FLOAT_RE,
-    INT_RE,
+    INTEGRAL_RE,
     ColumnType,
     CountFileTypes,
     InferCsvColumnTypes,
     column_types_of_schema,
+    int64_mask,
     string_array,
 )
 from transforms.example_gen.input_format import ExampleGenResult, InputFormat
@@ -75,13 +77,15 @@ class _ParseChunk(beam.DoFn):
             if ctype is ColumnType.STRING:
                 parsed.append((raw, missing))
                 continue
-            ok = pc.match_substring_regex(arr, INT_RE if ctype is ColumnType.INT else FLOAT_RE)
+            ok = (
+                int64_mask(arr)
+                if ctype is ColumnType.INT
+                else pc.match_substring_regex(arr, FLOAT_RE)
+            )
             wrong = np.asarray(pc.and_(present, pc.invert(ok)).to_numpy(zero_copy_only=False))
             if wrong.any():
                 for i in np.flatnonzero(wrong):
-                    reasons.setdefault(
-                        int(i), f"column {name!r}: {values[i].as_py()!r} is not {ctype.value}"
-                    )
+                    reasons.setdefault(int(i), _not_of_type(name, values[i].as_py(), ctype))
                 bad |= wrong
             parsed.append((pc.if_else(pc.and_(present, ok), arr, None), missing))
         keep = ~bad
@@ -102,6 +106,13 @@ class _ParseChunk(beam.DoFn):
         batch = pa.RecordBatch.from_arrays(arrays, names=list(self._header))
         keys = [k for k, kept in zip(chunk.keys, keep) if kept]
         yield from split_batch(batch, keys, self._splitter, self._written)
+
+
+def _not_of_type(name: str, value: str, ctype: ColumnType) -> str:
+    """Why a value of column ``name`` (typed ``ctype``) is rejected."""
+    if ctype is ColumnType.INT and re.fullmatch(INTEGRAL_RE, value.strip()):
+        return f"column {name!r}: {value!r} is beyond int64 (-2^63..2^63-1)"
+    return f"column {name!r}: {value!r} is not {ctype.value}"
 
 
 def _to_list_array(arr: pa.Array, missing: pa.Array, ctype: ColumnType) -> pa.Array:

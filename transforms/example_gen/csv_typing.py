@@ -44,6 +44,7 @@ from transforms.example_gen.settings import CsvFormat
 
 __all__ = [
     "FLOAT_RE",
+    "INTEGRAL_RE",
     "INT_RE",
     "ColumnType",
     "CountFileTypes",
@@ -52,10 +53,18 @@ __all__ = [
     "add_counts",
     "column_types_of_schema",
     "count_stream_types",
+    "int64_mask",
     "string_array",
 ]
 
-INT_RE = r"^[+-]?\d{1,18}$"
+# Integer text of up to 19 digits: every int64 has at most 19; the 19-digit ones beyond
+# int64 are told apart by :func:`int64_mask` (a regex cannot compare with a bound).
+INT_RE = r"^[+-]?\d{1,19}$"
+# Integer text of any length: the values above 2^63-1 or below -2^63 are the ones that match
+# this and not :func:`int64_mask`.
+INTEGRAL_RE = r"^[+-]?\d+$"
+_INT64_MAX_DIGITS = str(2**63 - 1)
+_INT64_MIN_DIGITS = str(2**63)
 FLOAT_RE = (
     r"^[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[iI][nN][fF]([iI][nN][iI][tT][yY])?|[nN][aA][nN])$"
 )
@@ -100,10 +109,29 @@ def string_array(
     return raw, trimmed, missing
 
 
+def int64_mask(trimmed: pa.Array) -> pa.Array:
+    """Which values of ``trimmed`` (strings) are integers that fit int64.
+
+    A 19-digit number may be beyond int64's range: it is compared with the bound as text
+    (equal lengths of digits compare as the numbers do), in arrow's kernels, not per value.
+    """
+    ok = pc.match_substring_regex(trimmed, INT_RE)
+    digits = pc.replace_substring_regex(trimmed, r"^[+-]", "")
+    negative = pc.starts_with(trimmed, "-")
+    long = pc.equal(pc.utf8_length(digits), 19)
+    bound = pc.if_else(negative, _INT64_MIN_DIGITS, _INT64_MAX_DIGITS)
+    beyond = pc.and_(long, pc.greater(digits, bound))
+    return pc.and_(ok, pc.invert(beyond))
+
+
 class TypeCounts(NamedTuple):
+    """Per column: present values, those that are int64 integers, numbers, and integers
+    beyond int64 (``big_ints``: they also count as numbers)."""
+
     present: int
     ints: int
     floats: int
+    big_ints: int = 0
 
 
 def _count_types(columns, null_values: tuple[str, ...]) -> list[TypeCounts]:
@@ -115,11 +143,13 @@ def _count_types(columns, null_values: tuple[str, ...]) -> list[TypeCounts]:
         if not len(present):
             out.append(TypeCounts(0, 0, 0))
             continue
+        ints = pc.sum(int64_mask(present)).as_py()
         out.append(
             TypeCounts(
                 len(present),
-                pc.sum(pc.match_substring_regex(present, INT_RE)).as_py(),
+                ints,
                 pc.sum(pc.match_substring_regex(present, FLOAT_RE)).as_py(),
+                pc.sum(pc.match_substring_regex(present, INTEGRAL_RE)).as_py() - ints,
             )
         )
     return out
@@ -228,9 +258,10 @@ class InferCsvColumnTypes(beam.CombineFn):
     """Sums per-column type counts and decides each column's type.
 
     ``extract_output`` gives ``{column: ColumnType}``: INT when every present value is an
-    integer, FLOAT when every one is a number, also INT/FLOAT when at least 95% are (those
-    rows are later rejected with their line), STRING otherwise. A column with no present
-    value is STRING.
+    integer that fits int64, FLOAT when every one is a number, also INT/FLOAT when at least
+    95% are (those rows are later rejected with their line), STRING otherwise. A column of
+    integers with one beyond int64 (-2^63..2^63-1) is STRING: its values are kept exactly as
+    text (ids), where float32 would merge them. A column with no present value is STRING.
     """
 
     def __init__(self, header: tuple[str, ...]):
@@ -254,6 +285,10 @@ class InferCsvColumnTypes(beam.CombineFn):
 
 def _decide_type(c: TypeCounts) -> ColumnType:
     if c.present == 0:
+        return ColumnType.STRING
+    integral = c.ints + c.big_ints
+    if c.big_ints and integral >= _NUMERIC_MAJORITY * c.present and c.floats == integral:
+        # Integers beyond int64, no decimals: ids, kept exactly as strings.
         return ColumnType.STRING
     if c.ints == c.present or (c.ints >= _NUMERIC_MAJORITY * c.present and c.floats == c.ints):
         return ColumnType.INT
