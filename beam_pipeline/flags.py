@@ -26,13 +26,19 @@ from __future__ import annotations
 import argparse
 import enum
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.config import BUNDLED_CONFIG
 from beam_pipeline.core.command import command_name
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.core.settings import Setting, field_default, settings_of
+from beam_pipeline.core.settings import (
+    Setting,
+    expected_type,
+    field_default,
+    settings_of,
+    type_name,
+)
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.stages.graph import STAGE_GRAPH, load_graph
 
@@ -226,12 +232,44 @@ def parse_output(argv: Sequence[str]) -> OutputConfig:
     return OutputConfig(**{k: given[k] for k in _OUTPUT_FLAGS if k in given})
 
 
+def _settings_loader() -> type:
+    """PyYAML's safe loader without YAML 1.1's base-60 numbers: ``spans: 1:3`` is the text
+    the user wrote, not 63 (YAML 1.2 dropped them; PyYAML implements 1.1)."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in _NUMBER_TAGS]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    # The int and float patterns of yaml.resolver less their base-60 branches.
+    int_rx = re.compile(
+        r"""^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    )
+    float_rx = re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""",
+        re.X,
+    )
+    Loader.add_implicit_resolver(_NUMBER_TAGS[0], int_rx, list("-+0123456789"))
+    Loader.add_implicit_resolver(_NUMBER_TAGS[1], float_rx, list("-+0123456789."))
+    return Loader
+
+
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
 def _load_yaml(path: str, table: Table) -> dict[str, Any]:
     import yaml
 
     try:
         with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f) or {}
+            raw = yaml.load(f, Loader=_settings_loader()) or {}
     except OSError as e:
         raise PipelineError(
             f"--config {path} cannot be read ({e.strerror}); pass an existing YAML file."
@@ -245,6 +283,12 @@ def _load_yaml(path: str, table: Table) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise PipelineError(
             f"--config {path} must hold a mapping of settings, e.g. 'data: file.csv'."
+        )
+    given_beam = raw.get("beam_args") or []
+    if not isinstance(given_beam, list) or not all(isinstance(a, str) for a in given_beam):
+        raise PipelineError(
+            f"--config {path} gives beam_args {given_beam!r}, which is not a list of flags; "
+            "write it as a list, e.g. beam_args: [--runner=DirectRunner]."
         )
     unknown = sorted(set(raw) - set(table) - {"beam_args"})
     if unknown:
@@ -378,6 +422,8 @@ def stage_beam_args(value: Any, graph: Sequence[Any]) -> tuple[tuple[str, tuple[
 
 def _convert(flag: str, value: Any, table: Table, graph: Sequence[Any]) -> Any:
     """A flag's (or YAML key's) value as its config field's type, checked."""
+    if isinstance(value, os.PathLike):  # a pathlib.Path from Python: its text
+        value = os.fspath(value)
     if flag == "no_cache":
         return _no_cache(value, graph)
     if flag == "stage_beam_args":
@@ -438,18 +484,26 @@ def parse_config(argv: Sequence[str]) -> PipelineConfig:
             _check_bundled_module(given.get("module_file"))
         config_path = BUNDLED_CONFIG
     beam_args: list[str] = []
+    origins: dict[str, str] = {}
     if config_path:
         loaded = _load_yaml(config_path, table)
         beam_args = [str(a) for a in loaded.pop("beam_args", [])]
         settings.update(loaded)
+        origins = {key: f"--config {config_path}" for key in loaded}
     if "stage_beam_args" in settings and "stage_beam_args" in given:
         # The command line's add to the config file's (after them: a flag given in both
         # wins from the command line), as the Beam flags do.
         given["stage_beam_args"] = [settings["stage_beam_args"], *given["stage_beam_args"]]
     settings.update(given)
+    origins.update({key: "the command line" for key in given})
     extra = [a for a in rest if a != "--"]
     return build_config(
-        settings, graph, table, beam_args=tuple(beam_args + extra), graph_spec=_absolute_graph(spec)
+        settings,
+        graph,
+        table,
+        beam_args=tuple(beam_args + extra),
+        graph_spec=_absolute_graph(spec),
+        origins=origins,
     )
 
 
@@ -460,18 +514,56 @@ def build_config(
     *,
     beam_args: Sequence[str] = (),
     graph_spec: str = "",
+    origins: Optional[Mapping[str, str]] = None,
 ) -> PipelineConfig:
     """The config of ``settings`` (flag names -> values, each known to ``table``): each
-    converted as its setting says, gathered into the run's settings and the stages'
-    sections (the command line's and the Python API's one way to a config)."""
+    type-checked and converted as its setting says, gathered into the run's settings and
+    the stages' sections (the command line's, ``--config``'s and the Python API's one way
+    to a config).
+
+    Args:
+      origins: where each setting was given, for the error (``--config FILE``); default
+        ``make_config``.
+
+    Raises:
+      PipelineError: one sentence naming every setting of the wrong type and the type it
+        takes, then a value its setting refuses.
+    """
+    origins = origins or {}
+    wrong: list[tuple[str, str]] = []
+    for key, value in settings.items():
+        section, field, s, cls = table[key]
+        origin = origins.get(key, "make_config")
+        fragment = expected_type(s, value, _is_optional(cls, field), origin.startswith("--config"))
+        if fragment:
+            shown = f"{key}: {value!r}" if origin.startswith("--config") else f"{key}={value!r}"
+            wrong.append((origin, f"{shown} ({fragment})"))
+    if isinstance(beam_args, (str, bytes)) or not all(isinstance(a, str) for a in beam_args):
+        shown = f"beam_args={beam_args!r} ({type_name(beam_args)}; it takes a list of flags, "
+        wrong.append(("make_config", shown + "e.g. ['--runner=DirectRunner'])"))
+    if wrong:
+        places = list(dict.fromkeys(origin for origin, _ in wrong))
+        items = ", ".join(
+            text if len(places) == 1 else f"{text} in {origin}" for origin, text in wrong
+        )
+        where = places[0] if len(places) == 1 else "The settings"
+        raise PipelineError(f"{where} gives {items}; pass each as the type it takes.")
     sections: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         section, field, _, _ = table[key]
         sections.setdefault(section, {})[field] = _convert(key, value, table, graph)
     classes = {s.config_key: s.Config for s in graph if s.Config is not None}
     return PipelineConfig(
-        beam_args=tuple(str(a) for a in beam_args),
+        beam_args=tuple(beam_args),
         graph=graph_spec,
         **sections.get("", {}),
         **{k: classes[k](**v) for k, v in sections.items() if k},
     )
+
+
+def _is_optional(cls: type, field: str) -> bool:
+    """Whether the config field may be None (declared ``Optional[...]``)."""
+    import dataclasses
+
+    f = next(f for f in dataclasses.fields(cls) if f.name == field)
+    return "Optional[" in str(f.type) or "None" in str(f.type)

@@ -215,3 +215,68 @@ def test_an_unreachable_serving_endpoint_stops_the_run_before_anything_is_writte
         "TF Serving there (its gRPC port, 8500 by default) or drop the flag to validate the "
         "model in the sandbox."
     )
+
+
+_BAD_YAML_TYPES = [
+    # (the config file's lines, phrase the one sentence must hold)
+    (
+        'ignore_anomalies: "false"',
+        r"gives ignore_anomalies: 'false' \(text; it takes true or false, unquoted\)",
+    ),
+    ("data: [a, b]", r"gives data: \['a', 'b'\] \(a list; it takes text\)"),
+    ("data: 123", r"gives data: 123 \(a number; it takes text, quoted\)"),
+    ("train_steps: true", r"gives train_steps: True \(a boolean; it takes a whole number\)"),
+    ("csv_null_values: [NA, 3]", r"csv_null_values: \['NA', 3\] \(a list; it takes text or a"),
+    ("warm_start: newest", r"warm_start: 'newest' \(text; it takes one of latest_blessed, latest"),
+    ("beam_args: --runner=DirectRunner", r"gives beam_args '--runner=DirectRunner', which is not"),
+]
+
+
+@pytest.mark.parametrize("lines, match", _BAD_YAML_TYPES, ids=[c for c, _ in _BAD_YAML_TYPES])
+def test_a_config_file_setting_of_the_wrong_type_is_refused(tmp_path, capsys, lines, match):
+    import re
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data: unused.csv\n{lines}\n")
+    root = tmp_path / "root"
+    code = cli.main([f"--config={config}", f"--pipeline_root={root}"])
+    err = capsys.readouterr().err.strip()
+    assert code == EXIT_USER_ERROR, err
+    assert err.startswith(f"error: --config {config} gives ") and len(err.splitlines()) == 1, err
+    assert re.search(match, err), err
+    assert not root.exists()
+
+
+def test_the_python_api_refuses_each_setting_of_the_wrong_type_in_one_sentence():
+    import beam_pipeline as bp
+
+    with pytest.raises(PipelineError) as raised:
+        bp.make_config(
+            tuner="no",
+            mixed_precision="yes",
+            beam_args="--runner=DirectRunner",
+            data=123,
+            run_id=5,
+        )
+    assert str(raised.value) == (
+        "make_config gives tuner='no' (text; it takes true or false), mixed_precision='yes' "
+        "(text; it takes true or false), data=123 (a number; it takes text), run_id=5 (a "
+        "number; it takes text), beam_args='--runner=DirectRunner' (text; it takes a list of "
+        "flags, e.g. ['--runner=DirectRunner']); pass each as the type it takes."
+    )
+
+
+@pytest.mark.parametrize(
+    "lines, section, field, value",
+    [
+        # YAML 1.1 reads an unquoted 1:3 as the base-60 number 63: read as written.
+        ("spans: 1:3", "data", "spans", (1, 3)),
+        ("ignore_anomalies: false", "validation", "ignore_anomalies", False),
+        ("train_steps: '50'", "trainer", "train_steps", 50),  # a flag's text
+    ],
+)
+def test_config_file_values_are_read_as_written(tmp_path, lines, section, field, value):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data: 'span-{{SPAN}}/*.csv'\n{lines}\n")
+    parsed = cli.parse_config([f"--config={config}"])
+    assert getattr(getattr(parsed, section), field) == value

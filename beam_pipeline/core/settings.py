@@ -22,10 +22,20 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import enum
+import os
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
-__all__ = ["Setting", "setting", "settings_of", "field_default", "SETTING"]
+__all__ = [
+    "Setting",
+    "setting",
+    "settings_of",
+    "field_default",
+    "expected_type",
+    "type_name",
+    "SETTING",
+]
 
 # The key of a field's metadata that holds its Setting.
 SETTING = "beam_pipeline.setting"
@@ -56,6 +66,9 @@ class Setting:
         path, not only the path.
       metavar: the value's name in ``--help``.
       keywords: values of a path setting that name no path (``blessed``).
+      takes: what a YAML file or the Python API may give besides the ``kind``'s own type
+        (:func:`expected_type`), e.g. ``dict`` for ``train: 2`` mappings that ``parse``
+        reads.
     """
 
     flag: str
@@ -70,6 +83,68 @@ class Setting:
     digest: Optional[str] = None
     metavar: Optional[str] = None
     keywords: tuple[str, ...] = ()
+    takes: tuple[type, ...] = ()
+
+
+# What each kind of setting takes from a YAML file or the Python API: (types, the words
+# that say so). A flag's text is the kind's too (a number's text is converted); a switch
+# takes only true/false: the text "false" would be truthy.
+_TAKES: dict[str, tuple[tuple[type, ...], str]] = {
+    "switch": ((bool,), "true or false"),
+    "int": ((int, str), "a whole number"),
+    "float": ((int, float, str), "a number"),
+    "str": ((str, os.PathLike), "text"),
+    "choice": ((str, enum.Enum), "one of {choices}"),
+    "list": ((str, list, tuple), "text or a list of text"),
+}
+
+
+def type_name(value: Any) -> str:
+    """How a value's type is named to a user (``text``, ``a number``, ``a list``)."""
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"a {type(value).__name__}"
+
+
+def expected_type(s: Setting, value: Any, optional: bool = False, yaml: bool = False) -> str:
+    """What setting ``s`` takes when ``value`` is not of that type, else "".
+
+    The one check of a setting's type, from its declaration (its ``kind``, ``takes`` and
+    whether the field is Optional), for the command line, ``--config`` and the Python API
+    alike; ranges are checked by the Config dataclasses themselves. ``yaml``: the value is
+    a YAML file's, and the fix says how to write it there.
+
+    Example::
+
+        expected_type(Setting("tuner", "", kind="switch"), "no")
+        # 'text; it takes true or false'
+    """
+    if s.kind not in _TAKES or (value is None and optional):
+        return ""  # optional/append/yaml settings: their own parser checks the value
+    types, words = _TAKES[s.kind]
+    ok = isinstance(value, types + s.takes) and not (
+        isinstance(value, bool) and bool not in types + s.takes
+    )
+    if ok and s.kind == "list" and isinstance(value, (list, tuple)):
+        ok = all(isinstance(v, str) for v in value)
+    if ok and s.kind == "choice" and s.parse is None and value not in s.choices:
+        ok = False  # (a choice's own parser names its choices itself)
+    if ok:
+        return ""
+    words = words.format(choices=", ".join(s.choices))
+    if yaml and s.kind == "switch" and isinstance(value, str):
+        words += ", unquoted"
+    elif yaml and isinstance(value, (int, float)) and not isinstance(value, bool):
+        words += ", quoted"
+    return f"{type_name(value)}; it takes {words}"
 
 
 def setting(

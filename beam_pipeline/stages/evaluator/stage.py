@@ -75,6 +75,7 @@ class EvaluatorConfig:
         flag="eval_slice_features",
         help="Comma-separated features to slice metrics by.",
         parse=_slice_features,
+        takes=(list, tuple),
     )
     baseline: bool = setting(
         True,

@@ -116,12 +116,14 @@ class DataConfig:
         flag="split_buckets",
         help="Hash split, e.g. train=2,eval=1.",
         parse=_split_pairs("split_buckets", int),
+        takes=(dict,),
     )
     input_splits: tuple[tuple[Split, str], ...] = setting(
         (),
         flag="input_splits",
         help="Input already split: train=PATTERN,eval=PATTERN.",
         parse=_split_pairs("input_splits", str),
+        takes=(dict,),
         worker_path=True,
         identity=False,
     )

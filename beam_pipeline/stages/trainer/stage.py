@@ -88,6 +88,7 @@ class TrainerConfig:
         flag="custom_config",
         help="JSON object reaching fn_args.custom_config.",
         parse=_custom_config,
+        takes=(dict,),
     )
     entry_point: Optional[str] = setting(
         None,
