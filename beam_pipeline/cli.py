@@ -251,7 +251,10 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
         # The report is written below, for a failed run too.
         summary = run(config, events=events, report=False)
     except PipelineError as e:
-        return e.exit_code, None, mask(str(e))
+        # Beam's in-process runner re-raises a worker's PipelineError with the step added
+        # ("... [while running 'X']"): user_error gives the sentence alone.
+        error = user_error(e, "") or e
+        return error.exit_code, None, mask(str(error))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED, None, _interrupted(events, running)
     except Exception as e:

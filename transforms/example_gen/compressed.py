@@ -19,8 +19,16 @@ import lzma
 import zlib
 
 from beam_pipeline.core import fileio
+from beam_pipeline.core.errors import PipelineError
 
-__all__ = ["COMPRESSION_SUFFIXES", "is_decompression_error", "open_binary", "open_text"]
+__all__ = [
+    "COMPRESSION_SUFFIXES",
+    "input_size",
+    "is_decompression_error",
+    "open_binary",
+    "open_input",
+    "open_text",
+]
 
 # Compressed CSV input by file name suffix: the compressions Beam's FileSystems know
 # (CompressionTypes.AUTO), plus ".gzip".
@@ -109,9 +117,38 @@ def is_decompression_error(e: BaseException) -> bool:
     return type(e).__name__ == "ZstdError"
 
 
+def _gone(path: str) -> PipelineError:
+    return PipelineError(
+        f"Input file {path} was deleted or moved while the run read it (it was there when "
+        "the run listed its input); keep the input files in place during a run, then rerun."
+    )
+
+
+def open_input(path: str):
+    """Input file ``path``'s raw bytes (``fileio.open``).
+
+    Raises:
+      PipelineError: the file is gone: the run listed it, then it was deleted or moved (a
+        span folder removed mid-run), named in one sentence, not a worker's traceback.
+    """
+    try:
+        return fileio.open(path, "rb")
+    except FileNotFoundError as e:
+        raise _gone(path) from e
+
+
+def input_size(path: str) -> int:
+    """Input file ``path``'s size in bytes (raises as :func:`open_input`)."""
+    try:
+        return fileio.size(path)
+    except FileNotFoundError as e:
+        raise _gone(path) from e
+
+
 def open_binary(path: str) -> io.BufferedReader:
-    """``path`` (local, gs://, any filesystem of ``beam_pipeline.core.fileio``), decompressed."""
-    handle = fileio.open(path, "rb")  # raw bytes: gfile never decompresses
+    """``path`` (local, gs://, any filesystem of ``beam_pipeline.core.fileio``), decompressed
+    (raises as :func:`open_input`)."""
+    handle = open_input(path)  # raw bytes: gfile never decompresses
     return io.BufferedReader(_ReadStream(handle, _decompressor_factory(path)), 1 << 20)
 
 

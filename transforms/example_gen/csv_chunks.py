@@ -45,7 +45,7 @@ from typing import NamedTuple, Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from beam_pipeline.core import fileio
+from transforms.example_gen.compressed import input_size, open_input
 from transforms.example_gen.csv_ranges import (
     CsvRange,
     LineScanner,
@@ -138,7 +138,7 @@ class PlanChunks(beam.DoFn):
         self._range_bytes = range_bytes
 
     def process(self, path: str) -> Iterator:
-        size = fileio.size(path) if is_splittable_name(path) else 0
+        size = input_size(path) if is_splittable_name(path) else 0
         if size < 2 * self._range_bytes:
             yield beam.pvalue.TaggedOutput("whole", path)
             return
@@ -157,7 +157,7 @@ class ScanChunk(beam.DoFn):
         self._count_types = count_types
 
     def process(self, chunk: Chunk) -> Iterator[tuple[str, ChunkScan]]:
-        with fileio.open(chunk.file, "rb") as f:
+        with open_input(chunk.file) as f:
             end = next_line_start(f, chunk.hi, chunk.size)
             # Chunk 0 is read from the file's first byte: the scan sees the header as the
             # in-order scan does (a byte-order mark, quotes), and pyarrow skips it.

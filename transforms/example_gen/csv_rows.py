@@ -23,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
-from transforms.example_gen.compressed import is_decompression_error, open_text
+from transforms.example_gen.compressed import is_decompression_error, open_input, open_text
 from transforms.example_gen.csv_ranges import CsvRange
 from transforms.example_gen.input_format import CHUNK_ROWS
 from transforms.example_gen.settings import CsvFormat
@@ -78,7 +77,7 @@ def _open_range(part: CsvRange):
     bytes ``[start, end)`` of an uncompressed one, which begin at a line start."""
     if part.end is None:
         return open_text(part.file)
-    with fileio.open(part.file, "rb") as f:
+    with open_input(part.file) as f:
         f.seek(part.start)
         data = f.read(part.end - part.start)
     if len(data) != part.end - part.start:

@@ -34,31 +34,22 @@ _NOT_DATA = frozenset(
 )
 
 
-def resolve_input_files(pattern: str) -> list[str]:
-    """The input files of ``--data``: a file, a folder (its non-hidden files) or a glob.
+def resolve_input_files(pattern: str, flag: str = "data") -> list[str]:
+    """The input files of ``--data`` (or of the setting ``flag``, which errors name): a
+    file, a folder (its non-hidden files) or a glob.
 
     Raises:
       PipelineError: nothing matches, or every match is empty.
     """
     if not pattern:
-        raise PipelineError("--data is empty; pass a CSV/TFRecord file, a folder or a glob.")
+        raise PipelineError(f"--{flag} is empty; pass a CSV/TFRecord file, a folder or a glob.")
     glob = pattern
     if not any(ch in pattern for ch in "*?[") and _is_dir(pattern):
         glob = pattern.rstrip("/") + "/*"
-    try:
-        metadata = FileSystems.match([glob])[0].metadata_list
-    except Exception as e:  # noqa: BLE001  Beam raises a bare BeamIOError for no match
-        raise PipelineError(
-            f"--data {pattern!r} cannot be listed ({e}); pass an existing file, folder or glob."
-        ) from e
-    files = sorted(
-        m.path
-        for m in metadata
-        if not basename(m.path).startswith((".", "_")) and not _is_dir(m.path)
-    )
+    files, sizes = _listed(pattern, glob, flag)
     if not files:
         raise PipelineError(
-            f"--data {pattern!r} matches no file; pass an existing CSV/TFRecord file, folder "
+            f"--{flag} {pattern!r} matches no file; pass an existing CSV/TFRecord file, folder "
             "or glob."
         )
     if glob != pattern:
@@ -71,18 +62,42 @@ def resolve_input_files(pattern: str) -> list[str]:
             endings = {basename(f).partition(".")[2] for f in files if f not in notes}
             ending = "." + endings.pop() if len(endings) == 1 and "" not in endings else ".csv"
             raise PipelineError(
-                f"--data folder {pattern} holds {basename(notes[0])}, which is not data but "
+                f"--{flag} folder {pattern} holds {basename(notes[0])}, which is not data but "
                 "would be read as data; move it out of the folder or pass a glob of the data "
-                f"files: --data '{glob.rsplit('/', 1)[0]}/*{ending}'."
+                f"files: --{flag} '{glob.rsplit('/', 1)[0]}/*{ending}'."
             )
-    sizes = {m.path: m.size_in_bytes for m in metadata}
+    _check_not_empty(files, sizes, flag)
+    return files
+
+
+def _listed(pattern: str, glob: str, flag: str = "data") -> tuple[list[str], dict[str, int]]:
+    """The files ``glob`` matches (sorted, hidden ones and folders left out), and every
+    match's size.
+
+    Raises:
+      PipelineError: the glob cannot be listed.
+    """
+    try:
+        metadata = FileSystems.match([glob])[0].metadata_list
+    except Exception as e:  # noqa: BLE001  Beam raises a bare BeamIOError for no match
+        raise PipelineError(
+            f"--{flag} {pattern!r} cannot be listed ({e}); pass an existing file, folder or glob."
+        ) from e
+    files = sorted(
+        m.path
+        for m in metadata
+        if not basename(m.path).startswith((".", "_")) and not _is_dir(m.path)
+    )
+    return files, {m.path: m.size_in_bytes for m in metadata}
+
+
+def _check_not_empty(files: list[str], sizes: dict[str, int], flag: str = "data") -> None:
     empty = [f for f in files if sizes.get(f) == 0]
     if empty:
         raise PipelineError(
-            f"Input file {empty[0]} is empty; remove it from --data or give it a header row "
+            f"Input file {empty[0]} is empty; remove it from --{flag} or give it a header row "
             "and data."
         )
-    return files
 
 
 def basename(path: str) -> str:
@@ -195,9 +210,9 @@ def resolve_spans(
     """
     _check_specs(pattern)
     try:
-        files = resolve_input_files(_SPECS.sub("*", pattern))
+        files, sizes = _listed(pattern, _SPECS.sub("*", pattern))
     except PipelineError:
-        files = []
+        files, sizes = [], {}  # no match: said below, naming the spec
     specs: list[str] = []
     parts = []
     for piece in re.split(f"({_SPECS.pattern})", pattern):
@@ -244,26 +259,59 @@ def resolve_spans(
                 f"--data {pattern!r} has two matches for version {version} of span {span} "
                 f"({' and '.join(sorted(texts))}); keep one spelling of each version."
             )
-    if span_range is not None:
-        wanted = list(range(span_range[0], span_range[1] + 1))
-    else:
-        latest = max(by_span)
-        wanted = list(range(latest - window + 1, latest + 1))
-    missing = [s for s in wanted if s not in by_span]
-    if span_range is None and wanted[0] < min(by_span):
-        raise PipelineError(
-            f"--span_window {window} asks for {window} spans but --data {pattern!r} has "
-            f"{len(by_span)}; lower --span_window."
-        )
-    if missing:
-        have = ", ".join(str(s) for s in sorted(by_span))
-        raise PipelineError(
-            f"--data {pattern!r} has no span {missing[0]} (spans found: {have}), a gap in "
-            f"spans {wanted[0]} to {wanted[-1]}; add it, or pick spans that exist with "
-            "--spans A:B or --span_window."
-        )
+    wanted = _wanted_spans(pattern, sorted(by_span), window, span_range)
     out = {}
     for span in wanted:
         version = max(by_span[span])  # TFX reads a span's latest version
         out[span] = SpanFiles(sorted(by_span[span][version]), None if version < 0 else version)
+    # Every span's files, not only those read: an empty file is a broken upload, named
+    # as --data without spans names it (it was taken for "no span" once).
+    _check_not_empty([f for v in by_span.values() for fs in v.values() for f in fs], sizes)
     return out
+
+
+def _wanted_spans(
+    pattern: str, spans: list[int], window: int, span_range: Optional[tuple[int, int]]
+) -> list[int]:
+    """The spans of the window or range, from the sorted ``spans`` that exist.
+
+    A range is never made into a list before it is checked against the spans that exist:
+    ``--spans 0:2000000000`` is as cheap to refuse as ``--spans 0:3``.
+
+    Raises:
+      PipelineError: the window is wider than the spans there are, the range reaches past
+        them, or a span inside it is missing (a gap).
+    """
+    if span_range is not None:
+        first, last = span_range
+        if first < spans[0] or last > spans[-1]:
+            raise PipelineError(
+                f"--spans={first}:{last} reaches past the spans --data {pattern!r} has "
+                f"({_shown(spans)}); pass FIRST:LAST within them, e.g. "
+                f"--spans={spans[0]}:{spans[-1]}."
+            )
+    else:
+        if window > len(spans):
+            raise PipelineError(
+                f"--span_window {window} asks for {window} spans but --data {pattern!r} has "
+                f"{len(spans)}; lower --span_window."
+            )
+        first, last = spans[-1] - window + 1, spans[-1]
+    inside = [s for s in spans if first <= s <= last]
+    if len(inside) < last - first + 1:
+        missing = next(
+            want for s, want in zip([*inside, None], range(first, last + 2)) if s != want
+        )
+        raise PipelineError(
+            f"--data {pattern!r} has no span {missing} (spans found: {_shown(spans)}), a gap "
+            f"in spans {first} to {last}; add it, or pick spans that exist with --spans A:B or "
+            "--span_window."
+        )
+    return inside
+
+
+def _shown(spans: list[int]) -> str:
+    """The spans found, for a message: all of them, or the first and last few."""
+    if len(spans) <= 12:
+        return ", ".join(str(s) for s in spans)
+    return ", ".join(str(s) for s in spans[:5]) + ", …, " + ", ".join(str(s) for s in spans[-5:])

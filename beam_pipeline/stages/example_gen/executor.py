@@ -97,7 +97,9 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         spans = tuple(by_span)
     elif d.input_splits:
         # DataConfig checked that a train split is named.
-        sources = tuple((split, tuple(eg.resolve_input_files(p))) for split, p in d.input_splits)
+        sources = tuple(
+            (split, tuple(eg.resolve_input_files(p, "input_splits"))) for split, p in d.input_splits
+        )
     else:
         sources = ((None, tuple(eg.resolve_input_files(d.data))),)
     all_files = [f for _, fs in sources for f in fs]

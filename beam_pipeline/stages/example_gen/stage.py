@@ -73,6 +73,11 @@ def _span_range(value: Any) -> tuple[int, int]:
         ) from None
 
 
+# The span specs of --data (transforms.example_gen.input_files), which --input_splits
+# does not read.
+_SPAN_SPECS = ("{SPAN}", "{VERSION}", "{YYYY}", "{MM}", "{DD}")
+
+
 def _fraction(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -163,6 +168,20 @@ class DataConfig:
                 f"--spans={self.spans[0]}:{self.spans[1]} is not a range of spans; pass "
                 "FIRST:LAST with FIRST <= LAST, e.g. --spans=1:3."
             )
+        if self.spans is not None and self.span_window != 1:
+            raise PipelineError(
+                f"--spans={self.spans[0]}:{self.spans[1]} and --span_window={self.span_window} "
+                "both choose the spans to read; pass one of them (--spans FIRST:LAST, or "
+                "--span_window N for the N latest)."
+            )
+        for split, pattern in self.input_splits:
+            spec = next((s for s in _SPAN_SPECS if s in pattern), None)
+            if spec is not None:
+                raise PipelineError(
+                    f"--input_splits {split.value}={pattern} has {spec}, which only --data "
+                    "reads; name each split's files without it, or pass the spans as --data "
+                    "and split them with --split_buckets."
+                )
         if (self.spans is not None or self.span_window != 1) and not (
             "{SPAN}" in self.data or "{YYYY}" in self.data
         ):
