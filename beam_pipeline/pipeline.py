@@ -287,7 +287,7 @@ def _stage_options(config: PipelineConfig, graph: Sequence[Stage]) -> dict[str, 
                 f"stage_beam_args names stage {stage!r}, which is not one; use one of "
                 f"{', '.join(names)}."
             )
-        unknown = unknown_beam_flags(list(flags))
+        unknown = unknown_beam_flags(list(flags), where=f"--stage_beam_args={stage}:")
         if unknown:
             raise PipelineError(
                 f"--stage_beam_args={stage}:{unknown[0]} is not a Beam pipeline option; check "

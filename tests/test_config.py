@@ -280,3 +280,29 @@ def test_config_file_values_are_read_as_written(tmp_path, lines, section, field,
     config.write_text(f"data: 'span-{{SPAN}}/*.csv'\n{lines}\n")
     parsed = cli.parse_config([f"--config={config}"])
     assert getattr(getattr(parsed, section), field) == value
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--stage_beam_args=ExampleGen:--direct_num_workers=abc"],
+            "--stage_beam_args=ExampleGen+Statistics:--direct_num_workers=abc is not a value "
+            "Beam's --direct_num_workers takes (invalid int value: 'abc'); pass one it takes.",
+        ),
+        (
+            ["--direct_num_workers=abc"],
+            "--direct_num_workers=abc is not a value Beam's --direct_num_workers takes "
+            "(invalid int value: 'abc'); pass one it takes.",
+        ),
+        (
+            ["--stage_beam_args=Transform:--direct_running_mode=fast"],
+            "--stage_beam_args=Transform:--direct_running_mode=fast is not a value Beam's "
+            "--direct_running_mode takes (invalid choice: 'fast' (choose from 'in_memory', "
+            "'multi_threading', 'multi_processing')); pass one it takes.",
+        ),
+    ],
+)
+def test_a_beam_flag_with_a_bad_value_is_one_sentence(tmp_path, capsys, flags, message):
+    # Was exit 2 with nothing printed: Beam's argparse wrote to the run's captured stderr.
+    assert _fails(tmp_path, capsys, flags) == f"error: {message}"

@@ -67,7 +67,9 @@ def _all_option_classes() -> list[type]:
 
 
 def _beam_parser():
-    parser = po._BeamArgumentParser(allow_abbrev=False)  # pylint: disable=protected-access
+    # exit_on_error=False: a bad value raises ArgumentError (argparse would print usage to
+    # a stderr the run's log has taken, and exit 2 silently).
+    parser = po._BeamArgumentParser(allow_abbrev=False, exit_on_error=False)  # pylint: disable=protected-access
     for cls in _all_option_classes():
         try:
             cls._add_argparse_args(parser)  # pylint: disable=protected-access
@@ -76,9 +78,27 @@ def _beam_parser():
     return parser
 
 
-def unknown_beam_flags(args: Sequence[str]) -> list[str]:
-    """The flags in ``args`` that no Beam ``PipelineOptions`` class defines."""
-    _, unknown = _beam_parser().parse_known_args(list(args))
+def unknown_beam_flags(args: Sequence[str], where: str = "") -> list[str]:
+    """The flags in ``args`` that no Beam ``PipelineOptions`` class defines.
+
+    Args:
+      where: how the error names a flag's place, e.g. ``--stage_beam_args=Trainer:``.
+
+    Raises:
+      PipelineError: a Beam flag with a value its option does not take
+        (``--direct_num_workers=abc``).
+    """
+    import argparse
+
+    try:
+        _, unknown = _beam_parser().parse_known_args(list(args))
+    except argparse.ArgumentError as e:
+        name = e.argument_name or ""
+        given = next((a for a in args if a.split("=", 1)[0] == name), name)
+        raise PipelineError(
+            f"{where}{given} is not a value Beam's {name} takes ({e.message}); pass one it "
+            "takes."
+        ) from None
     return unknown
 
 
