@@ -306,3 +306,27 @@ def test_too_few_gpus_for_the_trial_workers_is_refused_with_the_fix():
 def test_a_value_the_user_set_is_kept():
     assert gpu_environment({ALLOW_GROWTH: "false"}) == {ALLOW_GROWTH: "false"}
     assert gpu_environment({}) == {ALLOW_GROWTH: "true"}
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        [],  # the trials' default pool of worker processes on this host
+        ["--direct_running_mode=in_memory"],  # the trials in the launching process
+    ],
+)
+def test_gpus_per_trial_on_a_host_without_gpus_is_refused_before_anything_is_written(
+    tmp_path, capsys, monkeypatch, mode
+):
+    from beam_pipeline import cli
+
+    monkeypatch.setenv(VISIBLE_DEVICES, "")  # this host's GPUs: none
+    root = tmp_path / "root"
+    capsys.readouterr()
+    assert cli.main([f"--pipeline_root={root}", "--gpus_per_trial=1", "--no_progress", *mode]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --gpus_per_trial=1 asks for GPUs for each trial, but the trials run on this "
+        "host, which has none (CUDA_VISIBLE_DEVICES is empty); leave --gpus_per_trial out to "
+        "tune on CPUs, or run the trials on a runner whose workers have GPUs."
+    )
+    assert not root.exists()

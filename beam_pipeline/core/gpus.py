@@ -86,14 +86,27 @@ def _nvidia_smi_count() -> int:
     return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
 
 
+def _why_none() -> str:
+    if os.environ.get(VISIBLE_DEVICES) is not None:
+        return f"{VISIBLE_DEVICES} is empty"
+    return "the NVIDIA driver lists no GPU"
+
+
 def check_gpus_per_trial(gpus_per_trial: int, workers: int, gpus: Sequence[str]) -> None:
     """Refuses a ``--gpus_per_trial`` that this host's GPUs cannot give every worker.
 
     Raises:
-      PipelineError: several GPUs, but fewer than ``workers * gpus_per_trial``.
+      PipelineError: no GPU at all (the trials would train on CPUs, silently), or several
+        GPUs but fewer than ``workers * gpus_per_trial``.
     """
+    if gpus_per_trial >= 1 and not gpus:
+        raise PipelineError(
+            f"--gpus_per_trial={gpus_per_trial} asks for GPUs for each trial, but the trials "
+            f"run on this host, which has none ({_why_none()}); leave --gpus_per_trial out "
+            "to tune on CPUs, or run the trials on a runner whose workers have GPUs."
+        )
     if gpus_per_trial < 1 or len(gpus) < 2:
-        return
+        return  # one GPU: the trials share it, each with memory growth
     need = workers * gpus_per_trial
     if need > len(gpus):
         raise PipelineError(

@@ -96,8 +96,7 @@ def unknown_beam_flags(args: Sequence[str], where: str = "") -> list[str]:
         name = e.argument_name or ""
         given = next((a for a in args if a.split("=", 1)[0] == name), name)
         raise PipelineError(
-            f"{where}{given} is not a value Beam's {name} takes ({e.message}); pass one it "
-            "takes."
+            f"{where}{given} is not a value Beam's {name} takes ({e.message}); pass one it takes."
         ) from None
     return unknown
 
