@@ -165,6 +165,7 @@ _FILE_SECONDS = {
     "test_run_records.py": 20,
     "test_statistics.py": 18,
     "test_metadata_schema.py": 17,
+    "test_bad_input.py": 25,
     "test_bad_tfrecords.py": 15,
 }
 
@@ -266,3 +267,18 @@ def readme_worker_pool(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("worker_pool") / "pool.log"
     with worker_pool_process(pool, log_path, env=env, cwd=REPO):
         yield f"localhost:{port}", log_path, run
+
+
+def one_sentence(stderr: str) -> str:
+    """The one ``error:`` sentence that ``stderr`` must be, without its ``error: ``.
+
+    Asserts what the project promises of an error a user can act on: a single line (no
+    traceback, no second message, no usage text), starting with ``error: ``, ending with a
+    full stop.
+    """
+    text = stderr.strip()
+    assert "Traceback" not in text, text
+    assert len(text.splitlines()) == 1, f"not one line:\n{text}"
+    assert text.startswith("error: "), text
+    assert text.endswith("."), text
+    return text[len("error: ") :]

@@ -167,3 +167,27 @@ def test_the_getting_started_page_runs_as_written(tmp_path):
     # Step 5: both runs in the history.
     for run in runs:
         assert os.path.basename(run) in outputs[2]
+
+
+def test_the_bad_input_table_names_every_corpus_row_with_its_ending():
+    """docs/bad-input.md and the suite's corpus (tests/bad_input_corpus.py) cannot drift
+    apart: each row of the corpus is named on exactly one line of the table, whose "how it
+    ends" gives the row's exit code and what it leaves, and each name there is a row."""
+    from bad_input_corpus import CASES, DOCS_LINK, Left, docs_rows
+
+    corpus = {case.id: case for case in CASES}
+    named = {}
+    for case_cell, ending, tested_by in docs_rows():
+        for row in DOCS_LINK.findall(tested_by):
+            assert row in corpus, f"docs/bad-input.md names corpus row {row!r}, which is not one"
+            assert row not in named, f"docs/bad-input.md names corpus row {row!r} twice"
+            named[row] = (case_cell, ending)
+    for case in CASES:
+        if case.pending:  # not fixed yet: the fix writes its line
+            assert case.id not in named, f"{case.id} is still pending but in the docs table"
+            continue
+        assert case.id in named, f"corpus row {case.id!r} is not in docs/bad-input.md's table"
+        case_cell, ending = named[case.id]
+        assert ending.startswith(f"exit {case.exit}"), (case.id, case_cell, ending)
+        leaves = "leaves: nothing" if case.left is Left.NOTHING else "leaves: the run's record"
+        assert leaves in ending, (case.id, case_cell, ending)
