@@ -82,6 +82,9 @@ def _module(source: str, *extra: str) -> dict:
     return dict(files=files, args=_data("--module_file={d}/m.py", *extra))
 
 
+# Spans 1, 2 and 3 of --data={d}/span-{SPAN}/d.csv.
+_SPANS = {f"span-{n}/d.csv": f"a,b\n{n},1\n" for n in (1, 2, 3)}
+
 CASES: tuple[Case, ...] = (
     # --data and its files (ExampleGen's checks before any job).
     Case(
@@ -358,30 +361,130 @@ CASES: tuple[Case, ...] = (
         phrase=r"{d}/m\.py defines trainer_fn, which needs tf\.estimator, and tf\.estimator was "
         r"removed in TensorFlow 2\.16; rewrite it as run_fn\(fn_args\)",
     ),
-    # Issue 42's cases that other work fixes: strict xfails until then.
+    # Settings of the wrong type in --config: one check from their declarations.
+    Case(
+        "yaml-switch-quoted",
+        {"data.csv": CSV, "c.yaml": 'ignore_anomalies: "false"\n'},
+        _data("--config={d}/c.yaml"),
+        2,
+        r"^--config {d}/c\.yaml gives ignore_anomalies: 'false' \(text; it takes true or false, "
+        r"unquoted\); pass each as the type it takes\.$",
+    ),
     Case(
         "yaml-data-a-list",
         {"c.yaml": "data: [a, b]\n"},
         ("--config={d}/c.yaml",),
         2,
-        "",
-        pending="issue 42 item 8 (a TypeError traceback today)",
+        r"^--config {d}/c\.yaml gives data: \['a', 'b'\] \(a list; it takes text\); pass each",
+    ),
+    Case(
+        "yaml-data-a-number",
+        {"c.yaml": "data: 123\n"},
+        ("--config={d}/c.yaml",),
+        2,
+        r"gives data: 123 \(a number; it takes text, quoted\); pass each as the type it takes",
+    ),
+    Case(
+        "yaml-number-a-boolean",
+        {"data.csv": CSV, "c.yaml": "train_steps: true\n"},
+        _data("--config={d}/c.yaml"),
+        2,
+        r"gives train_steps: True \(a boolean; it takes a whole number\)",
+    ),
+    Case(
+        "yaml-list-of-non-text",
+        {"data.csv": CSV, "c.yaml": "csv_null_values: [NA, 3]\n"},
+        _data("--config={d}/c.yaml"),
+        2,
+        r"gives csv_null_values: \['NA', 3\] \(a list; it takes text or a list of text\)",
+    ),
+    Case(
+        "yaml-choice-not-one",
+        {"data.csv": CSV, "c.yaml": "warm_start: newest\n"},
+        _data("--config={d}/c.yaml"),
+        2,
+        r"gives warm_start: 'newest' \(text; it takes one of latest_blessed, latest\)",
+    ),
+    Case(
+        "yaml-beam-args-not-a-list",
+        {"data.csv": CSV, "c.yaml": "beam_args: --runner=DirectRunner\n"},
+        _data("--config={d}/c.yaml"),
+        2,
+        r"gives beam_args '--runner=DirectRunner', which is not a list of flags; write it as a "
+        r"list, e\.g\. beam_args: \[--runner=DirectRunner\]",
     ),
     Case(
         "yaml-spans-read-as-sexagesimal",
         {"s1/data.csv": CSV, "c.yaml": "spans: 1:3\n"},
         ("--data={d}/s{SPAN}/data.csv", "--config={d}/c.yaml"),
         2,
-        r"^(?!.*--spans=63)",  # YAML 1.1 reads 1:3 as 63: never name a value not written
-        pending="issue 42 item 8 (says --spans=63, which the user never wrote)",
+        # YAML 1.1 reads 1:3 as 63: read as written, then refused for the spans there are.
+        r"^--spans=1:3 reaches past the spans --data '{d}/s\{SPAN\}/data\.csv' has \(1\); "
+        r"pass FIRST:LAST within them, e\.g\. --spans=1:1\.$",
     ),
+    # Beam flags with a value their option does not take.
     Case(
         "stage-beam-args-not-a-number",
         {"data.csv": CSV},
         _data("--stage_beam_args", "ExampleGen:--direct_num_workers=abc"),
         2,
-        "",
-        pending="issue 42 item 11 (Beam's usage text and a SystemExit today)",
+        r"^--stage_beam_args=ExampleGen\+Statistics:--direct_num_workers=abc is not a value "
+        r"Beam's --direct_num_workers takes \(invalid int value: 'abc'\); pass one it takes\.$",
+    ),
+    Case(
+        "beam-flag-not-a-number",
+        {"data.csv": CSV},
+        _data("--direct_num_workers=abc"),
+        2,
+        r"^--direct_num_workers=abc is not a value Beam's --direct_num_workers takes",
+    ),
+    Case(
+        "stage-beam-args-not-a-choice",
+        {"data.csv": CSV},
+        _data("--stage_beam_args=Transform:--direct_running_mode=fast"),
+        2,
+        r"^--stage_beam_args=Transform:--direct_running_mode=fast is not a value Beam's "
+        r"--direct_running_mode takes \(invalid choice: 'fast' \(choose from 'in_memory', "
+        r"'multi_threading', 'multi_processing'\)\); pass one it takes\.$",
+    ),
+    # Spans (--data with {SPAN}): checked against the spans that exist, before any job.
+    Case(
+        "spans-range-past-the-spans",
+        _SPANS,
+        ("--data={d}/span-{SPAN}/d.csv", "--spans=0:2000000000"),
+        2,
+        r"^--spans=0:2000000000 reaches past the spans --data '{d}/span-\{SPAN\}/d\.csv' has "
+        r"\(1, 2, 3\); pass FIRST:LAST within them, e\.g\. --spans=1:3\.$",
+    ),
+    Case(
+        "span-window-past-the-spans",
+        _SPANS,
+        ("--data={d}/span-{SPAN}/d.csv", "--span_window=1000000000"),
+        2,
+        r"^--span_window 1000000000 asks for 1000000000 spans but --data '{d}/span-\{SPAN\}/"
+        r"d\.csv' has 3; lower --span_window\.$",
+    ),
+    Case(
+        "span-with-an-empty-file",
+        {**_SPANS, "span-1/e.csv": ""},  # an old span, not in the window
+        ("--data={d}/span-{SPAN}/*.csv",),
+        2,
+        r"^Input file {d}/span-1/e\.csv is empty; remove it from --data or give it a header",
+    ),
+    Case(
+        "spans-and-span-window",
+        _SPANS,
+        ("--data={d}/span-{SPAN}/d.csv", "--spans=1:2", "--span_window=3"),
+        2,
+        r"^--spans=1:2 and --span_window=3 both choose the spans to read; pass one of them",
+    ),
+    Case(
+        "span-in-input-splits",
+        _SPANS,
+        ("--input_splits=train={d}/span-{SPAN}/d.csv,eval={d}/span-1/d.csv",),
+        2,
+        r"^--input_splits train={d}/span-\{SPAN\}/d\.csv has \{SPAN\}, which only --data "
+        r"reads; name each split's files without it",
     ),
 )
 

@@ -217,36 +217,6 @@ def test_an_unreachable_serving_endpoint_stops_the_run_before_anything_is_writte
     )
 
 
-_BAD_YAML_TYPES = [
-    # (the config file's lines, phrase the one sentence must hold)
-    (
-        'ignore_anomalies: "false"',
-        r"gives ignore_anomalies: 'false' \(text; it takes true or false, unquoted\)",
-    ),
-    ("data: [a, b]", r"gives data: \['a', 'b'\] \(a list; it takes text\)"),
-    ("data: 123", r"gives data: 123 \(a number; it takes text, quoted\)"),
-    ("train_steps: true", r"gives train_steps: True \(a boolean; it takes a whole number\)"),
-    ("csv_null_values: [NA, 3]", r"csv_null_values: \['NA', 3\] \(a list; it takes text or a"),
-    ("warm_start: newest", r"warm_start: 'newest' \(text; it takes one of latest_blessed, latest"),
-    ("beam_args: --runner=DirectRunner", r"gives beam_args '--runner=DirectRunner', which is not"),
-]
-
-
-@pytest.mark.parametrize("lines, match", _BAD_YAML_TYPES, ids=[c for c, _ in _BAD_YAML_TYPES])
-def test_a_config_file_setting_of_the_wrong_type_is_refused(tmp_path, capsys, lines, match):
-    import re
-
-    config = tmp_path / "run.yaml"
-    config.write_text(f"data: unused.csv\n{lines}\n")
-    root = tmp_path / "root"
-    code = cli.main([f"--config={config}", f"--pipeline_root={root}"])
-    err = capsys.readouterr().err.strip()
-    assert code == EXIT_USER_ERROR, err
-    assert err.startswith(f"error: --config {config} gives ") and len(err.splitlines()) == 1, err
-    assert re.search(match, err), err
-    assert not root.exists()
-
-
 def test_the_python_api_refuses_each_setting_of_the_wrong_type_in_one_sentence():
     import beam_pipeline as bp
 
@@ -280,29 +250,3 @@ def test_config_file_values_are_read_as_written(tmp_path, lines, section, field,
     config.write_text(f"data: 'span-{{SPAN}}/*.csv'\n{lines}\n")
     parsed = cli.parse_config([f"--config={config}"])
     assert getattr(getattr(parsed, section), field) == value
-
-
-@pytest.mark.parametrize(
-    "flags, message",
-    [
-        (
-            ["--stage_beam_args=ExampleGen:--direct_num_workers=abc"],
-            "--stage_beam_args=ExampleGen+Statistics:--direct_num_workers=abc is not a value "
-            "Beam's --direct_num_workers takes (invalid int value: 'abc'); pass one it takes.",
-        ),
-        (
-            ["--direct_num_workers=abc"],
-            "--direct_num_workers=abc is not a value Beam's --direct_num_workers takes "
-            "(invalid int value: 'abc'); pass one it takes.",
-        ),
-        (
-            ["--stage_beam_args=Transform:--direct_running_mode=fast"],
-            "--stage_beam_args=Transform:--direct_running_mode=fast is not a value Beam's "
-            "--direct_running_mode takes (invalid choice: 'fast' (choose from 'in_memory', "
-            "'multi_threading', 'multi_processing')); pass one it takes.",
-        ),
-    ],
-)
-def test_a_beam_flag_with_a_bad_value_is_one_sentence(tmp_path, capsys, flags, message):
-    # Was exit 2 with nothing printed: Beam's argparse wrote to the run's captured stderr.
-    assert _fails(tmp_path, capsys, flags) == f"error: {message}"

@@ -306,50 +306,6 @@ def _three_spans(folder) -> str:
     return str(folder / "span-{SPAN}" / "*.csv")
 
 
-_BAD_SPAN_INPUTS = [
-    # (flags, given the --data pattern; a file to empty, or None; the one sentence's phrase)
-    (
-        lambda d: ["--spans=0:2000000000"],
-        None,
-        r"--spans=0:2000000000 reaches past the spans --data '.*' has \(1, 2, 3\); pass "
-        r"FIRST:LAST within them, e\.g\. --spans=1:3\.",
-    ),
-    (
-        lambda d: ["--span_window=1000000000"],
-        None,
-        r"--span_window 1000000000 asks for 1000000000 spans but --data '.*' has 3; lower",
-    ),
-    # An empty file in a span (an old one, not in the window): named, not "no span".
-    (lambda d: [], "span-1/e.csv", r"Input file .*span-1/e\.csv is empty; remove it from"),
-    (lambda d: ["--spans=1:2", "--span_window=3"], None, r"both choose the spans to read; pass"),
-    (
-        lambda d: [f"--input_splits=train={d},eval={d}"],
-        None,
-        r"--input_splits train=.*span-\{SPAN\}/\*\.csv has \{SPAN\}, which only --data reads",
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    "flags, empty, message", _BAD_SPAN_INPUTS, ids=["range", "window", "empty", "both", "splits"]
-)
-def test_bad_span_inputs_are_one_sentence_before_anything_is_written(
-    tmp_path, capsys, flags, empty, message
-):
-    import re
-
-    data = _three_spans(tmp_path / "d")
-    if empty:
-        (tmp_path / "d" / empty).write_text("")
-    root = tmp_path / "root"
-    capsys.readouterr()
-    code = _cli(f"--data={data}", f"--pipeline_root={root}", "--no_trainer", *flags(data))
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and re.fullmatch(f"error: .*{message}.*", err), err
-    assert not root.exists()
-
-
 def test_a_span_folder_deleted_mid_run_is_one_sentence(tmp_path, capsys, monkeypatch):
     import shutil
 
