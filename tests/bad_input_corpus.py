@@ -385,6 +385,13 @@ CASES: tuple[Case, ...] = (
         r"gives data: 123 \(a number; it takes text, quoted\); pass each as the type it takes",
     ),
     Case(
+        "yaml-data-empty",
+        {"c.yaml": "data:\n"},
+        ("--config={d}/c.yaml",),
+        2,
+        r"^--config {d}/c\.yaml gives data: None \(no value; it takes text\); pass each",
+    ),
+    Case(
         "yaml-number-a-boolean",
         {"data.csv": CSV, "c.yaml": "train_steps: true\n"},
         _data("--config={d}/c.yaml"),

@@ -101,6 +101,8 @@ _TAKES: dict[str, tuple[tuple[type, ...], str]] = {
 
 def type_name(value: Any) -> str:
     """How a value's type is named to a user (``text``, ``a number``, ``a list``)."""
+    if value is None:
+        return "no value"
     if isinstance(value, str):
         return "text"
     if isinstance(value, bool):
