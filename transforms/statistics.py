@@ -74,6 +74,7 @@ from beam_pipeline.core.errors import PipelineError
 from transforms.metrics import NAMESPACE
 
 __all__ = [
+    "CDF_STAT",
     "GenerateStatistics",
     "WriteStatisticsState",
     "state_num_examples",
@@ -88,6 +89,13 @@ _QUANTILES_EPS = 0.01
 _QUANTILES_MAX_ELEMENTS = 2**32
 # Number of fine quantiles the equal-width histogram is interpolated from.
 _FINE_QUANTILES = 1000
+# The custom statistic (a histogram) that drift and skew compare: the values' distribution
+# at ``_CDF_QUANTILES`` quantiles, a bucket per quantile where the data is, so that one
+# outlier costs one bucket's resolution (the equal-width histogram spans min to max: one
+# outlier squeezed the data into its first bucket). A zero-width bucket is a value that
+# holds its rows exactly (a point mass); the others are (low, high].
+CDF_STAT = "beam_pipeline.quantile_buckets"
+_CDF_QUANTILES = 100
 # TFDV's placeholders in top values / rank histograms for values it cannot show as text.
 _INVALID_UTF8_PLACEHOLDER = "__BYTES_VALUE__"
 _LARGE_BYTES_PLACEHOLDER = "__LARGE_BYTES__"
@@ -465,6 +473,10 @@ class _StatisticsCombineFn(beam.CombineFn):
         else:
             common = proto.num_stats.common_stats
             self._numeric_stats(feature, proto.num_stats)
+            if feature.values_sketch is not None and feature.num_items > feature.num_nan:
+                proto.custom_stats.add(
+                    name=CDF_STAT, histogram=_quantile_buckets(feature.values_sketch)
+                )
         common.num_non_missing = feature.num_non_missing
         common.num_missing = num_examples - feature.num_non_missing
         common.tot_num_values = feature.tot_num_values
@@ -532,6 +544,26 @@ def _quantiles_histogram(
         histogram.buckets.add(
             low_value=float(low), high_value=float(high), sample_count=total / num_buckets
         )
+    return histogram
+
+
+def _quantile_buckets(sketch: sketches.QuantilesSketch) -> statistics_pb2.Histogram:
+    """The ``CDF_STAT`` histogram: between consecutive distinct quantiles the rows the
+    sketch counts there (its cumulative weights), a point repeated among the quantiles
+    (and the minimum, and an infinity) as a zero-width bucket holding its rows."""
+    histogram = statistics_pb2.Histogram(type=_Histogram.QUANTILES)
+    points, cumulative = sketch.GetQuantilesAndCumulativeWeights(_CDF_QUANTILES)
+    points = points.flatten().to_numpy()
+    cumulative = cumulative.flatten().to_numpy()
+    distinct, first, repeats = np.unique(points, return_index=True, return_counts=True)
+    at_point = cumulative[first + repeats - 1]
+    below = 0.0
+    for i, (point, count, repeat) in enumerate(zip(distinct, at_point, repeats, strict=True)):
+        point = float(point)
+        atom = i == 0 or repeat > 1 or not math.isfinite(point)
+        low = point if atom or not math.isfinite(distinct[i - 1]) else float(distinct[i - 1])
+        histogram.buckets.add(low_value=low, high_value=point, sample_count=float(count - below))
+        below = float(count)
     return histogram
 
 

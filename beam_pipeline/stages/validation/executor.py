@@ -83,11 +83,8 @@ def run(
         format_anomalies,
         is_blocking,
     )
-    from beam_pipeline.stages.validation.checks import (
-        compare_distributions,
-        merge_anomalies,
-        validate_statistics,
-    )
+    from beam_pipeline.stages.validation.checks import merge_anomalies, validate_statistics
+    from beam_pipeline.stages.validation.distances import compare_distributions
     from transforms.statistics import read_statistics
 
     statistics = inputs[Statistics]
