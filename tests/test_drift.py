@@ -6,13 +6,18 @@ does not alarm. (The CLI's Validation stop is in test_continuous_training.py.)""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
+from html import unescape
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import statistics_in_process
 from tensorflow_metadata.proto.v0 import anomalies_pb2, schema_pb2
+from test_cli_runs import _render_in_chromium, needs_chromium
 
 from beam_pipeline.stages.validation.distances import compare_distributions
 
@@ -202,3 +207,157 @@ def test_each_shift_is_caught_naming_the_feature_and_the_distance(
             text,
         )
         assert low <= float(distance) <= high, text
+
+
+# --- through the CLI: two tiny spans, data stages only --------------------------------
+
+
+def _cli(*argv: str) -> tuple[int, str, str]:
+    """A run through the CLI's entry point in this process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from beam_pipeline import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([*argv, "--no_progress"])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _write_span(folder, year: int) -> None:
+    """240 rows: a year (the same in every row), a depth z on a coarse grid with one
+    outlier (31.8), a float x with inf and -inf, an island and a label. The spans differ
+    only in the year."""
+    import csv
+
+    rng = np.random.default_rng(5)
+    folder.mkdir(parents=True)
+    with open(folder / "data.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["year", "z", "x", "island", "label"])
+        for i in range(240):
+            z = 31.8 if i == 17 else float(np.clip(np.round(rng.normal(3.5, 0.8) * 2) / 2, 0, 6))
+            x = ["inf", "-inf", "0.5", "1.5", "2.5", "2.5"][i % 6]
+            island = ["Biscoe", "Dream", "Biscoe", "Torgersen"][int(rng.integers(0, 4))]
+            writer.writerow([year, z, x, island, i % 2])
+
+
+@pytest.fixture(scope="module")
+def span_runs(tmp_path_factory):
+    """Span 1 alone (year 2007), then span 2 (year 2009) as the latest span, both with
+    --drift_threshold 0.1: (root, the two runs' (exit code, stdout, stderr))."""
+    tmp = tmp_path_factory.mktemp("spans")
+    root = str(tmp / "root")
+    pattern = str(tmp / "data" / "span-{SPAN}" / "*.csv")
+    common = [f"--data={pattern}", f"--pipeline_root={root}", "--label=label"]
+    common += ["--drift_threshold=0.1", "--no_trainer", "--no_tuner"]
+    _write_span(tmp / "data" / "span-1", 2007)
+    first = _cli(*common, "--run_id=s1")
+    _write_span(tmp / "data" / "span-2", 2009)
+    second = _cli(*common, "--run_id=s2")
+    return root, first, second
+
+
+def test_a_float_column_with_infinities_ends_with_its_report(span_runs):
+    root, (code, out, err), _ = span_runs
+    assert code == 0, err[-3000:]
+    assert "Traceback" not in err + out
+    assert f"Report: {os.path.join(root, 'runs', 's1', 'report.html')}" in out
+    html = open(os.path.join(root, "runs", "s1", "report.html"), encoding="utf-8").read()
+    # x's histogram reaches past the axis to -inf and inf.
+    x_plot = html.split('id="feature-x"', 1)[1].split("</table>", 1)[0]
+    assert 'data-low="-inf"' in x_plot and 'data-high="inf"' in x_plot
+
+
+def test_a_single_value_that_moved_stops_the_span_at_validation(span_runs):
+    root, _, (code, _, err) = span_runs
+    assert code == 3, err[-3000:]
+    found = re.findall(
+        r"train (\w+): The approximate Jensen-Shannon divergence between 'train' and the "
+        r"baseline 'train' is ([0-9.]+), above the threshold 0\.1",
+        err,
+    )
+    assert [(name, float(d)) for name, d in found] == [("year", 1.0)], err[-3000:]
+
+
+# Added to a copy of the report: each histogram bar's drawn box, as Chromium laid it out,
+# in its SVG's coordinates, with its feature, split and bucket edges.
+_BAR_PROBE = """<script>
+const bars = [];
+for (const svg of document.querySelectorAll("svg.bp-hist")) {
+  let h = svg.closest("table");
+  while (h && h.tagName !== "H3") h = h.previousElementSibling;
+  const box = svg.getBoundingClientRect();
+  for (const r of svg.querySelectorAll("rect.bp-bucket")) {
+    const b = r.getBoundingClientRect();
+    bars.push({feature: h.id.slice("feature-".length), split: r.dataset.split,
+      low: r.dataset.low, high: r.dataset.high, left: b.left - box.left,
+      right: b.right - box.left, x0: +svg.dataset.x0, x1: +svg.dataset.x1,
+      px0: +svg.dataset.px0, px1: +svg.dataset.px1});
+  }
+}
+document.body.setAttribute("data-bars", JSON.stringify(bars));
+</script>"""
+
+
+def _proto_buckets(path: str) -> dict[str, set]:
+    """feature -> the (low, high) of its STANDARD histogram's buckets in a statistics file."""
+    from transforms.statistics import read_statistics
+
+    out = {}
+    for feature in read_statistics(path).datasets[0].features:
+        for histogram in feature.num_stats.histograms:
+            if histogram.type == histogram.STANDARD:
+                out[feature.path.step[0]] = {(b.low_value, b.high_value) for b in histogram.buckets}
+    return out
+
+
+@needs_chromium
+def test_the_reports_histograms_draw_each_bucket_at_its_own_edges(span_runs, tmp_path):
+    """Rendered in headless Chromium: every bar of every histogram (train, eval and the
+    drift baseline's train) spans its bucket's edges on the plot's one value axis, and the
+    edges drawn are the ones in the statistics protos."""
+    root, _, _ = span_runs
+    run = os.path.join(root, "runs", "s2")
+    with open(os.path.join(run, "report.html"), encoding="utf-8") as f:
+        page = f.read()
+    probe = tmp_path / "bars.html"
+    probe.write_text(page.replace("</body>", _BAR_PROBE + "</body>"), encoding="utf-8")
+    screenshot = tmp_path / "bars.png"
+    dom, console = _render_in_chromium(str(probe), tmp_path, str(screenshot))
+    assert console == [] and screenshot.stat().st_size > 20_000
+    (found,) = re.findall(r'<body data-bars="([^"]*)"', dom)
+    bars = json.loads(unescape(found))
+
+    want = {}
+    for split, folder in (("train", run), ("eval", run), ("baseline train", "s1")):
+        path = os.path.join(root, "runs", folder, "statistics", split.split()[-1])
+        for feature, buckets in _proto_buckets(os.path.join(path, "FeatureStats.pb")).items():
+            want[(feature, split)] = buckets
+    drawn = {}
+    for bar in bars:
+        low, high = float(bar["low"]), float(bar["high"])
+        drawn.setdefault((bar["feature"], bar["split"]), set()).add((low, high))
+
+        def px(v, bar=bar):
+            """Where the plot's value axis puts the value ``v`` (finite)."""
+            scale = (bar["px1"] - bar["px0"]) / (bar["x1"] - bar["x0"])
+            return bar["px0"] + scale * (v - bar["x0"])
+
+        if low == high:  # one value: a thin bar centred on it
+            assert abs((bar["left"] + bar["right"]) / 2 - px(low)) < 0.6, bar
+            continue
+        if low == -math.inf:  # reaches a stub left of the axis
+            assert bar["left"] < bar["px0"] - 1, bar
+        else:
+            assert abs(bar["left"] - px(low)) < 0.6, bar
+        if high == math.inf:
+            assert bar["right"] > bar["px1"] + 1, bar
+        else:
+            assert abs(bar["right"] - px(high)) < 0.6, bar
+    assert drawn == want
+    # Both splits and the baseline are drawn for every numeric feature; x reaches +-inf.
+    assert {split for _, split in drawn} == {"train", "eval", "baseline train"}
+    assert any(lo == -math.inf for lo, _ in drawn[("x", "train")])
+    assert any(hi == math.inf for _, hi in drawn[("x", "train")])

@@ -134,9 +134,7 @@ def feature_shares(
         head_p = [_missing(current, current_rows), _num_nan(current)]
         head_q = [_missing(baseline, baseline_rows), _num_nan(baseline)]
     else:
-        values_p, values_q = (
-            {} if f is None else string_values(f) for f in (current, baseline)
-        )
+        values_p, values_q = ({} if f is None else string_values(f) for f in (current, baseline))
         labels = sorted(set(values_p) | set(values_q))
         p = np.array([values_p.get(v, 0.0) for v in labels], dtype=float)
         q = np.array([values_q.get(v, 0.0) for v in labels], dtype=float)
