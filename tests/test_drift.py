@@ -55,7 +55,7 @@ def data():
     island), in a random order."""
     rng = np.random.default_rng(7)
     z = np.clip(rng.normal(3.5, 0.7, ROWS), 0.0, 6.43)
-    carat = rng.lognormal(-0.4, 0.55, ROWS)
+    carat = rng.lognormal(-0.4, 0.3, ROWS)
     return {
         "z": z,
         "carat": carat,
@@ -102,6 +102,17 @@ def test_two_random_halves_of_one_large_dataset_never_alarm(halves):
         assert _findings(anomalies) == {}, threshold
 
 
+def test_two_random_halves_of_a_small_dataset_do_not_alarm(data):
+    # 150 rows a side (penguin-sized): on 100 quantiles the two samples' values barely
+    # meet; the 10 bins of equal mass in both sides' mixture do not measure that noise.
+    rows = {k: v[:300] for k, v in data.items()}
+    first, second = ({k: v[half::2] for k, v in rows.items()} for half in (0, 1))
+    anomalies = compare_distributions(
+        _stats(second), _stats(first), _schema(), "drift_comparator", 0.1
+    )
+    assert _findings(anomalies) == {}
+
+
 def _outlier(sample):
     sample = dict(sample)
     sample["z"] = sample["z"].copy()
@@ -138,7 +149,7 @@ CASES = [
         _scaled,
         {},
         0.1,
-        {"carat": (_Info.ERROR, "approximate Jensen-Shannon divergence", 0.11, 0.6)},
+        {"carat": (_Info.ERROR, "approximate Jensen-Shannon divergence", 0.2, 0.6)},
     ),
     (
         "island empty in every row",

@@ -57,7 +57,10 @@ _INACTIVE_STAGES = frozenset(
 # The custom statistic of transforms.statistics (CDF_STAT), spelled here so that this
 # module imports no Beam.
 _CDF_STAT = "beam_pipeline.quantile_buckets"
-_MISSING, _NAN, _OTHER = "(missing)", "(NaN)", "(other values)"
+# The Jensen-Shannon divergence of numbers compares this many bins of equal mass in the
+# two sides' mixture (TFDV's histograms have 10 buckets): finer bins would measure the
+# noise of small samples (two halves of 170 penguins differ by 0.5 on 100 quantiles).
+_MERGED_BINS = 10
 
 
 def _buckets(feature: Optional[statistics_pb2.FeatureNameStatistics]) -> list[tuple]:
@@ -117,20 +120,38 @@ def _numeric_bins(current: list[tuple], baseline: list[tuple]) -> tuple[np.ndarr
     return sides[0], sides[1]
 
 
+def _merge_bins(p: np.ndarray, q: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fine bins grouped, in value order, into about ``count`` bins of equal mass in
+    the two sides' mixture (a group ends at the fine bin where the mixture's cumulative
+    share passes the next k/count)."""
+    if p.size == 0:
+        return p, q
+    mixture = np.cumsum(p / (p.sum() or 1.0) + q / (q.sum() or 1.0)) / 2
+    group = np.searchsorted(np.arange(1, count) / count, mixture, side="left")
+    # The fine bin where the share passes a threshold closes its group.
+    group = np.concatenate([[0], group[:-1]])
+    return np.bincount(group, weights=p), np.bincount(group, weights=q)
+
+
 def feature_shares(
     current: Optional[statistics_pb2.FeatureNameStatistics],
     current_rows: int,
     baseline: Optional[statistics_pb2.FeatureNameStatistics],
     baseline_rows: int,
+    merged_bins: Optional[int] = None,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Both sides' shares of the common bins (see the module's docstring), and whether the
     bins are ordered values (numeric) rather than categories. A side absent from its
-    statistics (None) is a feature missing in every one of its ``*_rows`` rows."""
+    statistics (None) is a feature missing in every one of its ``*_rows`` rows. With
+    ``merged_bins``, a numeric feature's fine bins are grouped into that many bins of equal
+    mass in the two sides' mixture (the quantiles of both merged)."""
     numeric = any(
         f is not None and f.WhichOneof("stats") == "num_stats" for f in (current, baseline)
     )
     if numeric:
         p, q = _numeric_bins(_buckets(current), _buckets(baseline))
+        if merged_bins:
+            p, q = _merge_bins(p, q, merged_bins)
         head_p = [_missing(current, current_rows), _num_nan(current)]
         head_q = [_missing(baseline, baseline_rows), _num_nan(baseline)]
     else:
@@ -243,6 +264,10 @@ def compare_distributions(
             continue  # a STRUCT's own children are features of their own
         p, q, numeric = feature_shares(now, dataset.num_examples, then, baseline.num_examples)
         chosen = _measure(feature, comparator, numeric, default_threshold)
+        if chosen is not None and chosen[0] == "jensen_shannon_divergence" and numeric:
+            p, q, _ = feature_shares(
+                now, dataset.num_examples, then, baseline.num_examples, _MERGED_BINS
+            )
         if chosen is None:
             appeared = (then is None or common_stats(then).num_non_missing == 0) and (
                 now is not None and common_stats(now).num_non_missing > 0
