@@ -25,7 +25,9 @@ categorical feature the first, a numeric one the second):
   cumulative share below a value for other numbers (the Kolmogorov-Smirnov statistic: a
   bin's share depends on how finely the quantiles cut, the cumulative share does not);
 * ``jensen_shannon_divergence``: the Jensen-Shannon divergence (base 2, in [0, 1]) of
-  the two sides' shares of the common bins.
+  the two sides' shares: of the values for strings; for numbers, of 10 bins of equal
+  mass in the two sides' mixture, cut from the common bins (the quantiles of both
+  merged), since on 100 quantiles two small samples of one distribution barely meet.
 
 Example::
 
