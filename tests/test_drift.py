@@ -94,12 +94,48 @@ def _findings(anomalies) -> dict[str, tuple[int, str]]:
     }
 
 
+def _without_quantile_buckets(stats):
+    """As statistics of TFX, or of an earlier version: no quantile buckets (the
+    comparators fall back on the standard histogram)."""
+    out = type(stats)()
+    out.CopyFrom(stats)
+    for feature in out.datasets[0].features:
+        del feature.custom_stats[:]
+    return out
+
+
 def test_two_random_halves_of_one_large_dataset_never_alarm(halves):
     first, second = halves
     second = _stats(second)
     for threshold in (0.1, 0.02):
         anomalies = compare_distributions(second, first, _schema(), "drift_comparator", threshold)
         assert _findings(anomalies) == {}, threshold
+    old = _without_quantile_buckets(first)
+    anomalies = compare_distributions(second, old, _schema(), "drift_comparator", 0.1)
+    assert _findings(anomalies) == {}
+
+
+def test_a_comparator_on_a_struct_feature_is_refused_in_one_sentence():
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    stats = text_format.Parse(
+        'datasets { name: "train" num_examples: 3 features { path { step: "s" } type: STRUCT '
+        "struct_stats { common_stats { num_non_missing: 3 } } } }",
+        statistics_pb2.DatasetFeatureStatisticsList(),
+    )
+    schema = schema_pb2.Schema()
+    schema.feature.add(
+        name="s", type=schema_pb2.STRUCT
+    ).drift_comparator.infinity_norm.threshold = 0.1
+    found = _findings(compare_distributions(stats, stats, schema, "drift_comparator"))
+    assert found == {
+        "s": (
+            _Info.WARNING,
+            "The schema's drift_comparator cannot compare the STRUCT feature 's', which has no "
+            "values of its own; set it on the struct's child features.",
+        )
+    }
 
 
 def test_two_random_halves_of_a_small_dataset_do_not_alarm(data):
@@ -290,6 +326,15 @@ def test_a_single_value_that_moved_stops_the_span_at_validation(span_runs):
         err,
     )
     assert [(name, float(d)) for name, d in found] == [("year", 1.0)], err[-3000:]
+    # The report shows the baseline span beside this one: year's rows give each its min.
+    with open(os.path.join(root, "runs", "s2", "report.html"), encoding="utf-8") as f:
+        year = f.read().split('id="feature-year"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(
+        r"<tr><td>([a-z ]+)</td>\s*<td[^>]*>\d+</td><td[^>]*>[0-9.]+</td>\s*"
+        r'<td class="n">(\d+)</td>',
+        year,
+    )
+    assert rows == [("train", "2009"), ("eval", "2009"), ("baseline train", "2007")], year
 
 
 # Added to a copy of the report: each histogram bar's drawn box, as Chromium laid it out,

@@ -101,6 +101,11 @@ def statistics_section(view: ReportView) -> ReportSection:
         )
         for name, feature in features.items()
     }
+    for name, feature in features.items():
+        # This run's splits, then (where drift was checked) the baseline's train.
+        feature["rows"] = [(split, feature["splits"].get(split)) for split in splits]
+        if baseline:
+            feature["rows"].append(("baseline train", baseline.get(name, {}).get("train")))
     data = {
         "splits": splits,
         "features": features,

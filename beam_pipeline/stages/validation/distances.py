@@ -263,7 +263,18 @@ def compare_distributions(
         if feature.type == schema_pb2.STRUCT or any(
             f is not None and f.WhichOneof("stats") == "struct_stats" for f in (now, then)
         ):
-            continue  # a STRUCT's own children are features of their own
+            # A STRUCT has no values of its own; its children are features of their own.
+            if feature.HasField(comparator):
+                _add(
+                    anomalies,
+                    name,
+                    _Info.WARNING,
+                    _Info.UNKNOWN_TYPE,
+                    "Comparator not applied",
+                    f"The schema's {comparator} cannot compare the STRUCT feature {name!r}, "
+                    "which has no values of its own; set it on the struct's child features.",
+                )
+            continue
         p, q, numeric = feature_shares(now, dataset.num_examples, then, baseline.num_examples)
         chosen = _measure(feature, comparator, numeric, default_threshold)
         if chosen is not None and chosen[0] == "jensen_shannon_divergence" and numeric:
