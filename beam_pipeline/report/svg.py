@@ -176,17 +176,17 @@ def overlaid_histograms(
         return px0 + (px1 - px0) * (v - x0) / (x1 - x0)
 
     unit = (x1 - x0) / (px1 - px0)  # value units per pixel
-    bars = []  # (split index, name, low, high, count, density)
+    bars = []  # (split index, name, low, high, count, share, density)
     for k, (name, buckets) in enumerate(splits.items()):
         total = sum(c for _, _, c in buckets) or 1.0
         for low, high, count in buckets:
             share = count / total
             width_px = max(px(high) - px(low), 2.0)
-            bars.append((k, name, low, high, count, share / (width_px * unit)))
-    wide = [d for _, _, lo, hi, _, d in bars if lo != hi and math.isfinite(lo + hi)]
+            bars.append((k, name, low, high, count, share, share / (width_px * unit)))
+    wide = [d for _, _, lo, hi, _, _, d in bars if lo != hi and math.isfinite(lo + hi)]
     top = max(wide, default=0.0) or max(d for *_, d in bars) or 1.0
     rects = []
-    for k, name, low, high, count, density in bars:
+    for k, name, low, high, count, share, density in bars:
         left, right = px(low), px(high)
         if right - left < 2.0:
             left, right = (left + right) / 2 - 1.0, (left + right) / 2 + 1.0
@@ -197,7 +197,7 @@ def overlaid_histograms(
             f'data-high="{_edge(high)}" x="{left:.2f}" y="{base - h:.2f}" '
             f'width="{right - left:.2f}" height="{h:.2f}" fill="{_COLORS[k % len(_COLORS)]}" '
             f'fill-opacity="0.5"><title>{escape(label)}{_fmt(low)} to {_fmt(high)}: '
-            f"{count:.0f}</title></rect>"
+            f"{count:.0f} ({100 * share:.1f}%)</title></rect>"
         )
     axis = (
         f'<line x1="{px(-math.inf) if neg else px0:.1f}" y1="{base}" '

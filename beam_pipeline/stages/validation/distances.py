@@ -29,6 +29,9 @@ categorical feature the first, a numeric one the second):
   mass in the two sides' mixture, cut from the common bins (the quantiles of both
   merged), since on 100 quantiles two small samples of one distribution barely meet.
 
+Hand-written, as the rest of validation: tensorflow-data-validation has no release for
+this stack (docs/limits.md); the inputs and outputs are TFDV's protos.
+
 Example::
 
     anomalies = compare_distributions(span2, span1, schema, "drift_comparator", 0.1)
