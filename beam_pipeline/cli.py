@@ -241,7 +241,9 @@ def _stop_signals_interrupt(received: list[int]):
             signal.signal(sig, handler)
 
 
-def _interrupted(events: RunEvents, running: Sequence[str], received: Sequence[int]) -> tuple:
+def _interrupted(
+    events: RunEvents, running: Sequence[str], received: Sequence[int]
+) -> tuple[int, None, str]:
     """An interrupted run's exit code (128 + the signal, as a shell reports it) and one
     sentence: what stopped it, where, and how to go on from there."""
     code, how = EXIT_INTERRUPTED, "interrupted"
@@ -252,10 +254,11 @@ def _interrupted(events: RunEvents, running: Sequence[str], received: Sequence[i
     if not events.run_dir:
         return code, None, f"the run was {how}{during} before it started; nothing was written."
     run_id = os.path.basename(os.path.normpath(events.run_dir))
-    return code, None, (
+    sentence = (
         f"the run was {how}{during}; what its finished stages published is kept: run "
         f"the same command with --run_id={run_id} to resume it."
     )
+    return code, None, sentence
 
 
 def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Optional[Any], str]:

@@ -34,7 +34,6 @@ from beam_pipeline.stages.common.csv_input import csv_format
 if TYPE_CHECKING:
     import apache_beam as beam
 
-    from beam_pipeline.stages.bulk_inferrer.stage import BulkInferrerConfig
     from transforms import example_gen as eg
 
 __all__ = [
@@ -163,7 +162,7 @@ def _model(
     return model.uri, f"this run's blessed model {model.uri}"
 
 
-def _check_model(b: BulkInferrerConfig, model_dir: str, how: str, checked: InferInputs) -> None:
+def _check_model(data: str, model_dir: str, how: str, checked: InferInputs) -> None:
     """The model loads and scores on the launcher, and the CSV has every column its
     serving signature requires, before the job (else every row would be refused).
 
@@ -184,7 +183,7 @@ def _check_model(b: BulkInferrerConfig, model_dir: str, how: str, checked: Infer
     missing = [name for name in needed if checked.header and name not in checked.header]
     if missing:
         raise PipelineError(
-            f"--infer_data {b.data} has no column {', '.join(missing)}, which the model "
+            f"--infer_data {data} has no column {', '.join(missing)}, which the model "
             f"({how}) reads from every example; add {'it' if len(missing) == 1 else 'them'} "
             f"to the data (its columns: {', '.join(checked.header)})."
         )
@@ -289,7 +288,7 @@ def run(
     if model_dir is None:
         note = f"not scored: {how}"
         return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note=note)])
-    _check_model(b, model_dir, how, checked)
+    _check_model(b.data, model_dir, how, checked)
     schema = inputs.get(Schema)
     schema = read_schema(schema.file) if schema is not None else user_schema(ctx.config)
     if checked.data_format is DataFormat.TFRECORD:
