@@ -89,6 +89,9 @@ NOT_FOR_THE_USER: tuple[tuple[str, str], ...] = (
     ("apache_beam.io.filebasedsink", r"^Deleting \d+ existing files in target path matching"),
     # Each multi_processing worker's start-up notice about a folder only Dataflow has.
     ("apache_beam.runners.portability.local_job_service", r"No semi_persistent_directory found"),
+    # Beam 2.77's RunInference (the BulkInferrer) measuring its memory where torch is not
+    # installed: its `resource` import shares a try block with torch's, on the root logger.
+    ("root", r"^Resource module is not available for current platform"),
 )
 
 

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import first_line, user_error
+from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.contents import changed, describe
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
@@ -594,7 +595,9 @@ def _run(
     )
     started = time.time()
     try:
-        result = stage.run(ctx, inputs, Outputs(run_dir, staging))
+        # A stage of the user's own (--graph) runs here, in the launcher.
+        with exit_refused(f"stage {stage.name}'s run", "return its StageResult or raise"):
+            result = stage.run(ctx, inputs, Outputs(run_dir, staging))
     except StageFailed as failed:
         for artifact, folder in staging.items():
             if artifact in failed.publish:
