@@ -305,7 +305,8 @@ class _Scheduler:
                 run.stage.name,
                 ", ".join(f"{k}={v}" for k, v in sorted(given.items())),
             )
-        run.ctx.events.stage_started(run.stage.name, run.stage.progress)
+        if not run.stage.skip_reason(run.ctx, run.inputs):  # a skip is shown once, as it ends
+            run.ctx.events.stage_started(run.stage.name, run.stage.progress)
 
     # Ending.
 
@@ -471,7 +472,7 @@ def _resolve(
             inputs[spec.type] = found[0]
         if spec.key is not None:
             built_from[spec.key] = found[1] if found is not None else None
-    built_from.update(stage.parameters(ctx))
+    built_from.update(stage.key_parameters(ctx))
     # Artifacts of earlier runs found in the store (Stage.resolved_inputs): by type and uri.
     resolved = stage.resolved_inputs(ctx)
     for artifact in resolved:
@@ -594,7 +595,7 @@ def _run(
     )
     started = time.time()
     try:
-        result = stage.run(ctx, inputs, Outputs(run_dir, staging))
+        result = stage.work(ctx, inputs, Outputs(run_dir, staging))
     except StageFailed as failed:
         for artifact, folder in staging.items():
             if artifact in failed.publish:
