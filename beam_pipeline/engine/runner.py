@@ -193,7 +193,7 @@ class _Scheduler:
         self.done: set[int] = set()
         self.running: dict[int, _Running] = {}
         self.errors: dict[int, BaseException] = {}
-        self.halted = False
+        self.halted = ""  # why a stage stopped the run, once one did
         self.ended: queue.Queue[int] = queue.Queue()
         # Rows per stage index: the summary lists them in graph order, whatever the order
         # in which the stages ended.
@@ -216,6 +216,11 @@ class _Scheduler:
             raise
         if self.errors:
             raise self.errors[min(self.errors)]
+        for index, stage in enumerate(self.graph):  # each stage the halt kept from running
+            if self.halted and index not in self.rows:
+                row = StageReport(stage.name, StageStatus.SKIPPED, note=self.halted)
+                self._add_rows(index, [row])
+                _announce(self.ctx, [row])
 
     # Starting.
 
@@ -326,7 +331,8 @@ class _Scheduler:
         _announce(ctx, shown)
         if result.halt:
             self.records.stop(stage.name, None, result.reports)
-            self.halted = True
+            note = result.reports[0].note if result.reports else ""
+            self.halted = f"not run: {stage.name} stopped the run" + (f" ({note})" * bool(note))
             return
         execution = Execution(
             stage=stage.name,
