@@ -87,6 +87,10 @@ NOT_FOR_THE_USER: tuple[tuple[str, str], ...] = (
     # to it (in the entry's private copy: see beam_pipeline.stages.transform.analyzer_cache);
     # every other sink of a run writes into a fresh folder, where nothing exists to delete.
     ("apache_beam.io.filebasedsink", r"^Deleting \d+ existing files in target path matching"),
+    # tf.Transform's graph analysis (for its analyzer cache), one per vocabulary, about the
+    # tables of the tf.function it traces preprocessing_fn in itself: the transform graph it
+    # saves initializes them once when loaded, and nothing in the module can lift them.
+    ("absl", r"^Tables initialized inside a tf\.function"),
     # Each multi_processing worker's start-up notice about a folder only Dataflow has.
     ("apache_beam.runners.portability.local_job_service", r"No semi_persistent_directory found"),
 )
