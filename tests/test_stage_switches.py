@@ -31,21 +31,8 @@ _CHEAP = [
 ]
 
 
-def _switches() -> list[tuple[str, str]]:
-    """(stage name, its --no_ flag) of every stage of the graph that has a switch."""
-    from beam_pipeline.core.settings import settings_of
-
-    found = []
-    for stage in STAGE_GRAPH:
-        if stage.Config is None:
-            continue
-        for name, s in settings_of(stage.Config):
-            if name == stage.SWITCH and s.kind == "switch":
-                found.append((stage.name, f"--no_{s.flag}"))
-    return found
-
-
-SWITCHES = _switches()
+# (stage name, its --no_ flag) of every stage of the graph that declares a switch.
+SWITCHES = [(s.name, f"--no_{s.switch_flag()}") for s in STAGE_GRAPH if s.switch_flag()]
 
 
 def _stages(root: str, run_id: str) -> dict[str, dict]:

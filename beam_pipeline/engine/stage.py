@@ -326,19 +326,20 @@ class Stage(abc.ABC):
     # ``enabled`` (``--no_<flag>``, the YAML key ``<flag>: false``).
     SWITCH: ClassVar[str] = "enabled"
 
-    def switched_on(self, config: PipelineConfig) -> Optional[bool]:
-        """Whether its switch is on in ``config``; None: it declares none."""
-        flag = self._switch_flag()
-        if flag is None:
-            return None
-        return bool(getattr(getattr(config, self.config_key), self.SWITCH))
-
-    def _switch_flag(self) -> Optional[str]:
+    def switch_flag(self) -> Optional[str]:
+        """The flag of its switch (``--no_<flag>`` turns it off); None: it declares none."""
         if self.Config is None or not self.config_key:
             return None
-        found = [s.flag for n, s in settings_of(self.Config) if n == self.SWITCH]
-        kinds = [s.kind for n, s in settings_of(self.Config) if n == self.SWITCH]
-        return found[0] if found and kinds[0] == "switch" else None
+        for name, declared in settings_of(self.Config):
+            if name == self.SWITCH and declared.kind == "switch":
+                return declared.flag
+        return None
+
+    def switched_on(self, config: PipelineConfig) -> Optional[bool]:
+        """Whether its switch is on in ``config``; None: it declares none."""
+        if self.switch_flag() is None:
+            return None
+        return bool(getattr(getattr(config, self.config_key), self.SWITCH))
 
     def skip_reason(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
@@ -347,7 +348,7 @@ class Stage(abc.ABC):
         exist alone ("": it runs). The runner then records its skip row without starting
         it (no "running" line). Default: its switch is off (``--no_<flag>``)."""
         if self.switched_on(ctx.config) is False:
-            return f"--no_{self._switch_flag()}"
+            return f"--no_{self.switch_flag()}"
         return ""
 
     def key_parameters(self, ctx: StageContext) -> dict[str, Any]:
