@@ -488,12 +488,17 @@ def test_warm_start_records_run_ones_blessed_model_as_the_trainers_input(trained
     # steps from run 1's model keep its accuracy, which five steps from scratch do not reach.
     trainer_row = _summary(root, "warm")["Trainer"]
     assert trainer_row["details"]["metrics"]["sparse_categorical_accuracy"] >= 0.9, trainer_row
+    # The summary line and summary.json say it warm-started, and from which model.
+    first_model = os.path.join(root, "runs", "first", "model")
+    by = "--warm_start=latest_blessed"
+    assert trainer_row["details"]["warm_start"] == {"model": first_model, "by": by}
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("Trainer: ")]
+    assert line.endswith(f"; warm-started from {first_model} ({by})"), line
     lineage = _cli("runs", "lineage", os.path.join(root, "runs", "warm", "model"),
                    f"--pipeline_root={root}", "--json")  # fmt: skip
     assert lineage.returncode == 0, lineage.stderr
     upstream = json.loads(lineage.stdout)["upstream"]
     trainer = next(e for e in upstream if e["stage"] == "Trainer" and e["run_id"] == "warm")
-    first_model = os.path.join(root, "runs", "first", "model")
     assert trainer["inputs"]["Model"]["uri"] == first_model, trainer["inputs"]
     # Run 1's Trainer is upstream too: the warm-started model descends from it.
     assert any(e["stage"] == "Trainer" and e["run_id"] == "first" for e in upstream)

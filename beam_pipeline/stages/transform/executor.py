@@ -211,9 +211,14 @@ def run(
     transformed = out.artifact(
         TransformedExamples, split_names=[s.value for s in splits], rows=rows
     )
+    shown = cache_note
+    if "reused" in cache_note and "Transform" in config.no_cache:
+        # --no_cache reruns the stage; the analyzer cache is tf.Transform's own, with its
+        # own switch: said, so that "reused" after --no_cache is not read as a stage reused.
+        shown += "; --no_cache reran Transform, not its analyzers: --no_analyzer_cache does"
     note = (
         f"transformed examples in {transformed.uri}",
-        f"analyzer cache {cache_note}",
+        f"analyzer cache {shown}",
         job_note(job),
     )
     report = StageReport(
