@@ -80,6 +80,7 @@ def run(
     graph: Optional[Sequence[Stage]] = None,
     events: Optional[RunEvents] = None,
     report: bool = True,
+    quiet: bool = True,
 ) -> RunSummary:
     """Runs the pipeline ``config`` describes; returns its summary (also on disk as the run
     directory's ``summary.json``).
@@ -90,18 +91,30 @@ def run(
       events: hears of the run's directory and each stage as it starts and ends.
       report: write the run's ``report.html``, also for a failed run (as the command line
         does).
+      quiet: while the run goes, this process's stderr descriptor (which the processes it
+        starts inherit) points at the run's ``run.log``, as the command line's does:
+        TensorFlow's C++ lines, its libraries' log lines and notices go there, not onto
+        your terminal. Python's logging and stdout stay yours (nothing is added to them).
+        False: stderr is left alone.
 
     Raises:
       PipelineError: bad settings, inputs, module file or data; one sentence with the fix.
       Whatever a stage raised, after the run was recorded as failed.
     """
+    import contextlib
+
+    from beam_pipeline.console import OutputConfig, RunLog
     from beam_pipeline.pipeline import run as run_pipeline
 
     events = events if events is not None else RunEvents()
-    try:
-        return run_pipeline(config, events, graph)
-    finally:
-        if report and events.run_dir:  # a failed run's report too: it shows what exists
-            from beam_pipeline.report import write_report
+    log = RunLog(OutputConfig(), for_api=True) if quiet else None
+    with log if log is not None else contextlib.nullcontext():
+        if log is not None:
+            events.subscribe(run_started=log.attach)
+        try:
+            return run_pipeline(config, events, graph)
+        finally:
+            if report and events.run_dir:  # a failed run's report too: it shows what exists
+                from beam_pipeline.report import write_report
 
-            write_report(events.run_dir, events.graph or None)
+                write_report(events.run_dir, events.graph or None)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -175,6 +177,10 @@ def _answer(argv: Sequence[str]) -> Optional[int]:
 # 128 + SIGINT, as a shell reports a command Ctrl-C ended.
 EXIT_INTERRUPTED = 130
 
+# What a scheduler sends to stop a command: `timeout`, Kubernetes and Slurm send SIGTERM, a
+# closed terminal or ssh session SIGHUP. Either stops a run as Ctrl-C does.
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
 
 def _refuse_unknown_flags(config: PipelineConfig) -> None:
     """A flag neither ours nor Beam's (left in ``beam_args``) is refused here, where this
@@ -212,16 +218,47 @@ def _ended_well(running: list[str], row) -> None:
         running[:] = [stage for stage in running if not row_ends(stage, row)]
 
 
-def _interrupted(events: RunEvents, running: Sequence[str]) -> str:
-    """The one sentence of an interrupted run: where, and how to go on from there."""
+@contextlib.contextmanager
+def _stop_signals_interrupt(received: list[int]):
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in the main thread while the run goes,
+    as SIGINT does, so that they end it the way Ctrl-C does (the running stages stopped,
+    their staging and partial cache entries removed, the store's records ended, one
+    sentence); ``received`` gets the signal's number. Python's default for them ends the
+    process at once, leaving all of that behind. The previous handlers are restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (cli.main called from a thread)
+        return
+
+    def stop(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted(
+    events: RunEvents, running: Sequence[str], received: Sequence[int]
+) -> tuple[int, None, str]:
+    """An interrupted run's exit code (128 + the signal, as a shell reports it) and one
+    sentence: what stopped it, where, and how to go on from there."""
+    code, how = EXIT_INTERRUPTED, "interrupted"
+    if received:
+        code = 128 + received[0]
+        how = f"stopped by {signal.Signals(received[0]).name}"
     during = f" during {' and '.join(running)}" if running else ""
     if not events.run_dir:
-        return f"the run was interrupted{during} before it started; nothing was written."
+        return code, None, f"the run was {how}{during} before it started; nothing was written."
     run_id = os.path.basename(os.path.normpath(events.run_dir))
-    return (
-        f"the run was interrupted{during}; what its finished stages published is kept: run "
+    sentence = (
+        f"the run was {how}{during}; what its finished stages published is kept: run "
         f"the same command with --run_id={run_id} to resume it."
     )
+    return code, None, sentence
 
 
 def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Optional[Any], str]:
@@ -240,6 +277,7 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
         logger.addFilter(quiet)
     from beam_pipeline import flags
 
+    received: list[int] = []  # SIGTERM or SIGHUP, when one stopped the run
     try:
         # argparse's --help, --version and usage errors are for the terminal, not the log.
         with contextlib.redirect_stdout(log.stdout), contextlib.redirect_stderr(log.stderr):
@@ -249,19 +287,20 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
         from beam_pipeline.api import run  # heavy imports only after flags are valid
 
         # The report is written below, for a failed run too.
-        summary = run(config, events=events, report=False)
+        with _stop_signals_interrupt(received):
+            summary = run(config, events=events, report=False)
     except PipelineError as e:
         # Beam's in-process runner re-raises a worker's PipelineError with the step added
         # ("... [while running 'X']"): user_error gives the sentence alone.
         error = user_error(e, "") or e
         return error.exit_code, None, mask(str(error))
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED, None, _interrupted(events, running)
+        return _interrupted(events, running, received)
     except Exception as e:
         if _is_interrupt(e):
             # Ctrl-C caught in a Beam thread and raised again wrapped, user code's
             # file in its traceback: an interrupt all the same, not an error to fix.
-            return EXIT_INTERRUPTED, None, _interrupted(events, running)
+            return _interrupted(events, running, received)
         # A full disk or a folder that cannot be written, on the launcher or a worker, or an
         # exception raised in the user's code on a worker: one sentence naming the path and
         # the cause. Anything else is a bug: its traceback.

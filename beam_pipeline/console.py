@@ -87,8 +87,15 @@ NOT_FOR_THE_USER: tuple[tuple[str, str], ...] = (
     # to it (in the entry's private copy: see beam_pipeline.stages.transform.analyzer_cache);
     # every other sink of a run writes into a fresh folder, where nothing exists to delete.
     ("apache_beam.io.filebasedsink", r"^Deleting \d+ existing files in target path matching"),
+    # tf.Transform's graph analysis (for its analyzer cache), one per vocabulary, about the
+    # tables of the tf.function it traces preprocessing_fn in itself: the transform graph it
+    # saves initializes them once when loaded, and nothing in the module can lift them.
+    ("absl", r"^Tables initialized inside a tf\.function"),
     # Each multi_processing worker's start-up notice about a folder only Dataflow has.
     ("apache_beam.runners.portability.local_job_service", r"No semi_persistent_directory found"),
+    # Beam 2.77's RunInference (the BulkInferrer) measuring its memory where torch is not
+    # installed: its `resource` import shares a try block with torch's, on the root logger.
+    ("root", r"^Resource module is not available for current platform"),
 )
 
 
@@ -171,8 +178,12 @@ class RunLog:
         (``sys.stdout``/``sys.stderr`` when nothing is redirected).
     """
 
-    def __init__(self, output: OutputConfig):
+    def __init__(self, output: OutputConfig, *, for_api: bool = False):
         self.output = output
+        # The Python API's (for_api): Python's logging and stdout stay the caller's (no
+        # handler added, no level changed, warnings not captured; descriptor 1 left as it
+        # is, where a callback's print goes); descriptor 2 alone points at the log.
+        self._python_logging = not for_api
         self.path: Optional[str] = None  # where the log ends up, once known
         self.stdout: IO[str] = sys.stdout
         self.stderr: IO[str] = sys.stderr
@@ -199,13 +210,15 @@ class RunLog:
             self.stderr = open(  # noqa: SIM115 (closed in __exit__)
                 self._saved_fd, "w", buffering=1, errors="backslashreplace", closefd=False
             )
-            if _is_fd(sys.stdout, 1):
+            if self._python_logging and _is_fd(sys.stdout, 1):
                 sys.stdout.flush()
                 self._saved_out_fd = os.dup(1)
                 self.stdout = open(  # noqa: SIM115 (closed in __exit__)
                     self._saved_out_fd, "w", buffering=1, errors="backslashreplace", closefd=False
                 )
             self._point_at(self._tmp_path)
+        if not self._python_logging:
+            return self
         terminal = logging.StreamHandler(self.stderr)
         terminal.setFormatter(_MaskingFormatter(_FORMAT))
         terminal.setLevel(logging.INFO if verbose else logging.WARNING)
@@ -236,11 +249,12 @@ class RunLog:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             with open(self.path, "ab") as log, open(self._tmp_path, "rb") as so_far:
                 shutil.copyfileobj(so_far, log)
-            to_file = self._handlers[1]
-            assert isinstance(to_file, logging.FileHandler)
-            old = to_file.setStream(open(self.path, "a", encoding="utf-8"))  # noqa: SIM115
-            if old is not None:
-                old.close()
+            if self._handlers:
+                to_file = self._handlers[1]
+                assert isinstance(to_file, logging.FileHandler)
+                old = to_file.setStream(open(self.path, "a", encoding="utf-8"))  # noqa: SIM115
+                if old is not None:
+                    old.close()
             self._point_at(self.path)
         except OSError as e:  # kept in the temporary file, copied at the end if it can be
             _LOG.info("The run's log stays in %s until the end (%s).", self._tmp_path, e)
@@ -258,7 +272,8 @@ class RunLog:
                 # A full disk: the log's last lines are lost, but the terminal must get its
                 # descriptors back below, or the run's one sentence is never seen.
                 pass
-        root.setLevel(self._root_level)
+        if self._python_logging:
+            root.setLevel(self._root_level)
         if self._captured_warnings:
             logging.captureWarnings(False)
         for saved, fd, stream, terminal in (

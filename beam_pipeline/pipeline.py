@@ -228,13 +228,15 @@ def run(
             )
             _start(graph, ctx, manifest, resources, started)
             run_stages(graph, ctx, records, summary, stage_options)
-        except BaseException:
+        except BaseException as e:
             resources.close()
             run_dir.remove_staging()
             # The run's own error is what the user must see: a summary or a store that
             # cannot be written now (a full disk) is logged, not raised over it.
             write_summary(summary, after_error=True)
-            _finish(store, run, RunStatus.FAILED)
+            # Ctrl-C, or SIGTERM / SIGHUP (which the CLI turns into the same interrupt).
+            stopped = isinstance(e, KeyboardInterrupt)
+            _finish(store, run, RunStatus.INTERRUPTED if stopped else RunStatus.FAILED)
             raise
         resources.close()
         run_dir.remove_staging()

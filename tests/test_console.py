@@ -30,6 +30,11 @@ with RunLog(output) as log:
         "Split 'eval': feature 'x' is new"
     )
     logging.getLogger("apache_beam.runners").info("Running pipeline")
+    from absl import logging as absl_logging  # as tf.Transform's graph_tools logs it
+    absl_logging.warning(
+        "Tables initialized inside a tf.function  will be re-initialized on every invocation "
+        "of the function.: island/apply_vocab/text_file_init/InitializeTableFromTextFileV2"
+    )
     print("error: the user's error", file=log.stderr)  # as the CLI shows its errors
     print("a module's own print", file=sys.stderr)
     print("a module's progress bar \x1b[1m1/1\x1b[0m", flush=True)
@@ -51,6 +56,7 @@ _NOISE = [
     "parse_example_dataset is deprecated",
     "`shuffle=True` was passed",
     "INFO apache_beam.runners: Running pipeline",
+    "Tables initialized inside a tf.function",
 ]
 # A module's own output (run_fn's prints, Keras's progress bars from model.fit): the log's.
 _MODULE = ["a module's own print", "a module's progress bar"]

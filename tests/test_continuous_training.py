@@ -110,6 +110,7 @@ def trained(tmp_path_factory):
         "--no_tuner",
         "--no_infra_validator",
         f"--infer_data={new}",
+        "--max_rejected_fraction=0.05",  # the short row
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root, str(new)
@@ -163,6 +164,7 @@ def test_multi_processing_scores_the_same_and_joins_predictions_to_examples(trai
         "--infer_output_examples",
         "--direct_running_mode=multi_processing",
         "--direct_num_workers=2",
+        "--max_rejected_fraction=0.05",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     details = _check_scored(root, "mp")
@@ -194,6 +196,236 @@ def test_a_row_the_model_refuses_is_rejected_alone_not_its_batch(trained):
     assert [r.example for r in refused] == [bad]
     assert refused[0].inference.reason.startswith("the model refused it: ")
     assert [r.example for r in results if r not in refused] == [good[0], good[1], good[2]]
+
+
+def _schema_types(root: str, run_id: str = "first") -> dict:
+    """Feature name -> schema_pb2 type of the run's schema."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    with open(os.path.join(root, "runs", run_id, "schema", "schema.pbtxt")) as f:
+        schema = text_format.Parse(f.read(), schema_pb2.Schema())
+    return {f.name: f.type for f in schema.feature}
+
+
+def _example(row: dict, types: dict) -> bytes:
+    """A CSV row as a tf.Example, typed by the schema here (not by the product's reader);
+    columns the schema lacks as strings."""
+    import tensorflow as tf
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    example = tf.train.Example()
+    for name, text in row.items():
+        feature = example.features.feature[name]
+        kind = types.get(name, schema_pb2.BYTES)
+        if kind == schema_pb2.FLOAT:
+            feature.float_list.value.append(float(text))
+        elif kind == schema_pb2.INT:
+            feature.int64_list.value.append(int(text))
+        else:
+            feature.bytes_list.value.append(text.encode())
+    return example.SerializeToString()
+
+
+def _model_outputs(model_dir: str, examples: list) -> dict:
+    """The model's serving_default outputs for ``examples``: loaded here, called directly."""
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(model_dir).signatures["serving_default"]
+    (alias,) = signature.structured_input_signature[1]
+    return {k: v.numpy() for k, v in signature(**{alias: tf.constant(examples)}).items()}
+
+
+def _keyed_rows(count: int, start: int = 0) -> list[dict]:
+    """``count`` complete penguin rows (from ``start``), each with a ``row_id`` column first
+    (not in the schema: a key to join the predictions back) and without the label."""
+    header, body = _rows()
+    complete = [r for r in body if "NA" not in r and "" not in r][start : start + count]
+    return [
+        {"row_id": str(i), **{h: v for h, v in zip(header, r) if h != "species"}}
+        for i, r in enumerate(complete)
+    ]
+
+
+def _write_csv(path, rows: list[dict]) -> str:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def _prediction_logs(root: str, run_id: str) -> list:
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    pattern = os.path.join(root, "runs", run_id, "inference_result", "prediction_logs-*.gz")
+    return [prediction_log_pb2.PredictionLog.FromString(r) for r in _records(pattern)]
+
+
+@pytest.mark.parametrize("data_format", ["csv", "tfrecord"])
+def test_every_prediction_is_the_models_own_for_its_row(trained, tmp_path, data_format):
+    """A SavedModel folder (--infer_model) scores CSV or TFRecord rows; a key column the
+    schema lacks rides along in each PredictionLog's example, and each log's scores are
+    what the model, loaded here, gives that row."""
+    import numpy as np
+    import tensorflow as tf
+
+    root, _ = trained
+    model = os.path.join(root, "runs", "first", "model")
+    types = _schema_types(root)
+    rows = _keyed_rows(40)
+    examples = [_example(r, types) for r in rows]
+    if data_format == "csv":
+        data = _write_csv(tmp_path / "keyed.csv", rows)
+    else:
+        data = str(tmp_path / "keyed.tfrecord")
+        with tf.io.TFRecordWriter(data) as w:
+            for example in examples:
+                w.write(example)
+    run_id = f"folder-{data_format}"
+    proc = _cli(
+        f"--pipeline_root={root}", f"--run_id={run_id}", "--no_tuner", "--no_trainer",
+        f"--infer_data={data}", f"--infer_model={model}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = _summary(root, run_id)["BulkInferrer"]
+    assert (row["status"], row["rows_out"], row["details"]["model"]) == (
+        "ok", {"scored": 40}, model,
+    )  # fmt: skip
+    expected = _model_outputs(model, examples)
+    scored = {}
+    for log in _prediction_logs(root, run_id):
+        (request,) = log.predict_log.request.inputs.values()
+        example = tf.train.Example.FromString(request.string_val[0])
+        row_id = int(example.features.feature["row_id"].bytes_list.value[0])
+        assert row_id not in scored
+        scored[row_id] = {
+            name: tf.make_ndarray(tensor)[0]
+            for name, tensor in log.predict_log.response.outputs.items()
+        }
+    assert sorted(scored) == list(range(40))
+    for i, outputs in scored.items():
+        assert outputs.keys() == expected.keys()
+        for name, value in outputs.items():
+            np.testing.assert_allclose(value, expected[name][i], rtol=1e-5, atol=1e-6)
+
+
+def test_an_unchanged_rerun_reuses_its_scores_and_changed_data_is_scored_again(trained, tmp_path):
+    root, _ = trained
+    model = os.path.join(root, "runs", "first", "model")
+    data = _write_csv(tmp_path / "again.csv", _keyed_rows(12, start=100))
+    args = [
+        f"--pipeline_root={root}", "--no_tuner", "--no_trainer",
+        f"--infer_data={data}", f"--infer_model={model}",
+    ]  # fmt: skip
+    statuses = []
+    for run_id, rows in (("score-a", None), ("score-b", None), ("score-c", 13)):
+        if rows:  # the same file, one more row
+            _write_csv(tmp_path / "again.csv", _keyed_rows(rows, start=100))
+        proc = _cli(*args, f"--run_id={run_id}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        row = _summary(root, run_id)["BulkInferrer"]
+        statuses.append((row["status"], row["rows_out"]))
+    assert statuses == [
+        ("ok", {"scored": 12}),
+        ("cached", {"scored": 12}),
+        ("ok", {"scored": 13}),
+    ]
+    assert len(_prediction_logs(root, "score-c")) == 13
+
+
+_UNREACHABLE_EVAL_CONFIG = """
+model_specs { label_key: "species_xf" preprocessing_function_names: "transform_features" }
+slicing_specs {}
+metrics_specs {
+  metrics {
+    class_name: "SparseCategoricalAccuracy"
+    threshold { value_threshold { lower_bound { value: 1.01 } } }
+  }
+}
+"""
+
+
+def test_a_model_the_evaluator_did_not_bless_scores_nothing(trained, tmp_path):
+    root, new = trained
+    config = tmp_path / "eval_config.pbtxt"
+    config.write_text(_UNREACHABLE_EVAL_CONFIG)
+    proc = _cli(
+        f"--pipeline_root={root}", "--run_id=unblessed", "--no_tuner", "--no_infra_validator",
+        f"--eval_config={config}", "--no_eval_baseline", f"--infer_data={new}",
+        "--max_rejected_fraction=0.05",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stages = _summary(root, "unblessed")
+    assert stages["Evaluator"]["details"]["blessed"] is False
+    row = stages["BulkInferrer"]
+    assert row["status"] == "skipped"
+    assert row["note"].startswith("not scored: this run's model is not blessed")
+    assert not os.path.exists(os.path.join(root, "runs", "unblessed", "inference_result"))
+
+
+def _bad_infer_input(case: str, root: str, folder) -> tuple[list[str], str]:
+    """(the flags, the expected sentence's pattern) of one bad BulkInferrer input."""
+    import tensorflow as tf
+
+    model = os.path.join(root, "runs", "first", "model")
+    rows = _keyed_rows(8)
+    if case == "a column the model needs is missing":
+        data = _write_csv(folder / "no_island.csv", [
+            {k: v for k, v in r.items() if k != "island"} for r in rows
+        ])  # fmt: skip
+        return [f"--infer_data={data}", f"--infer_model={model}"], re.escape(
+            f"--infer_data {data} has no column island, which the model (--infer_model "
+            f"{model}) reads from every example; add it to the data (its columns: row_id, "
+            "bill_length_mm, bill_depth_mm, flipper_length_mm, body_mass_g, sex, year)."
+        ) + "$"
+    if case == "every row refused by the model":
+        data = str(folder / "no_island.tfrecord")
+        types = _schema_types(root)
+        with tf.io.TFRecordWriter(data) as w:
+            for r in rows:
+                w.write(_example({k: v for k, v in r.items() if k != "island"}, types))
+        return [f"--infer_data={data}", f"--infer_model={model}"], (
+            r"8 of 8 rows of --infer_data \(100\.00%\) were rejected, more than "
+            r"--max_rejected_fraction=0\.0 \(first: the model refused it: feature island "
+            r"\(string\) is missing, and the model's serving signature requires it\); fix "
+            r"those rows \(all listed in .*inference_rejected\) or raise "
+            r"--max_rejected_fraction\.$"
+        )
+    garbage = folder / "garbage_model"
+    garbage.mkdir()
+    (garbage / "saved_model.pb").write_bytes(b"not a SavedModel")
+    data = _write_csv(folder / "keyed.csv", rows)
+    return [f"--infer_data={data}", f"--infer_model={garbage}"], (
+        rf"--infer_model {re.escape(str(garbage))} cannot be loaded as a SavedModel from "
+        rf"{re.escape(str(garbage))} \(.*\); pass --infer_model a folder "
+        r"tf.saved_model.save wrote, blessed or latest_blessed\.$"
+    )
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "a column the model needs is missing",
+        "every row refused by the model",
+        "a saved_model.pb that is not one",
+    ],
+)
+def test_bad_infer_inputs_are_one_sentence(trained, tmp_path, case):
+    root, _ = trained
+    flags, sentence = _bad_infer_input(case, root, tmp_path)
+    run_id = "bad-" + re.sub(r"\W+", "-", case)
+    proc = _cli(f"--pipeline_root={root}", f"--run_id={run_id}", "--no_tuner", "--no_trainer",
+                *flags)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
+    assert re.match(sentence, lines[0][len("error: ") :]), lines[0]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    run_dir = os.path.join(root, "runs", run_id)
+    assert not os.path.exists(os.path.join(run_dir, "inference_result"))
+    assert glob.glob(os.path.join(run_dir, ".staging", "*")) == []
+    assert _summary(root, run_id)["BulkInferrer"]["status"] == "failed"
 
 
 def test_dataflow_job_graph_holds_run_inference(tmp_path):
@@ -256,12 +488,17 @@ def test_warm_start_records_run_ones_blessed_model_as_the_trainers_input(trained
     # steps from run 1's model keep its accuracy, which five steps from scratch do not reach.
     trainer_row = _summary(root, "warm")["Trainer"]
     assert trainer_row["details"]["metrics"]["sparse_categorical_accuracy"] >= 0.9, trainer_row
+    # The summary line and summary.json say it warm-started, and from which model.
+    first_model = os.path.join(root, "runs", "first", "model")
+    by = "--warm_start=latest_blessed"
+    assert trainer_row["details"]["warm_start"] == {"model": first_model, "by": by}
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("Trainer: ")]
+    assert line.endswith(f"; warm-started from {first_model} ({by})"), line
     lineage = _cli("runs", "lineage", os.path.join(root, "runs", "warm", "model"),
                    f"--pipeline_root={root}", "--json")  # fmt: skip
     assert lineage.returncode == 0, lineage.stderr
     upstream = json.loads(lineage.stdout)["upstream"]
     trainer = next(e for e in upstream if e["stage"] == "Trainer" and e["run_id"] == "warm")
-    first_model = os.path.join(root, "runs", "first", "model")
     assert trainer["inputs"]["Model"]["uri"] == first_model, trainer["inputs"]
     # Run 1's Trainer is upstream too: the warm-started model descends from it.
     assert any(e["stage"] == "Trainer" and e["run_id"] == "first" for e in upstream)

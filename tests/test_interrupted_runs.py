@@ -173,3 +173,68 @@ def test_a_run_killed_during_the_evaluator_finishes_when_rerun(tmp_path):
     # The resume kept its own Trainer and reused the new run's evaluation (same inputs).
     statuses = {s: r["status"] for s, r in _summary(root, "killed").items()}
     assert statuses["Trainer"] == "cached" and statuses["Evaluator"] == "cached"
+
+
+def _span_work_begun(root: str):
+    """True once ExampleGen opened its private folder for the spans it reads."""
+    return lambda: bool(glob.glob(os.path.join(root, "cache", "spans", ".partial-*")))
+
+
+def _write_spans(folder) -> str:
+    """Two spans of the bundled penguins; returns their ``{SPAN}`` pattern."""
+    with open(os.path.join(PENGUIN_DIR, "penguins.csv")) as f:
+        lines = f.read().splitlines()
+    for span, rows in ((1, lines[1:150]), (2, lines[150:])):
+        os.makedirs(folder / f"span-{span}")
+        (folder / f"span-{span}" / "data.csv").write_text("\n".join([lines[0], *rows]) + "\n")
+    return str(folder / "span-{SPAN}" / "data.csv")
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "stage", "during"),
+    [
+        (signal.SIGTERM, 143, "Transform", "Transform"),  # `timeout`, Kubernetes, a scheduler
+        # The terminal or ssh session closed, in a span's ExampleGen.
+        (signal.SIGHUP, 129, "ExampleGen", "ExampleGen+Statistics"),
+    ],
+)
+def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, code, stage, during):
+    """The signal to the launcher alone (not its group, as `timeout` sends it): one
+    sentence naming the stage and the run id that resumes, the store's record ended as
+    interrupted, no staging folder and no private cache folder left."""
+    import forked_launch
+
+    from beam_pipeline.metadata.records import RunStatus
+    from beam_pipeline.metadata.store import MetadataStore
+
+    root = str(tmp_path / "root")
+    if stage == "Transform":
+        args = [*_DATA_ARGS, "--no_trainer"]
+        ready = _cache_manifest_written(root)
+    else:  # a span's ExampleGen: each span read into a private cache folder first
+        data = _write_spans(tmp_path / "spans")
+        args = ["--runner=DirectRunner", f"--data={data}", "--csv_null_values=,NA"]
+        args = [*args, "--span_window=2"]
+        ready = _span_work_begun(root)
+    args = [*args, f"--pipeline_root={root}", "--run_id=stopped"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = forked_launch.launch_cli(args, REPO, env, str(tmp_path / "logs"))
+    deadline = time.time() + 600
+    while not ready():
+        assert proc.poll() is None, f"ended before {stage}: {proc.stderr[-3000:]}"
+        assert time.time() < deadline, f"no {stage} within 600 s"
+        time.sleep(0.01)
+    os.kill(proc.pid, sig)
+    assert proc.wait(300) == code, proc.stderr[-3000:]
+    name = signal.Signals(sig).name
+    assert proc.stderr.strip().splitlines() == [
+        f"error: the run was stopped by {name} during {during}; what its finished stages "
+        "published is kept: run the same command with --run_id=stopped to resume it."
+    ]
+    run = os.path.join(root, "runs", "stopped")
+    assert glob.glob(os.path.join(run, ".staging", "*")) == []
+    assert glob.glob(os.path.join(root, "cache", "*", ".partial-*")) == []
+    row = _summary(root, "stopped")[stage]
+    assert (row["status"], row["note"]) == ("failed", "interrupted")
+    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+        assert {r.run_id: r.status for r in store.list_runs()} == {"stopped": RunStatus.INTERRUPTED}

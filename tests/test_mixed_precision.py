@@ -1,7 +1,7 @@
-"""``--mixed_precision``: a TrainSpec trains in bfloat16 on CPU (float16 on a GPU), a run_fn
-gets the policy's name, and the exported model still serves float32.
+"""``--mixed_precision``: a TrainSpec and a run_fn train in bfloat16 on CPU (float16 on a
+GPU), a run_fn gets the policy's name, and the exported model still serves float32.
 
-Both trainings run in one fresh process: Keras's dtype policy is global to a process (the
+The trainings run in one fresh process: Keras's dtype policy is global to a process (the
 flagless one runs first, on the default policy; the flagged one must put it back).
 """
 
@@ -41,6 +41,32 @@ class MixedSpec(PenguinSpec):
         with open(_os.path.join(self.fn_args.model_run_dir, "policy.json"), "w") as f:
             _json.dump(seen, f)
         return model
+
+
+def mixed_run_fn(fn_args):
+    # The bundled run_fn (which never reads fn_args.mixed_precision), recording the same.
+    global _build_model
+    built, original = [], _build_model
+
+    def recording(*args, **kwargs):
+        built.append(original(*args, **kwargs))
+        return built[-1]
+
+    _build_model = recording
+    try:
+        seen = {
+            "global": keras.config.dtype_policy().name,
+            "fn_args": fn_args.mixed_precision,
+            "custom_config": fn_args.custom_config.get("mixed_precision"),
+        }
+        run_fn(fn_args)
+    finally:
+        _build_model = original
+    seen["dense_layers"] = sorted(
+        {layer.dtype_policy.name for layer in built[0].layers if "dense" in layer.name}
+    )
+    with open(_os.path.join(fn_args.model_run_dir, "policy.json"), "w") as f:
+        _json.dump(seen, f)
 """
 
 _SCRIPT = """
@@ -55,10 +81,10 @@ from trainer import run_trainer
 
 module, cases = sys.argv[1], json.loads(sys.argv[2])
 out = {}
-for case, root, flags in cases:
+for case, root, flags, entry_point in cases:
     run_dir = RunDirectory(root, conftest_trainer.RUN_ID)
     config = parse_config([f"--module_file={module}", "--data=unused.csv", *flags])
-    job = build_training_job(config, run_dir, entry_point="MixedSpec")
+    job = build_training_job(config, run_dir, entry_point=entry_point)
     keras.utils.set_random_seed(0)
     result = run_trainer(job)
     assert result.error is None, result.error
@@ -95,13 +121,14 @@ def trained(penguin_run_dir, tmp_path_factory, module_file) -> dict:
     the policies); the flagged one then trains 100 steps, as the accuracy floor needs."""
     tmp = tmp_path_factory.mktemp("mixed_runs")
     cases = []
-    for case, flags in [
-        ("without", ["--train_steps=1", "--eval_steps=1"]),
-        ("mixed", ["--train_steps=100", "--eval_steps=2", "--mixed_precision"]),
+    for case, flags, entry_point in [
+        ("without", ["--train_steps=1", "--eval_steps=1"], "MixedSpec"),
+        ("mixed", ["--train_steps=100", "--eval_steps=2", "--mixed_precision"], "MixedSpec"),
+        ("run_fn", ["--train_steps=2", "--eval_steps=1", "--mixed_precision"], "mixed_run_fn"),
     ]:
         root = str(tmp / case)
         conftest_trainer.copy_run_dir(penguin_run_dir, root)
-        cases.append((case, root, flags))
+        cases.append((case, root, flags, entry_point))
     return conftest_trainer.run_python(_SCRIPT, module_file, json.dumps(cases), timeout=300)
 
 
@@ -119,6 +146,21 @@ def test_a_trainspec_trains_in_bfloat16_on_cpu_and_serves_float32(trained):
     assert out["input"] == ["examples", "string"]
     assert out["outputs"] and set(out["outputs"].values()) == {"float32"}
     assert out["accuracy"] >= 0.9
+
+
+@pytest.mark.slow
+def test_a_run_fn_that_ignores_the_flag_still_trains_in_bfloat16_and_serves_float32(trained):
+    """The runner sets Keras's global policy around run_fn (the bundled one never reads
+    fn_args.mixed_precision), and puts the process's back after."""
+    out = trained["run_fn"]
+    assert out["policy"] == {
+        "global": "mixed_bfloat16",
+        "fn_args": "mixed_bfloat16",
+        "custom_config": "mixed_bfloat16",
+        "dense_layers": ["mixed_bfloat16"],
+    }
+    assert out["after"] == "float32"
+    assert out["outputs"] and set(out["outputs"].values()) == {"float32"}
 
 
 @pytest.mark.slow

@@ -175,6 +175,36 @@ def test_the_python_api_runs_a_graph_and_returns_its_summary(tmp_path):
         bp.make_config(train_steps="x")
 
 
+def test_a_stage_appended_to_a_run_that_stops_early_gets_a_row_saying_why(tmp_path):
+    # (*STAGE_GRAPH, MyStage()) in a run without a module file: Transform stops the run,
+    # and every stage after it, the user's too, once got no row at all.
+    import beam_pipeline as bp
+
+    sys.path.insert(0, TESTDATA)
+    try:
+        import toy_stage
+    finally:
+        sys.path.remove(TESTDATA)
+    graph = (*bp.STAGE_GRAPH, toy_stage.CountStage())
+    config = bp.make_config(
+        data=PENGUIN_CSV,
+        csv_null_values="NA,",
+        pipeline_root=str(tmp_path / "root"),
+        beam_args=["--runner=DirectRunner"],
+        graph=graph,
+    )
+    summary = bp.run(config, graph=graph, report=False)
+    names = [row.stage for row in summary.stages]
+    after = names[names.index("Transform") + 1 :]
+    in_graph = [s.name for s in graph]
+    assert after == in_graph[in_graph.index("Transform") + 1 :]
+    assert after[-1] == "CountExamples"
+    for name in after:
+        row = summary.stage(name)
+        assert row.status.value == "skipped", row
+        assert row.note == "not run: Transform stopped the run (no --module_file)", row
+
+
 def test_the_python_api_writes_the_report_of_a_failed_run_too(tmp_path):
     import beam_pipeline as bp
 

@@ -202,7 +202,9 @@ def test_a_failed_stage_is_reported_and_told_to_the_records(tmp_path):
 def test_a_halting_stage_stops_the_run_unrecorded(tmp_path):
     graph = _graph(halt=True)
     run_dir, calls, statuses = _run(str(tmp_path), graph)
-    assert list(statuses) == ["Schema", "Validation"] and graph[2].runs == 0
+    # The stage after it does not run, and its row says why.
+    assert list(statuses) == ["Schema", "Validation", "Trainer"] and graph[2].runs == 0
+    assert statuses["Trainer"] is StageStatus.SKIPPED
     assert calls[-1] == ("stop", "Validation", "NoneType")
     assert not run_dir.is_published(Anomalies.FOLDER)
 

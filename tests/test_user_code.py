@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -219,3 +220,36 @@ def test_a_run_fn_past_trainer_timeout_fails_the_trainer_with_one_sentence(hosti
         "--trainer_timeout, or make it do less (fewer steps)."
     )
     _assert_failed_run(proc, run_dir, hostile[1], "Trainer", sentence)
+
+
+def test_eval_labels_the_train_split_lacks_are_named_not_a_tensorflow_error(tmp_path, capsys):
+    """Three rows: the eval split's one species is not among the train split's, so the
+    vocabulary tf.Transform builds from the train split maps it to -1, which Keras's loss
+    refuses. (In this process: the Trainer runs in its own either way.)"""
+    from beam_pipeline import cli
+
+    with open(os.path.join(PENGUIN_DIR, "penguins.csv")) as f:
+        lines = f.read().splitlines()
+    data = tmp_path / "three.csv"
+    data.write_text("\n".join([lines[0], lines[1], lines[159], lines[299]]) + "\n")
+    code = cli.main([
+        f"--data={data}", "--csv_null_values=,NA", f"--module_file={PENGUIN_MODULE}",
+        "--ignore_anomalies",  # the eval split's sex value is new too
+        "--no_tuner", "--no_infra_validator", "--train_steps=2", "--no_progress",
+        f"--pipeline_root={tmp_path / 'root'}", "--run_id=three",
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == EXIT_USER_ERROR, err[-3000:]
+    (line,) = err.strip().splitlines()
+    assert re.fullmatch(
+        re.escape(f"error: run_fn in {PENGUIN_MODULE}:")
+        + r"\d+"
+        + re.escape(
+            " was given label -1, outside the model's 2 classes (TensorFlow: Received a label "
+            "value of -1 which is outside the valid range of [0, 2)): the eval split holds a "
+            "label value that no train row has, which the vocabulary tf.Transform builds from "
+            "the train split maps to -1; give the train split rows of every label value (more "
+            "rows: a data set this small splits unevenly) or drop the rare label's rows."
+        ),
+        line,
+    ), line

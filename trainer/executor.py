@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Optional
@@ -30,6 +31,7 @@ from beam_pipeline.core.errors import PipelineError, first_line
 from trainer.fn_args import FnArgs
 from trainer.job import ModelJob, common_fn_args
 from trainer.module_loader import ModuleKind, TrainerModule, error_place
+from trainer.precision import policy_scope
 from trainer.process import worker_name
 from trainer.spec import CHECKPOINT_SUBDIR, run_spec
 from trainer.strategy import choose_strategy, describe
@@ -249,7 +251,10 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str]
     doing(f"{what} in {loaded.path}")
     try:
         if loaded.kind is ModuleKind.RUN_FN:
-            return loaded.run_fn(fn_args)
+            # --mixed_precision for run_fn too: its model is built under Keras's global
+            # policy (a module that sets fn_args.mixed_precision itself sets the same).
+            with policy_scope(fn_args.mixed_precision):
+                return loaded.run_fn(fn_args)
         return run_spec(loaded.spec_class, fn_args)
     except PipelineError:
         raise
@@ -259,6 +264,16 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str]
         _LOG.info("Training with %s from %s failed.", what, loaded.path, exc_info=True)
         where = error_place(e, loaded.module.__file__ or loaded.path, loaded.path)
         fix = "fix the module file"
+        unknown_label = _LABEL_OUTSIDE_VOCABULARY.search(str(e))
+        if unknown_label:
+            raise PipelineError(
+                f"{what} in {where} was given label {unknown_label.group(1)}, outside the "
+                f"model's {unknown_label.group(2)} classes (TensorFlow: "
+                f"{unknown_label.group(0)}): the eval split holds a label value that no train "
+                "row has, which the vocabulary tf.Transform builds from the train split maps "
+                "to -1; give the train split rows of every label value (more rows: a data set "
+                "this small splits unevenly) or drop the rare label's rows."
+            ) from None
         if _is_keras_save(e):
             fix = (
                 "Keras 3's model.save writes only .keras/.h5 files, which TF Serving cannot "
@@ -271,6 +286,12 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str]
             "full traceback is in the run's log, or the worker's)."
         ) from None
 
+
+# Keras's sparse categorical loss given a label id outside [0, classes): -1 is what
+# tf.Transform's vocabulary (built from the train split) gives a value it never saw.
+_LABEL_OUTSIDE_VOCABULARY = re.compile(
+    r"Received a label value of (-1) which is outside the valid range of \[0, (\d+)\)"
+)
 
 # Keras 3's refusals of TF 2's model.save(dir) / model.save(dir, save_format="tf"), which
 # TFX's docs and module files use (keras/src/saving/saving_api.py, Keras pinned).

@@ -113,8 +113,8 @@ class FnArgs:
         may ignore it and create their own, as TFX module files do.
       mixed_precision: the Keras dtype policy of ``--mixed_precision`` for this worker
         (``mixed_float16`` on GPU, ``mixed_bfloat16`` on CPU), or None (off). The runner
-        applies it to a TrainSpec; a ``run_fn`` applies it itself, e.g.
-        ``keras.config.set_dtype_policy(fn_args.mixed_precision)`` before building.
+        builds a TrainSpec's model under it and sets it as Keras's global policy while
+        ``run_fn`` runs.
     """
 
     working_dir: Optional[str] = None

@@ -3,10 +3,10 @@
 Keras keeps variables in float32 and computes in the policy's 16-bit type; on a GPU that
 uses its tensor cores (float16, with the loss scaling Keras adds at ``compile``), on a CPU
 bfloat16 (no loss scaling needed: it has float32's range). The runner builds a TrainSpec's
-model under the policy (:func:`policy_scope`); a ``run_fn`` reads the policy's name from
-``fn_args.mixed_precision`` (a TFX module from ``fn_args.custom_config["mixed_precision"]``)
-and applies it itself. The exported signature casts 16-bit outputs back to float32, so a
-server sees the same float32 model either way.
+model under the policy (:func:`policy_scope`) and runs a ``run_fn`` under it (the module
+need not apply it; ``fn_args.mixed_precision`` names it, a TFX module's
+``fn_args.custom_config["mixed_precision"]``). The exported signature casts 16-bit outputs
+back to float32, so a server sees the same float32 model either way.
 
 Example::
 

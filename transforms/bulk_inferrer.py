@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, Optional
 
@@ -48,6 +49,7 @@ __all__ = [
     "ScoreResult",
     "WritePredictionLogs",
     "WriteInferredExamples",
+    "required_features",
 ]
 
 # TFX's BulkInferrer names its output files so; tfx-bsl's readers glob for them.
@@ -127,11 +129,71 @@ class SavedModelHandler(ModelHandler[bytes, Any, _Loaded]):
         return "BulkInferrer"
 
 
+# TensorFlow's words for a feature the serving signature's tf.Example parsing requires and
+# the example lacks (ParseExampleV2's message, the same since TF 1.x).
+_MISSING_FEATURE = re.compile(
+    r"Feature: (\S+) \(data type: (\w+)\) is required but could not be found"
+)
+# The lines of a TensorFlow error that say where, not what (graph execution, op traces).
+_TF_NOISE = re.compile(
+    r"^(Graph execution error:|Detected at node|<stack traces unavailable>|\[\[)"
+)
+
+
+def _tf_message(error: Exception) -> str:
+    """The line of a TensorFlow error that says what went wrong (a graph error's first
+    line is "Graph execution error:", the message is further down)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    found = [line for line in lines if line and not _TF_NOISE.match(line)]
+    return found[0] if found else type(error).__name__
+
+
 def _why(error: Exception) -> str:
-    """Why the model refused one example, in one line."""
-    text = str(error).strip()
-    first = text.splitlines()[0] if text else type(error).__name__
-    return f"the model refused it: {first[:300]}"
+    """Why the model refused one example, in one line (the missing feature by name)."""
+    missing = _MISSING_FEATURE.search(str(error))
+    if missing:
+        return (
+            f"the model refused it: feature {missing.group(1)} ({missing.group(2)}) is "
+            "missing, and the model's serving signature requires it"
+        )
+    return f"the model refused it: {_tf_message(error)[:300]}"
+
+
+def required_features(model_dir: str) -> list[str]:
+    """The features the model's ``serving_default`` signature requires in every example,
+    found by asking it: an example with none is scored, the feature TensorFlow says is
+    missing added (a value of its type), until it scores or fails otherwise.
+
+    Reading the parse spec from the graph instead would need TensorFlow's private function
+    library (the parsing sits in nested functions); asking is public API and also proves
+    that the model loads and scores, on the launcher, before any job starts.
+
+    Raises:
+      Exception: the SavedModel does not load, or its signature is not one string input
+        (:meth:`SavedModelHandler.load_model`).
+    """
+    import tensorflow as tf
+
+    loaded = SavedModelHandler(model_dir).load_model()
+    example = tf.train.Example()
+    needed: list[str] = []
+    while True:
+        try:
+            _predict(loaded, [example.SerializeToString()])
+            return needed
+        except Exception as e:  # noqa: BLE001 - TensorFlow's parsing error names the feature
+            missing = _MISSING_FEATURE.search(str(e))
+            if missing is None or missing.group(1) in needed:
+                return needed
+        name, dtype = missing.groups()
+        needed.append(name)
+        feature = example.features.feature[name]
+        if dtype == "float":
+            feature.float_list.value.append(0.0)
+        elif dtype == "int64":
+            feature.int64_list.value.append(0)
+        else:
+            feature.bytes_list.value.append(b"")
 
 
 def _predict(model: _Loaded, batch: Sequence[bytes]) -> list:
@@ -200,7 +262,7 @@ class _RouteFailedBatch(beam.DoFn):
 
     def process(self, failed):
         batch, error = failed
-        reason = f"the model could not score its batch: {str(error).strip()[:300]}"
+        reason = f"the model could not score its batch: {_tf_message(error)[:300]}"
         for example in batch if isinstance(batch, (list, tuple)) else [batch]:
             self._refused.inc()
             yield _rejected(example, _Refused(reason))

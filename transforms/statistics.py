@@ -34,10 +34,10 @@ Per feature it computes what TFDV's basic statistics hold:
 A column missing from a batch counts as missing in that batch's rows, and a null list as
 missing in its row; an empty list is present with zero values.
 
-One concept, hence one module of about 800 lines: the statistics of one split, from the
-accumulator a batch is added to, through the merge of accumulators, to the proto (with
-the histograms estimated from the accumulator's sketches) and its ``FeatureStats.pb``
-file. Every part reads and writes the same per-feature accumulator
+One concept, hence one module of about 850 lines: the statistics of one split, from the
+accumulator a batch is added to, through the merge of accumulators, to the proto and its
+``FeatureStats.pb`` file (the histograms estimated from the accumulator's sketches are
+:mod:`transforms.histograms`). Every part reads and writes the same per-feature accumulator
 (``_FeatureAccumulator``), so splitting them would spread one data structure's fields
 over several modules.
 
@@ -71,9 +71,16 @@ from tfx_bsl import sketches
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from transforms.histograms import (
+    CDF_STAT,
+    equi_width_histogram,
+    quantile_buckets,
+    quantiles_histogram,
+)
 from transforms.metrics import NAMESPACE
 
 __all__ = [
+    "CDF_STAT",
     "GenerateStatistics",
     "WriteStatisticsState",
     "state_num_examples",
@@ -86,8 +93,6 @@ __all__ = [
 # is within 1% of the number of values of the true one.
 _QUANTILES_EPS = 0.01
 _QUANTILES_MAX_ELEMENTS = 2**32
-# Number of fine quantiles the equal-width histogram is interpolated from.
-_FINE_QUANTILES = 1000
 # TFDV's placeholders in top values / rank histograms for values it cannot show as text.
 _INVALID_UTF8_PLACEHOLDER = "__BYTES_VALUE__"
 _LARGE_BYTES_PLACEHOLDER = "__LARGE_BYTES__"
@@ -465,6 +470,10 @@ class _StatisticsCombineFn(beam.CombineFn):
         else:
             common = proto.num_stats.common_stats
             self._numeric_stats(feature, proto.num_stats)
+            if feature.values_sketch is not None and feature.num_items > feature.num_nan:
+                proto.custom_stats.add(
+                    name=CDF_STAT, histogram=quantile_buckets(feature.values_sketch)
+                )
         common.num_non_missing = feature.num_non_missing
         common.num_missing = num_examples - feature.num_non_missing
         common.tot_num_values = feature.tot_num_values
@@ -473,7 +482,7 @@ class _StatisticsCombineFn(beam.CombineFn):
             common.max_num_values = feature.max_num_values
             common.avg_num_values = feature.tot_num_values / feature.num_non_missing
             common.num_values_histogram.CopyFrom(
-                _quantiles_histogram(
+                quantiles_histogram(
                     feature.num_values_sketch, self._num_quantiles, feature.num_non_missing
                 )
             )
@@ -496,9 +505,9 @@ class _StatisticsCombineFn(beam.CombineFn):
         median = feature.values_sketch.GetQuantiles(2).flatten().to_numpy()
         proto.median = float(median[1])
         quantiles.MergeFrom(
-            _quantiles_histogram(feature.values_sketch, self._num_quantiles, num_values)
+            quantiles_histogram(feature.values_sketch, self._num_quantiles, num_values)
         )
-        standard.MergeFrom(_equi_width_histogram(feature, self._num_histogram_buckets, num_values))
+        standard.MergeFrom(equi_width_histogram(feature, self._num_histogram_buckets, num_values))
 
     def _string_stats(
         self, feature: _FeatureAccumulator, proto: statistics_pb2.StringStatistics
@@ -520,75 +529,6 @@ def _count_invalid_utf8(values: pa.Array) -> int:
         except UnicodeDecodeError:
             invalid += count
     return invalid
-
-
-def _quantiles_histogram(
-    sketch: sketches.QuantilesSketch, num_buckets: int, total: float
-) -> statistics_pb2.Histogram:
-    """Equal-mass buckets between consecutive quantiles (TFDV's QUANTILES histogram)."""
-    histogram = statistics_pb2.Histogram(type=_Histogram.QUANTILES)
-    bounds = sketch.GetQuantiles(num_buckets).flatten().to_numpy()
-    for low, high in zip(bounds[:-1], bounds[1:], strict=True):
-        histogram.buckets.add(
-            low_value=float(low), high_value=float(high), sample_count=total / num_buckets
-        )
-    return histogram
-
-
-def _equi_width_histogram(
-    feature: _FeatureAccumulator, num_buckets: int, total: int
-) -> statistics_pb2.Histogram:
-    """Equal-width buckets over the finite range, estimated from the quantiles sketch.
-
-    The sketch gives, at ``_FINE_QUANTILES + 1`` points, the number of values <= each
-    point. Between two consecutive distinct points the values are taken as spread evenly,
-    except where a point repeats among the quantiles: that value carries the whole gap's
-    mass (a point mass, e.g. the 0s and 1s of a label). Each bucket is [low, high) as in
-    numpy, the last one closed; -inf/+inf values land in the first/last bucket, whose
-    edge then reads -inf/+inf.
-    """
-    histogram = statistics_pb2.Histogram(type=_Histogram.STANDARD)
-    low, high = feature.finite_min, feature.finite_max
-    if feature.finite_count == 0 or low == high:
-        bucket_low = (
-            -math.inf if feature.num_neg_inf else (low if feature.finite_count else feature.min)
-        )
-        bucket_high = (
-            math.inf if feature.num_pos_inf else (high if feature.finite_count else feature.max)
-        )
-        histogram.buckets.add(low_value=bucket_low, high_value=bucket_high, sample_count=total)
-        return histogram
-    points, cumulative = feature.values_sketch.GetQuantilesAndCumulativeWeights(_FINE_QUANTILES)
-    points = points.flatten().to_numpy()
-    cumulative = cumulative.flatten().to_numpy()
-    distinct, first, repeats = np.unique(points, return_index=True, return_counts=True)
-    # Cumulative weight at the last occurrence of each distinct point.
-    at_point = cumulative[first + repeats - 1]
-    mass = np.diff(at_point, prepend=0.0)
-    previous = np.concatenate([[distinct[0]], distinct[:-1]])
-    edges = np.linspace(low, high, num_buckets + 1)
-    inner = edges[1:-1, None]
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        span = distinct - previous  # inf - inf is nan: such a gap is an atom below
-        atom = (repeats > 1) | ~np.isfinite(previous) | ~np.isfinite(distinct) | ~(span > 0)
-        atom[0] = True
-        fraction = np.where(
-            atom,
-            (distinct < inner).astype(np.float64),
-            np.clip((inner - previous) / np.where(atom, 1.0, span), 0.0, 1.0),
-        )
-    below = fraction @ mass  # values < each inner edge
-    cumulative_at_edges = np.concatenate([[0.0], below, [float(total)]])
-    counts = np.maximum(np.diff(cumulative_at_edges), 0.0)
-    for i, count in enumerate(counts):
-        bucket_low = -math.inf if (i == 0 and feature.num_neg_inf) else float(edges[i])
-        bucket_high = (
-            math.inf if (i == num_buckets - 1 and feature.num_pos_inf) else float(edges[i + 1])
-        )
-        histogram.buckets.add(
-            low_value=bucket_low, high_value=bucket_high, sample_count=float(count)
-        )
-    return histogram
 
 
 def _string_value_counts(batch: pa.RecordBatch) -> Iterator[tuple[tuple[str, bytes], int]]:

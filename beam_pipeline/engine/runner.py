@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import first_line, user_error
+from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.contents import changed, describe
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
@@ -193,7 +194,7 @@ class _Scheduler:
         self.done: set[int] = set()
         self.running: dict[int, _Running] = {}
         self.errors: dict[int, BaseException] = {}
-        self.halted = False
+        self.halted = ""  # why a stage stopped the run, once one did
         self.ended: queue.Queue[int] = queue.Queue()
         # Rows per stage index: the summary lists them in graph order, whatever the order
         # in which the stages ended.
@@ -216,6 +217,11 @@ class _Scheduler:
             raise
         if self.errors:
             raise self.errors[min(self.errors)]
+        for index, stage in enumerate(self.graph):  # each stage the halt kept from running
+            if self.halted and index not in self.rows:
+                row = StageReport(stage.name, StageStatus.SKIPPED, note=self.halted)
+                self._add_rows(index, [row])
+                _announce(self.ctx, [row])
 
     # Starting.
 
@@ -305,7 +311,8 @@ class _Scheduler:
                 run.stage.name,
                 ", ".join(f"{k}={v}" for k, v in sorted(given.items())),
             )
-        run.ctx.events.stage_started(run.stage.name, run.stage.progress)
+        if not run.stage.skip_reason(run.ctx, run.inputs):  # a skip is shown once, as it ends
+            run.ctx.events.stage_started(run.stage.name, run.stage.progress)
 
     # Ending.
 
@@ -325,7 +332,8 @@ class _Scheduler:
         _announce(ctx, shown)
         if result.halt:
             self.records.stop(stage.name, None, result.reports)
-            self.halted = True
+            note = result.reports[0].note if result.reports else ""
+            self.halted = f"not run: {stage.name} stopped the run" + (f" ({note})" * bool(note))
             return
         execution = Execution(
             stage=stage.name,
@@ -471,7 +479,7 @@ def _resolve(
             inputs[spec.type] = found[0]
         if spec.key is not None:
             built_from[spec.key] = found[1] if found is not None else None
-    built_from.update(stage.parameters(ctx))
+    built_from.update(stage.key_parameters(ctx))
     # Artifacts of earlier runs found in the store (Stage.resolved_inputs): by type and uri.
     resolved = stage.resolved_inputs(ctx)
     for artifact in resolved:
@@ -594,7 +602,9 @@ def _run(
     )
     started = time.time()
     try:
-        result = stage.run(ctx, inputs, Outputs(run_dir, staging))
+        # A stage of the user's own (--graph) runs here, in the launcher.
+        with exit_refused(f"stage {stage.name}'s run", "return its StageResult or raise"):
+            result = stage.work(ctx, inputs, Outputs(run_dir, staging))
     except StageFailed as failed:
         for artifact, folder in staging.items():
             if artifact in failed.publish:

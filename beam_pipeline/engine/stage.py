@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
+from beam_pipeline.core.settings import settings_of
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
 from beam_pipeline.engine.events import RunEvents
@@ -321,6 +322,46 @@ class Stage(abc.ABC):
         """The settings (JSON values) its outputs depend on besides its inputs: its key's."""
         return {}
 
+    # The field of a stage's Config that switches it off: a ``switch`` setting named
+    # ``enabled`` (``--no_<flag>``, the YAML key ``<flag>: false``).
+    SWITCH: ClassVar[str] = "enabled"
+
+    def switch_flag(self) -> Optional[str]:
+        """The flag of its switch (``--no_<flag>`` turns it off); None: it declares none."""
+        if self.Config is None or not self.config_key:
+            return None
+        for name, declared in settings_of(self.Config):
+            if name == self.SWITCH and declared.kind == "switch":
+                return declared.flag
+        return None
+
+    def switched_on(self, config: PipelineConfig) -> Optional[bool]:
+        """Whether its switch is on in ``config``; None: it declares none."""
+        if self.switch_flag() is None:
+            return None
+        return bool(getattr(getattr(config, self.config_key), self.SWITCH))
+
+    def skip_reason(
+        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
+    ) -> str:
+        """Why it does not run in this run, decided from the settings and which inputs
+        exist alone ("": it runs). The runner then records its skip row without starting
+        it (no "running" line). Default: its switch is off (``--no_<flag>``)."""
+        if self.switched_on(ctx.config) is False:
+            return f"--no_{self.switch_flag()}"
+        return ""
+
+    def key_parameters(self, ctx: StageContext) -> dict[str, Any]:
+        """What its cache key holds besides its inputs' keys: its :meth:`parameters` and,
+        for every stage that has one, its switch. Kept here, not in each stage's
+        ``parameters``: a stage switched off records a skip, which a later run with the
+        switch on must not reuse (a stage that forgot to key it once did)."""
+        params = dict(self.parameters(ctx))
+        on = self.switched_on(ctx.config)
+        if on is not None:
+            params["switched_on"] = on
+        return params
+
     def resolved_inputs(self, ctx: StageContext) -> tuple[TypedArtifact, ...]:
         """Artifacts of earlier runs it reads, found in the metadata store (TFX's Resolver,
         e.g. the Trainer's ``--warm_start`` model): recorded as its inputs, in its key, and
@@ -345,6 +386,21 @@ class Stage(abc.ABC):
         Raises:
           StageFailed: a failure with summary rows; any other exception: a failure without.
         """
+
+    def work(
+        self,
+        ctx: StageContext,
+        inputs: Mapping[type[TypedArtifact], TypedArtifact],
+        out: Outputs,
+    ) -> StageResult:
+        """What the runner calls: the skip row when :meth:`skip_reason` gives one (the same
+        for every stage a setting switched off), else :meth:`run`."""
+        skip = self.skip_reason(ctx, inputs)
+        if skip:
+            from beam_pipeline.engine.summary import StageReport, StageStatus
+
+            return StageResult([StageReport(self.name, StageStatus.SKIPPED, note=skip)])
+        return self.run(ctx, inputs, out)
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
         """Called as soon as the stage ran or was found cached; raises to stop the run.

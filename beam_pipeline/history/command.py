@@ -19,7 +19,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from rich.console import Console
@@ -288,7 +288,8 @@ def _show(console: Console, run: dict) -> None:
 
 def _lineage(console: Console, found: dict) -> None:
     a = found["artifact"]
-    console.print(f"{a['type']} {a['uri']} ({a['state']}, fingerprint {_short(a['fingerprint'])})")
+    state = a["state"] if a.get("exists", True) else f"{a['state']}, then deleted: gone from disk"
+    console.print(f"{a['type']} {a['uri']} ({state}, fingerprint {_short(a['fingerprint'])})")
     _executions(console, "Made by (upstream)", found["upstream"], _base(found["upstream"]))
     _executions(
         console, "Made from it (downstream)", found["downstream"], _base(found["downstream"])
@@ -367,15 +368,27 @@ def _report_line(console: Console, result: dict[str, Any]) -> None:
     console.print(result["report"], soft_wrap=True)
 
 
+def _width(environ: Mapping[str, str]) -> Optional[int]:
+    """The tables' width: a terminal's own (rich reads it, or COLUMNS); into a pipe or a
+    file, COLUMNS or wide rows (nothing there wraps them again). A COLUMNS that is not a
+    positive number is ignored, as rich and shutil ignore it."""
+    if sys.stdout.isatty():
+        return None
+    columns = environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else 200
+
+
 def main(argv: Sequence[str]) -> int:
     """Runs one ``runs`` command; returns the exit code (2 for a user error)."""
     quiet_environment(os.environ)  # before fileio loads TensorFlow: no C++ INFO lines
     args = _parser().parse_args(list(argv))
-    # A terminal's own width (rich reads it, or COLUMNS); into a pipe or file, COLUMNS or
-    # wide rows (nothing there wraps them again).
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
-    console = Console(width=width, highlight=False)
+    console = Console(width=_width(os.environ), highlight=False)
     try:
+        if args.command == "list" and args.limit is not None and args.limit < 1:
+            raise PipelineError(
+                f"runs list --limit {args.limit} is not a number of runs; pass a positive "
+                "number, e.g. --limit 10, or leave --limit out to list every run."
+            )
         with _open(args) as store:
             if args.command == "list":
                 result: Any = views.run_rows(store, args.limit)

@@ -214,7 +214,9 @@ def _summary_status(e: ExecutionRecord, original: Optional[ExecutionRecord]) -> 
     """The status the run's summary gave the stage: a reused execution is ``cached``, but
     a reused stage that was skipped and made nothing stays ``skipped`` there (as in
     :func:`beam_pipeline.engine.runner.run_stages`)."""
-    if e.status is not ExecutionStatus.CACHED or original is None or original.outputs:
+    if e.status is not ExecutionStatus.CACHED:
+        return _execution_status(e)  # the Pusher's and BulkInferrer's skips too
+    if original is None or original.outputs:
         return e.status.value
     reports = original.properties.get("reports") or []
     skipped = bool(reports) and reports[0].get("status") == "skipped"
@@ -258,8 +260,13 @@ def lineage_view(store: MetadataStore, uri: str) -> dict[str, Any]:
             f"No artifact at {uri!r} is recorded in the metadata store {store.url}; pass an "
             "artifact's uri as `runs show RUN` prints it (e.g. <run dir>/schema)."
         )
+    artifact = artifact_view(found.artifact)
+    # The record outlives the folder: say so, not only the state it was recorded in. (A
+    # remote one is not looked up: that takes TensorFlow's filesystems, which the runs
+    # commands do not load.)
+    artifact["exists"] = fileio.is_remote(uri) or fileio.exists(uri)
     return {
-        "artifact": artifact_view(found.artifact),
+        "artifact": artifact,
         "upstream": [execution_view(e) for e in found.upstream],
         "downstream": [execution_view(e) for e in found.downstream],
     }

@@ -76,6 +76,7 @@ class RunStatus(str, enum.Enum):
     RUNNING = "running"
     COMPLETE = "complete"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM or SIGHUP stopped it; resumable
 
 
 # The context types: a run belongs to a pipeline (ML Metadata's parent context).

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -81,7 +82,9 @@ def _format_number(x) -> str:
     n = _number(x)
     if n is None:
         return "-" if x is None else str(x)
-    if n == int(n) and abs(n) < 1e15:
+    # inf/-inf (a float column may hold them) and NaN have no int(): shown as Python
+    # writes them.
+    if math.isfinite(n) and n == int(n) and abs(n) < 1e15:
         return str(int(n))
     return f"{n:.4g}"
 

@@ -127,62 +127,103 @@ def _fit(text: str, room: float) -> str:
     return text if len(text) <= most else text[: most - 1] + "…"
 
 
-def _svg(cls: str, width: int, height: int, body: str) -> str:
+def _svg(cls: str, width: int, height: int, body: str, attributes: str = "") -> str:
     return (
-        f'<svg class="{cls}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'xmlns="http://www.w3.org/2000/svg" font-family="sans-serif">{body}</svg>'
+        f'<svg class="{cls}"{attributes} width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg" '
+        f'font-family="sans-serif">{body}</svg>'
     )
 
 
-def histogram(buckets: Sequence[tuple[float, float, float]], *, width=220, height=70) -> str:
-    """Bars of (low, high, count) buckets, equal widths as Facets draws them."""
+def histogram(buckets: Sequence[tuple[float, float, float]], *, width=300, height=84) -> str:
+    """Bars of (low, high, count) buckets on a value axis."""
     return overlaid_histograms({"": buckets}, width=width, height=height)
 
 
+def _edge(x: float) -> str:
+    """A bucket edge as the SVG's data attributes carry it (``repr``: exact, and ``inf``)."""
+    return repr(float(x))
+
+
 def overlaid_histograms(
-    splits: Mapping[str, Sequence[tuple[float, float, float]]], *, width=260, height=80
+    splits: Mapping[str, Sequence[tuple[float, float, float]]], *, width=300, height=96
 ) -> str:
-    """Each split's (low, high, count) buckets as the share of its rows per bucket, the
-    splits' bars side by side in each bucket (Facets' overlay of train and eval)."""
+    """Each split's (low, high, count) buckets drawn on ONE value axis, overlaid (TFDV's
+    ``visualize_statistics(lhs, rhs)``): a bar spans its bucket's own low to high, its
+    height the split's share of rows per unit of value, so splits bucketed differently
+    (train 0 to 31.8, eval 0 to 8.06) are compared by value, not by bucket position. A
+    zero-width bucket (one value) is a thin bar; an infinite edge reaches a stub past the
+    axis labelled -inf/inf. Each bar carries ``data-low``/``data-high`` (the bucket's
+    edges) and the chart ``data-x0``/``data-x1``/``data-px0``/``data-px1`` (the values at
+    the plot's left and right pixels), so that a browser's layout can be checked against
+    the statistics."""
     splits = {k: v for k, v in splits.items() if v}
     if not splits:
         return ""
-    n = max(len(b) for b in splits.values())
-    share = {
-        name: [c / (sum(c for _, _, c in b) or 1.0) for _, _, c in b] for name, b in splits.items()
-    }
-    top = max(max(s) for s in share.values()) or 1.0
-    slot = width / n
-    bar = max(slot / len(splits) - 0.5, 0.8)
-    base = height - 14 - (12 if len(splits) > 1 else 0)
-    rects = []
+    finite = [e for b in splits.values() for lo, hi, _ in b for e in (lo, hi) if math.isfinite(e)]
+    x0, x1 = _span(min(finite, default=0.0), max(finite, default=1.0))
+    neg = any(lo == -math.inf for b in splits.values() for lo, _, _ in b)
+    pos = any(hi == math.inf for b in splits.values() for _, hi, _ in b)
+    stub = 16
+    px0, px1 = 4 + (stub if neg else 0), width - 4 - (stub if pos else 0)
+    base = height - 26 - (12 if len(splits) > 1 else 0)
+
+    def px(v: float) -> float:
+        if v == -math.inf:
+            return px0 - stub
+        if v == math.inf:
+            return px1 + stub
+        return px0 + (px1 - px0) * (v - x0) / (x1 - x0)
+
+    unit = (x1 - x0) / (px1 - px0)  # value units per pixel
+    bars = []  # (split index, name, low, high, count, share, density)
     for k, (name, buckets) in enumerate(splits.items()):
-        color = _COLORS[k % len(_COLORS)]
-        for i, ((low, high, count), s) in enumerate(zip(buckets, share[name])):
-            h = (base - 2) * s / top
-            label = f"{name}: " if name else ""
-            rects.append(
-                f'<rect x="{i * slot + k * bar:.1f}" y="{base - h:.1f}" width="{bar:.1f}" '
-                f'height="{h:.1f}" fill="{color}"><title>{escape(label)}{_fmt(low)} to '
-                f"{_fmt(high)}: {count:.0f} ({100 * s:.1f}%)</title></rect>"
-            )
-    first = next(iter(splits.values()))
-    lo, hi = first[0][0], first[-1][1]
-    legend = ""
-    if len(splits) > 1:
-        legend = "".join(
-            f'<text x="{width - 4 - 40 * (len(splits) - 1 - k)}" y="{height - 2}" '
-            f'font-size="10" text-anchor="end" fill="{_COLORS[k % len(_COLORS)]}">'
-            f"{escape(name)}</text>"
-            for k, name in enumerate(splits)
+        total = sum(c for _, _, c in buckets) or 1.0
+        for low, high, count in buckets:
+            share = count / total
+            width_px = max(px(high) - px(low), 2.0)
+            bars.append((k, name, low, high, count, share, share / (width_px * unit)))
+    wide = [d for _, _, lo, hi, _, _, d in bars if lo != hi and math.isfinite(lo + hi)]
+    top = max(wide, default=0.0) or max(d for *_, d in bars) or 1.0
+    rects = []
+    for k, name, low, high, count, share, density in bars:
+        left, right = px(low), px(high)
+        if right - left < 2.0:
+            left, right = (left + right) / 2 - 1.0, (left + right) / 2 + 1.0
+        h = (base - 2) * min(density / top, 1.0)
+        label = f"{name}: " if name else ""
+        rects.append(
+            f'<rect class="bp-bucket" data-split="{escape(name)}" data-low="{_edge(low)}" '
+            f'data-high="{_edge(high)}" x="{left:.2f}" y="{base - h:.2f}" '
+            f'width="{right - left:.2f}" height="{h:.2f}" fill="{_COLORS[k % len(_COLORS)]}" '
+            f'fill-opacity="0.5"><title>{escape(label)}{_fmt(low)} to {_fmt(high)}: '
+            f"{count:.0f} ({100 * share:.1f}%)</title></rect>"
         )
+    axis = (
+        f'<line x1="{px(-math.inf) if neg else px0:.1f}" y1="{base}" '
+        f'x2="{px(math.inf) if pos else px1:.1f}" y2="{base}" stroke="#888"/>'
+        f'<text x="{px0:.1f}" y="{base + 11}" font-size="10">{escape(_fmt(x0))}</text>'
+        f'<text x="{px1:.1f}" y="{base + 11}" font-size="10" text-anchor="end">'
+        f"{escape(_fmt(x1))}</text>"
+    )
+    if neg:
+        axis += f'<text x="2" y="{base + 22}" font-size="10">-inf</text>'
+    if pos:
+        axis += f'<text x="{width - 2}" y="{base + 22}" font-size="10" text-anchor="end">inf</text>'
+    legend, x = "", 4.0
+    if len(splits) > 1:
+        for k, name in enumerate(splits):
+            legend += (
+                f'<text x="{x:.1f}" y="{height - 2}" font-size="10" '
+                f'fill="{_COLORS[k % len(_COLORS)]}">{escape(name)}</text>'
+            )
+            x += 6.5 * len(name) + 10
     return _svg(
         "bp-hist",
         width,
         height,
-        "".join(rects) + f'<text x="0" y="{base + 11}" font-size="10">{escape(_fmt(lo))}</text>'
-        f'<text x="{width}" y="{base + 11}" font-size="10" text-anchor="end">'
-        f"{escape(_fmt(hi))}</text>" + legend,
+        "".join(rects) + axis + legend,
+        f' data-x0="{_edge(x0)}" data-x1="{_edge(x1)}" data-px0="{px0:.2f}" data-px1="{px1:.2f}"',
     )
 
 

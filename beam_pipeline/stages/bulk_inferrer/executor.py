@@ -12,16 +12,17 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError, first_line
 from beam_pipeline.core.types import DataFormat, Split
 from beam_pipeline.engine.artifacts import Model, ModelBlessing, Schema, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import files_digest, folder_digest
-from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
+from beam_pipeline.engine.stage import Outputs, StageContext, StageFailed, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.bulk_inferrer.artifacts import (
     InferenceRejectedRows,
@@ -161,6 +162,89 @@ def _model(
     return model.uri, f"this run's blessed model {model.uri}"
 
 
+def _check_model(data: str, model_dir: str, how: str, checked: InferInputs) -> None:
+    """The model loads and scores on the launcher, and the CSV has every column its
+    serving signature requires, before the job (else every row would be refused).
+
+    Raises:
+      PipelineError: it does not load, or a column it needs is missing.
+    """
+    from transforms.bulk_inferrer import required_features
+
+    try:
+        needed = required_features(model_dir)
+    except Exception as e:  # noqa: BLE001 - whatever TensorFlow raises for a bad SavedModel
+        raise PipelineError(
+            f"{how} cannot be loaded as a SavedModel from {model_dir} ({first_line(e)}); pass "
+            f"--infer_model a folder tf.saved_model.save wrote, {BLESSED} or {LATEST_BLESSED}."
+        ) from None
+    # A CSV's columns are known now; a tf.Example's features only per row (a row without
+    # one is rejected, naming it).
+    missing = [name for name in needed if checked.header and name not in checked.header]
+    if missing:
+        raise PipelineError(
+            f"--infer_data {data} has no column {', '.join(missing)}, which the model "
+            f"({how}) reads from every example; add {'it' if len(missing) == 1 else 'them'} "
+            f"to the data (its columns: {', '.join(checked.header)})."
+        )
+
+
+def _with_extra_columns(schema, header: tuple[str, ...]):
+    """The schema the rows are read with: the run's, plus each column it lacks as a string
+    feature. Such a column (a row id, a key) rides along in each PredictionLog's request
+    example, so predictions can be joined back; the model ignores features it does not
+    parse."""
+    extra = [c for c in header if schema is not None and c not in {f.name for f in schema.feature}]
+    if not extra:
+        return schema
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    widened = schema_pb2.Schema()
+    widened.CopyFrom(schema)
+    for column in extra:
+        widened.feature.add(name=column, type=schema_pb2.BYTES)
+    return widened
+
+
+def _check_rejected(ctx: StageContext, out: Outputs, read: int, scored: int, rejected: int):
+    """Fails the stage (the rejected rows published) when no row was read or more than
+    ``--max_rejected_fraction`` of them were rejected, as ExampleGen does."""
+    limit = ctx.config.data.max_rejected_fraction
+    fraction = rejected / read if read else 0.0
+    if read and fraction <= limit:
+        return
+    rejected_dir = out.uri(InferenceRejectedRows)
+    data = ctx.config.bulk_inferrer.data
+    report = StageReport(
+        _STAGE, StageStatus.FAILED, {"all": read}, {"scored": scored}, rejected, 0.0, rejected_dir
+    )
+    if not read:
+        error = PipelineError(f"--infer_data {data} holds no rows to score; add rows to it.")
+    else:
+        error = PipelineError(
+            f"{rejected} of {read} rows of --infer_data ({fraction:.2%}) were rejected, more "
+            f"than --max_rejected_fraction={limit} (first: "
+            f"{_first_rejected(out.folder(InferenceRejectedRows))}); fix those rows (all "
+            f"listed in {rejected_dir}) or raise --max_rejected_fraction."
+        )
+    raise StageFailed(error, [report], publish=(InferenceRejectedRows,))
+
+
+def _first_rejected(rejected_dir: str) -> str:
+    """The first rejected row as 'file:line reason' (a row the reader rejected), or its
+    reason alone (a row the model refused: it was read fine, it has no line of its own)."""
+    first = None
+    for path in fileio.glob(fileio.join(rejected_dir, "rejected-*")):
+        with fileio.open(path) as f:
+            for line in f:
+                row = json.loads(line)
+                key = (row["file"] == "", row["file"], row["line"], row["reason"])
+                first = key if first is None or key < first else first
+    if first is None:
+        return "none"
+    return first[3] if first[0] else f"{first[1]}:{first[2]} {first[3]}"
+
+
 def parameters(ctx: StageContext) -> dict[str, Any]:
     """The stage's cache-key parameters: the files to score and the model by content."""
     from transforms.example_gen.input_files import resolve_input_files
@@ -204,10 +288,15 @@ def run(
     if model_dir is None:
         note = f"not scored: {how}"
         return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note=note)])
+    _check_model(b.data, model_dir, how, checked)
     schema = inputs.get(Schema)
+    schema = read_schema(schema.file) if schema is not None else user_schema(ctx.config)
+    if checked.data_format is DataFormat.TFRECORD:
+        # tf.Examples are scored as they are, every feature kept (the schema's decoder
+        # would drop those it does not list, a key column among them).
+        schema = None
     settings = eg.ReadSettings(
-        csv=csv_format(ctx.config),
-        schema=read_schema(schema.file) if schema is not None else user_schema(ctx.config),
+        csv=csv_format(ctx.config), schema=_with_extra_columns(schema, checked.header)
     )
     staging = {a: out.folder(a) for a in (InferenceResult, InferenceRejectedRows)}
     if b.output_examples:
@@ -233,6 +322,7 @@ def run(
             f"The BulkInferrer lost rows: read {read}, scored {scored}, rejected {rejected}"
         )
     rejected_dir = out.uri(InferenceRejectedRows)
+    _check_rejected(ctx, out, read, scored, rejected)
     notes = [f"{scored} rows scored with {how}"]
     if rejected:
         notes.append(f"{rejected} rejected rows listed in {rejected_dir}")

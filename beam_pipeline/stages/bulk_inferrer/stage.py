@@ -94,6 +94,11 @@ class BulkInferrerStage(Stage):
         # The new examples and the model, checked now rather than after the training.
         executor.check_infer_inputs(run.config, csv_format(run.config))
 
+    def skip_reason(
+        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
+    ) -> str:
+        return "" if ctx.config.bulk_inferrer.data else "no --infer_data"
+
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         from beam_pipeline.stages.bulk_inferrer import executor
 

@@ -15,12 +15,24 @@ from beam_pipeline.core import fileio
 from beam_pipeline.engine.artifacts import Anomalies
 from beam_pipeline.engine.report_sections import ReportView
 
-__all__ = ["read_anomalies", "split_order"]
+__all__ = ["DRIFT_BASELINE_FILE", "drift_baseline", "read_anomalies", "split_order"]
+
+# In the Anomalies artifact, where drift was checked: the baseline's statistics folder.
+DRIFT_BASELINE_FILE = "drift_baseline.txt"
 
 
 def split_order(split: str) -> tuple[int, str]:
     """Sorts split folders as a reader expects them: train, eval, test, then the others."""
     return ({"train": 0, "eval": 1, "test": 2}.get(split, 3), split)
+
+
+def drift_baseline(view: ReportView) -> str:
+    """The statistics folder this run's drift was checked against ("" where it was not)."""
+    if not view.published(Anomalies) or not fileio.exists(
+        view.path(Anomalies, DRIFT_BASELINE_FILE)
+    ):
+        return ""
+    return view.read_text(Anomalies, DRIFT_BASELINE_FILE).strip()
 
 
 def read_anomalies(view: ReportView) -> tuple[list[dict], str]:

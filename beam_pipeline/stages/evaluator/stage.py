@@ -113,6 +113,13 @@ class EvaluatorStage(Stage):
             "baseline": e.baseline,
         }
 
+    def skip_reason(
+        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
+    ) -> str:
+        if Model not in inputs:
+            return "no model was trained"
+        return super().skip_reason(ctx, inputs)
+
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:

@@ -73,6 +73,7 @@ def statistics_section(view: ReportView) -> ReportSection:
                 entry["splits"][split] = _feature_stats(feature, dataset.num_examples)
     if not features:
         return section
+    baseline = _drift_baseline(section, view)
     anomalous: dict[str, list[str]] = {}
     try:  # the marks only: the Validation's section says when its file is unreadable
         rows = read_anomalies(view)[0] if view.published(Anomalies) else []
@@ -86,17 +87,65 @@ def statistics_section(view: ReportView) -> ReportSection:
     hist = {
         name: overlaid_histograms(
             {
-                split: stats.get("histogram") or []
-                for split, stats in feature["splits"].items()
-                if stats.get("histogram")
+                **{
+                    split: stats.get("histogram") or []
+                    for split, stats in feature["splits"].items()
+                    if stats.get("histogram")
+                },
+                **{
+                    f"baseline {split}": stats.get("histogram") or []
+                    for split, stats in baseline.get(name, {}).items()
+                    if stats.get("histogram")
+                },
             }
         )
         for name, feature in features.items()
     }
-    data = {"splits": splits, "features": features, "anomalous": anomalous}
+    for name, feature in features.items():
+        # This run's splits, then (where drift was checked) the baseline's train.
+        feature["rows"] = [(split, feature["splits"].get(split)) for split in splits]
+        if baseline:
+            feature["rows"].append(("baseline train", baseline.get(name, {}).get("train")))
+    data = {
+        "splits": splits,
+        "features": features,
+        "anomalous": anomalous,
+        "baseline": baseline.get("", ""),
+    }
     values = {"data": data, "plots": {"hist": hist}}
     section.parts.append(Fragment("beam_pipeline.stages.example_gen", "report.html", values))
     return section
+
+
+def _drift_baseline(section: ReportSection, view: ReportView) -> dict[str, dict]:
+    """The drift baseline's statistics, drawn beside this run's (TFDV's
+    ``visualize_statistics(lhs, rhs)``): feature -> split -> statistics, and under ""
+    the baseline's folder; empty where drift was not checked."""
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    from beam_pipeline.stages.common.anomalies_file import drift_baseline
+
+    try:
+        where = drift_baseline(view)
+    except Exception:  # noqa: BLE001 - the Validation's section says when it is unreadable
+        return {}
+    if not where:
+        return {}
+    out: dict[str, dict] = {"": where}
+    # Drift compares the train split (the Validation stage's rule).
+    path = fileio.join(where, "train", "FeatureStats.pb")
+    try:
+        stats = statistics_pb2.DatasetFeatureStatisticsList()
+        with fileio.open(path, "rb") as f:
+            stats.ParseFromString(f.read())
+    except Exception as e:  # noqa: BLE001 - a report never fails the run
+        section.missing.append(f"the drift baseline's statistics {path}: not readable ({e})")
+        return {}
+    for dataset in stats.datasets[:1]:
+        for feature in dataset.features:
+            name = ".".join(feature.path.step) or feature.name
+            out.setdefault(name, {})["train"] = _feature_stats(feature, dataset.num_examples)
+    return out
 
 
 def _feature_stats(feature, num_examples: int) -> dict[str, Any]:

@@ -97,6 +97,13 @@ class InfraValidatorStage(Stage):
             params.update(endpoint=e.serving_endpoint, model_name=e.serving_model_name)
         return params
 
+    def skip_reason(
+        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
+    ) -> str:
+        if Model not in inputs:
+            return "no model was trained"
+        return super().skip_reason(ctx, inputs)
+
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:

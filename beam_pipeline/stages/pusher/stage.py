@@ -67,6 +67,11 @@ class PusherStage(Stage):
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         return {"destination": ctx.config.pusher.destination}
 
+    def skip_reason(
+        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
+    ) -> str:
+        return "no model was trained" if Model not in inputs else ""
+
     def run(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
     ) -> StageResult:

@@ -89,6 +89,11 @@ def run(
     outputs = ()
     if report.status in (StageStatus.OK, StageStatus.CACHED):
         outputs = (out.artifact(Model), out.artifact(ModelRun))
+        start = config.trainer.base_model
+        if start:  # the summary says what it trained from, not only `runs lineage`
+            by = f"--warm_start={base.properties['warm_start']}" if base else "--base_model"
+            report.note = f"{report.note}; warm-started from {start} ({by})"
+            report.details["warm_start"] = {"model": start, "by": by}
     return StageResult([report], outputs=outputs)
 
 

@@ -44,10 +44,10 @@ def _custom_config(value: Any) -> str:
 class TrainerConfig:
     """Settings of the training stage (TFX's TrainArgs/EvalArgs and more).
 
-    ``mixed_precision``: a TrainSpec's model computes in float16 on GPUs, bfloat16 on CPUs
-    (training and tuning); a ``run_fn`` gets the policy's name in ``fn_args.mixed_precision``
-    (see :mod:`trainer.precision`). ``timeout`` is not part of the run's identity: how long
-    one may wait changes no result.
+    ``mixed_precision``: the model computes in float16 on GPUs, bfloat16 on CPUs (a
+    TrainSpec's in training and tuning; a ``run_fn``'s under Keras's global policy, named in
+    ``fn_args.mixed_precision``; see :mod:`trainer.precision`). ``timeout`` is not part of
+    the run's identity: how long one may wait changes no result.
     """
 
     enabled: bool = setting(
@@ -98,7 +98,7 @@ class TrainerConfig:
     mixed_precision: bool = setting(
         False,
         flag="mixed_precision",
-        help="Train in float16 on GPUs, bfloat16 on CPUs (TrainSpec; fn_args.mixed_precision).",
+        help="Train in float16 on GPUs, bfloat16 on CPUs (a TrainSpec or run_fn model).",
         kind="switch",
     )
     warm_start: Optional[str] = setting(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, transform_error
+from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.core.types import Split
 from beam_pipeline.engine.artifacts import (
     Examples,
@@ -80,14 +81,21 @@ def build_transform_pipeline(
     transform = TransformExamples(
         examples, schema, preprocessing_fn, cache_dir, fingerprint, train_datasets=train_datasets
     )
-    try:
-        result = p | "Transform" >> transform
-    except Exception as e:  # noqa: BLE001  tf.Transform traces the user's function here
-        raise PipelineError(
-            f"preprocessing_fn in {module_path} raised {type(e).__name__}: {e}; fix the "
-            "function (its inputs are the features of schema.pbtxt, optional ones as "
-            "SparseTensor)."
-        ) from e
+    # tf.Transform traces the user's function here, in the launcher.
+    with exit_refused(
+        f"preprocessing_fn in {module_path}, traced by tf.Transform,",
+        "remove that call (the function returns its outputs; raise an exception to stop)",
+    ):
+        try:
+            result = p | "Transform" >> transform
+        except PipelineError:
+            raise
+        except Exception as e:  # noqa: BLE001  an error of the user's function
+            raise PipelineError(
+                f"preprocessing_fn in {module_path} raised {type(e).__name__}: {e}; fix the "
+                "function (its inputs are the features of schema.pbtxt, optional ones as "
+                "SparseTensor)."
+            ) from e
     _ = result.transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(graph_dir)
     for split in examples:
         _ = result.transformed[split] | f"Write[{split.value}]" >> WriteTransformedExamples(
@@ -203,9 +211,14 @@ def run(
     transformed = out.artifact(
         TransformedExamples, split_names=[s.value for s in splits], rows=rows
     )
+    shown = cache_note
+    if "reused" in cache_note and "Transform" in config.no_cache:
+        # --no_cache reruns the stage; the analyzer cache is tf.Transform's own, with its
+        # own switch: said, so that "reused" after --no_cache is not read as a stage reused.
+        shown += "; --no_cache reran Transform, not its analyzers: --no_analyzer_cache does"
     note = (
         f"transformed examples in {transformed.uri}",
-        f"analyzer cache {cache_note}",
+        f"analyzer cache {shown}",
         job_note(job),
     )
     report = StageReport(

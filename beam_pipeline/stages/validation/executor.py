@@ -77,17 +77,15 @@ def run(
     out: Outputs,
 ) -> StageResult:
     """The stage's run: Statistics + Schema -> Anomalies (and the blocking verdict)."""
+    from beam_pipeline.stages.common.anomalies_file import DRIFT_BASELINE_FILE
     from beam_pipeline.stages.common.schema_file import read_schema
     from beam_pipeline.stages.validation.anomalies import (
         blocking_anomalies,
         format_anomalies,
         is_blocking,
     )
-    from beam_pipeline.stages.validation.checks import (
-        compare_distributions,
-        merge_anomalies,
-        validate_statistics,
-    )
+    from beam_pipeline.stages.validation.checks import merge_anomalies, validate_statistics
+    from beam_pipeline.stages.validation.distances import compare_distributions
     from transforms.statistics import read_statistics
 
     statistics = inputs[Statistics]
@@ -108,6 +106,9 @@ def run(
                 if fileio.exists(fileio.join(where, s.value, "FeatureStats.pb"))
             }
             notes.append(f"drift checked against {where}")
+            # For the report, which draws the baseline's distributions beside this run's.
+            with fileio.open(fileio.join(tmp, DRIFT_BASELINE_FILE), "wb") as f:
+                f.write(where.encode("utf-8"))
     skew = _compares(schema, "skew_comparator", d.skew_threshold)
     texts, by_split = [], {}
     for split, split_stats in stats.items():
