@@ -218,3 +218,43 @@ def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(run):
     assert "Tuner: ok" in proc.stdout and "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
     assert _tree(tmp) == before
     assert not os.path.exists(root / "tmp")
+
+
+_PLANTS = ["writable by others", "a link to another folder", "another user's"]
+
+
+@pytest.mark.parametrize("plant", _PLANTS)
+def test_a_worker_never_unpacks_into_a_folder_it_does_not_own_alone(tmp_path, plant):
+    """What a worker does in a run (fetch_module_folder and fetch_staged_module under the
+    run's temporary folder, run_temp_dir's), with the folder it would unpack into planted
+    first, the staged module's digests in it holding other code."""
+    from beam_pipeline.core.module_staging import fetch_module_folder, fetch_staged_module
+    from beam_pipeline.runtime.scratch import run_temp_dir
+
+    (tmp_path / "project").mkdir()
+    module = tmp_path / "project" / "m.py"
+    module.write_text("REAL = True\n")
+    staged = bundle_module_file(str(module)).stage(str(tmp_path / "run"))
+    with run_temp_dir(str(tmp_path / "root")) as tmp:
+        cache = os.path.join(tmp, f"beam_pipeline_modules-{os.getuid()}")
+        planted = tmp_path / "planted" if plant == "a link to another folder" else cache
+        for digest in (staged.sha256, staged.folder_sha256):
+            os.makedirs(os.path.join(planted, digest))
+            with open(os.path.join(planted, digest, "m.py"), "w") as f:
+                f.write("REAL = False\n")
+        if plant == "writable by others":
+            os.chmod(cache, 0o777)
+        elif plant == "a link to another folder":
+            os.chmod(planted, 0o700)
+            os.symlink(planted, cache)
+        elif os.geteuid() == 0:  # another user's: only root can give a folder away
+            os.chown(cache, 65534, 65534)
+            os.chmod(cache, 0o755)
+        else:
+            pytest.skip("giving a folder to another user needs root")
+        folder = fetch_module_folder(staged.folder_archive, staged.folder_sha256)
+        copy = fetch_staged_module(staged.path, staged.sha256)
+        for path in (os.path.join(folder, "m.py"), copy):
+            assert not os.path.realpath(path).startswith(os.path.realpath(planted)), path
+            with open(path) as f:
+                assert f.read() == "REAL = True\n"
