@@ -6,10 +6,11 @@
 #   beam_pipeline_test*, where tests/test_metadata_server.py puts the metadata store
 #   (postgresql://...@127.0.0.1:5432, mysql://...@127.0.0.1:3306); PostgreSQL also
 #   takes TLS (a self-signed certificate).
-# A test whose program or server is missing is skipped, saying why. Needs root and apt-get
-# (Debian/Ubuntu); elsewhere it says so and does nothing. Never fails: the rest of the
-# suite runs either way. Safe to run again (installs only what is missing, starts only
-# what is down).
+# A test whose program or server is missing is skipped, saying why; under .ci/run
+# (BEAM_PIPELINE_TEST_REQUIRE_SERVICES=1) it fails instead, naming it. Needs root and
+# apt-get (Debian/Ubuntu); elsewhere it says so and does nothing. Never fails itself: the
+# tests that need what it could not start say so. Safe to run again (installs only what
+# is missing, starts only what is down).
 # Usage: sh scripts/test_deps.sh
 LOG=/tmp/beam-pipeline-test-deps.log
 DB_USER=beam_pipeline
@@ -33,7 +34,7 @@ if [ -n "$missing" ]; then
   if ! { timeout 300 apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq $missing; } \
     >>"$LOG" 2>&1; then
-    echo "test deps: apt-get could not install$missing (see $LOG); the tests that need them will be skipped"
+    echo "test deps: apt-get could not install$missing (see $LOG); the tests that need them will be skipped (fail in CI)"
   fi
 else
   echo "test deps: chromium, PostgreSQL and MariaDB are installed"
@@ -76,7 +77,7 @@ EOF
   then
     echo "test deps: PostgreSQL $1 is running on port $3 (user $DB_USER, database $DB_NAME)"
   else
-    echo "test deps: could not start PostgreSQL or create its test user (see $LOG); its tests will be skipped"
+    echo "test deps: could not start PostgreSQL or create its test user (see $LOG); its tests will be skipped (fail in CI)"
   fi
 fi
 
@@ -95,7 +96,7 @@ EOF
   then
     echo "test deps: MariaDB is running (user $DB_USER, database $DB_NAME)"
   else
-    echo "test deps: could not start MariaDB or create its test user (see $LOG); its tests will be skipped"
+    echo "test deps: could not start MariaDB or create its test user (see $LOG); its tests will be skipped (fail in CI)"
   fi
 fi
 exit 0

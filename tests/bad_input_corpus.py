@@ -55,7 +55,7 @@ class Case:
     # Relative path -> text or bytes, written under the case's folder ``{d}``.
     files: Mapping[str, str | bytes]
     # The CLI's arguments; ``{d}`` is the case's folder. The test adds --pipeline_root
-    # and --no_progress.
+    # (and --no_progress to a run, not to a ``runs`` command).
     args: tuple[str, ...]
     exit: int
     # A regular expression searched in the one sentence (after "error: "); ``{d}`` is the
@@ -64,6 +64,8 @@ class Case:
     left: Left = Left.NOTHING
     # The issue item that will make this row pass; the row is a strict xfail until then.
     pending: str = ""
+    # Environment variables set for the run (e.g. the terminal's COLUMNS).
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def argv(self, folder: str) -> list[str]:
         return [a.replace("{d}", folder) for a in self.args]
@@ -492,6 +494,23 @@ CASES: tuple[Case, ...] = (
         2,
         r"^--input_splits train={d}/span-\{SPAN\}/d\.csv has \{SPAN\}, which only --data "
         r"reads; name each split's files without it",
+    ),
+    Case(
+        "input-splits-with-span",
+        {"s1/data.csv": CSV},
+        ("--input_splits=train={d}/s{SPAN}/data.csv,eval={d}/s1/data.csv",),
+        2,
+        r"--input_splits",
+        pending="issue 42 item 8 (the error names --data, which was not given)",
+    ),
+    Case(
+        "runs-list-columns-not-a-number",
+        {},
+        ("runs", "list"),
+        2,
+        r"No metadata store at ",
+        env={"COLUMNS": "wide"},
+        pending="issue 42 item 9 (a ValueError traceback today)",
     ),
 )
 

@@ -47,12 +47,16 @@ def _assert_left(root, left: Left, sentence: str) -> None:
 
 
 @pytest.mark.parametrize("case", _params())
-def test_bad_input(tmp_path, capsys, case: Case):
+def test_bad_input(tmp_path, capsys, monkeypatch, case: Case):
     folder = tmp_path / "in"
     folder.mkdir()
     _write(folder, case.files)
     root = tmp_path / "root"
-    argv = [*case.argv(str(folder)), f"--pipeline_root={root}", "--no_progress"]
+    argv = [*case.argv(str(folder)), f"--pipeline_root={root}"]
+    if case.args[0] != "runs":
+        argv.append("--no_progress")
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
     cwd = os.getcwd()
     os.chdir(folder)  # a relative default (pipeline_runs/) would land here, and be seen
     try:

@@ -12,7 +12,7 @@ import sys
 from html import unescape as html_unescape
 
 import pytest
-from conftest import PENGUIN_DIR, PENGUIN_FEATURES
+from conftest import PENGUIN_DIR, PENGUIN_FEATURES, service_missing
 from test_cli import MODULE, _run_dir, _summary
 
 from beam_pipeline import cli
@@ -594,11 +594,21 @@ def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypat
 
 # Debian's chromium package (see docs/development.md); the report's rendering is checked in it.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no chromium on PATH: install Debian's package (apt-get install -y chromium) to "
-    "render the run report in a headless browser",
-)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium's path. Session-scoped: set up (skipping or failing the test, see
+    conftest.service_missing) before a test's module-scoped runs, which it would waste."""
+    if CHROMIUM is None:
+        service_missing(
+            "no chromium on PATH: install Debian's package (apt-get install -y chromium) to "
+            "render the run report in a headless browser"
+        )
+    return CHROMIUM
+
+
+needs_chromium = pytest.mark.usefixtures("chromium")
 
 
 def _render_in_chromium(page: str, tmp_path, screenshot: str) -> tuple[str, list[str]]:

@@ -12,7 +12,7 @@ import json
 import os
 
 import pytest
-from conftest import PENGUIN_DIR
+from conftest import PENGUIN_DIR, read_examples
 
 from beam_pipeline import cli
 
@@ -75,6 +75,8 @@ def test_a_deleted_eval_split_is_not_reused(trained_root):
     root = trained_root
     eval_split = os.path.join(root, "runs", "a", "examples", "eval")
     (shard,) = (os.path.basename(p) for p in glob.glob(os.path.join(eval_split, "*")))
+    # The rows the Evaluator must read: the eval split's, counted in its file.
+    eval_rows = len(read_examples(os.path.join(eval_split, "*")))
     for name in os.listdir(eval_split):
         os.remove(os.path.join(eval_split, name))
     os.rmdir(eval_split)
@@ -88,7 +90,8 @@ def test_a_deleted_eval_split_is_not_reused(trained_root):
         f"run a's examples changed since it was published (eval/{shard} is missing); recomputed"
     )
     assert summary["Evaluator"]["status"] == "ok"
-    assert summary["Evaluator"]["rows_in"] == {"eval": 105}
+    assert summary["Evaluator"]["rows_in"] == {"eval": eval_rows}
+    assert len(read_examples(os.path.join(root, "runs", "e", "examples", "eval", "*"))) == eval_rows
 
 
 def test_a_truncated_examples_file_is_not_reused(tmp_path):

@@ -11,7 +11,8 @@ concurrent writers: the DDL, locking and isolation that differ). The servers are
 ``scripts/test_deps.sh`` installs and starts as root (a user ``beam_pipeline`` that may
 create ``beam_pipeline_test*`` databases); another server can be named by its URL in
 BEAM_PIPELINE_TEST_POSTGRESQL_URL / BEAM_PIPELINE_TEST_MYSQL_URL. A
-test whose server cannot be reached is skipped, saying so.
+test whose server cannot be reached is skipped, saying so (in CI it fails: see
+conftest.service_missing).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sqlalchemy as sa
 import test_metadata_store as store_api
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import PENGUIN_DIR
+from conftest import PENGUIN_DIR, service_missing
 from test_metadata_schema import _WRITER, HEAD, check_0003_runs_upgraded, write_0003_runs
 
 from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
@@ -94,7 +95,7 @@ def _admin_engine(backend: str) -> tuple[sa.engine.Engine, sa.engine.URL]:
     except sa.exc.DBAPIError as e:
         engine.dispose()
         reason = str(getattr(e, "orig", e)).splitlines()[0]
-        pytest.skip(
+        service_missing(
             f"no {backend} server at {url.render_as_string(hide_password=True)} ({reason}): "
             f"`sh scripts/test_deps.sh` as root installs and starts one, or set {variable}"
         )
@@ -330,7 +331,9 @@ def test_libpq_sslmode_on_pg8000_connects_over_tls(server, tmp_path):
     try:
         with engine.connect() as conn:
             if conn.exec_driver_sql("SHOW ssl").scalar() != "on":
-                pytest.skip("the PostgreSQL server has no TLS (scripts/test_deps.sh sets it up)")
+                service_missing(
+                    "the PostgreSQL server has no TLS (scripts/test_deps.sh sets it up)"
+                )
     finally:
         engine.dispose()
     url = f"{server.plain_url()}?sslmode=require"

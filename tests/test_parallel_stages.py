@@ -35,10 +35,37 @@ GRAPH_ORDER = [
 ]  # fmt: skip
 
 
-def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
+# ``python -m beam_pipeline`` that appends each Beam job it runs to the file named by
+# BP_TEST_JOBS: the job's top-level steps and the options it ran with (those not at their
+# defaults), read from the pipeline object as its run() starts.
+_RECORDING_JOBS = """
+import json, os, runpy, sys
+
+import apache_beam as beam
+
+_run = beam.Pipeline.run
+
+
+def run(self, *args, **kwargs):
+    steps = [t.full_label for t in self.transforms_stack[0].parts]
+    options = self.options.get_all_options(drop_default=True)
+    with open(os.environ["BP_TEST_JOBS"], "a") as f:
+        f.write(json.dumps({"steps": steps, "options": options}, default=str) + "\\n")
+    return _run(self, *args, **kwargs)
+
+
+beam.Pipeline.run = run
+runpy.run_module("beam_pipeline", run_name="__main__", alter_sys=True)
+"""
+
+
+def _cli(*args: str, cwd, jobs=None) -> subprocess.CompletedProcess:
+    """``python -m beam_pipeline ARGS`` in ``cwd``; each job it runs recorded in ``jobs``."""
+    run = ["-c", _RECORDING_JOBS] if jobs else ["-m", "beam_pipeline"]
     return subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *args],
+        [sys.executable, *run, *args],
         cwd=str(cwd),
+        env=dict(os.environ, BP_TEST_JOBS=str(jobs)) if jobs else None,
         capture_output=True,
         text=True,
         timeout=900,
@@ -52,10 +79,15 @@ def _executions(root: str, run_id: str) -> dict:
 
 @pytest.fixture(scope="module")
 def bundled(tmp_path_factory):
-    """The bundled run, the Trainer with a Beam flag of its own: (its folder, the process)."""
+    """The bundled run, the Trainer with a Beam flag of its own: (its folder, the process);
+    its Beam jobs are recorded in jobs.jsonl there."""
     cwd = tmp_path_factory.mktemp("parallel")
     proc = _cli(
-        *SMALL, "--run_id=first", "--stage_beam_args=Trainer:--direct_num_workers=2", cwd=cwd
+        *SMALL,
+        "--run_id=first",
+        "--stage_beam_args=Trainer:--direct_num_workers=2",
+        cwd=cwd,
+        jobs=cwd / "jobs.jsonl",
     )
     assert proc.returncode == 0, proc.stderr[-4000:] + proc.stdout[-4000:]
     return cwd, proc
@@ -94,11 +126,15 @@ def test_the_evaluator_and_the_infra_validator_run_at_once_in_graph_order(bundle
 
 def test_a_stage_beam_flag_reaches_that_stage_only(bundled):
     cwd, _ = bundled
-    with open(cwd / "pipeline_runs" / "runs" / "first" / "run.log") as f:
-        own = [line for line in f if "runs with its own Beam options" in line]
-    assert len(own) == 1, own
-    assert "Trainer runs with its own Beam options" in own[0]
-    assert "direct_num_workers=2" in own[0] and "runner=DirectRunner" in own[0]
+    with open(cwd / "jobs.jsonl") as f:
+        jobs = [json.loads(line) for line in f]
+    # The Trainer's job ran with the flag and the run's own options; every other stage's
+    # job (the data stages, Transform, the Evaluator) without it.
+    (trainer,) = [job["options"] for job in jobs if "TrainModel" in job["steps"]]
+    assert trainer["direct_num_workers"] == 2 and trainer["runner"] == "DirectRunner"
+    others = [job["options"] for job in jobs if "TrainModel" not in job["steps"]]
+    assert len(others) >= 3, jobs
+    assert all(o["runner"] == "DirectRunner" and "direct_num_workers" not in o for o in others)
     # Part of the run's identity.
     with open(cwd / "pipeline_runs" / "runs" / "first" / "manifest.json") as f:
         identity = json.load(f)["identity"]

@@ -337,13 +337,27 @@ def test_a_failed_stage_lets_its_running_sibling_finish_and_the_first_failure_is
         ("InfraValidator", StageStatus.OK),
     ]
 
-    # Both fail, the later one in graph order first: the earlier one's error is raised.
+    # Both fail, the later one in graph order first (the Evaluator fails once the runner
+    # has taken the InfraValidator's failure): the earlier one's error is raised.
+    infra_failed = threading.Event()
+
     def infra_fails(ctx):
         raise PipelineError("the sandbox failed; fix it.")
 
-    graph = _siblings(lambda ctx: time.sleep(0.5), infra_fails, fail="raise")
+    graph = _siblings(lambda ctx: infra_failed.wait(60), infra_fails, fail="raise")
+    run_dir, manifest = RunManifest.open(str(tmp_path / "both"), "r1", {"identity": 1})
+    ctx = StageContext(PipelineConfig(), None, run_dir, manifest.identity)
+    ctx.events.subscribe(
+        stage_finished=lambda row: row.stage == "InfraValidator" and infra_failed.set()
+    )
+    records, summary = _Calls(manifest), RunSummary(run_dir.root)
     with pytest.raises(PipelineError, match="bad input"):
-        _run(str(tmp_path / "both"), graph)
+        run_stages(graph, ctx, records, summary)
+    stops = [call for call in records.calls if call[0] == "stop"]
+    assert stops == [
+        ("stop", "InfraValidator", "PipelineError"),
+        ("stop", "Evaluator", "PipelineError"),
+    ]
 
 
 def _failing_then(run, after):

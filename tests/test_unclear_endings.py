@@ -16,7 +16,7 @@ import subprocess
 import uuid
 
 import pytest
-from conftest import PENGUIN_DIR, TESTDATA
+from conftest import PENGUIN_DIR, TESTDATA, service_missing
 
 from beam_pipeline import cli
 
@@ -71,14 +71,14 @@ def _small_disk(tmp_path, size: str):
     where = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
     where.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs (a disk to fill) needs root")
+        service_missing("mounting a small tmpfs (a disk to fill) needs root")
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
         capture_output=True,
         text=True,
     )
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        service_missing(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         yield str(where)
     finally:

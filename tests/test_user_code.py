@@ -173,6 +173,10 @@ def test_an_exit_in_a_trials_fit_names_the_trial_and_the_exit_code(hostile, tmp_
     proc, run_dir = _hostile_run(hostile, tmp_path, "fit_exit")
     sentence = "ended its worker process with exit code 1"
     _assert_failed_run(proc, run_dir, hostile[1], "Tuner", sentence)
+    # The trial, by its Keras Tuner id (a number), and how often its worker ended.
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    named = r"error: Tuner trial \d+ ended its worker process with exit code 1 \d+ times \("
+    assert re.match(named, error), error
     assert "out of memory" not in proc.stderr and "RpcError" not in proc.stderr
 
 

@@ -3,8 +3,8 @@
 - Module staging stages the user's own code only: a module file whose folder also holds
   the interpreter's libraries (a project beside its ``.venv``) runs, and its archive holds
   the user's files only (no TensorFlow, no temporary files).
-- Staged code is verified where it runs: a folder planted at a predictable temp path is
-  never executed.
+- Staged code is verified where it runs: a module folder planted where the workers unpack
+  the staged module (the run's own temporary folder, and the shared one) is never executed.
 - A run leaves nothing in the temporary folder it was given.
 
 (tests/test_user_code.py: exits, crashes and timeouts in the user's code.)
@@ -68,6 +68,34 @@ import pathlib
 open(os.environ["PLANTED_MARKER"], "w").write("the planted module ran")
 """
 
+# Appended to the user's module: its preprocessing_fn, which tf.Transform traces in the
+# launcher during the run (before the Tuner's and Trainer's workers unpack the staged
+# module), plants a module folder where those workers look: under the run's own temporary
+# folder (tempfile's, <root>/tmp/run-*, which the workers inherit as TMPDIR), at the path
+# named by the archive's sha256, writable by others as another user's folder would be.
+# Each planted path is listed in PLANTED_LOG, so the test knows the plant happened.
+_PLANTER = """
+
+_user_preprocessing_fn = preprocessing_fn
+
+
+def preprocessing_fn(inputs):
+    import tempfile
+
+    cache = os.path.join(tempfile.gettempdir(), f"beam_pipeline_modules-{os.getuid()}")
+    for digest in os.environ["PLANT_DIGESTS"].split(","):
+        planted = os.path.join(cache, digest)
+        if not os.path.exists(planted):
+            os.makedirs(planted)
+            with open(os.environ["PLANTED_SOURCE"]) as f, open(f"{planted}/m.py", "w") as m:
+                m.write(f.read())
+            os.chmod(planted, 0o777)
+            os.chmod(cache, 0o777)
+            with open(os.environ["PLANTED_LOG"], "a") as log:
+                log.write(planted + "\\n")
+    return _user_preprocessing_fn(inputs)
+"""
+
 
 @pytest.fixture(scope="module")
 def run():
@@ -85,7 +113,9 @@ def run():
     project = tmp_path / "project"
     project.mkdir()
     module = project / "m.py"
-    shutil.copy(PENGUIN_MODULE, module)
+    with open(PENGUIN_MODULE) as f:
+        penguin = f.read()
+    module.write_text(penguin + _PLANTER)
     # The archive the run stages (its sha256 names the unpack folder): the user's files
     # only, which the module-beside-its-venv test checks the run's archive holds.
     bundle = bundle_module_file(str(module))
@@ -102,7 +132,8 @@ def run():
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     marker = tmp_path / "planted_ran"
-    planted_code = module.read_text() + _PLANTED
+    planted_code = penguin + _PLANTED
+    (tmp_path / "planted_m.py").write_text(planted_code)
     uid = os.getuid()
     for cache in ("beam_pipeline_modules", f"beam_pipeline_modules-{uid}"):
         for digest in (bundle.archive_sha256, bundle.sha256):
@@ -112,7 +143,14 @@ def run():
             os.chmod(planted, 0o777)
         os.chmod(tmp / cache, 0o777)
     before = _tree(tmp)
-    env = dict(os.environ, TMPDIR=str(tmp), PLANTED_MARKER=str(marker))
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp),
+        PLANTED_MARKER=str(marker),
+        PLANT_DIGESTS=f"{bundle.archive_sha256},{bundle.sha256}",
+        PLANTED_SOURCE=str(tmp_path / "planted_m.py"),
+        PLANTED_LOG=str(tmp_path / "planted.log"),
+    )
     root = tmp_path / "root"
 
     proc = _cli(
@@ -133,7 +171,7 @@ def run():
         python=python,
         env=env,
     )
-    yield proc, root, tmp, marker, before
+    yield proc, root, tmp, marker, before, tmp_path / "planted.log"
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
@@ -142,7 +180,7 @@ def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(run):
     # TensorFlow, imported while the module loads, must not be pickled by value (that
     # failed with "excessively deep recursion") nor archived; neither must the autograph
     # temp files of a folder such as /tmp.
-    proc, root, _, _, _ = run
+    proc, root, *_ = run
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     (archive,) = [
         os.path.join(d, f)
@@ -158,11 +196,15 @@ def test_a_module_beside_its_venv_runs_and_stages_only_the_users_files(run):
 def test_a_module_folder_planted_at_the_predictable_path_is_never_executed(run):
     # The run must execute the real module and never the planted one. The Trainer runs in
     # a worker process (the launcher has the module loaded already and would not load a
-    # copy), as do the tuner's trials.
-    proc, _, _, marker, _ = run
+    # copy), as do the tuner's trials: both unpack the staged module under the run's own
+    # temporary folder, where the module planted folders of others' mode during Transform.
+    proc, root, _, marker, _, planted_log = run
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    assert "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
-    assert not marker.exists()
+    assert "Tuner: ok" in proc.stdout and "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
+    planted = planted_log.read_text().split()
+    assert len(planted) == 2, planted  # both digests' folders, before any worker unpacked
+    assert all(p.startswith(f"{root}/tmp/run-") for p in planted), planted
+    assert not marker.exists(), "a planted module folder was executed"
 
 
 @pytest.mark.slow
@@ -171,8 +213,48 @@ def test_a_run_leaves_nothing_in_the_temporary_folder_it_was_given(run):
     # went to the shared /tmp and stayed there. Everything now goes to a folder of the
     # run's own under the pipeline root, removed when the run ends: TMPDIR holds what it
     # held before the run (the planted folders), byte for byte, and nothing else.
-    proc, root, tmp, _, before = run
+    proc, root, tmp, _, before, _ = run
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
     assert "Tuner: ok" in proc.stdout and "Trainer: ok" in proc.stdout, proc.stdout[-3000:]
     assert _tree(tmp) == before
     assert not os.path.exists(root / "tmp")
+
+
+_PLANTS = ["writable by others", "a link to another folder", "another user's"]
+
+
+@pytest.mark.parametrize("plant", _PLANTS)
+def test_a_worker_never_unpacks_into_a_folder_it_does_not_own_alone(tmp_path, plant):
+    """What a worker does in a run (fetch_module_folder and fetch_staged_module under the
+    run's temporary folder, run_temp_dir's), with the folder it would unpack into planted
+    first, the staged module's digests in it holding other code."""
+    from beam_pipeline.core.module_staging import fetch_module_folder, fetch_staged_module
+    from beam_pipeline.runtime.scratch import run_temp_dir
+
+    (tmp_path / "project").mkdir()
+    module = tmp_path / "project" / "m.py"
+    module.write_text("REAL = True\n")
+    staged = bundle_module_file(str(module)).stage(str(tmp_path / "run"))
+    with run_temp_dir(str(tmp_path / "root")) as tmp:
+        cache = os.path.join(tmp, f"beam_pipeline_modules-{os.getuid()}")
+        planted = tmp_path / "planted" if plant == "a link to another folder" else cache
+        for digest in (staged.sha256, staged.folder_sha256):
+            os.makedirs(os.path.join(planted, digest))
+            with open(os.path.join(planted, digest, "m.py"), "w") as f:
+                f.write("REAL = False\n")
+        if plant == "writable by others":
+            os.chmod(cache, 0o777)
+        elif plant == "a link to another folder":
+            os.chmod(planted, 0o700)
+            os.symlink(planted, cache)
+        elif os.geteuid() == 0:  # another user's: only root can give a folder away
+            os.chown(cache, 65534, 65534)
+            os.chmod(cache, 0o755)
+        else:
+            pytest.skip("giving a folder to another user needs root")
+        folder = fetch_module_folder(staged.folder_archive, staged.folder_sha256)
+        copy = fetch_staged_module(staged.path, staged.sha256)
+        for path in (os.path.join(folder, "m.py"), copy):
+            assert not os.path.realpath(path).startswith(os.path.realpath(planted)), path
+            with open(path) as f:
+                assert f.read() == "REAL = True\n"

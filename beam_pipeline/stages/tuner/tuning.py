@@ -68,6 +68,7 @@ from apache_beam.utils import shared
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.gpus import hide_gpus
 from beam_pipeline.core.module_staging import StagedModule
 from beam_pipeline.core.types import Artifact
 from beam_pipeline.engine.artifacts import ModelInputs
@@ -208,7 +209,13 @@ def _schedule(
 
 def _make_driver(job: TuningJob, slots: int, max_trials: Optional[int], doing=None) -> OracleDriver:
     """The search's oracle driver: ``tuner_fn`` (and the hypermodel's ``build``, which
-    keras-tuner calls to learn the search space) run here, in the oracle's own process."""
+    keras-tuner calls to learn the search space) run here, in the oracle's own process.
+
+    That process trains nothing (the trials run in workers), so its TensorFlow is kept off
+    the GPUs: the build would otherwise initialize every visible one. (The launcher hides
+    its own, but this process is a fork of the fork server, which did not.)
+    """
+    hide_gpus("the tuner's oracle builds the model only to learn its search space")
     if doing is not None:
         what = "the search space's TrainSpec" if job.search_space is not None else "tuner_fn"
         doing(f"{what} in {job.module_file} (or its hypermodel's build)")
