@@ -495,23 +495,6 @@ CASES: tuple[Case, ...] = (
         r"^--input_splits train={d}/span-\{SPAN\}/d\.csv has \{SPAN\}, which only --data "
         r"reads; name each split's files without it",
     ),
-    Case(
-        "input-splits-with-span",
-        {"s1/data.csv": CSV},
-        ("--input_splits=train={d}/s{SPAN}/data.csv,eval={d}/s1/data.csv",),
-        2,
-        r"--input_splits",
-        pending="issue 42 item 8 (the error names --data, which was not given)",
-    ),
-    Case(
-        "runs-list-columns-not-a-number",
-        {},
-        ("runs", "list"),
-        2,
-        r"No metadata store at ",
-        env={"COLUMNS": "wide"},
-        pending="issue 42 item 9 (a ValueError traceback today)",
-    ),
 )
 
 # The docs table's link to a row: its pytest node id.
