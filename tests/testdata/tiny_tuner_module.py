@@ -7,16 +7,46 @@ hypermodel return a string (keras-tuner's fatal error). For early stopping: ``ep
 (each trial's fit), ``objective`` (default ``val_accuracy``) and ``learning_rates``: a
 grid search over exactly these learning rates (``units`` fixed at 4), where a rate of 0 is
 the planted bad region: its model's output starts at zero and cannot learn (its loss stays
-ln 2 whatever the weights' random start).
+ln 2 whatever the weights' random start). ``fits``: a folder where each fit leaves a
+file as it starts (count the trainings); ``exit_once_stopped``: a file path; the first fit
+that early stopping ends kills its own process as it ends, before its result is written
+(a worker lost after its trial was stopped).
 """
 
 from __future__ import annotations
+
+import os
+import time
 
 import keras
 import keras_tuner
 import numpy as np
 
 from trainer import FnArgs, TunerFnResult
+
+
+class _CountFits(keras.callbacks.Callback):
+    def __init__(self, folder: str):
+        super().__init__()
+        self.folder = folder
+
+    def on_train_begin(self, logs=None):
+        open(os.path.join(self.folder, f"{os.getpid()}.{time.time_ns()}"), "x").close()
+
+
+class _ExitOnceStopped(keras.callbacks.Callback):
+    def __init__(self, marker: str):
+        super().__init__()
+        self.marker = marker
+
+    def on_train_end(self, logs=None):
+        if not self.model.stop_training:  # trained to its end: not stopped early
+            return
+        try:
+            open(self.marker, "x").close()  # exclusive create: once per search
+        except FileExistsError:
+            return
+        os._exit(3)  # the worker process dies before the trial's result is written
 
 
 def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
@@ -73,9 +103,15 @@ def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
         tuner = keras_tuner.Hyperband(max_epochs=2, factor=2, **common)
     else:
         tuner = keras_tuner.RandomSearch(max_trials=custom.get("max_trials", 4), **common)
+    callbacks = []
+    if custom.get("fits"):
+        callbacks.append(_CountFits(custom["fits"]))
+    if custom.get("exit_once_stopped"):
+        callbacks.append(_ExitOnceStopped(custom["exit_once_stopped"]))
     return TunerFnResult(
         tuner=tuner,
         fit_kwargs={
+            "callbacks": callbacks,
             "x": x,
             "y": y,
             "validation_data": (x, y),

@@ -181,9 +181,7 @@ class TunerConfig:
         """The rule and its settings, as the trial workers get them."""
         from trainer.tuning.early_stopping import EarlyStopping
 
-        return EarlyStopping(
-            self.early_stopping, self.asha_reduction_factor, self.asha_min_epochs
-        )
+        return EarlyStopping(self.early_stopping, self.asha_reduction_factor, self.asha_min_epochs)
 
     def __post_init__(self):
         from trainer.tuning.early_stopping import EarlyStoppingRule
