@@ -184,12 +184,9 @@ class TunerConfig:
         return EarlyStopping(self.early_stopping, self.asha_reduction_factor, self.asha_min_epochs)
 
     def __post_init__(self):
-        from trainer.tuning.early_stopping import EarlyStoppingRule
-
         object.__setattr__(self, "early_stopping", _early_stopping(self.early_stopping))
-        if self.early_stopping is not EarlyStoppingRule.NONE:
-            check_int("asha_reduction_factor", self.asha_reduction_factor, 2)
-            check_int("asha_min_epochs", self.asha_min_epochs, 1)
+        check_int("asha_reduction_factor", self.asha_reduction_factor, 2)
+        check_int("asha_min_epochs", self.asha_min_epochs, 1)
         check_int("tuner_parallel_trials", self.parallel_trials, 1)
         check_int("gpus_per_trial", self.gpus_per_trial, 0)
         check_int("tuner_lease_seconds", self.lease_seconds, 1)
