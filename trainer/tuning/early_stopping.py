@@ -97,7 +97,8 @@ class TrialRungs:
     """What the shared state knows of one trial.
 
     Attributes:
-      curve: its objective after each epoch (index 0: after the first).
+      curve: its objective after each epoch (index 0: after the first; NaN for an epoch
+        it did not train, before Hyperband's initial epoch).
       rung: the index of the highest rung it reached (0: the first), None if none.
       stopped: it was stopped at that rung.
     """
@@ -138,7 +139,7 @@ def trial_rungs(project_dir: str, trial_id: str) -> TrialRungs:
 
 def _trial(doc: dict[str, Any], trial_id: str) -> TrialRungs:
     decisions = doc["decisions"].get(trial_id, {})
-    curve = tuple(float(v) for v in doc["curves"].get(trial_id, []))
+    curve = tuple(math.nan if v is None else float(v) for v in doc["curves"].get(trial_id, []))
     if not decisions:
         return TrialRungs(curve)
     last = max(decisions, key=int)
@@ -172,7 +173,10 @@ def _record(
 ):
     """The shared document's change after ``trial_id``'s epoch ``epoch`` (1-based)."""
     curve = doc["curves"].setdefault(trial_id, [])
-    curve[epoch - 1 :] = [value]  # a rerun from an earlier epoch overwrites what follows
+    # A rerun from an earlier epoch overwrites what follows; a fit that starts later
+    # (Hyperband's initial_epoch) leaves the epochs before it empty (null).
+    curve[epoch - 1 :] = [value]
+    curve[:] = [None] * (epoch - len(curve)) + curve if len(curve) < epoch else curve
     if epoch not in rungs:
         return doc, False
     decisions = doc["decisions"].setdefault(trial_id, {})

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import pickle
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
@@ -237,7 +238,8 @@ class OracleDriver:
         if not result.curve or name not in result.metrics:
             return
         for step, value in enumerate(result.curve):
-            if step != result.best_step:  # the best step's observation: all of its metrics
+            # The best step's observation comes next, with all of its metrics.
+            if step != result.best_step and not math.isnan(value):
                 self._oracle.update_trial(trial_id, {name: value}, step=step)
 
     def pending_slot(self, trial_id: str) -> int:
@@ -335,7 +337,7 @@ class OracleDriver:
                     round=self._round_of.get(trial_id, -1),
                     error=None if completed or not result else result.error,
                     started=result.started if result else 0.0,
-                    epochs=len(result.curve) if result else 0,
+                    epochs=sum(not math.isnan(v) for v in result.curve) if result else 0,
                     rung=result.rung if result else None,
                 )
             )

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import math
 import threading
 import time
 import traceback
@@ -156,7 +157,8 @@ class TrialRunner:
         if not rungs.stopped:
             return None
         objective = loaded.tuner.oracle.objective
-        best = (max if objective.direction == "max" else min)(rungs.curve)
+        trained = [v for v in rungs.curve if not math.isnan(v)]
+        best = (max if objective.direction == "max" else min)(trained)
         return TrialResult(
             trial_id=spec.trial_id,
             attempt=spec.attempt,
