@@ -19,12 +19,14 @@ import pytest
 
 from beam_pipeline import cli
 from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
 from beam_pipeline.runtime.options import parse_beam_args
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.stages.tuner.trials import TRIALS_CSV, TRIALS_JSON
 from beam_pipeline.stages.tuner.tuning import BEST_HYPERPARAMETERS_FILE, run_tuning_stage
-from trainer.tuning.early_stopping import goes_on
+from trainer.tuning import EarlyStopping, EarlyStoppingRule, TuningJob, load_tuner
+from trainer.tuning.early_stopping import check_rungs, goes_on
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
@@ -52,6 +54,39 @@ def test_a_trial_goes_on_only_in_the_top_fraction_of_its_rung(
     value, recorded, factor, direction, goes
 ):
     assert goes_on(value, recorded, factor, direction) is goes
+
+
+@pytest.mark.parametrize(
+    "custom, min_epochs, refused",
+    [
+        ({"epochs": 1}, 1, True),  # one epoch: no rung before the end
+        ({"epochs": 3}, 3, True),
+        ({"epochs": 4}, 3, False),
+        ({"epochs": 1, "tuner": "hyperband"}, 1, False),  # Hyperband sets the epochs
+    ],
+)
+def test_early_stopping_that_could_never_stop_a_trial_is_refused(
+    tmp_path, custom, min_epochs, refused
+):
+    job = TuningJob(
+        module_file=TINY,
+        module_source=None,
+        train_files=(),
+        eval_files=(),
+        transform_graph_path="unused",
+        schema_path=None,
+        tuner_dir=str(tmp_path / "tuner"),
+        train_steps=1,
+        eval_steps=1,
+        custom_config=custom,
+    )
+    rule = EarlyStopping(EarlyStoppingRule.ASHA, 3, min_epochs)
+    loaded = load_tuner(job, job.tuner_dir)
+    if not refused:
+        check_rungs(rule, loaded, "m.py")
+        return
+    with pytest.raises(PipelineError, match=r"can never stop a trial of m\.py: its fit runs"):
+        check_rungs(rule, loaded, "m.py")
 
 
 def _rows(path: str) -> list[dict]:

@@ -49,6 +49,7 @@ __all__ = [
     "EarlyStopping",
     "EarlyStoppingRule",
     "TrialRungs",
+    "check_rungs",
     "rung_callback",
     "start_rungs",
     "trial_rungs",
@@ -106,6 +107,29 @@ class TrialRungs:
     curve: tuple[float, ...] = ()
     rung: Optional[int] = None
     stopped: bool = False
+
+
+def check_rungs(rule: EarlyStopping, loaded: Any, module_file: str) -> None:
+    """Refuses early stopping that could never stop a trial (no rung before the last epoch).
+
+    ``loaded``: the module's ``TunerFnResult``. Hyperband sets each trial's epochs itself
+    (its first brackets fit a single epoch), so its searches are not checked.
+
+    Raises:
+      PipelineError: the fit's ``epochs`` is not above ``min_epochs``.
+    """
+    import keras_tuner
+
+    if not rule.enabled or isinstance(loaded.tuner.oracle, keras_tuner.oracles.HyperbandOracle):
+        return
+    epochs = int(loaded.fit_kwargs.get("epochs", 1))
+    if not rule.rungs(epochs):
+        raise PipelineError(
+            f"--tuner_early_stopping={rule.rule.value} can never stop a trial of "
+            f"{module_file}: its fit runs {epochs} epoch(s), not more than "
+            f"--asha_min_epochs={rule.min_epochs}; give fit more epochs in tuner_fn's "
+            "fit_kwargs, lower --asha_min_epochs, or pass --tuner_early_stopping=none."
+        )
 
 
 def _path(project_dir: str) -> str:
