@@ -13,6 +13,7 @@ import csv
 import json
 import math
 import os
+from typing import Optional
 
 import conftest_trainer
 import pytest
@@ -25,8 +26,15 @@ from beam_pipeline.runtime.options import parse_beam_args
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.stages.tuner.trials import TRIALS_CSV, TRIALS_JSON
 from beam_pipeline.stages.tuner.tuning import BEST_HYPERPARAMETERS_FILE, run_tuning_stage
-from trainer.tuning import EarlyStopping, EarlyStoppingRule, TuningJob, load_tuner
-from trainer.tuning.early_stopping import check_rungs, goes_on
+from trainer.tuning import (
+    EarlyStopping,
+    EarlyStoppingRule,
+    OracleDriver,
+    TrialRunner,
+    TuningJob,
+    load_tuner,
+)
+from trainer.tuning.early_stopping import check_rungs, goes_on, goes_on_median, start_rungs
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
@@ -57,6 +65,54 @@ def test_a_trial_goes_on_only_in_the_top_fraction_of_its_rung(
 
 
 @pytest.mark.parametrize(
+    "value, others, direction, goes",
+    [
+        (0.5, [], "max", True),  # the first at a rung goes on
+        (0.5, [0.4, 0.9], "max", False),  # below the others' median 0.65
+        (0.7, [0.4, 0.9], "max", True),
+        (0.3, [0.2, 0.6, 0.9], "min", True),  # at most the median 0.6
+        (0.7, [0.2, 0.6, 0.9], "min", False),
+        (math.nan, [0.1], "min", False),
+    ],
+)
+def test_the_median_rule_keeps_a_trial_at_least_as_good_as_the_others_median(
+    value, others, direction, goes
+):
+    assert goes_on_median(value, others, direction) is goes
+
+
+def _tiny_job(tmp_path, custom: dict, rule: Optional[EarlyStopping] = None) -> TuningJob:
+    return TuningJob(
+        module_file=TINY,
+        module_source=None,
+        train_files=(),
+        eval_files=(),
+        transform_graph_path="unused",
+        schema_path=None,
+        tuner_dir=str(tmp_path / "tuner"),
+        train_steps=1,
+        eval_steps=1,
+        custom_config=custom,
+        early_stopping=rule or EarlyStopping(),
+    )
+
+
+@pytest.mark.slow
+def test_the_median_rule_stops_the_bad_region_in_a_search(tmp_path):
+    """The whole search in this process (the launcher's driver, a worker's runner)."""
+    job = _tiny_job(tmp_path, GOOD_THEN_BAD, EarlyStopping(EarlyStoppingRule.MEDIAN, 3, 3))
+    oracle = OracleDriver(load_tuner(job, job.tuner_dir).tuner, 1, None, "tiny")
+    start_rungs(oracle.project_dir)
+    runner = TrialRunner(job)
+    while specs := oracle.next_round():
+        oracle.report({s.trial_id: runner.run(s) for s in specs})
+    records = oracle.records()
+    rows = [(r.hyperparameters["learning_rate"], r.status.value, r.epochs) for r in records]
+    assert rows == [(0.1, "COMPLETED", 9), (0.0, "STOPPED", 3)]
+    assert oracle.best_trial_id() == "0"
+
+
+@pytest.mark.parametrize(
     "custom, min_epochs, refused",
     [
         ({"epochs": 1}, 1, True),  # one epoch: no rung before the end
@@ -68,18 +124,7 @@ def test_a_trial_goes_on_only_in_the_top_fraction_of_its_rung(
 def test_early_stopping_that_could_never_stop_a_trial_is_refused(
     tmp_path, custom, min_epochs, refused
 ):
-    job = TuningJob(
-        module_file=TINY,
-        module_source=None,
-        train_files=(),
-        eval_files=(),
-        transform_graph_path="unused",
-        schema_path=None,
-        tuner_dir=str(tmp_path / "tuner"),
-        train_steps=1,
-        eval_steps=1,
-        custom_config=custom,
-    )
+    job = _tiny_job(tmp_path, custom)
     rule = EarlyStopping(EarlyStoppingRule.ASHA, 3, min_epochs)
     loaded = load_tuner(job, job.tuner_dir)
     if not refused:

@@ -50,6 +50,8 @@ __all__ = [
     "EarlyStoppingRule",
     "TrialRungs",
     "check_rungs",
+    "goes_on",
+    "goes_on_median",
     "rung_callback",
     "start_rungs",
     "trial_rungs",
@@ -59,11 +61,14 @@ EARLY_STOPPING_FILE = "beam_early_stopping.json"
 
 
 class EarlyStoppingRule(str, enum.Enum):
-    """Which trials stop before their last epoch: NONE (every trial trains to its end) or
-    ASHA (asynchronous successive halving, see the module docstring)."""
+    """Which trials stop before their last epoch: NONE (every trial trains to its end),
+    ASHA (asynchronous successive halving, see the module docstring) or MEDIAN (the median
+    stopping rule of Google Vizier, at the same rungs: a trial goes on if its objective is
+    at least as good as the median of the other trials' at that rung)."""
 
     NONE = "none"
     ASHA = "asha"
+    MEDIAN = "median"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +191,18 @@ def goes_on(value: float, recorded: list[float], factor: int, direction: str) ->
     return value <= float(np.percentile(values, 100 / factor))
 
 
+def goes_on_median(value: float, others: list[float], direction: str) -> bool:
+    """Whether ``value`` is at least as good as the median of ``others`` (the other trials'
+    values at the rung); with no other value yet it goes on; a NaN never goes on."""
+    if math.isnan(value):
+        return False
+    values = [v for v in others if not math.isnan(v)]
+    if not values:
+        return True
+    median = float(np.median(values))
+    return value >= median if direction == "max" else value <= median
+
+
 def _record(
     doc: dict[str, Any],
     rule: EarlyStopping,
@@ -207,8 +224,12 @@ def _record(
     if str(epoch) in decisions:  # decided on an earlier attempt: the same decision
         return doc, decisions[str(epoch)] == "stop"
     recorded = doc["rungs"].setdefault(str(epoch), {})
+    others = [v for t, v in recorded.items() if t != trial_id]
     recorded[trial_id] = value
-    on = goes_on(value, list(recorded.values()), rule.reduction_factor, direction)
+    if rule.rule is EarlyStoppingRule.MEDIAN:
+        on = goes_on_median(value, others, direction)
+    else:
+        on = goes_on(value, list(recorded.values()), rule.reduction_factor, direction)
     decisions[str(epoch)] = "continue" if on else "stop"
     return doc, not on
 

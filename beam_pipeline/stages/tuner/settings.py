@@ -157,10 +157,11 @@ class TunerConfig:
         flag="tuner_early_stopping",
         help="asha: trials report their objective each epoch to the search's shared state "
         "and stop at a rung (--asha_min_epochs x --asha_reduction_factor^k epochs) unless "
-        "in the top 1/reduction_factor of the trials that reached it; none: every trial "
-        "trains to its end.",
+        "in the top 1/reduction_factor of the trials that reached it; median: at the same "
+        "rungs, stop unless at least as good as the median of the others there; none: every "
+        "trial trains to its end.",
         kind="choice",
-        choices=("none", "asha"),
+        choices=("none", "asha", "median"),
         parse=_early_stopping,
     )
     asha_reduction_factor: int = setting(
