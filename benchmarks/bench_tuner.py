@@ -39,9 +39,18 @@ Figures:
   machine load: /proc/loadavg before and after each phase and the CPU seconds other
     processes used during it (as a share of one core).
 
+``--early_stopping``: instead, the same search space and trial budget three ways, one
+stage run per seed (``--seeds``, default 1,2,3) on a warm pool of ``--parallel`` workers:
+plain RandomSearch, RandomSearch with ``--tuner_early_stopping=asha``, and keras-tuner's
+Hyperband (``max_epochs=--epochs``, capped at ``--trials`` trials); per variant the mean
+best objective (and its range over the seeds), trial-epochs (the epochs all trials
+trained: the load-independent cost) and wall time. Writes
+``benchmarks/results/tuner_early_stopping_<cores>cores_<stamp>.json``.
+
 Usage (from the repository root; writes benchmarks/results/tuner_<stamp>.json)::
 
     .venv/bin/python benchmarks/bench_tuner.py [--train_steps 200] [--trials 8]
+    .venv/bin/python benchmarks/bench_tuner.py --early_stopping --epochs 9 --train_steps 10
 """
 
 from __future__ import annotations
@@ -111,13 +120,14 @@ class WaitingSearch(keras_tuner.RandomSearch):
 def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
     custom = fn_args.custom_config
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-    search, extra = keras_tuner.RandomSearch, {}
+    search, extra = keras_tuner.RandomSearch, {"max_trials": custom["trials"]}
     if custom.get("wait_s"):
-        search, extra = WaitingSearch, {"wait_s": custom["wait_s"]}
+        search, extra = WaitingSearch, {"wait_s": custom["wait_s"], **extra}
+    if custom.get("hyperband"):  # its own brackets; the stage caps it at --trials
+        search, extra = keras_tuner.Hyperband, {"max_epochs": custom["epochs"], "factor": 3}
     tuner = search(
         _build,
         **extra,
-        max_trials=custom["trials"],
         seed=custom["seed"],
         objective=keras_tuner.Objective("val_sparse_categorical_accuracy", "max"),
         directory=fn_args.working_dir,
@@ -132,6 +142,7 @@ def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
             ),
             "steps_per_epoch": fn_args.train_steps,
             "validation_steps": fn_args.eval_steps,
+            "epochs": custom.get("epochs", 1),
             "verbose": 0,
         },
     )
@@ -318,6 +329,144 @@ def _phase_stage(args, run: str, module: str) -> dict:
     }
 
 
+# --early_stopping: the same search space and trial budget, three ways (each a stage run
+# with a warm pool of --parallel workers): plain RandomSearch, RandomSearch with
+# --tuner_early_stopping=asha, and keras-tuner's Hyperband (its brackets, capped at
+# --trials trials).
+EARLY_STOPPING_VARIANTS = ("random", "asha", "hyperband")
+
+
+def _phase_early_stopping(args, run: str, module: str) -> dict:
+    import dataclasses
+
+    from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
+    from beam_pipeline.core.types import Artifact
+    from beam_pipeline.engine.run_dir import RunDirectory
+    from beam_pipeline.runtime.options import parse_beam_args
+    from beam_pipeline.runtime.pool import LocalWorkerPool
+    from beam_pipeline.stages.tuner.tuning import run_tuning_stage
+    from trainer.module_loader import load_trainer_module
+
+    variant = args.phase.split("-", 1)[1]
+    root = os.path.join(OUT, f"es-{variant}-{args.seed}")
+    shutil.rmtree(root, ignore_errors=True)
+    run_dir = RunDirectory.create(root, "bench")
+    for artifact in (Artifact.SCHEMA, Artifact.TRANSFORM_GRAPH, Artifact.TRANSFORMED_EXAMPLES):
+        shutil.copytree(os.path.join(run, artifact.value), run_dir.path(artifact))
+    custom = _custom(args) | {"epochs": args.epochs, "hyperband": variant == "hyperband"}
+    config = PipelineConfig(
+        module_file=module,
+        tuner=TunerConfig(
+            parallel_trials=args.parallel,
+            schedule=TunerSchedule(args.schedules.split(",")[0]),
+            max_trials=args.trials,
+            train_steps=args.train_steps,
+            eval_steps=args.eval_steps,
+            early_stopping="asha" if variant == "asha" else "none",
+            asha_reduction_factor=args.asha_reduction_factor,
+            asha_min_epochs=args.asha_min_epochs,
+        ),
+        trainer=dataclasses.replace(TrainerConfig(), custom_config=json.dumps(custom)),
+    )
+    options = parse_beam_args(
+        [
+            "--runner=DirectRunner",
+            "--direct_running_mode=multi_processing",
+            f"--direct_num_workers={args.parallel}",
+        ]
+    )
+    load_trainer_module(module)
+    with LocalWorkerPool(args.parallel, threads_per_worker=_threads(args)) as pool:
+        pool.wait_ready()
+        start = time.time()
+        report, _ = run_tuning_stage(config, run_dir, options, worker_pool=pool)
+        wall = time.time() - start
+    with open(run_dir.path(Artifact.TUNER, "trials.json")) as f:
+        trials = json.load(f)["trials"]
+
+    def epochs(t: dict) -> int:
+        values = t["hyperparameters"]
+        if "tuner/epochs" in values:  # Hyperband: from its initial epoch to its epochs
+            return int(values["tuner/epochs"]) - int(values.get("tuner/initial_epoch", 0))
+        return t.get("epochs") or args.epochs  # tracked with asha; else the whole fit
+
+    return {
+        "variant": variant,
+        "seed": args.seed,
+        "best_objective": report.details["objective"]["value"],
+        "trial_epochs": sum(epochs(t) for t in trials if t["status"] != "FAILED"),
+        "wall_s": round(wall, 2),
+        "trials": len(trials),
+        "statuses": [t["status"] for t in trials],
+        "note": report.note,
+    }
+
+
+def _early_stopping_comparison(args, passthrough: list[str]) -> None:
+    """--early_stopping: each variant once per seed, interleaved; the table per variant."""
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs: dict[str, list[dict]] = {v: [] for v in EARLY_STOPPING_VARIANTS}
+    loads = []
+    for seed in seeds:
+        argv = [a for a in passthrough if not a.startswith("--seed=")] + [f"--seed={seed}"]
+        for variant in EARLY_STOPPING_VARIANTS:
+            runs[variant].append(_run_phase(f"es-{variant}", argv))
+            loads.append(runs[variant][-1]["loadavg_after"][0])
+
+    def mean(values: list[float]) -> float:
+        return round(sum(values) / len(values), 4)
+
+    summary = {
+        v: {
+            key: mean([r[key] for r in group])
+            for key in ("best_objective", "trial_epochs", "wall_s")
+        }
+        | {
+            "best_objective_range": [
+                min(r["best_objective"] for r in group),
+                max(r["best_objective"] for r in group),
+            ]
+        }
+        for v, group in runs.items()
+    }
+    base = summary["random"]
+    for v in EARLY_STOPPING_VARIANTS:
+        summary[v]["trial_epochs_vs_random"] = round(
+            summary[v]["trial_epochs"] / base["trial_epochs"], 3
+        )
+        summary[v]["wall_vs_random"] = round(summary[v]["wall_s"] / base["wall_s"], 3)
+    when = datetime.datetime.now().strftime("%Y%m%d-%H%M")
+    result = {
+        "benchmark": "tuner_early_stopping",
+        "when": when,
+        "machine": f"{os.cpu_count()} cores, {os.uname().nodename}",
+        "load_average_1min": {"min": min(loads), "max": max(loads)},
+        "settings": vars(args) | {"phase": None},
+        "summary": summary,
+        "runs": runs,
+    }
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"tuner_early_stopping_{os.cpu_count()}cores_{when}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    lines = [
+        f"{args.trials} trials of {args.epochs} epochs x {args.train_steps} steps, "
+        f"{args.parallel} workers, seeds {args.seeds} (means; load average "
+        f"{min(loads)}-{max(loads)})",
+        "| | best objective (range) | trial-epochs | wall s |",
+        "|---|---|---|---|",
+    ]
+    for v in EARLY_STOPPING_VARIANTS:
+        r = summary[v]
+        lo, hi = r["best_objective_range"]
+        lines.append(
+            f"| {v} | {r['best_objective']:.4f} ({lo:.4f}-{hi:.4f}) | {r['trial_epochs']} "
+            f"({r['trial_epochs_vs_random']}x) | {r['wall_s']} ({r['wall_vs_random']}x) |"
+        )
+    lines.append(f"results in {path}")
+    print("\n".join(lines))
+
+
 def _phase_env() -> dict[str, str]:
     path = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
     return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2")
@@ -411,7 +560,13 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--phase",
-        choices=["sequential", "stage-rolling", "stage-rounds", "stage-search_job"],
+        choices=[
+            "sequential",
+            "stage-rolling",
+            "stage-rounds",
+            "stage-search_job",
+            *(f"es-{v}" for v in EARLY_STOPPING_VARIANTS),
+        ],
         help=argparse.SUPPRESS,
     )
     parser.add_argument(
@@ -426,14 +581,28 @@ def main(argv=None) -> None:
         help="runs of each phase, interleaved (sequential, then each schedule, repeated), so "
         "a change in the machine's load hits every phase alike",
     )
+    parser.add_argument(
+        "--early_stopping",
+        action="store_true",
+        help="compare plain RandomSearch, RandomSearch with --tuner_early_stopping=asha and "
+        "keras-tuner's Hyperband: same space, --trials, --epochs, one run per --seeds seed "
+        "(the first of --schedules)",
+    )
+    parser.add_argument("--epochs", type=int, default=9, help="--early_stopping: per trial")
+    parser.add_argument("--seeds", default="1,2,3", help="--early_stopping: one run each")
+    parser.add_argument("--asha_reduction_factor", type=int, default=3)
+    parser.add_argument("--asha_min_epochs", type=int, default=1)
     parser.add_argument("--tag", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     module = os.path.join(OUT, "bench_module.py")
     if args.phase:
         run = os.path.join(OUT, "data", "runs", "data")
-        figures = (_phase_sequential if args.phase == "sequential" else _phase_stage)(
-            args, run, module
-        )
+        phase = _phase_stage
+        if args.phase == "sequential":
+            phase = _phase_sequential
+        elif args.phase.startswith("es-"):
+            phase = _phase_early_stopping
+        figures = phase(args, run, module)
         print(json.dumps(figures))
         return
 
@@ -450,6 +619,15 @@ def main(argv=None) -> None:
         f"--wait_s={args.wait_s}",
         f"--threads={args.threads}",
     ]
+    if args.early_stopping:
+        passthrough += [
+            f"--epochs={args.epochs}",
+            f"--asha_reduction_factor={args.asha_reduction_factor}",
+            f"--asha_min_epochs={args.asha_min_epochs}",
+            f"--schedules={args.schedules}",
+        ]
+        _early_stopping_comparison(args, passthrough)
+        return
     names = [n.strip() for n in args.schedules.split(",") if n.strip()]
     runs: dict[str, list[dict]] = {name: [] for name in ["sequential", *names]}
     pairs = []

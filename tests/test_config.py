@@ -42,6 +42,8 @@ _BAD_NUMBERS = [
     ("--tuner_max_trials=0", r"--tuner_max_trials=0 is out of range"),
     ("--tuner_train_steps=0", r"--tuner_train_steps=0 is out of range"),
     ("--tuner_eval_steps=-1", r"--tuner_eval_steps=-1 is out of range"),
+    ("--asha_reduction_factor=1", r"--asha_reduction_factor=1 is out of range.* at least 2"),
+    ("--asha_min_epochs=0", r"--asha_min_epochs=0 is out of range.* at least 1"),
     ("--max_string_domain_size=-1", r"--max_string_domain_size=-1 is out of range.* at least 0"),
     ("--csv_max_field_bytes=0", r"--csv_max_field_bytes=0 is out of range.* at least 1"),
     ("--worker_start_timeout=0", r"--worker_start_timeout=0\.0 is not a positive number of"),

@@ -15,7 +15,9 @@ in :mod:`beam_pipeline.stages.tuner`):
 - :mod:`~trainer.tuning.shared_state`: a JSON document changed by compare-and-swap (a
   lock file locally, GCS generations on gs://);
 - :mod:`~trainer.tuning.search_loop`: the search job's worker loop, :class:`SearchLoop`:
-  claim a trial (with a lease), run it, report it, on that shared state.
+  claim a trial (with a lease), run it, report it, on that shared state;
+- :mod:`~trainer.tuning.early_stopping`: asynchronous successive halving (ASHA): each
+  trial's objective per epoch and the rung decisions, in such a shared state.
 
 Example (what the tuner stage does, minus Beam)::
 
@@ -29,6 +31,7 @@ Example (what the tuner stage does, minus Beam)::
     oracle.best_hyperparameters()                # a HyperParameters config
 """
 
+from trainer.tuning.early_stopping import EarlyStopping, EarlyStoppingRule
 from trainer.tuning.loader import load_tuner
 from trainer.tuning.messages import TrialRecord, TrialResult, TrialSpec, TrialStatus, TuningJob
 from trainer.tuning.oracle import OracleDriver
@@ -60,6 +63,8 @@ __all__ = [
     "start_search_state",
     "state_path",
     "Direction",
+    "EarlyStopping",
+    "EarlyStoppingRule",
     "OracleDriver",
     "ParameterType",
     "SearchAlgorithm",

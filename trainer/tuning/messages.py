@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from trainer.job import ModelJob
+from trainer.tuning.early_stopping import EarlyStopping
 from trainer.tuning.search_space import SearchSpace
 
 __all__ = ["TrialRecord", "TrialResult", "TrialSpec", "TrialStatus", "TuningJob"]
@@ -35,10 +36,12 @@ class TrialStatus(str, enum.Enum):
 
     INVALID: the trial raised; the oracle retries it up to its ``max_retries_per_trial``
     (0 by default) and then records it FAILED. FAILED: it raised keras-tuner's
-    ``FailedTrialError`` (no retry), or ran out of retries.
+    ``FailedTrialError`` (no retry), or ran out of retries. STOPPED: early stopping
+    (``--tuner_early_stopping``) ended it at a rung; never the best trial.
     """
 
     COMPLETED = "COMPLETED"
+    STOPPED = "STOPPED"
     INVALID = "INVALID"
     FAILED = "FAILED"
 
@@ -58,11 +61,13 @@ class TuningJob(ModelJob):
       search_space: a search space declared in the pipeline config; with it, a module
         whose model is a :class:`trainer.TrainSpec` subclass is tuned without a
         ``tuner_fn`` (see :class:`SearchSpace`).
+      early_stopping: which trials stop at a rung (:mod:`trainer.tuning.early_stopping`).
     """
 
     tuner_dir: str
     threads_per_trial: int = 0
     search_space: Optional[SearchSpace] = None
+    early_stopping: EarlyStopping = dataclasses.field(default_factory=EarlyStopping)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +97,8 @@ class TrialResult:
 
     Attributes:
       trial_id / attempt: which trial attempt.
-      status: COMPLETED, INVALID (raised) or FAILED (``FailedTrialError``).
+      status: COMPLETED, STOPPED (early stopping ended it at a rung), INVALID (raised)
+        or FAILED (``FailedTrialError``).
       hyperparameters: the trial's HyperParameters config after the model was built (a
         build may register new hyperparameters; the oracle learns them from here).
       metrics: the objective and the other metrics at the best epoch (COMPLETED only).
@@ -105,6 +111,8 @@ class TrialResult:
       started: when the attempt started (seconds since the epoch, the worker's clock).
       worker: ``host:pid`` of the process that ran it.
       reused: the result of an earlier, finished run of this attempt (a runner retry).
+      curve: with early stopping, the objective after each epoch it trained.
+      rung: with early stopping, the index of the highest rung it reached (None: none).
     """
 
     trial_id: str
@@ -120,6 +128,8 @@ class TrialResult:
     worker: str = ""
     reused: bool = False
     started: float = 0.0
+    curve: tuple[float, ...] = ()
+    rung: Optional[int] = None
 
     @classmethod
     def failed(cls, spec: TrialSpec, status: TrialStatus, error: str, **fields: Any) -> TrialResult:
@@ -143,6 +153,7 @@ class TrialResult:
     def from_json(cls, text: str) -> TrialResult:
         d = json.loads(text)
         d["status"] = TrialStatus(d["status"])
+        d["curve"] = tuple(d.get("curve", ()))
         return cls(**d)
 
 
@@ -152,8 +163,8 @@ class TrialRecord:
 
     Attributes:
       trial_id: the oracle's trial id.
-      status: COMPLETED or FAILED (INVALID while a retry is pending).
-      objective: the oracle's score of the trial (None unless COMPLETED).
+      status: COMPLETED, STOPPED or FAILED (INVALID while a retry is pending).
+      objective: the oracle's score of the trial (COMPLETED and STOPPED only).
       hyperparameters: the trial's hyperparameter values.
       metrics: its metrics at the best epoch.
       seconds: wall time of its last attempt.
@@ -162,6 +173,8 @@ class TrialRecord:
       attempts: how many times it ran.
       round: the round of its last attempt.
       error: why it failed.
+      epochs: with early stopping, the epochs it trained (0: not tracked).
+      rung: with early stopping, the index of the highest rung it reached.
     """
 
     trial_id: str
@@ -175,6 +188,8 @@ class TrialRecord:
     round: int
     error: Optional[str] = None
     started: float = 0.0
+    epochs: int = 0
+    rung: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

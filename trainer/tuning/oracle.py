@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import pickle
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
@@ -198,8 +199,9 @@ class OracleDriver:
                     dict(result.hyperparameters)
                 )
             status = result.status
-            if status is TrialStatus.COMPLETED:
+            if status in (TrialStatus.COMPLETED, TrialStatus.STOPPED):
                 try:
+                    self._observe_curve(spec.trial_id, result)
                     self._oracle.update_trial(
                         spec.trial_id, dict(result.metrics), step=result.best_step
                     )
@@ -208,7 +210,12 @@ class OracleDriver:
                     self._results[spec.trial_id] = dataclasses.replace(
                         result, status=status, error=f"ValueError: {first_line(e)}"
                     )
-            trial.status = status.value
+            # A stopped trial is COMPLETED to the oracle, with its objective at its last
+            # epoch's best: every oracle's sampling learns from it (keras-tuner's STOPPED
+            # would be skipped by most oracles, and BayesianOptimization's vectorizer
+            # mis-scores it); this driver keeps it STOPPED and never ranks it the best.
+            oracle_status = TrialStatus.COMPLETED if status is TrialStatus.STOPPED else status
+            trial.status = oracle_status.value
             trial.message = result.traceback or self._results[spec.trial_id].error
             try:
                 self._oracle.end_trial(trial)
@@ -223,6 +230,17 @@ class OracleDriver:
                     f"in {self._module_file}."
                 ) from None
         self._oracle.save()
+
+    def _observe_curve(self, trial_id: str, result: TrialResult) -> None:
+        """The objective after each epoch (early stopping records it), as keras-tuner's
+        observations: the report's per-epoch curves then show where each trial stopped."""
+        name = self._oracle.objective.name
+        if not result.curve or name not in result.metrics:
+            return
+        for step, value in enumerate(result.curve):
+            # The best step's observation comes next, with all of its metrics.
+            if step != result.best_step and not math.isnan(value):
+                self._oracle.update_trial(trial_id, {name: value}, step=step)
 
     def pending_slot(self, trial_id: str) -> int:
         """The slot that runs pending trial ``trial_id``."""
@@ -303,7 +321,9 @@ class OracleDriver:
                 status = TrialStatus(trial.status)
             except ValueError:  # RUNNING: asked for but never reported
                 status = TrialStatus.INVALID
-            completed = status is TrialStatus.COMPLETED
+            if result and result.status is TrialStatus.STOPPED and not result.error:
+                status = TrialStatus.STOPPED  # COMPLETED to the oracle (see report)
+            completed = status in (TrialStatus.COMPLETED, TrialStatus.STOPPED)
             rows.append(
                 TrialRecord(
                     trial_id=trial_id,
@@ -317,23 +337,30 @@ class OracleDriver:
                     round=self._round_of.get(trial_id, -1),
                     error=None if completed or not result else result.error,
                     started=result.started if result else 0.0,
+                    epochs=sum(not math.isnan(v) for v in result.curve) if result else 0,
+                    rung=result.rung if result else None,
                 )
             )
         return rows
 
+    def _best(self):
+        """The oracle's best COMPLETED trial that early stopping did not stop, or None."""
+        stopped = {t for t, r in self._results.items() if r.status is TrialStatus.STOPPED}
+        for trial in self._oracle.get_best_trials(len(self._oracle.trials)):
+            if trial.status == TrialStatus.COMPLETED.value and trial.trial_id not in stopped:
+                return trial
+        return None
+
     def best_hyperparameters(self) -> Optional[dict[str, Any]]:
-        """The best completed trial's HyperParameters config, or None when none completed."""
-        best = self._oracle.get_best_trials(1)
-        if not best or best[0].status != TrialStatus.COMPLETED.value:
-            return None
-        return best[0].hyperparameters.get_config()
+        """The best completed trial's HyperParameters config, or None when none completed
+        (a trial stopped early never counts: it did not train to the end)."""
+        best = self._best()
+        return None if best is None else best.hyperparameters.get_config()
 
     def best_trial_id(self) -> Optional[str]:
         """The id of the best completed trial, or None when none completed."""
-        best = self._oracle.get_best_trials(1)
-        if not best or best[0].status != TrialStatus.COMPLETED.value:
-            return None
-        return best[0].trial_id
+        best = self._best()
+        return None if best is None else best.trial_id
 
     def last_error(self) -> Optional[str]:
         """The error of the last trial that failed, if any."""

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import math
 import threading
 import time
 import traceback
@@ -32,6 +33,7 @@ from beam_pipeline.core.errors import PipelineError, first_line
 from trainer.fn_args import TunerFnResult
 from trainer.module_loader import error_place
 from trainer.process import limit_threads, worker_name
+from trainer.tuning.early_stopping import TrialRungs, rung_callback, trial_rungs
 from trainer.tuning.loader import load_tuner_with_path, set_project_dir
 from trainer.tuning.messages import TrialResult, TrialSpec, TrialStatus, TuningJob
 from trainer.tuning.store import read_trial_result, write_trial_result
@@ -139,9 +141,47 @@ class TrialRunner:
             return result
         if loaded.tuner.project_dir != spec.project_dir:
             set_project_dir(loaded.tuner, spec.project_dir)
-        result = self._execute(loaded, spec, start)
+        stopped = self._stopped_before(loaded, spec, start)
+        result = stopped or self._execute(loaded, spec, start)
         write_trial_result(spec.project_dir, result)
         return result
+
+    def _stopped_before(
+        self, loaded: TunerFnResult, spec: TrialSpec, start: float
+    ) -> Optional[TrialResult]:
+        """With early stopping: the result of a trial that an earlier run of this attempt
+        stopped at a rung before its worker was lost (it is not trained again), else None."""
+        if not self._job.early_stopping.enabled:
+            return None
+        rungs = trial_rungs(spec.project_dir, spec.trial_id)
+        if not rungs.stopped:
+            return None
+        objective = loaded.tuner.oracle.objective
+        trained = [v for v in rungs.curve if not math.isnan(v)]
+        best = (max if objective.direction == "max" else min)(trained)
+        return TrialResult(
+            trial_id=spec.trial_id,
+            attempt=spec.attempt,
+            status=TrialStatus.STOPPED,
+            hyperparameters=dict(spec.hyperparameters),
+            metrics={objective.name: best},
+            best_step=rungs.curve.index(best),
+            seconds=round(time.time() - start, 3),
+            worker=worker_name(),
+            started=round(start, 3),
+            curve=rungs.curve,
+            rung=rungs.rung,
+        )
+
+    def _fit_kwargs(self, loaded: TunerFnResult, spec: TrialSpec) -> dict:
+        """The module's ``fit_kwargs``, plus the rung callback when early stopping is on."""
+        rule = self._job.early_stopping
+        if not rule.enabled:
+            return loaded.fit_kwargs
+        objective = loaded.tuner.oracle.objective
+        callback = rung_callback(rule, spec.project_dir, spec.trial_id, objective)
+        callbacks = [*loaded.fit_kwargs.get("callbacks", []), callback]
+        return {**loaded.fit_kwargs, "callbacks": callbacks}
 
     def _execute(self, loaded: TunerFnResult, spec: TrialSpec, start: float) -> TrialResult:
         import keras_tuner
@@ -157,7 +197,7 @@ class TrialRunner:
         status, metrics, step, error, trace, fatal = TrialStatus.COMPLETED, {}, 0, None, None, False
         try:
             with _older_objects_frozen():
-                returned = tuner.run_trial(trial, **loaded.fit_kwargs)
+                returned = tuner.run_trial(trial, **self._fit_kwargs(loaded, spec))
             tuner_utils.validate_trial_results(returned, objective, "Tuner.run_trial()")
             metrics = {
                 str(k): float(v)
@@ -172,6 +212,13 @@ class TrialRunner:
             failed = fatal or isinstance(e, keras_tuner.errors.FailedTrialError)
             status = TrialStatus.FAILED if failed else TrialStatus.INVALID
             _LOG.warning("Trial %s raised %s", spec.trial_id, error)
+        rungs = (
+            trial_rungs(spec.project_dir, spec.trial_id)
+            if self._job.early_stopping.enabled
+            else TrialRungs()
+        )
+        if rungs.stopped and status is TrialStatus.COMPLETED:
+            status = TrialStatus.STOPPED
         return TrialResult(
             trial_id=spec.trial_id,
             attempt=spec.attempt,
@@ -185,4 +232,6 @@ class TrialRunner:
             seconds=round(time.time() - start, 3),
             worker=worker_name(),
             started=round(start, 3),
+            curve=rungs.curve,
+            rung=rungs.rung,
         )

@@ -87,6 +87,8 @@ def _read(view: ReportView) -> dict[str, Any]:
         "hyperparameter_names": names,
         "log_scaled": log_scaled,
         "trial_curves": curves,
+        # Early stopping ran: the table gets each trial's epochs and highest rung.
+        "rungs": any(t.get("rung") is not None for t in trials),
     }
 
 

@@ -50,6 +50,18 @@ def _schedule(value: Any) -> TunerSchedule:
         ) from None
 
 
+def _early_stopping(value: Any) -> Any:
+    from trainer.tuning.early_stopping import EarlyStoppingRule
+
+    try:
+        return EarlyStoppingRule(value)
+    except ValueError:
+        raise PipelineError(
+            f"tuner_early_stopping: {value!r} is not an early-stopping rule; use one of "
+            f"{', '.join(r.value for r in EarlyStoppingRule)}."
+        ) from None
+
+
 def _search_space(value: Any) -> Any:
     from trainer.tuning.search_space import SearchSpace
 
@@ -140,7 +152,42 @@ class TunerConfig:
         identity=False,
     )
 
+    early_stopping: Any = setting(
+        "none",
+        flag="tuner_early_stopping",
+        help="asha: trials report their objective each epoch to the search's shared state "
+        "and stop at a rung (--asha_min_epochs x --asha_reduction_factor^k epochs) unless "
+        "in the top 1/reduction_factor of the trials that reached it; median: at the same "
+        "rungs, stop unless at least as good as the median of the others there; none: every "
+        "trial trains to its end.",
+        kind="choice",
+        choices=("none", "asha", "median"),
+        parse=_early_stopping,
+    )
+    asha_reduction_factor: int = setting(
+        3,
+        flag="asha_reduction_factor",
+        help="asha: the top 1/this of a rung's trials go on; rungs are this many times apart.",
+        kind="int",
+    )
+    asha_min_epochs: int = setting(
+        1,
+        flag="asha_min_epochs",
+        help="asha: the first rung (grace period): no trial stops before this many epochs.",
+        kind="int",
+    )
+
+    @property
+    def early_stopping_rule(self) -> Any:
+        """The rule and its settings, as the trial workers get them."""
+        from trainer.tuning.early_stopping import EarlyStopping
+
+        return EarlyStopping(self.early_stopping, self.asha_reduction_factor, self.asha_min_epochs)
+
     def __post_init__(self):
+        object.__setattr__(self, "early_stopping", _early_stopping(self.early_stopping))
+        check_int("asha_reduction_factor", self.asha_reduction_factor, 2)
+        check_int("asha_min_epochs", self.asha_min_epochs, 1)
         check_int("tuner_parallel_trials", self.parallel_trials, 1)
         check_int("gpus_per_trial", self.gpus_per_trial, 0)
         check_int("tuner_lease_seconds", self.lease_seconds, 1)

@@ -1,7 +1,9 @@
 """The Tuner stage's artifacts and summary: the trials as CSV, JSON, a text table and a plot.
 
-- ``trials.json`` / ``trials.csv``: per trial its hyperparameters, objective, status,
-  start time, seconds, attempts, round, worker (host:pid) and error;
+- ``trials.json`` / ``trials.csv``: per trial its hyperparameters, objective, status
+  (COMPLETED, STOPPED by early stopping, FAILED), start time, seconds, attempts, round,
+  worker (host:pid), error, and with early stopping the epochs it trained and the highest
+  rung it reached (0: the first);
 - ``objective.svg``: the objective per trial and the best so far;
 - the stage's summary row: a one-line note and, in its details, the best trial, counts, times
   and the head of the trials table ranked by the objective.
@@ -46,6 +48,8 @@ TRIALS_JSON = "trials.json"
 TRIALS_CSV = "trials.csv"
 OBJECTIVE_PLOT = "objective.svg"
 _HEAD_ROWS = 5
+# Trials with an objective: trained to the end, or stopped early at a rung.
+_SCORED = (TrialStatus.COMPLETED, TrialStatus.STOPPED)
 
 
 def _format_value(value: Any) -> str:
@@ -102,7 +106,7 @@ def write_trials(folder: str, records: Sequence[TrialRecord], objective: str, di
     writer = csv.writer(out)
     writer.writerow(
         ["trial_id", "status", "objective", *hp_names, *metric_names]
-        + ["started", "seconds", "attempts", "round", "worker", "error"]
+        + ["started", "seconds", "attempts", "round", "worker", "error", "epochs", "rung"]
     )
     for r in records:
         writer.writerow(
@@ -110,6 +114,7 @@ def write_trials(folder: str, records: Sequence[TrialRecord], objective: str, di
             + [r.hyperparameters.get(k, "") for k in hp_names]
             + [r.metrics.get(k, "") for k in metric_names]
             + [r.started, r.seconds, r.attempts, r.round, r.worker, r.error or ""]
+            + [r.epochs or "", "" if r.rung is None else r.rung]
         )
     write_text(os.path.join(folder, TRIALS_CSV), out.getvalue())
 
@@ -130,7 +135,7 @@ def plot_objective(path: str, records: Sequence[TrialRecord], objective: str, di
         better = best is None or (y > best if direction == "max" else y < best)
         best = y if better else best
         best_line.append((i, best))
-    failed = [r.trial_id for r in records if r.status is not TrialStatus.COMPLETED]
+    failed = [r.trial_id for r in records if r.status not in _SCORED]
     xlabel = "trial (start order)" + (f"; failed: {', '.join(failed)}" if failed else "")
     series = {"trial": done, "best so far": best_line} if done else {}
     svg = lines(series, xlabel=xlabel, ylabel=f"{objective} ({direction})", width=480)
@@ -157,6 +162,8 @@ def stage_report(
     best_id = oracle.best_trial_id()
     top = next(r for r in records if r.trial_id == best_id)
     done = sum(r.status is TrialStatus.COMPLETED for r in records)
+    stopped = sum(r.status is TrialStatus.STOPPED for r in records)
+    failed = len(records) - done - stopped
     workers = sorted({r.worker for r in records if r.worker})
     best_values = dict(best.get("values", {}))
     if search.schedule is TunerSchedule.ROLLING:
@@ -166,7 +173,9 @@ def stage_report(
     else:
         how = f"in {oracle.rounds} rounds"
     note = (
-        f"{len(records)} trials ({done} completed, {len(records) - done} failed) {how} "
+        f"{len(records)} trials ({done} completed, "
+        + (f"{stopped} stopped early, " if stopped else "")
+        + f"{failed} failed) {how} "
         f"on {len(workers)} worker process(es); best {objective}="
         f"{top.objective:.4g} (trial {top.trial_id}): {_format_hps(best_values)}; "
         f"table: {os.path.join(artifact, TRIALS_CSV)}"
@@ -183,7 +192,9 @@ def stage_report(
             "objective": {"name": objective, "direction": direction, "value": top.objective},
             "trials": len(records),
             "completed": done,
-            "failed": len(records) - done,
+            "failed": failed,
+            "stopped": stopped,
+            "trial_epochs": sum(r.epochs for r in records),
             "schedule": search.schedule.value,
             "rounds": oracle.rounds,
             "workers": workers,

@@ -95,6 +95,7 @@ from beam_pipeline.stages.tuner.trials import (
 from trainer.isolation import ProcessHost
 from trainer.module_loader import load_trainer_module
 from trainer.tuning import OracleDriver, SearchSpace, TuningJob, load_tuner
+from trainer.tuning.early_stopping import check_rungs, start_rungs
 
 __all__ = [
     "STAGE",
@@ -153,6 +154,7 @@ def build_tuning_job(
         eval_steps=tuner.eval_steps,
         threads_per_trial=threads_per_trial,
         search_space=search_space,
+        early_stopping=tuner.early_stopping_rule,
     )
 
 
@@ -220,6 +222,9 @@ def _make_driver(job: TuningJob, slots: int, max_trials: Optional[int], doing=No
         what = "the search space's TrainSpec" if job.search_space is not None else "tuner_fn"
         doing(f"{what} in {job.module_file} (or its hypermodel's build)")
     tuner = load_tuner(job, job.tuner_dir)
+    if job.early_stopping.enabled:
+        check_rungs(job.early_stopping, tuner, job.module_file)
+        start_rungs(str(tuner.tuner.project_dir))
     return OracleDriver(tuner.tuner, slots, max_trials, job.module_file)
 
 
