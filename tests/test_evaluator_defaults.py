@@ -163,3 +163,28 @@ def test_an_eval_config_that_cannot_work_stops_the_run_before_anything_is_writte
     assert err.startswith(f"error: --eval_config {path} ") and err.count("\n") == 1, err
     assert sentence in err, err
     assert not os.path.exists(os.path.join(root, "runs", "bad-config"))
+
+
+@pytest.mark.parametrize(
+    "metrics, lines",
+    [
+        # A regressor's squared error in dollars: e-notation, never 36 digits spelled out.
+        (
+            {"cut:Ideal": {"mean_squared_error": 3.2e35}, "Overall": {"mean_squared_error": 1e35}},
+            ["Overall                 1e+35", "cut:Ideal               3.2e+35"],
+        ),
+        # Counts whole; Overall first, then the slices by name, whatever TFMA's order.
+        (
+            {"b": {"example_count": 5.0}, "Overall": {"example_count": 333447.0}, "a": {}},
+            [
+                "Overall                 333447",
+                "a                       -",
+                "b                       5",
+            ],
+        ),
+    ],
+)
+def test_the_summary_s_metrics_table_reads_overall_first_with_numbers_formatted(metrics, lines):
+    from beam_pipeline.stages.evaluator.executor import metrics_table
+
+    assert [line.rstrip() for line in metrics_table(metrics).splitlines()[1:]] == lines
