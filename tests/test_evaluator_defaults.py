@@ -131,6 +131,27 @@ def test_a_retrained_model_better_overall_is_blessed_by_the_default_thresholds(r
     ), evaluation["note"]
 
 
+@pytest.mark.slow
+def test_runs_list_and_diff_show_the_evaluator_s_metrics_beside_the_trainer_s(root, capsys):
+    # Before: both were called "eval" and only the Trainer's (Keras's validation on
+    # --eval_steps batches) were shown. The Evaluator's: TFMA over the whole eval split.
+    second = os.path.join(root, "runs", "second", "summary.json")
+    if not os.path.exists(second):
+        assert _run(root, "second", 2, "--train_steps=300") == 0
+    capsys.readouterr()
+    assert cli.main(["runs", "list", f"--pipeline_root={root}", "--json"]) == 0
+    rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    overall = _stages(root, "second")["Evaluator"]["details"]["metrics"]["Overall"]
+    assert rows["second"]["evaluation"] == overall
+    assert rows["second"]["metrics"] == _stages(root, "second")["Trainer"]["details"]["metrics"]
+    assert _stages(root, "second")["Trainer"]["note"].startswith("validation ")
+    assert cli.main(["runs", "diff", "first", "second", f"--pipeline_root={root}", "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    first = _stages(root, "first")["Evaluator"]["details"]["metrics"]["Overall"]
+    mse = diff["compared"]["evaluation"]["mean_squared_error"]
+    assert mse == [first["mean_squared_error"], overall["mean_squared_error"]]
+
+
 _SPEC = 'model_specs { label_key: "price_xf" preprocessing_function_names: "transform_features" }\n'
 
 
