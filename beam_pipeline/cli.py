@@ -59,7 +59,9 @@ _BEAM_ERROR_LOGGERS = (
 
 class _HandledWorkerErrors(logging.Filter):
     """Drops Beam's ERROR log (with traceback) of a worker error that the CLI prints anyway
-    as one sentence (see :func:`~beam_pipeline.core.errors.user_error`); others are kept."""
+    as one sentence (see :func:`~beam_pipeline.core.errors.user_error`); another worker
+    error's traceback (a bug: the run ends with the runner's sentence for it) is kept for
+    the run's log only; other records are kept."""
 
     def __init__(self):
         super().__init__()
@@ -73,7 +75,12 @@ class _HandledWorkerErrors(logging.Filter):
             # The traceback as text; a forwarded worker log has it escaped (\n, \").
             text = record.getMessage().replace("\\n", "\n").replace('\\"', '"')
             exc = RuntimeError(text.replace("\\'", "'"))
-        return user_error(exc, self.pipeline_root) is None
+            if "Traceback (most recent call last)" not in text:
+                return user_error(exc, self.pipeline_root) is None
+        if user_error(exc, self.pipeline_root) is not None:
+            return False
+        record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -121,12 +121,19 @@ def test_value_and_change_thresholds_fail_against_a_baseline(model, tmp_path):
     assert not result.blessed
     failed = {(f.metric, f.slice): f for f in result.failures}
     assert set(failed) == {
-        ("sparse_categorical_accuracy (change vs baseline)", "Overall"),
+        ("sparse_categorical_accuracy vs baseline", "Overall"),
         ("example_count", "Overall"),
     }
-    change = failed[("sparse_categorical_accuracy (change vs baseline)", "Overall")]
-    assert change.value == 0 and "higher is better (absolute 0.05)" in change.bound
-    assert change.by == pytest.approx(0.05)  # misses it by the whole 0.05
+    # In plain words, against the baseline's value: the candidate's accuracy, the bound
+    # it needed (the baseline's + 0.05), and by how much it missed (the whole 0.05).
+    change = failed[("sparse_categorical_accuracy vs baseline", "Overall")]
+    accuracy = result.metrics["Overall"]["sparse_categorical_accuracy"]
+    assert change.value == pytest.approx(accuracy)
+    assert change.bound == (
+        f">= {accuracy + 0.05:.4g}, at least 0.05 above the baseline's {accuracy:.4g} "
+        "(higher is better) (it is the same as the baseline's)"
+    )
+    assert change.by == pytest.approx(0.05)
     assert failed[("example_count", "Overall")].value == 115
     assert failed[("example_count", "Overall")].bound == ">= 1000"
     assert failed[("example_count", "Overall")].by == 1000 - 115

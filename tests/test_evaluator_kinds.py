@@ -1,5 +1,5 @@
 """The Evaluator's default EvalConfig for each kind of model the trainer exports: a metric
-per kind, a model with no threshold to check blessed saying "no thresholds" (TFMA alone
+per kind, a model with no threshold to check blessed saying why (TFMA alone
 refuses it, and no later run could have a baseline), a NOT-blessed verdict naming why.
 Through the CLI with a regression module of the test's own and with the bundled module on
 a one-class label; the kinds themselves from the model's facts."""
@@ -14,12 +14,15 @@ import sys
 
 import pytest
 from conftest import PENGUIN_DIR
+from tensorflow_model_analysis.proto import config_pb2
 from test_cli import MODULE, _summary
 
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.stages.evaluator import evaluation as evaluator
 from beam_pipeline.stages.evaluator.evaluation import ModelFacts, ModelKind
 
 _SIGNATURES = ("serving_default", "transform_features")
+_REGRESSION_METRICS = ["MeanSquaredError", "MeanAbsoluteError", "CalibrationPlot"]
 
 
 def _facts(width, label_dtype):
@@ -27,28 +30,59 @@ def _facts(width, label_dtype):
     return ModelFacts(_SIGNATURES, "y_xf", outputs, ("x_xf", "y_xf"), label_dtype)
 
 
+# An integer label is binary only where its values (a vocabulary's class domain, else the
+# raw label's range in the statistics or schema) stay within {0, 1}: diamonds' price,
+# passed through as INT, is a regression label (TFMA's binary metrics refuse it mid-job).
 @pytest.mark.parametrize(
-    "width, label_dtype, classes, kind, metrics, thresholds",
+    "width, label_dtype, classes, values, kind, metrics, thresholds",
     [
-        (3, "int", 3, ModelKind.MULTI_CLASS, ["SparseCategoricalAccuracy"], 1),
-        (2, "int", None, ModelKind.MULTI_CLASS, ["SparseCategoricalAccuracy"], 1),
-        (1, "int", 2, ModelKind.BINARY, ["BinaryAccuracy", "AUC"], 1),
-        (1, "int", None, ModelKind.BINARY, ["BinaryAccuracy", "AUC"], 1),
-        (1, "float", None, ModelKind.REGRESSION, ["MeanSquaredError", "MeanAbsoluteError"], 1),
-        (1, None, None, ModelKind.REGRESSION, ["MeanSquaredError", "MeanAbsoluteError"], 1),
-        (1, "int", 1, ModelKind.ONE_CLASS, ["SparseCategoricalAccuracy"], 0),
+        (3, "int", 3, None, ModelKind.MULTI_CLASS, ["SparseCategoricalAccuracy"], 1),
+        (2, "int", None, None, ModelKind.MULTI_CLASS, ["SparseCategoricalAccuracy"], 1),
+        (1, "int", 2, None, ModelKind.BINARY, ["BinaryAccuracy", "AUC"], 1),
+        (1, "int", None, (0, 1), ModelKind.BINARY, ["BinaryAccuracy", "AUC"], 1),
+        (1, "int", None, (0, 0), ModelKind.BINARY, ["BinaryAccuracy", "AUC"], 1),
+        (1, "int", None, (326, 18823), ModelKind.REGRESSION, _REGRESSION_METRICS, 1),
+        (1, "int", None, (-1, 1), ModelKind.REGRESSION, _REGRESSION_METRICS, 1),
+        (1, "int", 5, None, ModelKind.REGRESSION, ["MeanSquaredError", "MeanAbsoluteError"], 1),
+        (
+            1,
+            "float",
+            None,
+            None,
+            ModelKind.REGRESSION,
+            ["MeanSquaredError", "MeanAbsoluteError"],
+            1,
+        ),
+        (1, None, None, None, ModelKind.REGRESSION, ["MeanSquaredError", "MeanAbsoluteError"], 1),
+        (1, "int", 1, None, ModelKind.ONE_CLASS, ["SparseCategoricalAccuracy"], 0),
     ],
 )
 def test_the_default_config_has_a_metric_for_each_kind_of_model(
-    width, label_dtype, classes, kind, metrics, thresholds
+    width, label_dtype, classes, values, kind, metrics, thresholds
 ):
     facts = _facts(width, label_dtype)
-    assert evaluator.model_kind(facts, classes) is kind
-    config = evaluator.build_eval_config(None, "model", None, facts=facts, label_classes=classes)
+    assert evaluator.model_kind(facts, classes, values) is kind
+    config = evaluator.build_eval_config(
+        None, "model", None, facts=facts, label_classes=classes, label_values=values
+    )
     names = [m.class_name for spec in config.metrics_specs for m in spec.metrics]
     assert names == ["ExampleCount", *metrics]
-    with_threshold = [m for s in config.metrics_specs for m in s.metrics if m.HasField("threshold")]
-    assert len(with_threshold) == thresholds
+    # Every default threshold blocks on the Overall slice alone, never on every slice.
+    checked = [m for s in config.metrics_specs for m in s.metrics if m.per_slice_thresholds]
+    assert len(checked) == thresholds
+    for metric in checked:
+        assert not metric.HasField("threshold")
+        assert [list(p.slicing_specs) for p in metric.per_slice_thresholds] == [
+            [config_pb2.SlicingSpec()]
+        ]
+        change = metric.per_slice_thresholds[0].threshold.change_threshold
+        assert abs(change.relative.value) == evaluator.DEFAULT_TOLERANCE
+        assert not change.HasField("absolute")
+
+
+def test_an_integer_label_of_unknown_values_stops_before_the_job_with_its_fix():
+    with pytest.raises(PipelineError, match="cannot tell whether the model's integer label "):
+        evaluator.build_eval_config(None, "model", None, facts=_facts(1, "int"))
 
 
 def _regression_data(path, rows=240):
@@ -139,9 +173,11 @@ def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baselin
     assert first["status"] == "ok"
     assert first["details"]["blessed"] is True, first["note"]
     assert first["details"]["model_kind"] == "regression"
-    assert first["details"]["reason"] == "no thresholds"
-    assert first["note"].startswith("blessed: no thresholds (no model was blessed before it")
-    assert "Evaluator: blessed: no thresholds" in proc.stdout
+    assert first["details"]["reason"] == evaluator.NO_BASELINE_TO_CHECK
+    assert first["note"].startswith(
+        f"blessed: {evaluator.NO_BASELINE_TO_CHECK} (no model was blessed before it"
+    )
+    assert f"Evaluator: blessed: {evaluator.NO_BASELINE_TO_CHECK}" in proc.stdout
     overall = first["details"]["metrics"]["Overall"]
     assert {"mean_squared_error", "mean_absolute_error", "example_count"} <= set(overall)
     assert overall["mean_squared_error"] < 0.5  # y = 3 x1 - 2 x2 + 1 + noise, learned
@@ -153,9 +189,7 @@ def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baselin
     worse = _summary(str(tmp_path / "root" / "runs" / "worse"))["Evaluator"]
     assert worse["details"]["baseline"] == str(tmp_path / "root" / "runs" / "first" / "model")
     assert worse["details"]["blessed"] is False
-    assert worse["note"].startswith(
-        "NOT blessed: mean_squared_error (change vs baseline) on Overall = "
-    )
+    assert worse["note"].startswith("NOT blessed: mean_squared_error vs baseline on Overall = ")
     assert worse["details"]["reason"] and worse["details"]["failures"]
 
 

@@ -137,17 +137,25 @@ def test_a_stage_of_ones_own_gets_its_column_in_runs_list_and_its_line_in_runs_s
     (row,) = json.loads(listed.stdout)
     # Its column, where the graph places it (after ExampleGen), then the bundled model
     # stages' (declared by the graph: shown though a run without a module made none).
-    assert row["columns"] == {"counted": total, "metrics": {}, "blessed": None, "pushed": None}
+    assert row["columns"] == {
+        "counted": total,
+        "metrics": {},
+        "blessed": None,
+        "evaluation": {},
+        "pushed": None,
+    }
     assert row["counted"] == total
     table = _cli("runs", "list", f"--pipeline_root={root}")
     assert table.returncode == 0, table.stderr[-2000:]
     lines = table.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if "status" in line)
     assert [c.strip() for c in lines[header].strip("┃ ").split("┃")] == [
-        "run", "start", "status", "counted", "metrics", "blessed", "pushed", "cached",
+        "run", "start", "status", "counted", "metrics", "blessed", "evaluation", "pushed",
+        "cached",
     ]  # fmt: skip
     run_line = next(line for line in lines[header + 1 :] if line.startswith("│ a "))
-    assert [c.strip() for c in run_line.strip("│ ").split("│")][3:7] == [str(total), "-", "-", "-"]
+    cells = [c.strip() for c in run_line.strip("│ ").split("│")][3:8]
+    assert cells == [str(total), "-", "-", "-", "-"]
 
     shown = _cli("runs", "show", "a", f"--pipeline_root={root}")
     assert shown.returncode == 0, shown.stderr[-2000:]

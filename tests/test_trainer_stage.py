@@ -50,7 +50,7 @@ def test_stage_trains_and_publishes(trained):
     _, run_dir, _, report = trained
     model = run_dir.path(Artifact.MODEL)
     assert report.status is StageStatus.OK and report.artifact == model
-    assert report.note.startswith("eval loss=")
+    assert report.note.startswith("validation loss=")
     assert "sparse_categorical_accuracy=" in report.note
     assert report.note.endswith(f"model: {model}")
     assert report.details["num_replicas"] == 1

@@ -140,6 +140,12 @@ def export_serving_model(
         # Read back by the Evaluator as the default EvalConfig's label (in model space);
         # a string variable is the one thing a SavedModel carries beside its signatures.
         model.evaluation_label_key = tf.Variable(label, trainable=False, dtype=tf.string)
+    if raw_label_keys:
+        # The raw label(s) it is computed from: the Evaluator reads their values in the
+        # run's statistics (an integer label within {0, 1} is binary, beyond it regression).
+        model.evaluation_raw_label_keys = tf.Variable(
+            list(raw_label_keys), trainable=False, dtype=tf.string
+        )
     tf.saved_model.save(
         model,
         serving_model_dir,

@@ -60,6 +60,7 @@ from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.contents import changed, describe
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
+from beam_pipeline.engine.failures import unexpected_error
 from beam_pipeline.engine.fingerprint import pipeline_code, stage_code
 from beam_pipeline.engine.stage import (
     Outputs,
@@ -216,7 +217,9 @@ class _Scheduler:
             self._drain()  # a runner error on this thread: no stage is left running
             raise
         if self.errors:
-            raise self.errors[min(self.errors)]
+            first = min(self.errors)
+            error = self.errors[first]
+            raise unexpected_error(self.graph[first], self.ctx, error) or error
         for index, stage in enumerate(self.graph):  # each stage the halt kept from running
             if self.halted and index not in self.rows:
                 row = StageReport(stage.name, StageStatus.SKIPPED, note=self.halted)
@@ -246,7 +249,7 @@ class _Scheduler:
                 except BaseException as error:  # noqa: BLE001 - raised once the others end
                     if isinstance(error, KeyboardInterrupt):
                         raise
-                    self.errors[index] = error
+                    self._failed(index, error)
                     break
                 if started is None:
                     progressed = True  # cached: what it made may make others ready
@@ -325,7 +328,7 @@ class _Scheduler:
             self._add_rows(run.index, rows)
             _announce(ctx, rows)
             self.records.stop(stage.name, error)
-            self.errors[run.index] = error
+            self._failed(run.index, error)
             return
         shown = _noted(result.reports, run.damaged)
         self._add_rows(run.index, shown)
@@ -361,7 +364,14 @@ class _Scheduler:
         except KeyboardInterrupt:
             raise
         except BaseException as error:  # noqa: BLE001 - raised once the others end
-            self.errors[index] = error
+            self._failed(index, error)
+
+    def _failed(self, index: int, error: BaseException) -> None:
+        """Keeps stage ``index``'s error, raised once the others end; an unexpected one's
+        traceback goes to the run's log (the terminal gets its sentence)."""
+        self.errors[index] = error
+        if unexpected_error(self.graph[index], self.ctx, error) is not None:
+            _LOG.info("%s stopped on:", self.graph[index].name, exc_info=error)
 
     def _add_rows(self, index: int, rows: Sequence[StageReport]) -> None:
         self.rows.setdefault(index, []).extend(rows)
@@ -449,7 +459,9 @@ def _failed_row(
         note = "interrupted"
     else:
         root = ctx.config.pipeline_root if ctx.config is not None else None
-        sentence = user_error(error, root) if root is not None else None
+        sentence = (user_error(error, root) if root is not None else None) or unexpected_error(
+            stage, ctx, error
+        )
         note = str(sentence) if sentence is not None else f"{type(error).__name__}: "
         note = note if sentence is not None else note + first_line(error)
         if len(note) > _MAX_NOTE:

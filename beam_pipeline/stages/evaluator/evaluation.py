@@ -16,23 +16,28 @@ The default EvalConfig, when none is given: the label the model was trained on (
 the model's ``transform_features`` signature (TFMA's ``preprocessing_function_names``:
 the raw label may be a string, the model predicts class ids), and metrics for the kind of
 model the trainer exported (:class:`ModelKind`, from the width of its prediction, the
-label's dtype and the transformed label's class domain):
+label's dtype, its class domain and its values: :mod:`.kinds`):
 
-- multi-class (two or more scores): ``SparseCategoricalAccuracy``, at least 0.6 and not
-  below the baseline's;
-- binary (one output, an integer label): ``BinaryAccuracy``, at least 0.6 and not below
-  the baseline's, and ``AUC`` (no threshold);
-- regression (one output, a float label): ``MeanSquaredError`` (not above the baseline's)
-  and ``MeanAbsoluteError`` (no threshold);
+- multi-class (two or more scores): ``SparseCategoricalAccuracy``, at least 0.6 and at
+  most 1% below the baseline's;
+- binary (one output, an integer label within {0, 1}): ``BinaryAccuracy``, at least 0.6
+  and at most 1% below the baseline's, and ``AUC`` (no threshold);
+- regression (one output, a float label or an integer one beyond {0, 1}):
+  ``MeanSquaredError`` (at most 1% above the baseline's), ``MeanAbsoluteError`` (no
+  threshold) and a ``CalibrationPlot`` over the label's range (the report's calibration
+  and residual plots);
 - one class (a label whose vocabulary has one value): ``SparseCategoricalAccuracy``, no
   threshold (there is nothing to tell apart);
 
 each with ``ExampleCount``; slices: overall plus each ``--eval_slice_features`` feature.
+The default thresholds block on the Overall slice only (``per_slice_thresholds``): the
+other slices are reported, not judged, unless the user's EvalConfig says so.
 Without a baseline, change thresholds are dropped and the model is judged on value
 thresholds alone (TFMA's rubber stamp). A config left with no threshold at all (the first
 regression model, a one-class label, an ``--eval_config`` without thresholds) blesses the
-model, saying "no thresholds" (TFMA alone would refuse it with ``missing_thresholds``, and
-no later run could have a baseline); a model that is not blessed always says why.
+model, saying why (TFMA alone would refuse it with ``missing_thresholds``, and no later
+run could have a baseline); every verdict says in words which metric on which slice,
+against what and by how much (:mod:`.results`).
 
 Example::
 
@@ -43,12 +48,9 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
@@ -59,6 +61,24 @@ from beam_pipeline.stages.common.blessings import (
     read_blessing,
     write_blessing,
 )
+from beam_pipeline.stages.evaluator.kinds import (
+    ModelFacts,
+    ModelKind,
+    label_classes,
+    label_range,
+    model_facts,
+    model_kind,
+    prediction_key,
+)
+from beam_pipeline.stages.evaluator.results import (
+    VIEW_FILE,
+    class_metrics,
+    failures,
+    passed,
+    plots_view,
+    sliced_metrics,
+    thresholds_view,
+)
 
 if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
@@ -68,12 +88,15 @@ if TYPE_CHECKING:
 __all__ = [
     "BLESSING_FILE",
     "DEFAULT_MIN_ACCURACY",
+    "DEFAULT_TOLERANCE",
     "EvaluationResult",
     "ModelFacts",
     "ModelKind",
     "ThresholdFailure",
     "build_eval_config",
+    "check_eval_config_file",
     "label_classes",
+    "label_range",
     "model_kind",
     "model_facts",
     "read_blessing",
@@ -81,132 +104,22 @@ __all__ = [
     "write_blessing",
 ]
 
-# Beside TFMA's own files in evaluation/: what the run report draws, read from TFMA's
-# outputs while TFMA is loaded (the report reads no TFMA proto: `runs report` imports no
-# TensorFlow). Not named metrics*/plots*/validations*: TFMA's readers glob those prefixes.
-VIEW_FILE = "report_view.json"
-# The points of a curve the view keeps (TFMA computes 1,000 thresholds, 10,000 buckets).
-_CURVE_POINTS = 101
-_CALIBRATION_BUCKETS = 10
 # TFX's penguin example's bar for its accuracy threshold.
 DEFAULT_MIN_ACCURACY = 0.6
-# A change threshold that only refuses a model worse than the baseline (TFX's example).
-_NOT_WORSE = 1e-10
-
-
-class ModelKind(str, enum.Enum):
-    """The kinds of model the default EvalConfig has metrics for."""
-
-    MULTI_CLASS = "multi-class"
-    BINARY = "binary"
-    REGRESSION = "regression"
-    ONE_CLASS = "one-class"
+# The default change thresholds' tolerance: a candidate may be at most this much worse
+# than the baseline, relative to the baseline's value, on the Overall slice (a metric
+# measured on a sample moves a little between two equally good models; an absolute
+# 1e-10 on every slice refused a model 17% better overall for one slice's 0.006).
+DEFAULT_TOLERANCE = 0.01
+# The buckets of a regressor's calibration plot over the label's range (the report
+# draws it as calibration and residuals per bucket of predictions).
+_REGRESSION_BUCKETS = 20
 
 
 # What a verdict says when the config has no threshold left to check.
 NO_THRESHOLDS = "no thresholds"
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelFacts:
-    """What the default EvalConfig and its checks need from the SavedModel."""
-
-    signatures: tuple[str, ...]
-    label_key: Optional[str]
-    outputs: dict[str, tuple[Optional[int], ...]]
-    transformed_features: tuple[str, ...]
-    # The label's dtype as the transform_features signature computes it ("int", "float",
-    # "string"), None where the model does not compute it.
-    label_dtype: Optional[str] = None
-
-
-def model_facts(model_dir: str) -> ModelFacts:
-    """Loads the SavedModel once and reads its signatures, outputs and recorded label.
-
-    Raises:
-      PipelineError: the folder holds no SavedModel that loads.
-    """
-    import tensorflow as tf
-
-    from trainer.export import SERVING_SIGNATURE, TRANSFORM_FEATURES_SIGNATURE
-
-    try:
-        loaded = tf.saved_model.load(model_dir)
-    except Exception as e:  # noqa: BLE001  any load failure is the same user-facing problem
-        raise PipelineError(
-            f"The model in {model_dir} does not load ({type(e).__name__}: {first_line(e)}); "
-            "rerun the Trainer (a new --run_id) so that it exports a SavedModel."
-        ) from None
-    signatures = tuple(sorted(loaded.signatures.keys()))
-    outputs: dict[str, tuple[Optional[int], ...]] = {}
-    if SERVING_SIGNATURE in loaded.signatures:
-        for name, spec in loaded.signatures[SERVING_SIGNATURE].structured_outputs.items():
-            outputs[name] = tuple(spec.shape.as_list())
-    transformed: dict = {}
-    if TRANSFORM_FEATURES_SIGNATURE in loaded.signatures:
-        transformed = dict(loaded.signatures[TRANSFORM_FEATURES_SIGNATURE].structured_outputs)
-    label = getattr(loaded, "evaluation_label_key", None)
-    label_key = label.numpy().decode() if label is not None else None
-    dtype = transformed[label_key].dtype if label_key in transformed else None
-    if dtype is None:
-        label_dtype = None
-    elif dtype.is_integer or dtype.is_bool:
-        label_dtype = "int"
-    elif dtype.is_floating:
-        label_dtype = "float"
-    else:
-        label_dtype = "string"
-    return ModelFacts(
-        signatures=signatures,
-        label_key=label_key,
-        outputs=outputs,
-        transformed_features=tuple(sorted(transformed)),
-        label_dtype=label_dtype,
-    )
-
-
-def label_classes(transform_graph: str, label_key: Optional[str]) -> Optional[int]:
-    """How many classes the transformed label ``label_key`` has, from the integer domain
-    tf.Transform recorded for it (``compute_and_apply_vocabulary`` records one: 0, or -1
-    for an unknown value, to the vocabulary's size - 1); None when it has none (a raw or
-    float label) or there is no schema."""
-    from google.protobuf import text_format
-    from tensorflow_metadata.proto.v0 import schema_pb2
-
-    path = fileio.join(transform_graph, "transformed_metadata", "schema.pbtxt")
-    if not label_key or not fileio.exists(path):
-        return None
-    schema = text_format.Parse(fileio.read_file(path), schema_pb2.Schema())
-    for feature in schema.feature:
-        if feature.name == label_key and feature.HasField("int_domain"):
-            domain = feature.int_domain
-            if domain.HasField("min") and domain.HasField("max"):
-                # Class ids count from 0; a vocabulary without OOV buckets records min -1,
-                # its default value for an unknown string, which is no class.
-                return int(domain.max - max(domain.min, 0) + 1)
-    return None
-
-
-def model_kind(facts: ModelFacts, classes: Optional[int] = None) -> ModelKind:
-    """The kind of model ``facts`` describe: two or more scores a multi-class classifier;
-    one output a one-class classifier (a label with one class), a binary classifier (an
-    integer label) or a regressor (a float label, or one the model does not compute)."""
-    key = _prediction_key(facts)
-    shape = facts.outputs.get(key or next(iter(facts.outputs), ""), ())
-    width = shape[-1] if shape and shape[-1] is not None else 1
-    if classes == 1:
-        return ModelKind.ONE_CLASS
-    if width > 1:
-        return ModelKind.MULTI_CLASS
-    if facts.label_dtype == "int":
-        return ModelKind.BINARY
-    return ModelKind.REGRESSION
-
-
-def _prediction_key(facts: ModelFacts) -> str:
-    if len(facts.outputs) > 1:
-        return "scores" if "scores" in facts.outputs else sorted(facts.outputs)[0]
-    return ""
+# ... and when its only thresholds compare with a baseline there is none of.
+NO_BASELINE_TO_CHECK = "its thresholds compare with a baseline, so none was checked"
 
 
 def _parse_config_file(path: str) -> config_pb2.EvalConfig:
@@ -232,7 +145,10 @@ def _parse_config_file(path: str) -> config_pb2.EvalConfig:
 
 
 def _default_config(
-    facts: ModelFacts, model_dir: str, classes: Optional[int] = None
+    facts: ModelFacts,
+    model_dir: str,
+    classes: Optional[int] = None,
+    values: Optional[tuple[float, float]] = None,
 ) -> config_pb2.EvalConfig:
     from tensorflow_model_analysis.proto import config_pb2
 
@@ -247,24 +163,37 @@ def _default_config(
     spec = config_pb2.ModelSpec(signature_name=SERVING_SIGNATURE, label_key=facts.label_key)
     if TRANSFORM_FEATURES_SIGNATURE in facts.signatures:
         spec.preprocessing_function_names.append(TRANSFORM_FEATURES_SIGNATURE)
-    spec.prediction_key = _prediction_key(facts)
+    spec.prediction_key = prediction_key(facts)
     config = config_pb2.EvalConfig(model_specs=[spec])
     metrics = config.metrics_specs.add()
     metrics.metrics.add(class_name="ExampleCount")
-    kind = model_kind(facts, classes)
+    kind = model_kind(facts, classes, values)
+
+    def on_overall(metric) -> config_pb2.MetricThreshold:
+        # Thresholds block on the Overall slice only: the other slices are reported (a
+        # small slice moves by chance between two equally good models).
+        per_slice = metric.per_slice_thresholds.add()
+        per_slice.slicing_specs.add()  # the overall slice
+        return per_slice.threshold
+
     if kind in (ModelKind.MULTI_CLASS, ModelKind.BINARY):
         name = "SparseCategoricalAccuracy" if kind is ModelKind.MULTI_CLASS else "BinaryAccuracy"
-        m = metrics.metrics.add(class_name=name)
-        m.threshold.value_threshold.lower_bound.value = DEFAULT_MIN_ACCURACY
-        m.threshold.change_threshold.direction = config_pb2.MetricDirection.HIGHER_IS_BETTER
-        m.threshold.change_threshold.absolute.value = -_NOT_WORSE
+        threshold = on_overall(metrics.metrics.add(class_name=name))
+        threshold.value_threshold.lower_bound.value = DEFAULT_MIN_ACCURACY
+        threshold.change_threshold.direction = config_pb2.MetricDirection.HIGHER_IS_BETTER
+        threshold.change_threshold.relative.value = -DEFAULT_TOLERANCE
         if kind is ModelKind.BINARY:
             metrics.metrics.add(class_name="AUC")
     elif kind is ModelKind.REGRESSION:
-        m = metrics.metrics.add(class_name="MeanSquaredError")
-        m.threshold.change_threshold.direction = config_pb2.MetricDirection.LOWER_IS_BETTER
-        m.threshold.change_threshold.absolute.value = _NOT_WORSE
+        threshold = on_overall(metrics.metrics.add(class_name="MeanSquaredError"))
+        threshold.change_threshold.direction = config_pb2.MetricDirection.LOWER_IS_BETTER
+        threshold.change_threshold.relative.value = DEFAULT_TOLERANCE
         metrics.metrics.add(class_name="MeanAbsoluteError")
+        if values is not None and values[1] > values[0]:
+            # Mean label against mean prediction per bucket of predictions over the
+            # label's range: the report's calibration and residual plots.
+            plot = {"num_buckets": _REGRESSION_BUCKETS, "left": values[0], "right": values[1]}
+            metrics.metrics.add(class_name="CalibrationPlot", config=json.dumps(plot))
     else:  # one class: every prediction is that class; nothing to set a bar on
         metrics.metrics.add(class_name="SparseCategoricalAccuracy")
     return config
@@ -277,9 +206,6 @@ def _check_config(
     schema: Optional[schema_pb2.Schema],
 ) -> None:
     """Refuses a metric, slice feature or label that does not exist, naming it."""
-    import keras
-    import tensorflow_model_analysis as tfma
-
     from trainer.export import TRANSFORM_FEATURES_SIGNATURE
 
     raw = {f.name for f in schema.feature} if schema is not None else set()
@@ -312,16 +238,56 @@ def _check_config(
                     f"{where} slices on feature {key!r}, which the data does not have; slice "
                     f"on one of {', '.join(sorted(raw or features))}."
                 )
+    _check_metrics(config, where)
+
+
+def _check_metrics(config: config_pb2.EvalConfig, where: str) -> None:
+    """Refuses a metric class that neither TFMA nor Keras defines, or whose own module
+    does not import or lacks it (TFMA would fail in the middle of its Beam job)."""
+    import keras
+    import tensorflow_model_analysis as tfma
+
     for metrics in config.metrics_specs:
         for metric in metrics.metrics:
             name = metric.class_name
             if metric.module:
-                continue  # a user's own metric class: TFMA imports it on the workers
-            if not (hasattr(tfma.metrics, name) or hasattr(keras.metrics, name)):
+                _check_metric_module(where, metric.module, name)
+            elif not (hasattr(tfma.metrics, name) or hasattr(keras.metrics, name)):
                 raise PipelineError(
                     f"{where} names metric {name!r}, which neither TFMA nor Keras defines; use "
                     "a class from tfma.metrics or keras.metrics (e.g. SparseCategoricalAccuracy)."
                 )
+
+
+def check_eval_config_file(path: str) -> None:
+    """The checks of ``--eval_config`` that need no model, made before the run starts
+    (:meth:`EvaluatorStage.preflight`): it parses, and its metric classes import.
+
+    Raises:
+      PipelineError: naming the file and what to fix.
+    """
+    _check_metrics(_parse_config_file(path), f"--eval_config {path}")
+
+
+def _check_metric_module(where: str, module: str, name: str) -> None:
+    """Imports a metric's own module as TFMA will on its workers (TFMA's
+    ``_keras_class_for``/``_class_for``): one that does not import, or lacks the class,
+    stops the run here, not in the middle of the Beam job."""
+    import importlib
+
+    try:
+        found = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any import failure is the same user-facing problem
+        raise PipelineError(
+            f"{where} names metric {name!r} in module {module!r}, which does not import "
+            f"({type(e).__name__}: {first_line(e)}); install that module (or put it on "
+            "PYTHONPATH), or fix the metric's module in metrics_specs."
+        ) from None
+    if not hasattr(found, name):
+        raise PipelineError(
+            f"{where} names metric {name!r} in module {module!r}, which has no such class; "
+            "fix the metric's class_name or module in metrics_specs."
+        )
 
 
 def build_eval_config(
@@ -331,6 +297,7 @@ def build_eval_config(
     slice_features: Sequence[str] = (),
     facts: Optional[ModelFacts] = None,
     label_classes: Optional[int] = None,
+    label_values: Optional[tuple[float, float]] = None,
 ) -> config_pb2.EvalConfig:
     """The EvalConfig of a run: ``--eval_config``'s file, else the default from the model;
     either with ``ExampleCount`` added where it lacks one.
@@ -344,10 +311,13 @@ def build_eval_config(
         SavedModel load is not free); else loaded here.
       label_classes: the transformed label's number of classes (:func:`label_classes`),
         which tells a one-class label from a binary one; None when unknown.
+      label_values: the raw label's smallest and largest value (:func:`label_range`),
+        which tell a binary integer label from a regression one; None when unknown.
 
     Raises:
-      PipelineError: the file does not parse, or names a metric, a slice feature or a
-        label that does not exist; the model does not load.
+      PipelineError: the file does not parse, or names a metric (or a metric module), a
+        slice feature or a label that does not exist; the model does not load; the kind
+        of an integer label cannot be told (:func:`model_kind`).
     """
     if facts is None:
         facts = model_facts(model_dir)
@@ -355,7 +325,7 @@ def build_eval_config(
         config = _parse_config_file(eval_config_path)
         where = f"--eval_config {eval_config_path}"
     else:
-        config = _default_config(facts, model_dir, label_classes)
+        config = _default_config(facts, model_dir, label_classes, label_values)
         where = "the default EvalConfig"
     if not any(m.class_name == "ExampleCount" for s in config.metrics_specs for m in s.metrics):
         # Every evaluation counts its examples (the summary's rows in; TFX's penguin
@@ -383,6 +353,13 @@ def _with_baseline(config: config_pb2.EvalConfig, baseline: Optional[str]):
         for metrics in config.metrics_specs:
             for metric in metrics.metrics:
                 metric.threshold.ClearField("change_threshold")
+                kept = []
+                for per_slice in metric.per_slice_thresholds:
+                    per_slice.threshold.ClearField("change_threshold")
+                    if per_slice.threshold.HasField("value_threshold"):
+                        kept.append(per_slice)
+                del metric.per_slice_thresholds[:]
+                metric.per_slice_thresholds.extend(kept)
             for threshold in metrics.thresholds.values():
                 threshold.ClearField("change_threshold")
         return config
@@ -393,77 +370,6 @@ def _with_baseline(config: config_pb2.EvalConfig, baseline: Optional[str]):
     base.name = BASELINE
     base.is_baseline = True
     return config
-
-
-def _bound(threshold) -> str:
-    """A readable bound of a TFMA MetricThreshold that failed."""
-    if threshold.HasField("value_threshold"):
-        v = threshold.value_threshold
-        parts = []
-        if v.HasField("lower_bound"):
-            parts.append(f">= {v.lower_bound.value:g}")
-        if v.HasField("upper_bound"):
-            parts.append(f"<= {v.upper_bound.value:g}")
-        return " and ".join(parts)
-    from tensorflow_model_analysis.proto import config_pb2
-
-    c = threshold.change_threshold
-    word = "higher" if c.direction == config_pb2.MetricDirection.HIGHER_IS_BETTER else "lower"
-    return f"change vs baseline {word} is better (absolute {c.absolute.value:g})"
-
-
-def _miss(threshold, value: float) -> Optional[float]:
-    """By how much ``value`` misses a TFMA MetricThreshold (None where it does not, or
-    where the threshold is relative: its bound depends on the baseline's value)."""
-    from tensorflow_model_analysis.proto import config_pb2
-
-    if threshold.HasField("value_threshold"):
-        v = threshold.value_threshold
-        if v.HasField("lower_bound") and value < v.lower_bound.value:
-            return v.lower_bound.value - value
-        if v.HasField("upper_bound") and value > v.upper_bound.value:
-            return value - v.upper_bound.value
-        return None
-    c = threshold.change_threshold
-    if not c.HasField("absolute"):
-        return None
-    if c.direction == config_pb2.MetricDirection.HIGHER_IS_BETTER:
-        miss = c.absolute.value - value
-    else:
-        miss = value - c.absolute.value
-    return miss if miss > 0 else None
-
-
-def _failures(validation) -> tuple[ThresholdFailure, ...]:
-    from tensorflow_model_analysis import slicer
-
-    out = []
-    for per_slice in validation.metric_validations_per_slice:
-        name = slicer.stringify_slice_key(slicer.deserialize_slice_key(per_slice.slice_key))
-        for f in per_slice.failures:
-            metric = f.metric_key.name + (" (change vs baseline)" if f.metric_key.is_diff else "")
-            value = f.metric_value.double_value.value
-            bound, miss = _bound(f.metric_threshold), _miss(f.metric_threshold, float(value))
-            out.append(ThresholdFailure(metric, name, float(value), bound, miss))
-    if validation.missing_slices:
-        for s in validation.missing_slices:
-            out.append(ThresholdFailure("slice", str(list(s.feature_keys)), math.nan, "present"))
-    return tuple(out)
-
-
-def _metrics(eval_result) -> dict[str, dict[str, float]]:
-    from tensorflow_model_analysis import slicer
-
-    table: dict[str, dict[str, float]] = {}
-    for key, by_output in eval_result.slicing_metrics:
-        values = by_output.get("", {}).get("", {})
-        row = {
-            k: float(v["doubleValue"])
-            for k, v in values.items()
-            if isinstance(v, dict) and "doubleValue" in v
-        }
-        table[slicer.stringify_slice_key(key)] = row
-    return table
 
 
 def run_evaluation(
@@ -502,186 +408,43 @@ def run_evaluation(
         result = tfma.load_eval_result(output_path)
     else:
         result = tfma.load_eval_result(output_path, model_name=CANDIDATE)
-    failures = _failures(validation)
+    baseline_metrics = (
+        sliced_metrics(tfma.load_eval_result(output_path, model_name=BASELINE)) if baseline else {}
+    )
+    metrics = sliced_metrics(result)
+    failed = failures(validation, baseline_metrics)
+    thresholds = thresholds_view(config)
     view = {
         # The config as given: a change threshold without a baseline is listed too (as not
         # checked), though TFMA ran without it.
-        "thresholds": _thresholds_view(config),
-        "baseline_metrics": (
-            _metrics(tfma.load_eval_result(output_path, model_name=BASELINE)) if baseline else {}
-        ),
-        "class_metrics": _class_metrics(result),
-        "plots": _plots_view(result),
+        "thresholds": thresholds,
+        "baseline_metrics": baseline_metrics,
+        "class_metrics": class_metrics(result),
+        "plots": plots_view(result),
     }
     fileio.write_file(fileio.join(output_path, VIEW_FILE), json.dumps(view, indent=1) + "\n")
     blessed, reason = bool(validation.validation_ok), ""
-    if not _has_thresholds(run_config) and not failures:
+    if not _has_thresholds(run_config) and not failed:
         # TFMA refuses a model it has nothing to check on (missing_thresholds) unless
         # rubber-stamped; the Evaluator blesses it and says why, so that a first
         # regression model (its one threshold compares with a baseline) becomes the
         # baseline of the next run.
         blessed, reason = True, NO_THRESHOLDS
-    elif not blessed and not failures:
+        if thresholds:
+            reason = NO_BASELINE_TO_CHECK
+    elif not blessed and not failed:
         reason = "TFMA's validation failed without naming a threshold" + (
             " (missing_thresholds)" if validation.missing_thresholds else ""
         )
+    elif blessed:
+        reason = passed(thresholds, metrics, baseline_metrics)
     return EvaluationResult(
         blessed=blessed,
-        failures=failures,
+        failures=failed,
         baseline=baseline,
-        metrics=_metrics(result),
+        metrics=metrics,
         reason=reason,
     )
-
-
-def _thresholds_view(config: config_pb2.EvalConfig) -> list[dict[str, Any]]:
-    """Each threshold TFMA checked: the metric (as TFMA names it in its results), the
-    slice it applies to, the bound in words and whether it compares with the baseline."""
-    from tensorflow_model_analysis import slicer
-    from tensorflow_model_analysis.metrics import metric_specs
-
-    out = []
-    found = metric_specs.metric_thresholds_from_metrics_specs(
-        config.metrics_specs, eval_config=config
-    )
-    for key, entries in found.items():
-        for slice_spec, threshold in entries:
-            where = "every slice"
-            if slice_spec is not None:
-                spec = slicer.SingleSliceSpec(spec=slice_spec)
-                where = str(spec) if not spec.is_overall() else "Overall"
-            change = threshold.DESCRIPTOR.name == "GenericChangeThreshold"
-            wrapped = config_pb2_threshold(threshold, change)
-            out.append(
-                {
-                    "metric": key.name,
-                    "sub_key": str(key.sub_key) if key.sub_key else "",
-                    "slice": where,
-                    "change": change,
-                    "bound": _bound(wrapped),
-                    "value": _threshold_value(threshold, change),
-                }
-            )
-    return out
-
-
-def config_pb2_threshold(threshold, change: bool):
-    """A GenericValue/ChangeThreshold wrapped in a MetricThreshold (what :func:`_bound`
-    reads)."""
-    from tensorflow_model_analysis.proto import config_pb2
-
-    wrapped = config_pb2.MetricThreshold()
-    (wrapped.change_threshold if change else wrapped.value_threshold).CopyFrom(threshold)
-    return wrapped
-
-
-def _threshold_value(threshold, change: bool) -> Optional[float]:
-    """The number a bar chart draws for a threshold: a value threshold's bound."""
-    if change:
-        return None
-    if threshold.HasField("lower_bound"):
-        return float(threshold.lower_bound.value)
-    if threshold.HasField("upper_bound"):
-        return float(threshold.upper_bound.value)
-    return None
-
-
-def _class_metrics(eval_result) -> dict[str, dict[str, float]]:
-    """The metrics TFMA computed per class or top-k (``binarize`` in a metrics spec): slice
-    -> "metric (classId:N)" -> value."""
-    from tensorflow_model_analysis import slicer
-
-    table: dict[str, dict[str, float]] = {}
-    for key, by_output in eval_result.slicing_metrics:
-        row = {}
-        for output, by_sub_key in (by_output or {}).items():
-            for sub_key, values in (by_sub_key or {}).items():
-                if not sub_key:
-                    continue
-                for name, v in (values or {}).items():
-                    if isinstance(v, dict) and "doubleValue" in v:
-                        label = f"{name} ({sub_key}{', ' + output if output else ''})"
-                        row[label] = float(v["doubleValue"])
-        if row:
-            table[slicer.stringify_slice_key(key)] = row
-    return table
-
-
-def _plots_view(eval_result) -> list[dict[str, Any]]:
-    """TFMA's plots, thinned for drawing: per slice and class, a confusion matrix at
-    thresholds as ROC and precision-recall points, a calibration histogram in 10 buckets,
-    a multi-class confusion matrix as counts."""
-    from tensorflow_model_analysis import slicer
-
-    out = []
-    for key, by_output in eval_result.plots:
-        where = slicer.stringify_slice_key(key)
-        # TFMA gives None for a slice (or output) it has no plot of: none was asked for.
-        for output, by_sub_key in (by_output or {}).items():
-            for sub_key, plots in (by_sub_key or {}).items():
-                for name, plot in (plots or {}).items():
-                    drawn = _plot_points(name, plot)
-                    if drawn is not None:
-                        out.append({"slice": where, "output": output, "sub_key": sub_key, **drawn})
-    return out
-
-
-def _plot_points(name: str, plot: dict) -> Optional[dict[str, Any]]:
-    if name == "confusionMatrixAtThresholds":
-        matrices = plot.get("matrices") or []
-        step = max(1, len(matrices) // (_CURVE_POINTS - 1))
-        kept = matrices[::step] + ([matrices[-1]] if (len(matrices) - 1) % step else [])
-        points = []
-        for m in kept:
-            tp, fp = m.get("truePositives", 0.0), m.get("falsePositives", 0.0)
-            tn, fn = m.get("trueNegatives", 0.0), m.get("falseNegatives", 0.0)
-            points.append(
-                {
-                    "threshold": m.get("threshold", 0.0),
-                    "tpr": tp / (tp + fn) if tp + fn else 0.0,
-                    "fpr": fp / (fp + tn) if fp + tn else 0.0,
-                    "precision": m.get("precision", tp / (tp + fp) if tp + fp else 1.0),
-                }
-            )
-        return {"kind": "ConfusionMatrixPlot", "points": points}
-    if name == "calibrationHistogramBuckets":
-        merged = [[0.0, 0.0, 0.0] for _ in range(_CALIBRATION_BUCKETS)]
-        for b in plot.get("buckets") or []:
-            lo = b.get("lowerThresholdInclusive", 0.0)
-            lo = 0.0 if lo == "-Infinity" else float(lo)
-            i = min(max(int(lo * _CALIBRATION_BUCKETS), 0), _CALIBRATION_BUCKETS - 1)
-            merged[i][0] += b.get("numWeightedExamples", 0.0)
-            merged[i][1] += b.get("totalWeightedLabel", 0.0)
-            merged[i][2] += b.get("totalWeightedRefinedPrediction", 0.0)
-        buckets = [
-            {
-                "low": i / _CALIBRATION_BUCKETS,
-                "count": n,
-                "mean_label": label / n,
-                "mean_prediction": prediction / n,
-            }
-            for i, (n, label, prediction) in enumerate(merged)
-            if n
-        ]
-        return {"kind": "CalibrationPlot", "buckets": buckets}
-    if name == "multiClassConfusionMatrixAtThresholds":
-        matrices = plot.get("matrices") or []
-        if not matrices:
-            return None
-        entries = matrices[0].get("entries") or []
-        ids = sorted(
-            {int(e.get("actualClassId", 0)) for e in entries}
-            | {int(e.get("predictedClassId", 0)) for e in entries}
-        )
-        counts = [[0.0] * len(ids) for _ in ids]
-        for e in entries:
-            i, j = (
-                ids.index(int(e.get("actualClassId", 0))),
-                ids.index(int(e.get("predictedClassId", 0))),
-            )
-            counts[i][j] += e.get("numWeightedExamples", 0.0)
-        return {"kind": "MultiClassConfusionMatrixPlot", "classes": ids, "counts": counts}
-    return None
 
 
 def _has_thresholds(config: config_pb2.EvalConfig) -> bool:

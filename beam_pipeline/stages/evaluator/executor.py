@@ -20,6 +20,7 @@ from beam_pipeline.engine.artifacts import (
     ModelBlessing,
     ModelEvaluation,
     Schema,
+    Statistics,
     TransformGraph,
     TypedArtifact,
 )
@@ -59,15 +60,18 @@ def _record(ctx: StageContext, model_uri: str, blessed: bool) -> None:
 
 
 def _number(v: float) -> str:
-    """A metric as the summary shows it: a count whole (333447, not 3.334e+05)."""
-    return str(int(v)) if float(v).is_integer() else f"{v:.4g}"
+    """A metric as the summary shows it: a count whole (333447, not 3.334e+05), a large
+    value in e-notation (not 30 digits)."""
+    from beam_pipeline.stages.evaluator.results import number
+
+    return number(v)
 
 
 def metrics_table(metrics: Mapping[str, Mapping[str, float]]) -> str:
     """The sliced metrics as rows: slice, then each metric."""
     names = sorted({n for row in metrics.values() for n in row})
     lines = ["slice".ljust(24) + "  ".join(n.ljust(12) for n in names)]
-    for slice_name, row in metrics.items():
+    for slice_name, row in sorted(metrics.items(), key=lambda kv: (kv[0] != "Overall", kv[0])):
         cells = [_number(row[n]).ljust(max(12, len(n))) if n in row else "-" for n in names]
         lines.append(slice_name.ljust(24) + "  ".join(cells))
     return "\n".join(lines)
@@ -104,11 +108,21 @@ def run(
     schema = read_schema(schema_artifact.file) if schema_artifact is not None else None
     graph = inputs.get(TransformGraph)
     classes = evaluator.label_classes(graph.uri, facts.label_key) if graph else None
-    # Checked before the Beam job starts: a bad config stops here with its fix.
+    stats = inputs.get(Statistics)
+    files = [stats.path(split) for split in stats.split_names] if stats is not None else []
+    values = evaluator.label_range(facts, files, schema)
+    # Checked before the Beam job starts: a bad config (or a label whose kind cannot be
+    # told) stops here with its fix.
     config = evaluator.build_eval_config(
-        e.eval_config, model.uri, schema, e.slice_features, facts=facts, label_classes=classes
+        e.eval_config,
+        model.uri,
+        schema,
+        e.slice_features,
+        facts=facts,
+        label_classes=classes,
+        label_values=values,
     )
-    kind = None if e.eval_config else evaluator.model_kind(facts, classes).value
+    kind = None if e.eval_config else evaluator.model_kind(facts, classes, values).value
     baseline, how = _baseline(ctx, model.uri)
     result = evaluator.run_evaluation(
         config,

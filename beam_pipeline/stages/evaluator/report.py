@@ -52,6 +52,15 @@ def _short(x: Any) -> str:
     return f"{x:.4g}" if isinstance(x, (int, float)) else str(x)
 
 
+def _failed_metric(name: str) -> tuple[str, bool]:
+    """(the metric, whether it compared with the baseline) of a failure's metric name:
+    "mean_squared_error vs baseline", or "... (change vs baseline)" in older blessings."""
+    for suffix in (" vs baseline", " (change vs baseline)"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)], True
+    return name, False
+
+
 def _verdict(view: ReportView) -> Optional[dict]:
     if not fileio.exists(view.path(ModelBlessing, "blessing.json")):
         return None
@@ -79,10 +88,7 @@ def _verdict(view: ReportView) -> Optional[dict]:
     thresholds = tfma.get("thresholds") or []
     for t in thresholds:
         failed = [
-            f
-            for f in failures
-            if f.get("metric", "").split(" (change")[0] == t["metric"]
-            and (" (change" in f.get("metric", "")) == t["change"]
+            f for f in failures if _failed_metric(f.get("metric", "")) == (t["metric"], t["change"])
         ]
         t["failed_on"] = [f.get("slice") for f in failed]
     reason = blessing.get("reason") or ""
@@ -105,10 +111,15 @@ def _verdict(view: ReportView) -> Optional[dict]:
         "rows": rows,
         "thresholds": thresholds,
         "failures": failures,
-        "class_metrics": tfma.get("class_metrics") or {},
+        "class_metrics": _overall_first(tfma.get("class_metrics") or {}),
         "plots": tfma.get("plots") or [],
         "has_view": bool(tfma),
     }
+
+
+def _overall_first(by_slice: dict) -> dict:
+    """Slices in a reader's order: Overall, then the others by name."""
+    return {k: by_slice[k] for k in sorted(by_slice, key=lambda s: (s != "Overall", s))}
 
 
 def _plots(verdict: dict) -> dict:
@@ -137,7 +148,7 @@ def _plots(verdict: dict) -> dict:
         svg = bars(groups, xlabel=name, bound=bound)
         if svg:
             bars_by_metric[name] = svg
-    matrices, roc, pr, calibration = {}, {}, {}, {}
+    matrices, roc, pr, calibration, residuals = {}, {}, {}, {}, {}
     plots = sorted(verdict["plots"], key=lambda p: (p["slice"] != "Overall", p["slice"]))
     # Every slice's matrix over the same classes (TFMA lists those a slice has).
     classes = sorted(
@@ -159,6 +170,11 @@ def _plots(verdict: dict) -> dict:
             pr[label] = sorted((p["tpr"], p["precision"]) for p in points)
         elif plot["kind"] == "CalibrationPlot":
             calibration[label] = [(b["mean_prediction"], b["mean_label"]) for b in plot["buckets"]]
+            if plot.get("span", [0.0, 1.0]) != [0.0, 1.0]:  # a regressor's: over its label
+                residuals[label] = [
+                    (b["mean_prediction"], b["mean_label"] - b["mean_prediction"])
+                    for b in plot["buckets"]
+                ]
     curves = {}
     if roc:
         curves["ROC (ConfusionMatrixPlot, Overall)"] = lines(
@@ -170,5 +186,9 @@ def _plots(verdict: dict) -> dict:
     if calibration:
         curves["calibration (CalibrationPlot, Overall)"] = lines(
             calibration, xlabel="mean prediction", ylabel="mean label", diagonal=True
+        )
+    if residuals:
+        curves["residuals (CalibrationPlot, Overall)"] = lines(
+            residuals, xlabel="mean prediction", ylabel="mean label - mean prediction"
         )
     return {"bars": bars_by_metric, "matrices": matrices, "curves": curves}

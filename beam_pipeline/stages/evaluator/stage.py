@@ -19,10 +19,18 @@ from beam_pipeline.engine.artifacts import (
     ModelBlessing,
     ModelEvaluation,
     Schema,
+    Statistics,
     TransformGraph,
     TypedArtifact,
 )
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import (
+    Input,
+    Outputs,
+    Preflight,
+    Stage,
+    StageContext,
+    StageResult,
+)
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.history_entry import HistoryEntry
@@ -99,8 +107,20 @@ class EvaluatorStage(Stage):
         # Its transformed schema says how many classes the label has (the default
         # EvalConfig's model kind: one class, binary).
         Input(TransformGraph, key="transform_graph", optional=True),
+        # The raw label's values: an integer label within {0, 1} is binary, beyond it
+        # regression (kinds.model_kind).
+        Input(Statistics, key="statistics", optional=True),
     )
     outputs = (ModelEvaluation, ModelBlessing)
+
+    def preflight(self, run: Preflight) -> None:
+        # A bad --eval_config (one that does not parse, a metric module that does not
+        # import) stops the run before anything is written, not after the Trainer.
+        e = run.config.evaluator
+        if e.enabled and e.eval_config:
+            from beam_pipeline.stages.evaluator.evaluation import check_eval_config_file
+
+            check_eval_config_file(e.eval_config)
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         from beam_pipeline.engine.fingerprint import file_digest
@@ -133,14 +153,22 @@ class EvaluatorStage(Stage):
 
         return [evaluation_section(view)]
 
-    history_columns = {"blessed": None}  # its verdict (history())
+    # Its verdict, and its metrics on the Overall slice (TFMA over the whole eval split;
+    # the Trainer's "metrics" are Keras's validation on --eval_steps batches).
+    history_columns = {"blessed": None, "evaluation": {}}
 
     def history(self, reports: Sequence[StageReport]) -> HistoryEntry:
-        # runs list's "blessed" column; runs show's model check and failed thresholds.
+        # runs list's "blessed" and "evaluation" columns, runs diff's "evaluation" section;
+        # runs show's model check and failed thresholds.
         from beam_pipeline.engine.history_entry import HistoryEntry
         from beam_pipeline.stages.common.blessings import verdict
 
         found = verdict(reports)
         if found is None:
             return HistoryEntry()
-        return HistoryEntry(columns={"blessed": found["blessed"]}, verdict=found)
+        overall = dict(((reports[0].details.get("metrics") or {}).get("Overall")) or {})
+        return HistoryEntry(
+            columns={"blessed": found["blessed"], "evaluation": overall},
+            verdict=found,
+            compared={"evaluation": overall} if overall else {},
+        )

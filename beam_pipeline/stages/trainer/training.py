@@ -21,7 +21,7 @@ Resume and publication (a run directory's ``model_run/`` is written in place):
 Example::
 
     report = run_training_stage(config, run_dir, options)
-    print(report.note)   # eval loss=0.06 sparse_categorical_accuracy=0.98 ...; model: .../model
+    print(report.note)   # validation loss=0.06 sparse_categorical_accuracy=0.98 ...
 """
 
 from __future__ import annotations
@@ -165,7 +165,9 @@ def _report(
     if resumed and result.resumed_from:
         resumed += f" from {result.resumed_from}"
     note = (
-        f"eval {metrics or '(no metrics logged)'}{steps}{resumed} on {result.num_replicas} "
+        # "validation": Keras's, on --eval_steps batches, not the Evaluator's evaluation of
+        # the whole eval split.
+        f"validation {metrics or '(no metrics logged)'}{steps}{resumed} on {result.num_replicas} "
         f"replica(s) ({result.strategy}); model: {model}"
     )
     return StageReport(
