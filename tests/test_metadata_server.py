@@ -31,7 +31,14 @@ import test_metadata_store as store_api
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from conftest import PENGUIN_DIR
-from test_metadata_schema import _WRITER, HEAD, check_0003_runs_upgraded, write_0003_runs
+from test_metadata_schema import (
+    _WRITER,
+    HEAD,
+    check_0003_runs_upgraded,
+    check_0004_runs_keyed_by_root,
+    write_0003_runs,
+    write_0004_two_roots,
+)
 
 from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
 from beam_pipeline.metadata.connection import migrate
@@ -156,6 +163,19 @@ def test_runs_recorded_before_0004_get_their_history_on_the_server(server, capsy
         engine.dispose()
 
 
+def test_runs_recorded_before_0005_are_keyed_by_their_root_on_the_server(server, tmp_path, capsys):
+    # 0005 moves runs between pipeline contexts and renames them (no DDL): each backend's JSON.
+    engine = server.engine()
+    try:
+        with engine.begin() as conn:
+            migrate(conn, "0004")
+            write_0004_two_roots(conn, tmp_path / "a", tmp_path / "b")
+        check_0004_runs_keyed_by_root(server.driver_url(), tmp_path / "a", tmp_path / "b", capsys)
+        assert _revision(engine) == HEAD
+    finally:
+        engine.dispose()
+
+
 def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "beam_pipeline", *args],
@@ -221,8 +241,8 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
     b = _cli(*run_args, f"--metadata_url={server.plain_url()}", cwd=tmp_path)
     assert b.returncode == 0, b.stderr[-3000:]
 
-    where = f"--metadata_url={server.plain_url()}"
-    listed = _cli("runs", "list", "--json", where, cwd=tmp_path)
+    where = [f"--metadata_url={server.plain_url()}", f"--pipeline_root={root}"]
+    listed = _cli("runs", "list", "--json", *where, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     run_b, run_a = (r["run_id"] for r in rows)  # newest first
@@ -233,7 +253,7 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
     assert set(reused.values()) == {"cached"}, rows[0]["stages"]
     assert os.listdir(root / "runs") and {run_a, run_b} == set(os.listdir(root / "runs"))
 
-    shown = _cli("runs", "show", run_a, "--json", where, cwd=tmp_path)
+    shown = _cli("runs", "show", run_a, "--json", *where, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     executions = json.loads(shown.stdout)["executions"]
     stages = [e["stage"] for e in executions]
@@ -246,9 +266,9 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
         assert trainer["outputs"]["Model"]["state"] == "published"
         assert os.path.isdir(trainer["outputs"]["Model"]["uri"])
 
-    table = _cli("runs", "show", run_b, where, cwd=tmp_path)
+    table = _cli("runs", "show", run_b, *where, cwd=tmp_path)
     assert table.returncode == 0 and run_a in table.stdout, table.stdout + table.stderr
-    diff = _cli("runs", "diff", run_a, run_b, where, cwd=tmp_path)
+    diff = _cli("runs", "diff", run_a, run_b, *where, cwd=tmp_path)
     assert diff.returncode == 0 and diff.stderr == "", diff.stderr
 
     # The password is nowhere: not in the output, the run folders (run.log, summary.json,
@@ -373,6 +393,7 @@ _STORE_API_TESTS = [
     store_api.test_external_data_is_registered_once_per_content,
     store_api.test_lineage_walks_producers_upstream_and_everything_downstream,
     store_api.test_latest_blessed_model,
+    store_api.test_two_pipelines_in_one_store_see_only_their_own_records,
 ]
 
 

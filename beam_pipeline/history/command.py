@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         help="Folder whose metadata.sqlite is the store (default: pipeline_runs).",
     )
     where.add_argument("--metadata_url", default="", help="SQLAlchemy URL of the store.")
+    where.add_argument(
+        "--pipeline_name",
+        default="",
+        help="The pipeline whose runs to show, as its runs gave it (default: the "
+        "--pipeline_root's absolute path).",
+    )
     where.add_argument("--json", action="store_true", help="Print JSON for scripts.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{list,show,lineage,diff,report}")
     listing = sub.add_parser("list", parents=[where], help="Every recorded run, newest first.")
@@ -108,7 +114,9 @@ def _report(
 
 
 def _open(args: argparse.Namespace) -> MetadataStore:
-    store = open_for_pipeline(args.pipeline_root, args.metadata_url, existing=True)
+    store = open_for_pipeline(
+        args.pipeline_root, args.metadata_url, existing=True, pipeline_name=args.pipeline_name
+    )
     assert store is not None  # existing=True: a missing store is an error
     return store
 
