@@ -403,3 +403,85 @@ _STORE_API_TESTS = [
 def test_the_store_api_on_the_server(server, tmp_path, api_test):
     with MetadataStore.open(server.plain_url()) as store:
         api_test(store, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def team_store(request, tmp_path):
+    """One store shared by two pipeline roots: its URL (a SQLite file given as
+    ``--metadata_url``, or a new database on the PostgreSQL server, dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/team.sqlite"
+        return
+    admin, url = _admin_engine("postgresql")
+    name = f"{url.database}_team_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+def _record_blessed_model(url: str, root) -> None:
+    """A blessed model of the pipeline of ``root``, recorded as the runner records one
+    (what is under test is the look-up, not the model: its folder need only be published)."""
+    from beam_pipeline.core.types import PUBLISHED_MARKER
+    from beam_pipeline.metadata import ArtifactSpec
+
+    model = root / "runs" / "trained" / "model"
+    model.mkdir(parents=True)
+    (model / PUBLISHED_MARKER).touch()
+    with MetadataStore.for_pipeline_root(str(root), url) as store:
+        run = store.start_run("trained")
+        execution = store.begin_execution(run, "Trainer", {}, "k-trainer", {})
+        made = store.publish_outputs(execution, {"model": ArtifactSpec(str(model), "Model")})
+        store.complete_execution(execution)
+        store.set_custom_property(made["model"].id, "blessed", True)
+        store.finish_run(run, RunStatus.COMPLETE)
+
+
+def test_two_pipeline_roots_on_one_store_stay_apart(team_store, tmp_path, capsys):
+    """Pipelines A and B (two roots) on one ``--metadata_url``, each with a run "nightly"
+    of the same data: B's first run reuses nothing of A's and has no drift baseline (A's
+    statistics are not B's), ``runs show nightly`` shows B's run alone, and B's
+    ``--warm_start latest_blessed`` does not take A's blessed model."""
+    from beam_pipeline import cli
+
+    root_a, root_b = tmp_path / "a", tmp_path / "b"
+    args = [
+        "--runner=DirectRunner",
+        "--direct_running_mode=in_memory",
+        f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+        "--csv_null_values=,NA",
+        "--drift_threshold=0.3",
+        f"--metadata_url={team_store}",
+        "--run_id=nightly",
+    ]
+    assert cli.main([*args, f"--pipeline_root={root_a}"]) == 0
+    _record_blessed_model(team_store, root_a)
+    assert cli.main([*args, f"--pipeline_root={root_b}"]) == 0
+    capsys.readouterr()
+
+    with open(root_b / "runs" / "nightly" / "summary.json") as f:
+        stages = {s["stage"]: s for s in json.load(f)["stages"]}
+    assert [name for name, s in stages.items() if s["status"] == "cached"] == []
+    where = [f"--metadata_url={team_store}", f"--pipeline_root={root_b}"]
+    assert cli.main(["runs", "show", "nightly", "--json", *where]) == 0
+    executions = json.loads(capsys.readouterr().out)["executions"]
+    uris = [a["uri"] for e in executions for a in e["outputs"].values()]
+    assert uris and all(u.startswith(str(root_b)) for u in uris), uris
+    stages_shown = [e["stage"] for e in executions]
+    assert len(stages_shown) == len(set(stages_shown)), stages_shown  # B's alone, not A's too
+    validation = next(e for e in executions if e["stage"] == "Validation")
+    assert validation["parameters"]["drift_baseline"] is None  # not A's statistics
+
+    module = os.path.join(PENGUIN_DIR, "penguin_module.py")
+    warm = [*args[:-1], "--run_id=warm", f"--module_file={module}", "--warm_start=latest_blessed"]
+    assert cli.main([*warm, f"--pipeline_root={root_b}"]) == 2
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith(
+        "error: --warm_start latest_blessed found no latest blessed model of this pipeline"
+    ), error
+    assert not (root_b / "runs" / "warm").exists()
