@@ -413,10 +413,12 @@ class MetadataStore:
             rows.attribute(run, outputs.values())
         return ExecutionRef(id=execution_id, stage=stage, run=run)
 
-    def latest_blessed_model(self, type_name: str = "Model") -> Optional[ArtifactRecord]:
+    def latest_blessed_model(
+        self, type_name: str = "Model", on_disk: bool = True
+    ) -> Optional[ArtifactRecord]:
         """The newest published artifact of ``type_name`` of this pipeline's runs whose
-        property or custom property ``blessed`` is true and whose folder is still there;
-        None if there is none."""
+        property or custom property ``blessed`` is true and whose folder is still there
+        (or, not ``on_disk``, whether it is there or not); None if there is none."""
         p = s.artifact_properties
         with self._read() as conn:
             ids = conn.execute(
@@ -434,7 +436,8 @@ class MetadataStore:
                 .order_by(s.artifacts.c.id.desc())
             ).scalars()
             found = queries.load_artifacts(conn, ids)
-        return next((a for _, a in sorted(found.items(), reverse=True) if is_available(a)), None)
+        newest_first = [a for _, a in sorted(found.items(), reverse=True)]
+        return next((a for a in newest_first if is_available(a) or not on_disk), None)
 
     # History --------------------------------------------------------------------------
 
