@@ -552,3 +552,39 @@ def test_a_store_in_a_read_only_folder_is_one_sentence_at_open():
     assert done.returncode == 2, done.stderr
     assert "cannot open or write the SQLite file" in done.stderr
     assert f"make sure its folder {folder} exists and is writable" in done.stderr
+
+
+def test_a_store_whose_disk_fills_during_the_run_is_one_sentence(tmp_path, capsys):
+    """The store's SQLite file on a disk that fills once the run has opened it (a small
+    tmpfs, filled but for 64 KiB): one sentence naming the store (its password masked)
+    and the fix, exit 2, no traceback, nothing left staged."""
+    from test_unclear_endings import _PENGUINS, _small_disk
+
+    from beam_pipeline import cli
+
+    root = tmp_path / "root"
+    with _small_disk(tmp_path, "256k") as disk:
+        url = f"sqlite:///{disk}/metadata.sqlite?password=s3cr3t"
+        MetadataStore.open(url).close()  # created with room to spare
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        with open(os.path.join(disk, "filler"), "wb") as f:
+            f.write(b"\0" * (free - (64 << 10)))
+        code = cli.main(
+            [
+                "--runner=DirectRunner",
+                "--direct_running_mode=in_memory",
+                f"--data={_PENGUINS}",
+                "--csv_null_values=,NA",
+                "--no_trainer",
+                f"--pipeline_root={root}",
+                "--run_id=full",
+                f"--metadata_url={url}",
+            ]
+        )
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: Metadata store sqlite:///{disk}/metadata.sqlite?password=***: the disk "
+        f"holding {disk} is full (database or disk is full); free space there, then run the "
+        "same command again with the same --run_id to resume the run."
+    ]
+    assert not (root / "runs" / "full" / ".staging").exists()

@@ -485,3 +485,58 @@ def test_two_pipeline_roots_on_one_store_stay_apart(team_store, tmp_path, capsys
         "error: --warm_start latest_blessed found no latest blessed model of this pipeline"
     ), error
     assert not (root_b / "runs" / "warm").exists()
+
+
+def test_a_server_store_dying_during_the_run_is_one_sentence(tmp_path):
+    """The store's PostgreSQL database dropped while the run goes (its connections ended
+    by the server, as when it goes down): one sentence naming the store (its password
+    masked) and the fix, the run's summary written, nothing left staged."""
+    from beam_pipeline.core.errors import PipelineError
+    from beam_pipeline.engine.events import RunEvents
+    from beam_pipeline.flags import parse_config
+    from beam_pipeline.pipeline import run
+
+    admin, url = _admin_engine("postgresql")
+    name = f"{url.database}_dying_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    dying = url.set(database=name)
+    root = tmp_path / "root"
+    config = parse_config(
+        [
+            "--runner=DirectRunner",
+            "--direct_running_mode=in_memory",
+            f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+            "--csv_null_values=,NA",
+            "--no_trainer",
+            f"--pipeline_root={root}",
+            "--run_id=dying",
+            f"--metadata_url={dying.render_as_string(hide_password=False)}",
+        ]
+    )
+    events = RunEvents()
+
+    def drop_the_database(stage: str) -> None:
+        if stage == "Schema":  # the run has recorded its data stage by now
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+
+    events.subscribe(stage_started=drop_the_database)
+    try:
+        with pytest.raises(PipelineError) as raised:
+            run(config, events)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+    message = str(raised.value)
+    shown = dying.render_as_string(hide_password=True)
+    assert message.startswith(f"Metadata store {shown} stopped answering during the run ("), message
+    assert message.endswith(
+        "); make sure the server is up and reachable, then run the same command again with "
+        "the same --run_id to resume the run."
+    ), message
+    assert len(message.splitlines()) == 1 and url.password not in message
+    assert raised.value.exit_code == 2
+    assert (root / "runs" / "dying" / "summary.json").exists()
+    assert not (root / "runs" / "dying" / ".staging").exists()

@@ -44,7 +44,13 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.secrets import mask
 from beam_pipeline.core.types import PUBLISHED_MARKER
-from beam_pipeline.metadata.connection import METADATA_FILE, READ_ONLY, default_url, open_engine
+from beam_pipeline.metadata.connection import (
+    METADATA_FILE,
+    READ_ONLY,
+    default_url,
+    open_engine,
+    write_error,
+)
 from beam_pipeline.metadata.records import (
     PIPELINE_CONTEXT,
     RUN_CONTEXT,
@@ -148,14 +154,26 @@ class MetadataStore:
         self.close()
 
     @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """A store failing after it opened (a full disk, a server gone) as one sentence
+        (:func:`~beam_pipeline.metadata.connection.write_error`)."""
+        try:
+            yield
+        except sa.exc.DBAPIError as e:
+            error = write_error(self._engine.url, e)
+            if error is None:
+                raise
+            raise error from e
+
+    @contextlib.contextmanager
     def _write(self) -> Iterator[Rows]:
         """One write transaction (on SQLite: BEGIN IMMEDIATE, see ``connection``)."""
-        with self._engine.begin() as conn:
+        with self._failures(), self._engine.begin() as conn:
             yield Rows(conn, self._type_ids)
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sa.Connection]:
-        with self._engine.connect() as conn:
+        with self._failures(), self._engine.connect() as conn:
             conn.execution_options(**{READ_ONLY: True})
             yield conn
 
