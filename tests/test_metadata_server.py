@@ -477,6 +477,13 @@ def test_two_pipeline_roots_on_one_store_stay_apart(team_store, tmp_path, capsys
     validation = next(e for e in executions if e["stage"] == "Validation")
     assert validation["parameters"]["drift_baseline"] is None  # not A's statistics
 
+    # The runs of another root: none, and the ones the store holds named.
+    assert cli.main(["runs", "list", where[0], f"--pipeline_root={tmp_path / 'c'}"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"No run of pipeline {tmp_path / 'c'} is recorded; the store holds runs of "
+        f"{root_a}, {root_b}: pass the --pipeline_root they used (or --pipeline_name)."
+    )
+
     module = os.path.join(PENGUIN_DIR, "penguin_module.py")
     warm = [*args[:-1], "--run_id=warm", f"--module_file={module}", "--warm_start=latest_blessed"]
     assert cli.main([*warm, f"--pipeline_root={root_b}"]) == 2

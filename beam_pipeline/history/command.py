@@ -383,11 +383,19 @@ def main(argv: Sequence[str]) -> int:
     # wide rows (nothing there wraps them again).
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
     console = Console(width=width, highlight=False)
+    hint = ""
     try:
         with _open(args) as store:
             if args.command == "list":
                 result: Any = views.run_rows(store, args.limit)
                 draw = _list
+                others = store.pipelines() if not result else []
+                if others:  # another root's (or name's) runs: say which are there
+                    hint = (
+                        f"No run of pipeline {store.pipeline} is recorded; the store holds "
+                        f"runs of {', '.join(others)}: pass the --pipeline_root they used "
+                        "(or --pipeline_name)."
+                    )
             elif args.command == "show":
                 result, draw = views.run_view(store, args.run), _show
             elif args.command == "lineage":
@@ -404,4 +412,6 @@ def main(argv: Sequence[str]) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         draw(console, result)
+        if hint:
+            console.print(hint, soft_wrap=True)
     return 0
