@@ -92,7 +92,9 @@ def _open_store(config: PipelineConfig) -> Optional[MetadataStore]:
         # The default store lives in the pipeline root: one that cannot be written is named
         # as such (cli.py: "Cannot write <root>/runs ..."), not as a store to replace.
         fileio.makedirs(fileio.join(config.pipeline_root, "runs"))
-    return open_for_pipeline(config.pipeline_root, config.metadata_url or None)
+    return open_for_pipeline(
+        config.pipeline_root, config.metadata_url or None, pipeline_name=config.pipeline_name
+    )
 
 
 def run(

@@ -342,7 +342,7 @@ def test_a_second_run_reuses_every_stage_from_the_metadata_store(bundled_run, se
     }
     assert stages["Transform"]["note"].startswith(f"reused from run {first}")
     assert _published(again) == []  # the first run's folders are reused, nothing copied
-    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+    with MetadataStore.for_pipeline_root(str(root)) as store:
         assert {r.run_id: r.status for r in store.list_runs()} == {
             first: RunStatus.COMPLETE,
             "again": RunStatus.COMPLETE,
@@ -484,7 +484,9 @@ def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
             store.complete_execution(trainer, properties=properties)
             store.finish_run(run, RunStatus.COMPLETE)
 
-    code, out, _ = _runs(capsys, "diff", "a", "b", f"--metadata_url={url}", "--json")
+    # Recorded through the API: under its default pipeline name.
+    where = [f"--metadata_url={url}", "--pipeline_name=beam-pipeline"]
+    code, out, _ = _runs(capsys, "diff", "a", "b", *where, "--json")
     assert code == 0
     d = json.loads(out)
     assert d["inputs"]["data"] == ["data-a", "data-b"] and d["inputs"]["module"] == ["m", "m"]
@@ -497,16 +499,16 @@ def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
     assert drift["std_change"] == pytest.approx(std_a)
     assert d["drift"]["eval"]["body_mass_g"]["mean_change"] == 0.0
     assert d["metrics"] == {"loss": [0.5, 0.25]}
-    code, out, _ = _runs(capsys, "list", f"--metadata_url={url}", "--json")
+    code, out, _ = _runs(capsys, "list", *where, "--json")
     assert [(r["run_id"], r["metrics"]) for r in json.loads(out)] == [
         ("b", {"loss": 0.25}), ("a", {"loss": 0.5}),
     ]  # fmt: skip
-    code, out, _ = _runs(capsys, "diff", "a", "b", f"--metadata_url={url}")
+    code, out, _ = _runs(capsys, "diff", "a", "b", *where)
     assert code == 0
     for line in ["island", "removed", "clutch_size", "added", "body_mass_g", "loss"]:
         assert line in out
     shutil.rmtree(b_dir / "statistics")  # gone from disk: not compared, not an error
-    code, out, _ = _runs(capsys, "diff", "a", "b", f"--metadata_url={url}")
+    code, out, _ = _runs(capsys, "diff", "a", "b", *where)
     assert code == 0 and "Statistics: not compared (a run has no statistics on disk)" in out
 
 

@@ -420,7 +420,8 @@ def plots_run(default_run, tmp_path_factory):
     default run's blessed one is its baseline) and evaluates it with that EvalConfig: its
     run directory. In this process (what is checked is the report it writes, not the
     terminal: the first command's own process is test_the_first_command's), from the
-    copy's folder, as its relative default root has it."""
+    copy's folder, as its relative default root has it; under the default run's pipeline
+    name, so that the copy continues that pipeline (its runs, cache and models)."""
     _, run_dir = default_run
     first_root = os.path.dirname(os.path.dirname(os.path.abspath(run_dir)))
     folder = tmp_path_factory.mktemp("plots")
@@ -428,7 +429,7 @@ def plots_run(default_run, tmp_path_factory):
     config = folder / "eval_config.pbtxt"
     config.write_text(_PLOTS_EVAL_CONFIG)
     args = ["--runner=DirectRunner", "--run_id=plots", f"--eval_config={config}"]
-    args += ["--no_infra_validator", "--no_cache=Trainer"]
+    args += ["--no_infra_validator", "--no_cache=Trainer", f"--pipeline_name={first_root}"]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
         patch.setattr(sys, "argv", ["beam_pipeline", *args])

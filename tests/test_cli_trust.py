@@ -414,8 +414,7 @@ def recorded(tmp_path_factory):
         stats = text_format.Parse(f.read(), statistics_pb2.DatasetFeatureStatisticsList())
     (run_dir / "statistics" / "train").mkdir(parents=True)
     (run_dir / "statistics" / "train" / "FeatureStats.pb").write_bytes(stats.SerializeToString())
-    url = f"sqlite:///{root}/metadata.sqlite"
-    with MetadataStore.open(url) as store:
+    with MetadataStore.for_pipeline_root(str(root)) as store:
         for run_id in ("a", "b", "c"):
             # As the runner records them: the graph's history columns with the run, and
             # what each stage shows in the history with its execution.

@@ -519,15 +519,49 @@ def test_warm_start_records_run_ones_blessed_model_as_the_trainers_input(trained
     assert abs(warm[0] - first[-1]) < abs(scratch[0] - first[-1]) / 4, (first, warm, scratch)
 
 
-def test_warm_start_without_a_model_is_one_sentence(tmp_path):
-    proc = _cli(
-        f"--pipeline_root={tmp_path / 'root'}",
-        "--no_tuner",
-        "--warm_start=latest_blessed",
-    )
-    assert proc.returncode != 0
-    assert "--warm_start latest_blessed found no latest blessed model" in proc.stderr
-    assert os.listdir(tmp_path / "root" / "runs") == []  # refused before any run directory
+def _recorded_model(root, blessed: bool) -> str:
+    """A model of ``root``'s pipeline recorded in its store as the runner records one (its
+    folder published; the look-up is under test, not the model): its folder."""
+    from beam_pipeline.core.types import PUBLISHED_MARKER
+    from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
+
+    model = os.path.join(root, "runs", "trained", "model")
+    os.makedirs(model)
+    open(os.path.join(model, PUBLISHED_MARKER), "w").close()
+    with MetadataStore.for_pipeline_root(root) as store:
+        run = store.start_run("trained")
+        execution = store.begin_execution(run, "Trainer", {}, "k-trainer", {})
+        made = store.publish_outputs(execution, {"model": ArtifactSpec(model, "Model")})
+        store.complete_execution(execution)
+        store.set_custom_property(made["model"].id, "blessed", blessed)
+        store.finish_run(run, RunStatus.COMPLETE)
+    return model
+
+
+@pytest.mark.parametrize(
+    "which, recorded, sentence",
+    [
+        ("latest_blessed", None, "--warm_start latest_blessed found no latest blessed model of "
+         "this pipeline in the metadata store of {root}; run once without --warm_start first"),
+        ("latest_blessed", "blessed", "--warm_start latest_blessed: the latest blessed model "
+         "recorded for this pipeline in the metadata store, {model}, is gone from disk"),
+        ("latest", "unblessed", "--warm_start latest: the latest model recorded for this "
+         "pipeline in the metadata store, {model}, is gone from disk"),
+    ],
+    ids=["none-recorded", "blessed-moved-away", "latest-moved-away"],
+)  # fmt: skip
+def test_warm_start_without_a_model_is_one_sentence(tmp_path, which, recorded, sentence):
+    """No model to warm start from: none recorded (run once without it), or the recorded
+    ones moved away (put them back: running without --warm_start would not bring them)."""
+    root = str(tmp_path / "root")
+    model = _recorded_model(root, recorded == "blessed") if recorded else ""
+    if model:
+        os.rename(model, str(tmp_path / "moved"))
+    proc = _cli(f"--pipeline_root={root}", "--no_tuner", f"--warm_start={which}")
+    assert proc.returncode == 2
+    (error,) = proc.stderr.splitlines()
+    assert error.startswith("error: " + sentence.format(root=root, model=model)), error
+    assert sorted(os.listdir(os.path.join(root, "runs"))) == (["trained"] if model else [])
 
 
 def test_a_remote_runner_refuses_local_infer_data_and_model():

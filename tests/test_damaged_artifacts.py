@@ -121,3 +121,63 @@ def test_a_truncated_examples_file_is_not_reused(tmp_path):
     example_gen = _summary(root, "c")["ExampleGen"]
     assert example_gen["status"] == "cached" and example_gen["note"].startswith("reused from run b")
     assert "changed" not in example_gen["note"]
+
+
+_VOCABULARY_MODULE = """
+import tensorflow as tf
+import tensorflow_transform as tft
+
+
+def preprocessing_fn(inputs):
+    token = inputs["token"]
+    if isinstance(token, tf.sparse.SparseTensor):
+        token = tf.sparse.to_dense(token, default_value=b"")
+    return {"token_id": tft.compute_and_apply_vocabulary(token, vocab_filename="token")}
+"""
+
+
+def test_a_vocabulary_over_1_mib_edited_at_the_same_size_is_not_reused(tmp_path):
+    """The transform graph is digested whole when published: its vocabulary of the train
+    split's distinct 500-character tokens (over 1 MiB, the size up to which every file of
+    any artifact is digested) with two tokens swapped, the same size, is not reused by the
+    next run."""
+    rng = __import__("random").Random(7)
+    data = tmp_path / "tokens.csv"
+    with open(data, "w") as f:
+        f.write("token,x\n")
+        for i in range(3600):
+            f.write("".join(rng.choice("abcdefghij") for _ in range(500)) + f",{i}\n")
+    module = tmp_path / "module.py"
+    module.write_text(_VOCABULARY_MODULE)
+    root = str(tmp_path / "root")
+    args = [
+        "--runner=DirectRunner",
+        "--direct_running_mode=in_memory",
+        f"--data={data}",
+        f"--module_file={module}",
+        "--no_tuner",
+        "--no_trainer",
+        f"--pipeline_root={root}",
+    ]
+    assert cli.main([*args, "--run_id=a"]) == 0
+    vocabulary = os.path.join(
+        root, "runs", "a", "transform_graph", "transform_fn", "assets", "token"
+    )
+    size = os.path.getsize(vocabulary)
+    assert size > 1 << 20
+    with open(vocabulary) as f:
+        tokens = f.read().splitlines()
+    with open(vocabulary, "w") as f:  # two tokens swapped: another mapping, the same size
+        f.write("\n".join([tokens[1], tokens[0], *tokens[2:]]) + "\n")
+    assert os.path.getsize(vocabulary) == size
+
+    assert cli.main([*args, "--run_id=b"]) == 0
+    transform = _summary(root, "b")["Transform"]
+    assert transform["status"] == "ok"
+    assert transform["note"].startswith(
+        "run a's transform_graph changed since it was published "
+        "(transform_fn/assets/token's content changed); recomputed"
+    ), transform["note"]
+    rebuilt = os.path.join(root, "runs", "b", "transform_graph", "transform_fn", "assets", "token")
+    with open(rebuilt) as f:
+        assert f.read().splitlines() == tokens

@@ -25,7 +25,7 @@ from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus, de
 from beam_pipeline.metadata.connection import migrate
 from beam_pipeline.metadata.schema import METADATA
 
-HEAD = "0004"
+HEAD = "0005"
 
 
 def _url(path) -> str:
@@ -204,14 +204,18 @@ def write_0003_runs(conn: sa.engine.Connection) -> None:
             )
 
 
+_OLD_PIPELINE = "--pipeline_name=beam-pipeline"
+
+
 def check_0003_runs_upgraded(url: str, capsys) -> None:
     """The runs of :func:`write_0003_runs` as the ``runs`` commands show them once the
-    store at ``url`` is opened (and upgraded): as they were shown before 0004."""
+    store at ``url`` is opened (and upgraded): as they were shown before 0004 (under the
+    pipeline name of runs whose root 0005 cannot tell: they have no artifacts)."""
     import json
 
     from beam_pipeline import cli
 
-    assert cli.main(["runs", "list", f"--metadata_url={url}", "--json"]) == 0
+    assert cli.main(["runs", "list", f"--metadata_url={url}", _OLD_PIPELINE, "--json"]) == 0
     rows = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
     row = rows["old-a"]
     assert (row["metrics"], row["blessed"], row["pushed"]) == ({"acc": 0.5}, False, False)
@@ -223,7 +227,7 @@ def check_0003_runs_upgraded(url: str, capsys) -> None:
     with MetadataStore.open(url) as store:
         trainer = next(e for e in store.run_executions("old-a") if e.stage == "Trainer")
         assert trainer.properties["history"]["columns"] == {"metrics": {"acc": 0.5}}
-    assert cli.main(["runs", "list", f"--metadata_url={url}"]) == 0
+    assert cli.main(["runs", "list", f"--metadata_url={url}", _OLD_PIPELINE]) == 0
     listed = capsys.readouterr().out
     header = next(line for line in listed.splitlines() if "run" in line and "status" in line)
     assert [c.strip() for c in header.strip("┃│ ").split("┃")] == [
@@ -233,14 +237,15 @@ def check_0003_runs_upgraded(url: str, capsys) -> None:
     old_c = next(line for line in listed.splitlines() if "old-c" in line)
     assert [c.strip() for c in old_c.strip("│ ").split("│")][3:6] == ["-", "-", "-"]
 
-    assert cli.main(["runs", "show", "old-a", f"--metadata_url={url}"]) == 0
+    assert cli.main(["runs", "show", "old-a", f"--metadata_url={url}", _OLD_PIPELINE]) == 0
     shown = capsys.readouterr().out
     assert "Data: spans 2-3 (span 2 reused from earlier runs, not read)" in shown
     checks = shown.split("Model checks", 1)[1]
     assert "NOT blessed: 1 threshold missed" in checks and "not pushed: not blessed" in checks
     assert "Failed thresholds" in checks and ">= 0.6" in checks
 
-    assert cli.main(["runs", "diff", "old-a", "old-b", f"--metadata_url={url}", "--json"]) == 0
+    diff = ["runs", "diff", "old-a", "old-b", f"--metadata_url={url}", _OLD_PIPELINE, "--json"]
+    assert cli.main(diff) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["metrics"] == {"acc": [0.5, 0.5]}
     assert d["hyperparameters"] == {"learning_rate": [0.01, 0.01]}
@@ -259,6 +264,111 @@ def test_runs_recorded_before_0004_get_their_history_and_still_list(tmp_path, ca
         write_0003_runs(conn)
     engine.dispose()
     check_0003_runs_upgraded(_url(path), capsys)
+    assert _revision(path) == HEAD
+
+
+def write_0004_two_roots(conn: sa.engine.Connection, root_a, root_b) -> None:
+    """Runs as beam-pipeline recorded them at revision 0004, all under its one pipeline
+    context ``beam-pipeline``, each context named by its run id: "nightly" of pipeline
+    root A, whose Schema output lies in ``<root_a>/runs/nightly/schema`` (published, a
+    cache hit); "failed" of root A, which made nothing (its run folder is there); and
+    "other" of root B, with its output in ``<root_b>/runs/other/schema``."""
+    from beam_pipeline.metadata import schema as s
+
+    for root, run_id in [(root_a, "nightly"), (root_a, "failed"), (root_b, "other")]:
+        os.makedirs(os.path.join(root, "runs", run_id))
+    for root, run_id in [(root_a, "nightly"), (root_b, "other")]:
+        folder = os.path.join(root, "runs", run_id, "schema")
+        os.makedirs(folder)
+        open(os.path.join(folder, PUBLISHED_MARKER), "w").close()
+
+    def insert(table, **values) -> int:  # ids by the database (a server's sequences too)
+        return conn.execute(sa.insert(table).values(**values)).inserted_primary_key[0]
+
+    types = {
+        (kind, name): insert(s.types, kind=kind, name=name)
+        for kind, name in [
+            ("context", "pipeline"), ("context", "run"), ("execution", "Schema"),
+            ("artifact", "Schema"),
+        ]
+    }  # fmt: skip
+    times = {"create_time_ms": 1000, "update_time_ms": 3000}
+    props = {"status": "complete", "end_time_ms": 3000, "properties": {}}
+    pipeline = insert(
+        s.contexts, type_id=types["context", "pipeline"], name="beam-pipeline", properties={},
+        **times,
+    )  # fmt: skip
+    runs = {}
+    for run_id in ("nightly", "failed", "other"):
+        runs[run_id] = insert(
+            s.contexts, type_id=types["context", "run"], name=run_id, properties=props, **times
+        )
+        conn.execute(
+            sa.insert(s.parent_contexts).values(context_id=runs[run_id], parent_context_id=pipeline)
+        )
+    for root, run_id in [(root_a, "nightly"), (root_b, "other")]:
+        execution = insert(
+            s.executions, type_id=types["execution", "Schema"], status="complete",
+            cache_key="k", parameters={}, start_time_ms=1000, end_time_ms=2000,
+        )  # fmt: skip
+        artifact = insert(
+            s.artifacts, type_id=types["artifact", "Schema"],
+            uri=os.path.join(root, "runs", run_id, "schema"), state="published",
+            fingerprint=None, create_time_ms=2000, update_time_ms=2000,
+        )  # fmt: skip
+        conn.execute(
+            sa.insert(s.events).values(
+                execution_id=execution, artifact_id=artifact, type="output", role="Schema",
+                time_ms=2000,
+            )
+        )  # fmt: skip
+        conn.execute(
+            sa.insert(s.associations).values(context_id=runs[run_id], execution_id=execution)
+        )
+        conn.execute(
+            sa.insert(s.attributions).values(context_id=runs[run_id], artifact_id=artifact)
+        )
+
+
+def check_0004_runs_keyed_by_root(url: str, root_a, root_b, capsys) -> None:
+    """After the upgrade, each run of :func:`write_0004_two_roots` is its root's: listed,
+    shown and reused under the name its root derives, and not under the other's. On a
+    server, "failed" (no artifacts, no store file beside its folder, runs of two roots in
+    the store) stays under ``beam-pipeline``."""
+    import json
+
+    from beam_pipeline import cli
+
+    failed = ["failed"] if url.startswith("sqlite") else []
+    with MetadataStore.open(url) as store:  # the old name
+        assert [r.run_id for r in store.list_runs()] == ([] if failed else ["failed"])
+    for root, run_ids in [(root_a, [*failed, "nightly"]), (root_b, ["other"])]:
+        where = [f"--metadata_url={url}", f"--pipeline_root={root}"]
+        assert cli.main(["runs", "list", *where, "--json"]) == 0
+        assert sorted(r["run_id"] for r in json.loads(capsys.readouterr().out)) == run_ids
+        assert cli.main(["runs", "show", run_ids[-1], *where, "--json"]) == 0
+        (execution,) = json.loads(capsys.readouterr().out)["executions"]
+        assert execution["outputs"]["Schema"]["uri"].startswith(str(root))
+        with MetadataStore.for_pipeline_root(str(root), url) as store:
+            assert store.find_cached("Schema", "k").run_id == run_ids[-1]
+    assert cli.main(["runs", "show", "other", f"--metadata_url={url}", f"--pipeline_root={root_a}"])
+    assert "No run 'other' is recorded" in capsys.readouterr().err
+
+
+def test_runs_recorded_before_0005_are_keyed_by_their_pipeline_root(tmp_path, capsys):
+    """A store shared by two pipeline roots (``--metadata_url``), written at revision 0004,
+    where every run was one pipeline's: upgraded, each run is under the pipeline name its
+    root derives (a run without artifacts: the root its folder is in, the default store's
+    folder), so each root sees its own runs and reuses only its own outputs."""
+    root_a, root_b = tmp_path / "a", tmp_path / "b"
+    os.makedirs(root_a)
+    path = root_a / "metadata.sqlite"  # A's default store, given to B as its URL
+    engine = sa.create_engine(_url(path))
+    with engine.begin() as conn:
+        migrate(conn, "0004")
+        write_0004_two_roots(conn, root_a, root_b)
+    engine.dispose()
+    check_0004_runs_keyed_by_root(_url(path), root_a, root_b, capsys)
     assert _revision(path) == HEAD
 
 
@@ -372,7 +482,7 @@ def _foreign_database(tmp_path) -> str:
     "make_url, message",
     [
         (_newer_store, r"newer\.sqlite was written by a newer beam-pipeline \(schema revision "
-         r"0099; this version knows up to 0004\); upgrade beam-pipeline"),
+         r"0099; this version knows up to 0005\); upgrade beam-pipeline"),
         (_corrupt_file, r"corrupt\.sqlite is not a SQLite database or is corrupt \(file is not a "
          r"database\); move the file away"),
         (lambda t: _url(t / "missing" / "metadata.sqlite"),
@@ -442,3 +552,39 @@ def test_a_store_in_a_read_only_folder_is_one_sentence_at_open():
     assert done.returncode == 2, done.stderr
     assert "cannot open or write the SQLite file" in done.stderr
     assert f"make sure its folder {folder} exists and is writable" in done.stderr
+
+
+def test_a_store_whose_disk_fills_during_the_run_is_one_sentence(tmp_path, capsys):
+    """The store's SQLite file on a disk that fills once the run has opened it (a small
+    tmpfs, filled but for 64 KiB): one sentence naming the store (its password masked)
+    and the fix, exit 2, no traceback, nothing left staged."""
+    from test_unclear_endings import _PENGUINS, _small_disk
+
+    from beam_pipeline import cli
+
+    root = tmp_path / "root"
+    with _small_disk(tmp_path, "256k") as disk:
+        url = f"sqlite:///{disk}/metadata.sqlite?password=s3cr3t"
+        MetadataStore.open(url).close()  # created with room to spare
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        with open(os.path.join(disk, "filler"), "wb") as f:
+            f.write(b"\0" * (free - (64 << 10)))
+        code = cli.main(
+            [
+                "--runner=DirectRunner",
+                "--direct_running_mode=in_memory",
+                f"--data={_PENGUINS}",
+                "--csv_null_values=,NA",
+                "--no_trainer",
+                f"--pipeline_root={root}",
+                "--run_id=full",
+                f"--metadata_url={url}",
+            ]
+        )
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: Metadata store sqlite:///{disk}/metadata.sqlite?password=***: the disk "
+        f"holding {disk} is full (database or disk is full); free space there, then run the "
+        "same command again with the same --run_id to resume the run."
+    ]
+    assert not (root / "runs" / "full" / ".staging").exists()

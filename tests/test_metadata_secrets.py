@@ -4,12 +4,14 @@ before or at connecting; tests/test_metadata_server.py checks whole runs on serv
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
 
 import pytest
-from conftest import free_port
+from conftest import PENGUIN_DIR, free_port
 
 SECRET = "s3cr3t-Value"
 
@@ -149,3 +151,68 @@ def test_mask_hides_every_credential_of_a_url_and_nothing_else(text, masked):
 
     assert mask(text) == masked
     assert mask(masked) == masked
+
+
+# The bundled module with a run_fn that records the custom_config it received (outside the
+# pipeline root) and saves the smallest model that serves.
+_RECORDING_RUN_FN = """
+
+import json as _json
+
+import tensorflow as _tf
+
+
+def run_fn(fn_args):
+    with open(fn_args.custom_config["seen"], "w") as f:
+        _json.dump(fn_args.custom_config, f)
+    module = _tf.Module()
+    spec = [_tf.TensorSpec([None], _tf.string)]
+    module.f = _tf.function(lambda x: {"y": x}, input_signature=spec)
+    signatures = {"serving_default": module.f}
+    _tf.saved_model.save(module, fn_args.serving_model_dir, signatures=signatures)
+"""
+
+
+def test_custom_config_secrets_are_masked_where_recorded_and_reach_the_module(tmp_path):
+    """``--custom_config`` with secret-looking keys (at any depth): the module receives the
+    real values; manifest.json, the store and every other file of the pipeline root hold
+    them masked, the other keys as given."""
+    from beam_pipeline import cli
+
+    module = tmp_path / "module.py"
+    with open(os.path.join(PENGUIN_DIR, "penguin_module.py")) as f:
+        module.write_text(f.read() + _RECORDING_RUN_FN)
+    seen = tmp_path / "seen.json"
+    given = {"api_key": SECRET, "auth": {"Client_Secret": SECRET, "x_token": SECRET},
+             "db": [{"password": SECRET}], "credentials_file": SECRET, "seen": str(seen),
+             "epochs": 2}  # fmt: skip
+    root = tmp_path / "root"
+    args = [
+        "--runner=DirectRunner",
+        "--direct_running_mode=in_memory",
+        f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+        "--csv_null_values=,NA",
+        f"--module_file={module}",
+        f"--pipeline_root={root}",
+        "--run_id=secret",
+        "--no_tuner",
+        "--no_evaluator",
+        "--no_infra_validator",
+        "--no_progress",
+        f"--custom_config={json.dumps(given)}",
+    ]
+    assert cli.main(args) == 0
+    assert json.loads(seen.read_text()) == given
+    with open(root / "runs" / "secret" / "manifest.json") as f:
+        recorded = json.loads(json.load(f)["identity"]["trainer"]["custom_config"])
+    assert recorded == {
+        "api_key": "***", "auth": {"Client_Secret": "***", "x_token": "***"},
+        "db": [{"password": "***"}], "credentials_file": "***", "seen": str(seen), "epochs": 2,
+    }  # fmt: skip
+    holding = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(root)
+        for name in names
+        if SECRET.encode() in open(os.path.join(folder, name), "rb").read()
+    ]
+    assert holding == []

@@ -32,7 +32,14 @@ import test_metadata_store as store_api
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from conftest import PENGUIN_DIR, service_missing
-from test_metadata_schema import _WRITER, HEAD, check_0003_runs_upgraded, write_0003_runs
+from test_metadata_schema import (
+    _WRITER,
+    HEAD,
+    check_0003_runs_upgraded,
+    check_0004_runs_keyed_by_root,
+    write_0003_runs,
+    write_0004_two_roots,
+)
 
 from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
 from beam_pipeline.metadata.connection import migrate
@@ -157,6 +164,19 @@ def test_runs_recorded_before_0004_get_their_history_on_the_server(server, capsy
         engine.dispose()
 
 
+def test_runs_recorded_before_0005_are_keyed_by_their_root_on_the_server(server, tmp_path, capsys):
+    # 0005 moves runs between pipeline contexts and renames them (no DDL): each backend's JSON.
+    engine = server.engine()
+    try:
+        with engine.begin() as conn:
+            migrate(conn, "0004")
+            write_0004_two_roots(conn, tmp_path / "a", tmp_path / "b")
+        check_0004_runs_keyed_by_root(server.driver_url(), tmp_path / "a", tmp_path / "b", capsys)
+        assert _revision(engine) == HEAD
+    finally:
+        engine.dispose()
+
+
 def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "beam_pipeline", *args],
@@ -222,8 +242,8 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
     b = _cli(*run_args, f"--metadata_url={server.plain_url()}", cwd=tmp_path)
     assert b.returncode == 0, b.stderr[-3000:]
 
-    where = f"--metadata_url={server.plain_url()}"
-    listed = _cli("runs", "list", "--json", where, cwd=tmp_path)
+    where = [f"--metadata_url={server.plain_url()}", f"--pipeline_root={root}"]
+    listed = _cli("runs", "list", "--json", *where, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     run_b, run_a = (r["run_id"] for r in rows)  # newest first
@@ -234,7 +254,7 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
     assert set(reused.values()) == {"cached"}, rows[0]["stages"]
     assert os.listdir(root / "runs") and {run_a, run_b} == set(os.listdir(root / "runs"))
 
-    shown = _cli("runs", "show", run_a, "--json", where, cwd=tmp_path)
+    shown = _cli("runs", "show", run_a, "--json", *where, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     executions = json.loads(shown.stdout)["executions"]
     stages = [e["stage"] for e in executions]
@@ -247,9 +267,9 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
         assert trainer["outputs"]["Model"]["state"] == "published"
         assert os.path.isdir(trainer["outputs"]["Model"]["uri"])
 
-    table = _cli("runs", "show", run_b, where, cwd=tmp_path)
+    table = _cli("runs", "show", run_b, *where, cwd=tmp_path)
     assert table.returncode == 0 and run_a in table.stdout, table.stdout + table.stderr
-    diff = _cli("runs", "diff", run_a, run_b, where, cwd=tmp_path)
+    diff = _cli("runs", "diff", run_a, run_b, *where, cwd=tmp_path)
     assert diff.returncode == 0 and diff.stderr == "", diff.stderr
 
     # The password is nowhere: not in the output, the run folders (run.log, summary.json,
@@ -376,6 +396,7 @@ _STORE_API_TESTS = [
     store_api.test_external_data_is_registered_once_per_content,
     store_api.test_lineage_walks_producers_upstream_and_everything_downstream,
     store_api.test_latest_blessed_model,
+    store_api.test_two_pipelines_in_one_store_see_only_their_own_records,
 ]
 
 
@@ -385,3 +406,147 @@ _STORE_API_TESTS = [
 def test_the_store_api_on_the_server(server, tmp_path, api_test):
     with MetadataStore.open(server.plain_url()) as store:
         api_test(store, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def team_store(request, tmp_path):
+    """One store shared by two pipeline roots: its URL (a SQLite file given as
+    ``--metadata_url``, or a new database on the PostgreSQL server, dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/team.sqlite"
+        return
+    admin, url = _admin_engine("postgresql")
+    name = f"{url.database}_team_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+def _record_blessed_model(url: str, root) -> None:
+    """A blessed model of the pipeline of ``root``, recorded as the runner records one
+    (what is under test is the look-up, not the model: its folder need only be published)."""
+    from beam_pipeline.core.types import PUBLISHED_MARKER
+    from beam_pipeline.metadata import ArtifactSpec
+
+    model = root / "runs" / "trained" / "model"
+    model.mkdir(parents=True)
+    (model / PUBLISHED_MARKER).touch()
+    with MetadataStore.for_pipeline_root(str(root), url) as store:
+        run = store.start_run("trained")
+        execution = store.begin_execution(run, "Trainer", {}, "k-trainer", {})
+        made = store.publish_outputs(execution, {"model": ArtifactSpec(str(model), "Model")})
+        store.complete_execution(execution)
+        store.set_custom_property(made["model"].id, "blessed", True)
+        store.finish_run(run, RunStatus.COMPLETE)
+
+
+def test_two_pipeline_roots_on_one_store_stay_apart(team_store, tmp_path, capsys):
+    """Pipelines A and B (two roots) on one ``--metadata_url``, each with a run "nightly"
+    of the same data: B's first run reuses nothing of A's and has no drift baseline (A's
+    statistics are not B's), ``runs show nightly`` shows B's run alone, and B's
+    ``--warm_start latest_blessed`` does not take A's blessed model."""
+    from beam_pipeline import cli
+
+    root_a, root_b = tmp_path / "a", tmp_path / "b"
+    args = [
+        "--runner=DirectRunner",
+        "--direct_running_mode=in_memory",
+        f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+        "--csv_null_values=,NA",
+        "--drift_threshold=0.3",
+        f"--metadata_url={team_store}",
+        "--run_id=nightly",
+    ]
+    assert cli.main([*args, f"--pipeline_root={root_a}"]) == 0
+    _record_blessed_model(team_store, root_a)
+    assert cli.main([*args, f"--pipeline_root={root_b}"]) == 0
+    capsys.readouterr()
+
+    with open(root_b / "runs" / "nightly" / "summary.json") as f:
+        stages = {s["stage"]: s for s in json.load(f)["stages"]}
+    assert [name for name, s in stages.items() if s["status"] == "cached"] == []
+    where = [f"--metadata_url={team_store}", f"--pipeline_root={root_b}"]
+    assert cli.main(["runs", "show", "nightly", "--json", *where]) == 0
+    executions = json.loads(capsys.readouterr().out)["executions"]
+    uris = [a["uri"] for e in executions for a in e["outputs"].values()]
+    assert uris and all(u.startswith(str(root_b)) for u in uris), uris
+    stages_shown = [e["stage"] for e in executions]
+    assert len(stages_shown) == len(set(stages_shown)), stages_shown  # B's alone, not A's too
+    validation = next(e for e in executions if e["stage"] == "Validation")
+    assert validation["parameters"]["drift_baseline"] is None  # not A's statistics
+
+    # The runs of another root: none, and the ones the store holds named.
+    assert cli.main(["runs", "list", where[0], f"--pipeline_root={tmp_path / 'c'}"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"No run of pipeline {tmp_path / 'c'} is recorded; the store holds runs of "
+        f"{root_a}, {root_b}: pass the --pipeline_root they used (or --pipeline_name)."
+    )
+
+    module = os.path.join(PENGUIN_DIR, "penguin_module.py")
+    warm = [*args[:-1], "--run_id=warm", f"--module_file={module}", "--warm_start=latest_blessed"]
+    assert cli.main([*warm, f"--pipeline_root={root_b}"]) == 2
+    (error,) = capsys.readouterr().err.splitlines()
+    assert error.startswith(
+        "error: --warm_start latest_blessed found no latest blessed model of this pipeline"
+    ), error
+    assert not (root_b / "runs" / "warm").exists()
+
+
+def test_a_server_store_dying_during_the_run_is_one_sentence(tmp_path):
+    """The store's PostgreSQL database dropped while the run goes (its connections ended
+    by the server, as when it goes down): one sentence naming the store (its password
+    masked) and the fix, the run's summary written, nothing left staged."""
+    from beam_pipeline.core.errors import PipelineError
+    from beam_pipeline.engine.events import RunEvents
+    from beam_pipeline.flags import parse_config
+    from beam_pipeline.pipeline import run
+
+    admin, url = _admin_engine("postgresql")
+    name = f"{url.database}_dying_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    dying = url.set(database=name)
+    root = tmp_path / "root"
+    config = parse_config(
+        [
+            "--runner=DirectRunner",
+            "--direct_running_mode=in_memory",
+            f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+            "--csv_null_values=,NA",
+            "--no_trainer",
+            f"--pipeline_root={root}",
+            "--run_id=dying",
+            f"--metadata_url={dying.render_as_string(hide_password=False)}",
+        ]
+    )
+    events = RunEvents()
+
+    def drop_the_database(stage: str) -> None:
+        if stage == "Schema":  # the run has recorded its data stage by now
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+
+    events.subscribe(stage_started=drop_the_database)
+    try:
+        with pytest.raises(PipelineError) as raised:
+            run(config, events)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+    message = str(raised.value)
+    shown = dying.render_as_string(hide_password=True)
+    assert message.startswith(f"Metadata store {shown} stopped answering during the run ("), message
+    assert message.endswith(
+        "); make sure the server is up and reachable, then run the same command again with "
+        "the same --run_id to resume the run."
+    ), message
+    assert len(message.splitlines()) == 1 and url.password not in message
+    assert raised.value.exit_code == 2
+    assert (root / "runs" / "dying" / "summary.json").exists()
+    assert not (root / "runs" / "dying" / ".staging").exists()

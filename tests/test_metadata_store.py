@@ -83,15 +83,22 @@ def test_a_run_is_recorded_with_its_executions_inputs_outputs_and_job_ids(store,
     assert executions[0].inputs["data"].fingerprint == "digest-a"
 
     (listed,) = store.list_runs()
-    assert (listed.run_id, listed.pipeline, listed.status) == ("run-1", "beam-pipeline", "complete")
+    assert (listed.run_id, listed.pipeline, listed.status) == (
+        "run-1",
+        str(tmp_path / "root"),  # the pipeline's name: its root's absolute path
+        "complete",
+    )
     assert listed.properties == {"data": "digest-a", "accuracy": 0.97}
     assert listed.end_time >= listed.start_time
     assert dict(listed.stages) == dict.fromkeys(["ExampleGen", "Schema", "Trainer"], "complete")
     assert store.run_executions("no-such-run") is None
 
-    # Another process (a later `runs` command) reads the same file.
-    with MetadataStore.open(store.url) as again:
+    # Another process (a later `runs` command) reads the same file, for the same pipeline.
+    with MetadataStore.open(store.url, store.pipeline) as again:
         assert again.run_executions("run-1") == executions
+    # Another pipeline sharing the store sees none of it.
+    with MetadataStore.open(store.url, "another pipeline") as other:
+        assert (other.list_runs(), other.run_executions("run-1")) == ([], None)
 
 
 def test_a_cache_hit_returns_the_outputs_and_a_cached_execution_records_where_from(store, tmp_path):
@@ -277,6 +284,36 @@ def test_latest_blessed_model(store, tmp_path):
     assert blessed.id == newer.id and blessed.custom_properties == {"blessed": True}
     shutil.rmtree(newer.uri)  # its folder deleted: the older one is the baseline again
     assert store.latest_blessed_model().id == older.id
+
+
+def test_two_pipelines_in_one_store_see_only_their_own_records(store, tmp_path):
+    """A team store: pipelines A and B (other roots) record a run of the same id, with the
+    same stages, cache keys and data. Every look-up of B (its runs, a run's executions, a
+    cache hit, the latest blessed model, lineage) sees B's records only, and A's stay
+    A's: as TFX keys them by pipeline name."""
+    a, b = store, store.with_pipeline("pipeline B")
+    _, _, a_schema, a_model = _three_stages(a, tmp_path, "nightly")
+    a.set_custom_property(a_model.id, "blessed", True)
+    data = a.run_executions("nightly")[0].inputs["data"]  # shared by both pipelines
+    a_ids = [e.id for e in a.run_executions("nightly")]
+    # B before its first run: none of A's records.
+    assert (b.list_runs(), b.run_executions("nightly")) == ([], None)
+    assert (b.find_cached("Schema", "k-schema"), b.latest_blessed_model()) == (None, None)
+    assert (b.lineage(a_schema.uri), b.lineage(data.uri)) == (None, None)
+
+    _, _, b_schema, _ = _three_stages(b, tmp_path / "b", "nightly")
+    b_ids = [e.id for e in b.run_executions("nightly")]
+    assert len(b_ids) == 3 and not set(a_ids) & set(b_ids)
+    assert [(r.run_id, r.pipeline) for r in b.list_runs()] == [("nightly", "pipeline B")]
+    assert b.find_cached("Schema", "k-schema").outputs == {"schema": b_schema}
+    assert b.latest_blessed_model() is None  # B's model is not blessed; A's is not B's
+    lineage = b.lineage(data.uri)
+    assert [e.id for e in lineage.downstream] == b_ids
+    # A's records are as they were.
+    assert [e.id for e in a.run_executions("nightly")] == a_ids
+    assert a.find_cached("Schema", "k-schema").outputs == {"schema": a_schema}
+    assert a.latest_blessed_model().id == a_model.id
+    assert [e.id for e in a.lineage(data.uri).downstream] == a_ids
 
 
 def test_runs_list_calls_a_run_whose_launcher_was_killed_abandoned(store):

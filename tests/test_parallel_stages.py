@@ -73,7 +73,7 @@ def _cli(*args: str, cwd, jobs=None) -> subprocess.CompletedProcess:
 
 
 def _executions(root: str, run_id: str) -> dict:
-    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+    with MetadataStore.for_pipeline_root(str(root)) as store:
         return {e.stage: e for e in store.run_executions(run_id)}
 
 

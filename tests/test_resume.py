@@ -277,7 +277,7 @@ def test_each_killed_execution_is_abandoned_in_the_metadata_store(killed_run):
     from beam_pipeline.metadata import ExecutionStatus, MetadataStore, RunStatus
 
     root = os.path.dirname(os.path.dirname(killed_run["run"]))
-    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+    with MetadataStore.for_pipeline_root(str(root)) as store:
         (run,) = store.list_runs()
         executions = store.run_executions("killed")
     by_stage: dict[str, list[str]] = {}

@@ -118,17 +118,11 @@ def _hostile_run(hostile, tmp_path, behaviour, *flags):
 
 def _execution_status(root: str, run_dir: str, stage: str) -> str:
     """The metadata store's status of ``stage``'s execution in the run (`runs show`)."""
-    import sqlite3
+    from beam_pipeline.metadata import open_for_pipeline
 
-    run_id = os.path.basename(run_dir)
-    with sqlite3.connect(os.path.join(root, "metadata.sqlite")) as db:
-        rows = db.execute(
-            "SELECT e.status FROM executions e JOIN types t ON e.type_id = t.id "
-            "JOIN associations a ON a.execution_id = e.id JOIN contexts c ON a.context_id = c.id "
-            "WHERE t.name = ? AND c.name = ?",
-            (stage, run_id),
-        ).fetchall()
-    return ",".join(sorted(r[0] for r in rows))
+    with open_for_pipeline(root, existing=True) as store:
+        found = store.run_executions(os.path.basename(run_dir)) or []
+    return ",".join(sorted(e.status.value for e in found if e.stage == stage))
 
 
 def _assert_failed_run(proc, run_dir, root, stage, sentence):

@@ -64,6 +64,8 @@ class Setting:
         False for settings that change no result (a timeout).
       digest: ``file`` or ``folder``: the run's identity holds the content digest of the
         path, not only the path.
+      secret_keys: a JSON object whose secret-looking keys' values are masked wherever the
+        setting is recorded (:func:`beam_pipeline.core.secrets.mask_json`).
       metavar: the value's name in ``--help``.
       keywords: values of a path setting that name no path (``blessed``).
       takes: what a YAML file or the Python API may give besides the ``kind``'s own type
@@ -81,6 +83,7 @@ class Setting:
     worker_path: bool = False
     identity: bool = True
     digest: Optional[str] = None
+    secret_keys: bool = False
     metavar: Optional[str] = None
     keywords: tuple[str, ...] = ()
     takes: tuple[type, ...] = ()

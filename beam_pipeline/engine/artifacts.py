@@ -66,6 +66,12 @@ class TypedArtifact:
     # Files (relative paths) a later stage adds to the published folder by design, which
     # the reuse check (beam_pipeline.engine.contents) leaves out.
     ADDED_LATER: ClassVar[tuple[str, ...]] = ()
+    # Whether every file is digested when published (and checked before a reuse), whatever
+    # its size: for what decides results and is small beside the data (the transform graph,
+    # the model), where a large file edited at the same size must not be reused. The other
+    # artifacts digest their files up to contents.SMALL_FILE_BYTES and record the sizes of
+    # larger ones (the example shards: see beam_pipeline.engine.contents).
+    DIGEST_EVERY_FILE: ClassVar[bool] = False
 
     uri: str
     properties: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -177,6 +183,7 @@ class TransformGraph(TypedArtifact):
     """tf.Transform's output folder (``tft.TFTransformOutput`` reads it)."""
 
     FOLDER = Artifact.TRANSFORM_GRAPH
+    DIGEST_EVERY_FILE = True  # its vocabularies map tokens as the model learned them
 
 
 class TransformedExamples(_SplitFiles):
@@ -199,6 +206,7 @@ class Model(TypedArtifact):
     """The serving SavedModel."""
 
     FOLDER = Artifact.MODEL
+    DIGEST_EVERY_FILE = True
     # The InfraValidator writes TF Serving's warm-up requests into the model it checked
     # (assets.extra holds files the server reads beside the graph, not part of it).
     ADDED_LATER = ("assets.extra/tf_serving_warmup_requests",)

@@ -108,6 +108,16 @@ def _run_id(value: Any) -> str:
     return text
 
 
+def _pipeline_name(value: Any) -> str:
+    text = str(value) if value is not None else ""
+    if len(text) > 255 or text != text.strip():
+        raise PipelineError(
+            f"--pipeline_name={text[:60]!r} is not a pipeline name: use at most 255 "
+            "characters, without leading or trailing spaces."
+        )
+    return text
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class PipelineConfig:
     """The whole run's configuration: the run's own settings and the stages' sections.
@@ -123,6 +133,9 @@ class PipelineConfig:
         may go without a live worker before it is cancelled and the run fails.
       metadata_url: the metadata store's SQLAlchemy URL; empty: the SQLite file
         ``<pipeline_root>/metadata.sqlite``.
+      pipeline_name: the name the run is recorded under in the metadata store, and whose
+        records alone it reads (runs, cache hits, models, baselines); empty: the pipeline
+        root's absolute path.
       no_cache: the stages (by name) that run even when an earlier execution's outputs
         could be reused.
       stage_beam_args: per stage (by name), Beam flags added after ``beam_args`` for that
@@ -175,6 +188,15 @@ class PipelineConfig:
         flag="metadata_url",
         help="SQLAlchemy URL of the metadata store (default: SQLite "
         "<pipeline_root>/metadata.sqlite; e.g. postgresql+psycopg://user@host/db).",
+        identity=False,
+    )
+    pipeline_name: str = setting(
+        "",
+        flag="pipeline_name",
+        help="Name of the pipeline in the metadata store: its runs, cached stages, models and "
+        "baselines are looked up under it (default: the pipeline root's absolute path; give "
+        "the same name to several roots to share them on purpose).",
+        parse=_pipeline_name,
         identity=False,
     )
     no_cache: tuple[str, ...] = setting(

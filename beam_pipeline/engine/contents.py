@@ -13,7 +13,10 @@ shards, which a 1M-row run has hundreds of megabytes of; hashing them at every p
 again at every reuse would cost a few percent of the data stages for the one damage a
 size misses (bytes rewritten in place at the same length), while a truncated or replaced
 shard changes its size. Everything a person edits by hand (a vocabulary, a schema, the
-graph's ``saved_model.pb``, the evaluator's results, a blessing) is small and digested.
+graph's ``saved_model.pb``, the evaluator's results, a blessing) is digested: small files
+always, and every file of the artifacts that decide results and are small beside the data
+(the transform graph, whose vocabulary may well pass 1 MiB, and the model), whatever its
+size (``TypedArtifact.DIGEST_EVERY_FILE``).
 
 Example::
 
@@ -60,13 +63,13 @@ def _files(folder: str, ignore: frozenset = frozenset((PUBLISHED_MARKER,))) -> d
     return out
 
 
-def describe(folder: str, small: int = SMALL_FILE_BYTES) -> dict[str, list]:
+def describe(folder: str, small: Optional[int] = SMALL_FILE_BYTES) -> dict[str, list]:
     """``{relative path: [size, digest or None]}`` of every file under ``folder``: the
-    digest (BLAKE2b-128) of each file of at most ``small`` bytes."""
+    digest (BLAKE2b-128) of each file of at most ``small`` bytes (None: of every file)."""
     out: dict[str, list] = {}
     for rel, path in sorted(_files(folder).items()):
         size = fileio.size(path)
-        out[rel] = [size, _digest(path) if size <= small else None]
+        out[rel] = [size, _digest(path) if small is None or size <= small else None]
     return out
 
 

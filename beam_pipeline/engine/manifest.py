@@ -43,6 +43,7 @@ from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.secrets import mask_json
 from beam_pipeline.core.settings import settings_of
 from beam_pipeline.engine.artifacts import artifact_types
 from beam_pipeline.engine.config import PipelineConfig, identity_sections
@@ -103,6 +104,8 @@ def run_identity(
                 value = file_digest(value)
             elif value and s.digest == "folder":
                 value = folder_digest(value)
+            if s.secret_keys and isinstance(value, str):
+                value = mask_json(value)  # recorded: manifest.json, the store's parameters
             values[name] = _plain(value)
         identity[key] = values
     if config.stage_beam_args:  # only then: the runs before it keep their identity

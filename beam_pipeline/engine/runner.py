@@ -58,7 +58,7 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import first_line, user_error
 from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.engine.artifacts import TypedArtifact
-from beam_pipeline.engine.contents import changed, describe
+from beam_pipeline.engine.contents import SMALL_FILE_BYTES, changed, describe
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
 from beam_pipeline.engine.failures import unexpected_error
 from beam_pipeline.engine.fingerprint import pipeline_code, stage_code
@@ -548,7 +548,7 @@ def _with_contents(artifact: TypedArtifact) -> TypedArtifact:
     """The published artifact with its files recorded (what :func:`_reusable` checks)."""
     if not fileio.isdir(artifact.uri):
         return artifact
-    files = describe(artifact.uri)
+    files = describe(artifact.uri, small=None if artifact.DIGEST_EVERY_FILE else SMALL_FILE_BYTES)
     return dataclasses.replace(artifact, properties={**artifact.properties, FILES_PROPERTY: files})
 
 

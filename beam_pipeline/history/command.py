@@ -53,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
         help="Folder whose metadata.sqlite is the store (default: pipeline_runs).",
     )
     where.add_argument("--metadata_url", default="", help="SQLAlchemy URL of the store.")
+    where.add_argument(
+        "--pipeline_name",
+        default="",
+        help="The pipeline whose runs to show, as its runs gave it (default: the "
+        "--pipeline_root's absolute path).",
+    )
     where.add_argument("--json", action="store_true", help="Print JSON for scripts.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{list,show,lineage,diff,report}")
     listing = sub.add_parser("list", parents=[where], help="Every recorded run, newest first.")
@@ -108,7 +114,9 @@ def _report(
 
 
 def _open(args: argparse.Namespace) -> MetadataStore:
-    store = open_for_pipeline(args.pipeline_root, args.metadata_url, existing=True)
+    store = open_for_pipeline(
+        args.pipeline_root, args.metadata_url, existing=True, pipeline_name=args.pipeline_name
+    )
     assert store is not None  # existing=True: a missing store is an error
     return store
 
@@ -383,6 +391,7 @@ def main(argv: Sequence[str]) -> int:
     quiet_environment(os.environ)  # before fileio loads TensorFlow: no C++ INFO lines
     args = _parser().parse_args(list(argv))
     console = Console(width=_width(os.environ), highlight=False)
+    hint = ""
     try:
         if args.command == "list" and args.limit is not None and args.limit < 1:
             raise PipelineError(
@@ -393,6 +402,13 @@ def main(argv: Sequence[str]) -> int:
             if args.command == "list":
                 result: Any = views.run_rows(store, args.limit)
                 draw = _list
+                others = store.pipelines() if not result else []
+                if others:  # another root's (or name's) runs: say which are there
+                    hint = (
+                        f"No run of pipeline {store.pipeline} is recorded; the store holds "
+                        f"runs of {', '.join(others)}: pass the --pipeline_root they used "
+                        "(or --pipeline_name)."
+                    )
             elif args.command == "show":
                 result, draw = views.run_view(store, args.run), _show
             elif args.command == "lineage":
@@ -409,4 +425,6 @@ def main(argv: Sequence[str]) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         draw(console, result)
+        if hint:
+            console.print(hint, soft_wrap=True)
     return 0

@@ -103,8 +103,9 @@ def run_executions(store: MetadataStore, run_id: str) -> list[ExecutionRecord]:
     found = store.run_executions(run_id)
     if found is None:
         raise PipelineError(
-            f"No run {run_id!r} is recorded in the metadata store {store.url}; "
-            "`runs list` shows the recorded run ids (check --pipeline_root/--metadata_url)."
+            f"No run {run_id!r} is recorded in the metadata store {store.url}; `runs list` "
+            f"shows the run ids recorded for pipeline {store.pipeline} (check --pipeline_root, "
+            "--pipeline_name and --metadata_url)."
         )
     return found
 

@@ -48,10 +48,17 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event, exc
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError, no_room
 from beam_pipeline.core.secrets import mask
 
-__all__ = ["BUSY_TIMEOUT_S", "METADATA_FILE", "default_url", "open_engine", "migrate"]
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "METADATA_FILE",
+    "default_url",
+    "migrate",
+    "open_engine",
+    "write_error",
+]
 
 METADATA_FILE = "metadata.sqlite"
 # How long a SQLite writer waits for another process's write transaction (each is a few
@@ -236,6 +243,33 @@ def _open_error(url: sa.engine.URL, e: exc.DBAPIError) -> PipelineError:
             "writable, or pass another --metadata_url."
         )
     return PipelineError(f"Metadata store {shown} cannot be reached ({reason}); {_FIX}.")
+
+
+_RESUME = "then run the same command again with the same --run_id to resume the run"
+
+
+def write_error(url: sa.engine.URL, e: exc.DBAPIError) -> Optional[PipelineError]:
+    """A store that failed after it opened (its disk full, its server gone), as one
+    sentence naming the store (masked) and the fix; None for an error of the store's own
+    queries (a constraint, a malformed statement: a defect, kept as it is)."""
+    if isinstance(e, (exc.IntegrityError, exc.ProgrammingError)):
+        return None
+    reason, shown = _reason(e), _shown(url)
+    if url.get_backend_name() != "sqlite":
+        return PipelineError(
+            f"Metadata store {shown} stopped answering during the run ({reason}); make sure "
+            f"the server is up and reachable, {_RESUME}."
+        )
+    folder = os.path.dirname(url.database or "") or "."
+    if no_room(e):
+        return PipelineError(
+            f"Metadata store {shown}: the disk holding {folder} is full ({reason}); free "
+            f"space there, {_RESUME}."
+        )
+    return PipelineError(
+        f"Metadata store {shown}: writing the SQLite file {url.database} failed ({reason}); "
+        f"make sure its folder {folder} is writable and has free space, {_RESUME}."
+    )
 
 
 def _script() -> ScriptDirectory:

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 import beam_pipeline.metadata.schema as s
 from beam_pipeline.metadata.records import (
+    PIPELINE_CONTEXT,
     RUN_CONTEXT,
     ArtifactRecord,
     ArtifactState,
@@ -31,9 +32,18 @@ from beam_pipeline.metadata.records import (
     RunStatus,
     TypeKind,
     from_ms,
+    run_context_name,
 )
 
-__all__ = ["lineage", "list_runs", "load_artifacts", "load_executions", "run_execution_ids"]
+__all__ = [
+    "lineage",
+    "list_runs",
+    "load_artifacts",
+    "load_executions",
+    "pipeline_artifacts",
+    "pipeline_executions",
+    "run_execution_ids",
+]
 
 _CHUNK = 500  # ids per IN list: under every database's limit on bound parameters
 
@@ -74,21 +84,21 @@ def load_artifacts(conn: sa.Connection, ids: Iterable[int]) -> dict[int, Artifac
 
 
 def _run_names(conn: sa.Connection, execution_ids: Sequence[int]) -> dict[int, str]:
-    """The run (context name) each execution belongs to."""
+    """The run (its id) each execution belongs to."""
     out = {}
     run_type = sa.select(s.types.c.id).where(
         s.types.c.kind == TypeKind.CONTEXT.value, s.types.c.name == RUN_CONTEXT
     )
     for chunk in _chunks(execution_ids):
         for row in conn.execute(
-            sa.select(s.associations.c.execution_id, s.contexts.c.name)
+            sa.select(s.associations.c.execution_id, s.contexts.c.properties)
             .join(s.contexts, s.contexts.c.id == s.associations.c.context_id)
             .where(
                 s.associations.c.execution_id.in_(chunk),
                 s.contexts.c.type_id.in_(run_type.scalar_subquery()),
             )
         ):
-            out[row.execution_id] = row.name
+            out[row.execution_id] = row.properties["run_id"]
     return out
 
 
@@ -139,6 +149,33 @@ def _context_type_id(conn: sa.Connection, name: str) -> Optional[int]:
     ).scalar()
 
 
+def _pipeline_runs(pipeline: str) -> sa.Select:
+    """The ids of the run contexts of ``pipeline`` (a subquery)."""
+    parent = s.contexts.alias("pipeline_context")
+    pipeline_type = sa.select(s.types.c.id).where(
+        s.types.c.kind == TypeKind.CONTEXT.value, s.types.c.name == PIPELINE_CONTEXT
+    )
+    return (
+        sa.select(s.parent_contexts.c.context_id)
+        .join(parent, parent.c.id == s.parent_contexts.c.parent_context_id)
+        .where(parent.c.name == pipeline, parent.c.type_id.in_(pipeline_type.scalar_subquery()))
+    )
+
+
+def pipeline_executions(pipeline: str) -> sa.Select:
+    """The ids of the executions recorded in runs of ``pipeline`` (a subquery)."""
+    return sa.select(s.associations.c.execution_id).where(
+        s.associations.c.context_id.in_(_pipeline_runs(pipeline))
+    )
+
+
+def pipeline_artifacts(pipeline: str) -> sa.Select:
+    """The ids of the artifacts attributed to runs of ``pipeline`` (a subquery)."""
+    return sa.select(s.attributions.c.artifact_id).where(
+        s.attributions.c.context_id.in_(_pipeline_runs(pipeline))
+    )
+
+
 def list_runs(conn: sa.Connection, pipeline: Optional[str] = None) -> list[RunRecord]:
     """Every run (of ``pipeline``, or of all pipelines), newest first."""
     run_type = _context_type_id(conn, RUN_CONTEXT)
@@ -167,7 +204,7 @@ def list_runs(conn: sa.Connection, pipeline: Optional[str] = None) -> list[RunRe
             stages[row.context_id][row.name] = ExecutionStatus(row.status)  # latest wins
     return [
         RunRecord(
-            run_id=r.name,
+            run_id=r.properties["run_id"],
             pipeline=r.pipeline,
             status=RunStatus(r.properties["status"]),
             start_time=from_ms(r.create_time_ms),
@@ -179,13 +216,14 @@ def list_runs(conn: sa.Connection, pipeline: Optional[str] = None) -> list[RunRe
     ]
 
 
-def run_execution_ids(conn: sa.Connection, run_id: str) -> Optional[list[int]]:
-    """The ids of the executions of run ``run_id`` in the order they began; None if no such
-    run is recorded."""
+def run_execution_ids(conn: sa.Connection, pipeline: str, run_id: str) -> Optional[list[int]]:
+    """The ids of the executions of ``pipeline``'s run ``run_id`` in the order they began;
+    None if no such run is recorded."""
     run_type = _context_type_id(conn, RUN_CONTEXT)
     context = conn.execute(
         sa.select(s.contexts.c.id).where(
-            s.contexts.c.type_id == run_type, s.contexts.c.name == run_id
+            s.contexts.c.type_id == run_type,
+            s.contexts.c.name == run_context_name(pipeline, run_id),
         )
     ).scalar()
     if context is None:
@@ -204,10 +242,11 @@ def _linked(
     ids: Iterable[int],
     event: EventType,
     from_artifacts: bool,
+    pipeline: str,
     skip_cached: bool = False,
 ) -> set[int]:
-    """Through the events of type ``event``: the executions linked to artifacts ``ids``
-    (``from_artifacts``), or the artifacts linked to executions ``ids``."""
+    """Through the events of type ``event``: the executions of ``pipeline`` linked to
+    artifacts ``ids`` (``from_artifacts``), or the artifacts linked to executions ``ids``."""
     by, other = (s.events.c.artifact_id, s.events.c.execution_id)
     if not from_artifacts:
         by, other = other, by
@@ -217,6 +256,7 @@ def _linked(
             sa.select(other)
             .join(s.executions, s.executions.c.id == s.events.c.execution_id)
             .where(by.in_(chunk), s.events.c.type == event.value)
+            .where(s.executions.c.id.in_(pipeline_executions(pipeline)))
         )
         if skip_cached:
             query = query.where(s.executions.c.status != ExecutionStatus.CACHED.value)
@@ -224,7 +264,7 @@ def _linked(
     return found
 
 
-def _walk(conn: sa.Connection, start: int, upstream: bool) -> set[int]:
+def _walk(conn: sa.Connection, start: int, upstream: bool, pipeline: str) -> set[int]:
     """The executions reached from artifact ``start``: upstream through its producers and
     their inputs, or downstream through its consumers and their outputs."""
     into, out_of = (
@@ -234,23 +274,26 @@ def _walk(conn: sa.Connection, start: int, upstream: bool) -> set[int]:
     frontier, seen = {start}, {start}
     while frontier:
         # Upstream, a CACHED execution is no producer: it reused what another one made.
-        step = _linked(conn, frontier, into, from_artifacts=True, skip_cached=upstream)
+        step = _linked(conn, frontier, into, True, pipeline, skip_cached=upstream)
         step -= executions
         executions |= step
-        frontier = _linked(conn, step, out_of, from_artifacts=False) - seen
+        frontier = _linked(conn, step, out_of, False, pipeline) - seen
         seen |= frontier
     return executions
 
 
-def lineage(conn: sa.Connection, uri: str) -> Optional[Lineage]:
-    """The lineage of the newest artifact stored at ``uri``; None if none is."""
+def lineage(conn: sa.Connection, uri: str, pipeline: str) -> Optional[Lineage]:
+    """The lineage, within ``pipeline``'s runs, of the newest artifact of those runs stored
+    at ``uri``; None if none is."""
     artifact_id = conn.execute(
-        sa.select(sa.func.max(s.artifacts.c.id)).where(s.artifacts.c.uri == uri)
+        sa.select(sa.func.max(s.artifacts.c.id)).where(
+            s.artifacts.c.uri == uri, s.artifacts.c.id.in_(pipeline_artifacts(pipeline))
+        )
     ).scalar()
     if artifact_id is None:
         return None
     return Lineage(
         artifact=load_artifacts(conn, [artifact_id])[artifact_id],
-        upstream=tuple(load_executions(conn, _walk(conn, artifact_id, upstream=True))),
-        downstream=tuple(load_executions(conn, _walk(conn, artifact_id, upstream=False))),
+        upstream=tuple(load_executions(conn, _walk(conn, artifact_id, True, pipeline))),
+        downstream=tuple(load_executions(conn, _walk(conn, artifact_id, False, pipeline))),
     )

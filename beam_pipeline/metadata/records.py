@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import enum
+import hashlib
+import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -32,6 +34,8 @@ __all__ = [
     "RunRef",
     "RunStatus",
     "TypeKind",
+    "pipeline_name_for",
+    "run_context_name",
 ]
 
 
@@ -82,6 +86,29 @@ class RunStatus(str, enum.Enum):
 # The context types: a run belongs to a pipeline (ML Metadata's parent context).
 PIPELINE_CONTEXT = "pipeline"
 RUN_CONTEXT = "run"
+# The longest pipeline name: a context's name column holds 255 characters.
+MAX_PIPELINE_NAME = 255
+
+
+def pipeline_name_for(pipeline_root: str) -> str:
+    """The pipeline name a run under ``pipeline_root`` is recorded under when
+    ``--pipeline_name`` is not given: the root's absolute path (or URI), as TFX keys its
+    records by a pipeline name. A path longer than a name may be keeps its last
+    characters and gains a digest of the whole."""
+    name = pipeline_root if "://" in pipeline_root else os.path.abspath(pipeline_root)
+    name = name.rstrip("/") or "/"
+    if len(name) <= MAX_PIPELINE_NAME:
+        return name
+    digest = hashlib.blake2b(name.encode(), digest_size=8).hexdigest()
+    return f"{digest}-{name[-(MAX_PIPELINE_NAME - len(digest) - 1) :]}"
+
+
+def run_context_name(pipeline: str, run_id: str) -> str:
+    """The name of run ``run_id``'s context: run ids are unique within a pipeline only,
+    context names within the whole store, so the name carries a digest of the pipeline's
+    (fixed length: a name holds 255 characters). Migration 0005 has a frozen copy."""
+    digest = hashlib.blake2b(pipeline.encode(), digest_size=8).hexdigest()
+    return f"{digest}:{run_id}"
 
 
 def from_ms(ms: Optional[int]) -> Optional[datetime.datetime]:

@@ -99,6 +99,7 @@ class Rows:
             sa.select(s.contexts.c.properties).where(s.contexts.c.id == context_id)
         ).scalar_one()
         props = {
+            **old,  # the run's id
             "status": status.value,
             "end_time_ms": end_ms,
             "properties": {**old.get("properties", {}), **(properties or {})},

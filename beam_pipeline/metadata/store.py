@@ -44,7 +44,13 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.secrets import mask
 from beam_pipeline.core.types import PUBLISHED_MARKER
-from beam_pipeline.metadata.connection import METADATA_FILE, READ_ONLY, default_url, open_engine
+from beam_pipeline.metadata.connection import (
+    METADATA_FILE,
+    READ_ONLY,
+    default_url,
+    open_engine,
+    write_error,
+)
 from beam_pipeline.metadata.records import (
     PIPELINE_CONTEXT,
     RUN_CONTEXT,
@@ -61,6 +67,8 @@ from beam_pipeline.metadata.records import (
     RunRef,
     RunStatus,
     TypeKind,
+    pipeline_name_for,
+    run_context_name,
 )
 from beam_pipeline.metadata.rows import Input, Rows, now_ms, to_json
 
@@ -89,31 +97,47 @@ class MetadataStore:
 
     Open it with :meth:`open` or :meth:`for_pipeline_root`; close it (or use ``with``)
     when the run ends. Not to be shared across processes: each opens its own.
+
+    One store may hold many pipelines (a team's server): an instance serves one,
+    :attr:`pipeline`, as TFX's pipeline context does. It records runs under that name, and
+    every look-up (runs, a run's executions, cache hits, the latest blessed model, lineage)
+    sees that pipeline's records only.
     """
 
-    def __init__(self, engine: sa.engine.Engine):
+    def __init__(self, engine: sa.engine.Engine, pipeline: str = DEFAULT_PIPELINE):
         self._engine = engine
         self._type_ids: dict[tuple[TypeKind, str], int] = {}
+        self.pipeline = pipeline
 
     @classmethod
-    def open(cls, url: str) -> MetadataStore:
-        """Opens the store at SQLAlchemy ``url``, creating or upgrading its schema.
+    def open(cls, url: str, pipeline: str = DEFAULT_PIPELINE) -> MetadataStore:
+        """Opens the store at SQLAlchemy ``url`` for ``pipeline``'s records, creating or
+        upgrading its schema.
 
         Raises:
           PipelineError: the URL cannot be used (unreachable, driver missing, a folder
             missing or read-only, a corrupt file, a newer schema); one sentence with the fix.
         """
-        return cls(open_engine(url))
+        return cls(open_engine(url), pipeline)
 
     @classmethod
-    def for_pipeline_root(cls, pipeline_root: str, url: Optional[str] = None) -> MetadataStore:
+    def for_pipeline_root(
+        cls, pipeline_root: str, url: Optional[str] = None, pipeline: Optional[str] = None
+    ) -> MetadataStore:
         """The store at ``url``, or by default ``<pipeline_root>/metadata.sqlite`` (the
-        pipeline root is created if missing; a given URL's folder is not)."""
+        pipeline root is created if missing; a given URL's folder is not), for the records
+        of ``pipeline`` (by default named after the pipeline root:
+        :func:`~beam_pipeline.metadata.records.pipeline_name_for`)."""
+        pipeline = pipeline or pipeline_name_for(pipeline_root)
         if url:
-            return cls.open(url)
+            return cls.open(url, pipeline)
         default = default_url(pipeline_root)
         fileio.makedirs(pipeline_root)
-        return cls.open(default)
+        return cls.open(default, pipeline)
+
+    def with_pipeline(self, pipeline: str) -> MetadataStore:
+        """The same store (its connections shared) serving ``pipeline``'s records."""
+        return MetadataStore(self._engine, pipeline)
 
     @property
     def url(self) -> str:
@@ -130,36 +154,49 @@ class MetadataStore:
         self.close()
 
     @contextlib.contextmanager
+    def _failures(self) -> Iterator[None]:
+        """A store failing after it opened (a full disk, a server gone) as one sentence
+        (:func:`~beam_pipeline.metadata.connection.write_error`)."""
+        try:
+            yield
+        except sa.exc.DBAPIError as e:
+            error = write_error(self._engine.url, e)
+            if error is None:
+                raise
+            raise error from e
+
+    @contextlib.contextmanager
     def _write(self) -> Iterator[Rows]:
         """One write transaction (on SQLite: BEGIN IMMEDIATE, see ``connection``)."""
-        with self._engine.begin() as conn:
+        with self._failures(), self._engine.begin() as conn:
             yield Rows(conn, self._type_ids)
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sa.Connection]:
-        with self._engine.connect() as conn:
+        with self._failures(), self._engine.connect() as conn:
             conn.execution_options(**{READ_ONLY: True})
             yield conn
 
     # Runs -----------------------------------------------------------------------------
 
-    def start_run(
-        self,
-        run_id: str,
-        pipeline: str = DEFAULT_PIPELINE,
-        properties: Optional[Mapping[str, Any]] = None,
-    ) -> RunRef:
-        """Records run ``run_id`` of ``pipeline`` as running (a rerun of a recorded run id,
-        a resume, continues its record, and records the executions the earlier attempt
-        left running as abandoned). ``properties``: JSON values to show with the run
-        (data and module fingerprints, ...), merged into those recorded before."""
+    def start_run(self, run_id: str, properties: Optional[Mapping[str, Any]] = None) -> RunRef:
+        """Records run ``run_id`` of the store's pipeline as running (a rerun of a recorded
+        run id, a resume, continues its record, and records the executions the earlier
+        attempt left running as abandoned). ``properties``: JSON values to show with the
+        run (data and module fingerprints, ...), merged into those recorded before."""
+        pipeline = self.pipeline
+        name = run_context_name(pipeline, run_id)
         with self._write() as rows:
             found = rows.context(PIPELINE_CONTEXT, pipeline)
             parent = found.id if found else rows.new_context(PIPELINE_CONTEXT, pipeline, {})
-            found = rows.context(RUN_CONTEXT, run_id)
+            found = rows.context(RUN_CONTEXT, name)
             if found is None:
-                props = {"status": RunStatus.RUNNING.value, "properties": dict(properties or {})}
-                context_id = rows.new_context(RUN_CONTEXT, run_id, props)
+                props = {
+                    "run_id": run_id,
+                    "status": RunStatus.RUNNING.value,
+                    "properties": dict(properties or {}),
+                }
+                context_id = rows.new_context(RUN_CONTEXT, name, props)
                 rows.conn.execute(
                     sa.insert(s.parent_contexts).values(
                         context_id=context_id, parent_context_id=parent
@@ -333,9 +370,9 @@ class MetadataStore:
     # Caching --------------------------------------------------------------------------
 
     def find_cached(self, stage: str, cache_key: str) -> Optional[CachedOutputs]:
-        """The outputs of the newest complete execution of ``stage`` with ``cache_key``
-        whose outputs are all still published and on disk; None otherwise (a missing or
-        unpublished output is a miss, never an error)."""
+        """The outputs of the newest complete execution of ``stage`` with ``cache_key`` in
+        this pipeline's runs whose outputs are all still published and on disk; None
+        otherwise (a missing or unpublished output is a miss, never an error)."""
         with self._read() as conn:
             type_id = conn.execute(
                 sa.select(s.types.c.id).where(
@@ -347,6 +384,7 @@ class MetadataStore:
                     s.executions.c.type_id == type_id,
                     s.executions.c.cache_key == cache_key,
                     s.executions.c.status == ExecutionStatus.COMPLETE.value,
+                    s.executions.c.id.in_(queries.pipeline_executions(self.pipeline)),
                 )
             ).scalars()
             candidates = queries.load_executions(conn, ids)
@@ -393,9 +431,12 @@ class MetadataStore:
             rows.attribute(run, outputs.values())
         return ExecutionRef(id=execution_id, stage=stage, run=run)
 
-    def latest_blessed_model(self, type_name: str = "Model") -> Optional[ArtifactRecord]:
-        """The newest published artifact of ``type_name`` whose property or custom property
-        ``blessed`` is true and whose folder is still there; None if there is none."""
+    def latest_blessed_model(
+        self, type_name: str = "Model", on_disk: bool = True
+    ) -> Optional[ArtifactRecord]:
+        """The newest published artifact of ``type_name`` of this pipeline's runs whose
+        property or custom property ``blessed`` is true and whose folder is still there
+        (or, not ``on_disk``, whether it is there or not); None if there is none."""
         p = s.artifact_properties
         with self._read() as conn:
             ids = conn.execute(
@@ -408,24 +449,31 @@ class MetadataStore:
                     s.artifacts.c.state == ArtifactState.PUBLISHED.value,
                     p.c.name == "blessed",
                     p.c.value == to_json(True),
+                    s.artifacts.c.id.in_(queries.pipeline_artifacts(self.pipeline)),
                 )
                 .order_by(s.artifacts.c.id.desc())
             ).scalars()
             found = queries.load_artifacts(conn, ids)
-        return next((a for _, a in sorted(found.items(), reverse=True) if is_available(a)), None)
+        newest_first = [a for _, a in sorted(found.items(), reverse=True)]
+        return next((a for a in newest_first if is_available(a) or not on_disk), None)
 
     # History --------------------------------------------------------------------------
 
-    def list_runs(self, pipeline: Optional[str] = None) -> list[RunRecord]:
-        """Every recorded run (of ``pipeline``, or all), newest first."""
+    def list_runs(self) -> list[RunRecord]:
+        """Every recorded run of this pipeline, newest first."""
         with self._read() as conn:
-            return queries.list_runs(conn, pipeline)
+            return queries.list_runs(conn, self.pipeline)
+
+    def pipelines(self) -> list[str]:
+        """The names of the pipelines the store holds runs of, sorted."""
+        with self._read() as conn:
+            return sorted({r.pipeline for r in queries.list_runs(conn)})
 
     def run_executions(self, run_id: str) -> Optional[list[ExecutionRecord]]:
-        """Run ``run_id``'s executions in the order they began, each with its inputs,
-        outputs, parameters and Beam job ids; None if no such run is recorded."""
+        """This pipeline's run ``run_id``'s executions in the order they began, each with
+        its inputs, outputs, parameters and Beam job ids; None if no such run is recorded."""
         with self._read() as conn:
-            ids = queries.run_execution_ids(conn, run_id)
+            ids = queries.run_execution_ids(conn, self.pipeline, run_id)
             return None if ids is None else queries.load_executions(conn, ids)
 
     def executions(self, ids: Iterable[int]) -> list[ExecutionRecord]:
@@ -434,14 +482,19 @@ class MetadataStore:
             return queries.load_executions(conn, ids)
 
     def lineage(self, uri: str) -> Optional[Lineage]:
-        """The newest artifact at ``uri`` with every execution upstream (what made it) and
-        downstream (what was made from it); None if no artifact is recorded there."""
+        """The newest artifact of this pipeline at ``uri`` with every execution of its runs
+        upstream (what made it) and downstream (what was made from it); None if no artifact
+        is recorded there."""
         with self._read() as conn:
-            return queries.lineage(conn, uri)
+            return queries.lineage(conn, uri, self.pipeline)
 
 
 def open_for_pipeline(
-    pipeline_root: str, url: Optional[str] = None, *, existing: bool = False
+    pipeline_root: str,
+    url: Optional[str] = None,
+    *,
+    existing: bool = False,
+    pipeline_name: Optional[str] = None,
 ) -> Optional[MetadataStore]:
     """A pipeline's metadata store: the one at ``url``, else the SQLite file
     ``metadata.sqlite`` in ``pipeline_root``; the one rule by which runs, stages and
@@ -452,6 +505,8 @@ def open_for_pipeline(
       url: ``--metadata_url``; empty or None for the default store.
       existing: for readers (``runs``): the default store must exist already, and a
         missing one is an error rather than a new, empty file.
+      pipeline_name: ``--pipeline_name``: the pipeline whose records the store serves;
+        empty or None: the one named after ``pipeline_root``.
 
     Returns:
       The store (close it, or use ``with``); None for a remote pipeline root without a
@@ -461,8 +516,9 @@ def open_for_pipeline(
       PipelineError: ``existing`` and no store at the default path; or the store cannot
         be opened (see :meth:`MetadataStore.open`).
     """
+    pipeline = pipeline_name or pipeline_name_for(pipeline_root)
     if url:
-        return MetadataStore.open(url)
+        return MetadataStore.open(url, pipeline)
     remote = fileio.is_remote(pipeline_root)
     if existing:
         path = fileio.join(pipeline_root, METADATA_FILE)
@@ -473,4 +529,4 @@ def open_for_pipeline(
             )
     elif remote:
         return None
-    return MetadataStore.for_pipeline_root(pipeline_root)
+    return MetadataStore.for_pipeline_root(pipeline_root, pipeline=pipeline)

@@ -28,7 +28,10 @@ def open_store(ctx: StageContext) -> Iterator[Optional[MetadataStore]]:
     # SQLAlchemy is imported when a stage runs, not when the stage graph is imported.
     from beam_pipeline.metadata import open_for_pipeline
 
-    store = open_for_pipeline(ctx.config.pipeline_root, ctx.config.metadata_url or None)
+    config = ctx.config
+    store = open_for_pipeline(
+        config.pipeline_root, config.metadata_url or None, pipeline_name=config.pipeline_name
+    )
     if store is None:
         yield None
         return

@@ -114,7 +114,13 @@ def check_warm_start(store, config, run_id: str = "") -> str:
             f"--warm_start {which} looks the model up in the metadata store, and this run has "
             "none (a remote --pipeline_root); pass --metadata_url or --base_model PATH."
         )
-    uri = _warm_start_model(store, which, run_id)
+    uri, gone = _warm_start_model(store, which, run_id)
+    if uri is None and gone is not None:
+        raise PipelineError(
+            f"--warm_start {which}: the {which.replace('_', ' ')} model recorded for this "
+            f"pipeline in the metadata store, {gone}, is gone from disk (so is every "
+            "earlier one); put that folder back, or pass --base_model PATH."
+        )
     if uri is None:
         raise PipelineError(
             f"--warm_start {which} found no {which.replace('_', ' ')} model of this "
@@ -124,19 +130,29 @@ def check_warm_start(store, config, run_id: str = "") -> str:
     return uri
 
 
-def _warm_start_model(store, which: str, run_id: str) -> Optional[str]:
+def _warm_start_model(store, which: str, run_id: str) -> tuple[Optional[str], Optional[str]]:
     """The uri of this pipeline's latest blessed (or latest) model still on disk, made by
-    another run; None if there is none."""
+    another run (None if there is none), and where none is, the uri of the newest one
+    recorded whose folder is gone (None if none is recorded)."""
+    from beam_pipeline.metadata import ArtifactState
     from beam_pipeline.metadata.store import is_available
 
     if which == "latest_blessed":
         found = store.latest_blessed_model()
-        return found.uri if found is not None else None
+        if found is not None:
+            return found.uri, None
+        recorded = store.latest_blessed_model(on_disk=False)
+        return None, recorded.uri if recorded is not None else None
+    gone = None
     for run in store.list_runs():  # newest first
         if run.run_id == run_id:
             continue
         for execution in store.run_executions(run.run_id) or ():
             for artifact in execution.outputs.values():
-                if artifact.type_name == Model.__name__ and is_available(artifact):
-                    return artifact.uri
-    return None
+                if artifact.type_name != Model.__name__:
+                    continue
+                if is_available(artifact):
+                    return artifact.uri, None
+                if gone is None and artifact.state is ArtifactState.PUBLISHED:
+                    gone = artifact.uri
+    return None, gone

@@ -86,9 +86,11 @@ class TrainerConfig:
     custom_config: str = setting(
         "{}",
         flag="custom_config",
-        help="JSON object reaching fn_args.custom_config.",
+        help="JSON object reaching fn_args.custom_config (recorded with the values of keys "
+        "naming a key, secret, token, password or credential masked).",
         parse=_custom_config,
         takes=(dict,),
+        secret_keys=True,
     )
     entry_point: Optional[str] = setting(
         None,
