@@ -6,6 +6,7 @@ import contextlib
 import glob
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -299,3 +300,18 @@ def service_missing(reason: str):
             f"{reason} ({REQUIRE_SERVICES}=1: CI needs this service, see .ci/run)", pytrace=False
         )
     pytest.skip(reason)
+
+
+# Debian's chromium package (see docs/development.md), in which report pages are rendered.
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium's path. Session-scoped: set up (skipping or failing the test, see
+    service_missing) before a test's module-scoped runs, which it would waste. Here, not in
+    one test file, so that every file rendering a report in Chromium has it."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        service_missing(
+            "no chromium on PATH: install Debian's package (apt-get install -y chromium) to "
+            "render the run report in a headless browser"
+        )
+    return path

@@ -12,7 +12,7 @@ import sys
 from html import unescape as html_unescape
 
 import pytest
-from conftest import PENGUIN_DIR, PENGUIN_FEATURES, service_missing
+from conftest import PENGUIN_DIR, PENGUIN_FEATURES
 from test_cli import MODULE, _run_dir, _summary
 
 from beam_pipeline import cli
@@ -597,20 +597,7 @@ def test_a_blessed_model_is_pushed_and_a_worse_one_is_not(default_run, monkeypat
 
 # Debian's chromium package (see docs/development.md); the report's rendering is checked in it.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """Chromium's path. Session-scoped: set up (skipping or failing the test, see
-    conftest.service_missing) before a test's module-scoped runs, which it would waste."""
-    if CHROMIUM is None:
-        service_missing(
-            "no chromium on PATH: install Debian's package (apt-get install -y chromium) to "
-            "render the run report in a headless browser"
-        )
-    return CHROMIUM
-
-
+# The chromium fixture (conftest.py): set up before the module-scoped runs it would waste.
 needs_chromium = pytest.mark.usefixtures("chromium")
 
 

@@ -495,7 +495,8 @@ def test_runs_list_limits_and_shows_blessed_and_pushed(recorded):
     rows = [line for line in proc.stdout.splitlines() if re.match(r"│ [abc] ", line)]
     assert [r.split()[1] for r in rows] == ["c", "b"], proc.stdout  # newest first, 2 of 3
     cells = [c.strip() for c in rows[1].split("│")]
-    assert cells[5:7] == ["yes", "yes"], cells  # b: blessed, pushed
+    # b: blessed and pushed (the Evaluator's metrics, "evaluation", between them)
+    assert (cells[5], cells[7]) == ("yes", "yes"), cells
     listed = _runs_cli("list", f"--pipeline_root={root}", "--json")
     by_run = {r["run_id"]: r for r in json.loads(listed.stdout)}
     assert (by_run["a"]["blessed"], by_run["a"]["pushed"]) == (True, True)

@@ -362,6 +362,14 @@ def test_a_model_the_evaluator_did_not_bless_scores_nothing(trained, tmp_path):
     assert row["status"] == "skipped"
     assert row["note"].startswith("not scored: this run's model is not blessed")
     assert not os.path.exists(os.path.join(root, "runs", "unblessed", "inference_result"))
+    # Its Trainer reused run one's model: judged NOT blessed here, that model stays the
+    # pipeline's latest blessed one (warm start and latest_blessed still find it).
+    assert stages["Trainer"]["status"] == "cached", stages["Trainer"]
+    from beam_pipeline.metadata.store import MetadataStore
+
+    with MetadataStore.for_pipeline_root(root) as store:
+        found = store.latest_blessed_model()
+    assert found is not None and found.uri == os.path.join(root, "runs", "first", "model")
 
 
 def _bad_infer_input(case: str, root: str, folder) -> tuple[list[str], str]:

@@ -236,5 +236,5 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, code, stage
     assert glob.glob(os.path.join(root, "cache", "*", ".partial-*")) == []
     row = _summary(root, "stopped")[stage]
     assert (row["status"], row["note"]) == ("failed", "interrupted")
-    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+    with MetadataStore.for_pipeline_root(root) as store:
         assert {r.run_id: r.status for r in store.list_runs()} == {"stopped": RunStatus.INTERRUPTED}

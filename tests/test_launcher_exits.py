@@ -116,5 +116,5 @@ def test_an_exit_call_in_user_code_in_the_launcher_fails_the_run_in_one_sentence
         rows = {s["stage"]: s for s in json.load(f)["stages"]}
     failed = "Transform" if where == "preprocessing_fn" else "Quits"
     assert rows[failed]["status"] == "failed"
-    with MetadataStore.open(f"sqlite:///{root}/metadata.sqlite") as store:
+    with MetadataStore.for_pipeline_root(root) as store:
         assert {r.run_id: r.status for r in store.list_runs()} == {"r": RunStatus.FAILED}

@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.engine import Input, Stage, StageContext, StageResult, run_stages
 from beam_pipeline.engine.artifacts import Examples, Schema
 from beam_pipeline.engine.manifest import RunManifest
@@ -143,8 +144,11 @@ def test_no_cache_changed_parameters_and_deleted_outputs_run_again(tmp_path):
 
 def test_a_failed_stage_is_recorded_failed_with_its_error_and_never_reused(tmp_path):
     root = str(tmp_path)
-    with pytest.raises(ValueError, match="no number to double"):
+    # The run ends in one sentence naming the stage (engine/failures.py), the stage's own
+    # error as its cause; the record keeps the stage's own error.
+    with pytest.raises(PipelineError, match=r"^Schema stopped on an unexpected error") as ended:
         _run(root, "r1", (MakeNumber(21), Double(fail=True)))
+    assert isinstance(ended.value.__cause__, ValueError)
     (make, double) = _executions(root, "r1")
     assert make.status is ExecutionStatus.COMPLETE
     assert (double.status, double.error) == (

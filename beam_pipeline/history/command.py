@@ -297,7 +297,11 @@ def _show(console: Console, run: dict) -> None:
 def _lineage(console: Console, found: dict) -> None:
     a = found["artifact"]
     state = a["state"] if a.get("exists", True) else f"{a['state']}, then deleted: gone from disk"
-    console.print(f"{a['type']} {a['uri']} ({state}, fingerprint {_short(a['fingerprint'])})")
+    # One line whatever the width: a path broken over lines cannot be copied.
+    console.print(
+        f"{a['type']} {a['uri']} ({state}, fingerprint {_short(a['fingerprint'])})",
+        soft_wrap=True,
+    )
     _executions(console, "Made by (upstream)", found["upstream"], _base(found["upstream"]))
     _executions(
         console, "Made from it (downstream)", found["downstream"], _base(found["downstream"])

@@ -52,10 +52,16 @@ def _baseline(ctx: StageContext, candidate: str) -> tuple[Optional[str], str]:
 
 def _record(ctx: StageContext, model_uri: str, blessed: bool) -> None:
     """Sets the model's ``blessed`` property in the store (the runner recorded the model as
-    the Trainer's output): the next run's baseline look-up reads it."""
+    the Trainer's output): the next run's baseline look-up reads it.
+
+    A model once blessed stays blessed: a later run that reuses the same model (its Trainer
+    cached) and judges it under stricter thresholds says "NOT blessed" for that run, but
+    does not take back the earlier blessing, as TFX's latest-blessed-model resolver counts
+    any of a model's blessings. Otherwise warm start, ``--infer_model latest_blessed`` and
+    the next baseline would lose the model the earlier run blessed."""
     with open_store(ctx) as store:
         lineage = store.lineage(fileio.absolute_uri(model_uri)) if store is not None else None
-        if lineage is not None:
+        if lineage is not None and (blessed or "blessed" not in lineage.artifact.custom_properties):
             store.set_custom_property(lineage.artifact.id, "blessed", blessed)
 
 
