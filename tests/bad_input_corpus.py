@@ -387,6 +387,20 @@ CASES: tuple[Case, ...] = (
         r"gives data: 123 \(a number; it takes text, quoted\); pass each as the type it takes",
     ),
     Case(
+        "yaml-switch-a-number",
+        {"data.csv": CSV, "c.yaml": "tuner: 0\n"},
+        _data("--config={d}/c.yaml"),
+        2,
+        r"^--config {d}/c\.yaml gives tuner: 0 \(a number; it takes true or false\); pass each",
+    ),
+    Case(
+        "yaml-whole-number-a-fraction",
+        {"data.csv": CSV, "c.yaml": "train_steps: 5.5\n"},
+        _data("--config={d}/c.yaml"),
+        2,
+        r"gives train_steps: 5\.5 \(a number; it takes a whole number\); pass each as the type",
+    ),
+    Case(
         "yaml-data-empty",
         {"c.yaml": "data:\n"},
         ("--config={d}/c.yaml",),

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import os
 from collections.abc import Callable, Iterator
@@ -119,6 +120,10 @@ def type_name(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+# What YAML reads from an unquoted scalar meant as text: a number, a date.
+_YAML_SCALARS_NOT_TEXT = (int, float, datetime.date)
+
+
 def expected_type(s: Setting, value: Any, optional: bool = False, yaml: bool = False) -> str:
     """What setting ``s`` takes when ``value`` is not of that type, else "".
 
@@ -147,7 +152,9 @@ def expected_type(s: Setting, value: Any, optional: bool = False, yaml: bool = F
     words = words.format(choices=", ".join(s.choices))
     if yaml and s.kind == "switch" and isinstance(value, str):
         words += ", unquoted"
-    elif yaml and isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif yaml and s.kind in ("str", "choice", "list") and isinstance(value, _YAML_SCALARS_NOT_TEXT):
+        # A number or a date YAML read where text was meant ("run_id: 20240101"): quoting it
+        # is the fix. Not for a setting that takes no text: quoting would not help there.
         words += ", quoted"
     return f"{type_name(value)}; it takes {words}"
 
