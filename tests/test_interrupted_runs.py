@@ -180,11 +180,12 @@ def _span_work_begun(root: str):
     return lambda: bool(glob.glob(os.path.join(root, "cache", "spans", ".partial-*")))
 
 
-def _write_spans(folder) -> str:
-    """Two spans of the bundled penguins; returns their ``{SPAN}`` pattern."""
+def _write_spans(folder, copies: int = 1) -> str:
+    """Two spans of the bundled penguins (each row ``copies`` times); returns their
+    ``{SPAN}`` pattern."""
     with open(os.path.join(PENGUIN_DIR, "penguins.csv")) as f:
         lines = f.read().splitlines()
-    for span, rows in ((1, lines[1:150]), (2, lines[150:])):
+    for span, rows in ((1, lines[1:150] * copies), (2, lines[150:] * copies)):
         os.makedirs(folder / f"span-{span}")
         (folder / f"span-{span}" / "data.csv").write_text("\n".join([lines[0], *rows]) + "\n")
     return str(folder / "span-{SPAN}" / "data.csv")
@@ -212,7 +213,10 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, code, stage
         args = [*_DATA_ARGS, "--no_trainer"]
         ready = _cache_manifest_written(root)
     else:  # a span's ExampleGen: each span read into a private cache folder first
-        data = _write_spans(tmp_path / "spans")
+        # Enough rows that ExampleGen is still reading when the signal comes: a run of the
+        # bundled rows alone could end (Transform halts it: no module file) before the
+        # signal is sent, when this process is slow to see the folder appear.
+        data = _write_spans(tmp_path / "spans", copies=100)
         args = ["--runner=DirectRunner", f"--data={data}", "--csv_null_values=,NA"]
         args = [*args, "--span_window=2"]
         ready = _span_work_begun(root)
