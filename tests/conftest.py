@@ -129,6 +129,13 @@ def feature_value(example, name: str):
 # (test_metadata_server.py, skipped there without its database servers: from CI's log).
 _FILE_SECONDS = {
     "test_continuous_training.py": 470,
+    "test_stage_switches.py": 250,
+    "test_evaluator_defaults.py": 200,
+    "test_runs_commands.py": 90,
+    "test_tuner_early_stopping.py": 80,
+    "test_drift.py": 60,
+    "test_launcher_exits.py": 30,
+    "test_python_api_output.py": 30,
     "test_user_code_staging.py": 420,
     "test_cli_trust.py": 420,
     "test_spans.py": 310,
