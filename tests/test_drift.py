@@ -115,6 +115,25 @@ def test_two_random_halves_of_one_large_dataset_never_alarm(halves):
     assert _findings(anomalies) == {}
 
 
+def test_a_baseline_without_quantile_buckets_is_compared_on_histograms(data):
+    """A baseline written by an earlier version (no quantile buckets) against this run's
+    statistics of the same data: both sides on their standard histograms, no alarm (a
+    year 2007-2009 was at Jensen-Shannon 1: its points here, ranges there). A real shift
+    still alarms."""
+    rows = {k: v[:12_000] for k, v in data.items()}
+    rows["year"] = 2007 + np.random.default_rng(5).integers(0, 3, 12_000)
+    schema = _schema(year=("jensen_shannon_divergence", 0.1), price=("infinity_norm", 0.01))
+    now = _stats(rows)
+    old = _without_quantile_buckets(now)
+    for current, baseline in ((now, old), (old, now)):
+        anomalies = compare_distributions(current, baseline, schema, "drift_comparator", 0.1)
+        assert _findings(anomalies) == {}
+    shifted = _stats({**rows, "year": rows["year"] + 1, "carat": rows["carat"] * 1.6})
+    found = _findings(compare_distributions(shifted, old, schema, "drift_comparator", 0.1))
+    assert set(found) == {"year", "carat"}, found
+    assert all(severity == _Info.ERROR for severity, _ in found.values()), found
+
+
 def test_a_comparator_on_a_struct_feature_is_refused_in_one_sentence():
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import statistics_pb2
