@@ -115,6 +115,25 @@ def test_two_random_halves_of_one_large_dataset_never_alarm(halves):
     assert _findings(anomalies) == {}
 
 
+def test_a_baseline_without_quantile_buckets_is_compared_on_histograms(data):
+    """A baseline written by an earlier version (no quantile buckets) against this run's
+    statistics of the same data: both sides on their standard histograms, no alarm (a
+    year 2007-2009 was at Jensen-Shannon 1: its points here, ranges there). A real shift
+    still alarms."""
+    rows = {k: v[:12_000] for k, v in data.items()}
+    rows["year"] = 2007 + np.random.default_rng(5).integers(0, 3, 12_000)
+    schema = _schema(year=("jensen_shannon_divergence", 0.1), price=("infinity_norm", 0.01))
+    now = _stats(rows)
+    old = _without_quantile_buckets(now)
+    for current, baseline in ((now, old), (old, now)):
+        anomalies = compare_distributions(current, baseline, schema, "drift_comparator", 0.1)
+        assert _findings(anomalies) == {}
+    shifted = _stats({**rows, "year": rows["year"] + 1, "carat": rows["carat"] * 1.6})
+    found = _findings(compare_distributions(shifted, old, schema, "drift_comparator", 0.1))
+    assert set(found) == {"year", "carat"}, found
+    assert all(severity == _Info.ERROR for severity, _ in found.values()), found
+
+
 def test_a_comparator_on_a_struct_feature_is_refused_in_one_sentence():
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import statistics_pb2
@@ -417,3 +436,53 @@ def test_the_reports_histograms_draw_each_bucket_at_its_own_edges(span_runs, tmp
     assert {split for _, split in drawn} == {"train", "eval", "baseline train"}
     assert any(lo == -math.inf for lo, _ in drawn[("x", "train")])
     assert any(hi == math.inf for _, hi in drawn[("x", "train")])
+
+
+def test_a_baseline_whose_statistics_are_gone_stops_validation_in_one_sentence(tmp_path):
+    """The store records span 1's run as complete, but its statistics folder was moved
+    away: span 2 (drifted) is not taken for the first run of the pipeline (which passed
+    and became the next baseline); Validation stops naming the folder and the fix."""
+    import shutil
+
+    root = str(tmp_path / "root")
+    pattern = str(tmp_path / "data" / "span-{SPAN}" / "*.csv")
+    common = [f"--data={pattern}", f"--pipeline_root={root}", "--label=label"]
+    common += ["--drift_threshold=0.1", "--no_trainer", "--no_tuner"]
+    _write_span(tmp_path / "data" / "span-1", 2007)
+    code, _, err = _cli(*common, "--run_id=s1")
+    assert code == 0, err[-3000:]
+    statistics = os.path.join(root, "runs", "s1", "statistics")
+    assert os.path.isdir(statistics)
+    shutil.move(statistics, str(tmp_path / "moved"))
+    _write_span(tmp_path / "data" / "span-2", 2009)
+    code, out, err = _cli(*common, "--run_id=s2")
+    assert code == 2, err[-3000:]
+    assert "Traceback" not in err + out
+    assert "first complete run" not in err + out
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line == (
+        f"error: Validation cannot check drift: the statistics of run s1, this pipeline's "
+        f"previous complete run, are gone from disk ({statistics}); put that folder back, "
+        "or pass --ignore_anomalies to go on without the drift check, or leave out "
+        "--drift_threshold."
+    ), err[-3000:]
+    # --ignore_anomalies goes on without the drift check, and says so.
+    code, out, err = _cli(*common, "--run_id=s3", "--ignore_anomalies")
+    assert code == 0, err[-3000:]
+    assert (
+        "drift: not checked (the previous complete run s1's statistics are gone from disk: "
+        f"{statistics})"
+    ) in out + err, out + err
+    # Span 1's statistics back, run s3's gone (it reused the statistics run s2 computed of
+    # span 2): drift is checked against span 1's, and the note names the newer run skipped.
+    shutil.move(str(tmp_path / "moved"), statistics)
+    gone = os.path.join(root, "runs", "s2", "statistics")
+    shutil.move(gone, str(tmp_path / "moved2"))
+    code, out, err = _cli(*common, "--run_id=s4")
+    assert code == 3, err[-3000:]
+    with open(os.path.join(root, "runs", "s4", "anomalies", "summary.txt"), encoding="utf-8") as f:
+        summary = f.read()
+    assert (
+        f"drift checked against {statistics} (the newer complete run s3's statistics are gone "
+        f"from disk: {gone})"
+    ) in summary, summary

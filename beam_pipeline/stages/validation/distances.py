@@ -7,8 +7,9 @@ Both sides are put on ONE set of bins before they are compared, as TFDV's
 * a string feature: its values (the rank histogram), the rest of its values beyond the
   histogram, and the rows that miss it;
 * a numeric feature: the union of both sides' bucket edges of the quantile buckets the
-  statistics keep for this (``transforms.statistics.CDF_STAT``; TFX's statistics without
-  them: the standard histogram); each edge is a bin of its own (a value holding rows
+  statistics keep for this (``transforms.statistics.CDF_STAT``; when either side lacks
+  them, statistics of TFX or of an earlier version: both sides' standard histograms, so
+  that identical data is at distance 0); each edge is a bin of its own (a value holding rows
   exactly, e.g. a year 2007 in every row) and so is each gap between two edges, a bucket's
   rows spread evenly over its width; plus the NaNs and the rows that miss the feature.
 
@@ -68,23 +69,49 @@ _CDF_STAT = "beam_pipeline.quantile_buckets"
 _MERGED_BINS = 10
 
 
-def _buckets(feature: Optional[statistics_pb2.FeatureNameStatistics]) -> list[tuple]:
-    """(low, high, rows) of a numeric feature's finest histogram; low == high: a point."""
+def _quantile_buckets(feature: Optional[statistics_pb2.FeatureNameStatistics]) -> list:
+    """The ``_CDF_STAT`` histogram's buckets of a numeric feature (none: TFX's statistics,
+    an earlier version's, or a feature without values)."""
     if feature is None or feature.WhichOneof("stats") != "num_stats":
         return []
     for custom in feature.custom_stats:
         if custom.name == _CDF_STAT and custom.histogram.buckets:
-            return [(b.low_value, b.high_value, b.sample_count) for b in custom.histogram.buckets]
+            return list(custom.histogram.buckets)
+    return []
+
+
+def _standard_buckets(feature: Optional[statistics_pb2.FeatureNameStatistics]) -> list:
+    if feature is None or feature.WhichOneof("stats") != "num_stats":
+        return []
     for histogram in feature.num_stats.histograms:
         if histogram.type == statistics_pb2.Histogram.STANDARD and histogram.buckets:
-            out = []
-            for b in histogram.buckets:
-                low, high = b.low_value, b.high_value
-                if not math.isfinite(low) or not math.isfinite(high):
-                    low = high = low if not math.isfinite(low) else high  # an infinity
-                out.append((low, high, b.sample_count))
-            return out
+            return list(histogram.buckets)
     return []
+
+
+def _by_quantiles(*features: Optional[statistics_pb2.FeatureNameStatistics]) -> bool:
+    """Whether both sides are compared on their quantile buckets: only when every side with
+    a standard histogram (values) also has them. Otherwise both sides use their standard
+    histograms: one side's quantile points against the other's equal-width ranges share
+    no bin (a year 2007-2009 of identical data was at Jensen-Shannon 1)."""
+    return all(bool(_quantile_buckets(f)) or not _standard_buckets(f) for f in features)
+
+
+def _buckets(
+    feature: Optional[statistics_pb2.FeatureNameStatistics], quantiles: bool = True
+) -> list[tuple]:
+    """(low, high, rows) of a numeric feature's quantile buckets (``quantiles`` and it has
+    them), else of its standard histogram; low == high: a point."""
+    chosen = _quantile_buckets(feature) if quantiles else []
+    if chosen:
+        return [(b.low_value, b.high_value, b.sample_count) for b in chosen]
+    out = []
+    for b in _standard_buckets(feature):
+        low, high = b.low_value, b.high_value
+        if not math.isfinite(low) or not math.isfinite(high):
+            low = high = low if not math.isfinite(low) else high  # an infinity
+        out.append((low, high, b.sample_count))
+    return out
 
 
 def _num_nan(feature: Optional[statistics_pb2.FeatureNameStatistics]) -> float:
@@ -154,7 +181,8 @@ def feature_shares(
         f is not None and f.WhichOneof("stats") == "num_stats" for f in (current, baseline)
     )
     if numeric:
-        p, q = _numeric_bins(_buckets(current), _buckets(baseline))
+        quantiles = _by_quantiles(current, baseline)
+        p, q = _numeric_bins(_buckets(current, quantiles), _buckets(baseline, quantiles))
         if merged_bins:
             p, q = _merge_bins(p, q, merged_bins)
         head_p = [_missing(current, current_rows), _num_nan(current)]

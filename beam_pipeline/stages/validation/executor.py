@@ -21,28 +21,81 @@ from beam_pipeline.engine.summary import StageReport, StageStatus
 if TYPE_CHECKING:
     from beam_pipeline.engine.stage import Stage
 
-__all__ = ["parameters", "previous_statistics", "run"]
+__all__ = ["find_baseline", "gone_sentence", "parameters", "previous_statistics", "run"]
 
 
-def previous_statistics(ctx: StageContext) -> Optional[str]:
-    """The drift baseline: the statistics folder of this pipeline's newest earlier run that
-    completed (a run stopped by drift is no baseline), from the metadata store; None for
-    the first run or without a store."""
-    from beam_pipeline.metadata import RunStatus
+def find_baseline(store, run_id: str) -> tuple[Optional[tuple[str, str]], list[tuple[str, str]]]:
+    """The drift baseline in ``store``: (run id, statistics folder) of this pipeline's
+    newest earlier run that completed (a run stopped by drift is no baseline) whose
+    statistics are still on disk, or None; and (run id, folder) of each newer complete
+    run whose statistics are recorded but gone from disk (moved away or deleted), newest
+    first."""
+    from beam_pipeline.metadata import ArtifactState, RunStatus
     from beam_pipeline.metadata.store import is_available
+
+    gone = []
+    for run in store.list_runs():  # newest first
+        if run.run_id == run_id or run.status is not RunStatus.COMPLETE:
+            continue
+        missing = None
+        for execution in store.run_executions(run.run_id) or ():
+            for artifact in execution.outputs.values():
+                if artifact.type_name != Statistics.__name__:
+                    continue
+                if is_available(artifact):
+                    return (run.run_id, artifact.uri), gone
+                if missing is None and artifact.state is ArtifactState.PUBLISHED:
+                    missing = artifact.uri
+        if missing is not None:
+            gone.append((run.run_id, missing))
+    return None, gone
+
+
+def gone_sentence(gone: list[tuple[str, str]], flag_only: bool) -> str:
+    """The one sentence that stops a run whose every drift baseline is gone from disk."""
+    run_id, uri = gone[0]
+    more = len(gone) - 1
+    runs = "run" if more == 1 else "runs"
+    earlier = f" (as are those of the {more} earlier complete {runs})" if more else ""
+    return (
+        f"Validation cannot check drift: the statistics of run {run_id}, this pipeline's "
+        f"previous complete run, are gone from disk ({uri}){earlier}; put that folder back, "
+        "or pass --ignore_anomalies to go on without the drift check"
+        + (", or leave out --drift_threshold." if flag_only else ".")
+    )
+
+
+def _drift_baseline(
+    ctx: StageContext, flag_only: bool
+) -> tuple[Optional[str], list[tuple[str, str]]]:
+    """(the drift baseline's statistics folder or None, the newer baselines gone).
+
+    Raises:
+      PipelineError: complete runs are recorded, every one's statistics are gone from
+        disk, and ``--ignore_anomalies`` is not given.
+    """
+    from beam_pipeline.core.errors import PipelineError
     from beam_pipeline.stages.common.store import open_store
 
     with open_store(ctx) as store:
         if store is None:
-            return None
-        for run in store.list_runs():  # newest first
-            if run.run_id == ctx.run_dir.run_id or run.status is not RunStatus.COMPLETE:
-                continue
-            for execution in store.run_executions(run.run_id) or ():
-                for artifact in execution.outputs.values():
-                    if artifact.type_name == Statistics.__name__ and is_available(artifact):
-                        return artifact.uri
-    return None
+            return None, []
+        found, gone = find_baseline(store, ctx.run_dir.run_id)
+    if found is None and gone and not ctx.config.validation.ignore_anomalies:
+        raise PipelineError(gone_sentence(gone, flag_only))
+    return (found[1] if found else None), gone
+
+
+def previous_statistics(ctx: StageContext) -> Optional[str]:
+    """The drift baseline: the statistics folder of this pipeline's newest earlier run that
+    completed and whose statistics are still on disk, from the metadata store; None for
+    the first run or without a store.
+
+    Raises:
+      PipelineError: every complete run's statistics are gone from disk (see
+        :func:`gone_sentence`), unless ``--ignore_anomalies``.
+    """
+    return _drift_baseline(ctx, flag_only=False)[0]
 
 
 def _compares(schema, comparator: str, default: Optional[float] = None) -> bool:
@@ -56,15 +109,15 @@ def parameters(stage: Stage, ctx: StageContext) -> dict[str, Any]:
 
     d = ctx.config.validation
     given = user_schema(ctx.config)  # the --schema, checked by the run before it started
+    schema_compares = given is not None and _compares(given, "drift_comparator")
     return {
         "drift_threshold": d.drift_threshold,
         "skew_threshold": d.skew_threshold,
         # The drift baseline: another run's statistics give another verdict. Only
         # comparators of the flag or of a --schema exist (inferred schemas set none).
         "drift_baseline": (
-            previous_statistics(ctx)
-            if d.drift_threshold is not None
-            or (given is not None and _compares(given, "drift_comparator"))
+            _drift_baseline(ctx, flag_only=not schema_compares)[0]
+            if d.drift_threshold is not None or schema_compares
             else None
         ),
     }
@@ -96,8 +149,13 @@ def run(
     notes = []
     previous = None
     if _compares(schema, "drift_comparator", d.drift_threshold):
-        where = previous_statistics(ctx)
-        if where is None:
+        where, gone = _drift_baseline(ctx, flag_only=not _compares(schema, "drift_comparator"))
+        if where is None and gone:  # --ignore_anomalies: on without the drift check
+            notes.append(
+                f"drift: not checked (the previous complete run {gone[0][0]}'s statistics "
+                f"are gone from disk: {gone[0][1]})"
+            )
+        elif where is None:
             notes.append("drift: no baseline (the first complete run of this pipeline)")
         else:
             previous = {
@@ -105,7 +163,15 @@ def run(
                 for s in statistics.split_names
                 if fileio.exists(fileio.join(where, s.value, "FeatureStats.pb"))
             }
-            notes.append(f"drift checked against {where}")
+            notes.append(
+                f"drift checked against {where}"
+                + (
+                    f" (the newer complete run {gone[0][0]}'s statistics are gone from disk: "
+                    f"{gone[0][1]})"
+                    if gone
+                    else ""
+                )
+            )
             # For the report, which draws the baseline's distributions beside this run's.
             with fileio.open(fileio.join(tmp, DRIFT_BASELINE_FILE), "wb") as f:
                 f.write(where.encode("utf-8"))
