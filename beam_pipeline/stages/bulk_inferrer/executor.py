@@ -12,7 +12,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -22,7 +21,7 @@ from beam_pipeline.core.types import DataFormat, Split
 from beam_pipeline.engine.artifacts import Model, ModelBlessing, Schema, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import files_digest, folder_digest
-from beam_pipeline.engine.stage import Outputs, StageContext, StageFailed, StageResult
+from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.bulk_inferrer.artifacts import (
     InferenceRejectedRows,
@@ -30,6 +29,7 @@ from beam_pipeline.stages.bulk_inferrer.artifacts import (
     InferredExamples,
 )
 from beam_pipeline.stages.common.csv_input import csv_format
+from beam_pipeline.stages.common.rejected_rows import check_rejected
 
 if TYPE_CHECKING:
     import apache_beam as beam
@@ -209,40 +209,18 @@ def _with_extra_columns(schema, header: tuple[str, ...]):
 def _check_rejected(ctx: StageContext, out: Outputs, read: int, scored: int, rejected: int):
     """Fails the stage (the rejected rows published) when no row was read or more than
     ``--max_rejected_fraction`` of them were rejected, as ExampleGen does."""
-    limit = ctx.config.data.max_rejected_fraction
-    fraction = rejected / read if read else 0.0
-    if read and fraction <= limit:
-        return
-    rejected_dir = out.uri(InferenceRejectedRows)
     data = ctx.config.bulk_inferrer.data
-    report = StageReport(
-        _STAGE, StageStatus.FAILED, {"all": read}, {"scored": scored}, rejected, 0.0, rejected_dir
+    check_rejected(
+        out,
+        InferenceRejectedRows,
+        _STAGE,
+        read=read,
+        rows_out={"scored": scored},
+        rejected=rejected,
+        limit=ctx.config.data.max_rejected_fraction,
+        rows_of="rows of --infer_data",
+        empty=f"--infer_data {data} holds no rows to score; add rows to it.",
     )
-    if not read:
-        error = PipelineError(f"--infer_data {data} holds no rows to score; add rows to it.")
-    else:
-        error = PipelineError(
-            f"{rejected} of {read} rows of --infer_data ({fraction:.2%}) were rejected, more "
-            f"than --max_rejected_fraction={limit} (first: "
-            f"{_first_rejected(out.folder(InferenceRejectedRows))}); fix those rows (all "
-            f"listed in {rejected_dir}) or raise --max_rejected_fraction."
-        )
-    raise StageFailed(error, [report], publish=(InferenceRejectedRows,))
-
-
-def _first_rejected(rejected_dir: str) -> str:
-    """The first rejected row as 'file:line reason' (a row the reader rejected), or its
-    reason alone (a row the model refused: it was read fine, it has no line of its own)."""
-    first = None
-    for path in fileio.glob(fileio.join(rejected_dir, "rejected-*")):
-        with fileio.open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                key = (row["file"] == "", row["file"], row["line"], row["reason"])
-                first = key if first is None or key < first else first
-    if first is None:
-        return "none"
-    return first[3] if first[0] else f"{first[1]}:{first[2]} {first[3]}"
 
 
 def parameters(ctx: StageContext) -> dict[str, Any]:

@@ -17,19 +17,18 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact, DataFormat, Split
 from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest, pipeline_code
-from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageFailed, StageResult
+from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.csv_input import csv_format
+from beam_pipeline.stages.common.rejected_rows import check_rejected
 from beam_pipeline.stages.common.span_cache import (
     SpanInput,
     SpanPlan,
@@ -242,19 +241,6 @@ def reading_note(result) -> str:
             files = "1 CSV file" if n == 1 else f"{n} CSV files"
             parts.append(f"{files} read by one reader: {reason.why}")
     return "; ".join(parts)
-
-
-def _first_rejected(rejected_dir: str) -> str:
-    """The rejected row with the smallest (file, line), as 'file:line reason'."""
-    first = None
-    for path in fileio.glob(fileio.join(rejected_dir, "rejected-*")):
-        with fileio.open(path) as f:
-            for line in f:
-                row = json.loads(line)
-                key = (row["file"], row["line"])
-                if first is None or key < first[0]:
-                    first = (key, row["reason"])
-    return f"{first[0][0]}:{first[0][1]} {first[1]}" if first else "none"
 
 
 def prepare(config: PipelineConfig) -> PreparedData:
@@ -481,22 +467,14 @@ def _check_rejected(
 ) -> None:
     """Fails the stage (the rejected rows published) on no rows or too many rejected."""
     config = ctx.config
-    rejected_dir = out.uri(RejectedRows)
-    fraction = rejected_n / read if read else 0.0
-    if read == 0 or fraction > config.data.max_rejected_fraction:
-        report = StageReport(
-            "ExampleGen", StageStatus.FAILED, {"all": read}, rows, rejected_n, 0.0, rejected_dir
-        )
-        if read == 0:
-            error = PipelineError(
-                f"--data {config.data.data} holds no data rows; add rows below the header."
-            )
-        else:
-            first = _first_rejected(out.folder(RejectedRows))
-            error = PipelineError(
-                f"{rejected_n} of {read} input rows ({fraction:.2%}) were rejected, more "
-                f"than --max_rejected_fraction={config.data.max_rejected_fraction} (first: "
-                f"{first}); fix those rows (all listed in {rejected_dir}) or raise "
-                "--max_rejected_fraction."
-            )
-        raise StageFailed(error, [report], publish=(RejectedRows,))
+    check_rejected(
+        out,
+        RejectedRows,
+        "ExampleGen",
+        read=read,
+        rows_out=rows,
+        rejected=rejected_n,
+        limit=config.data.max_rejected_fraction,
+        rows_of="input rows",
+        empty=f"--data {config.data.data} holds no data rows; add rows below the header.",
+    )
