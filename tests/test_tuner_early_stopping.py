@@ -10,6 +10,7 @@ trial is not trained again, and the statuses come out right.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from typing import Optional
 
 import conftest_trainer
 import pytest
+from test_tuner import TINY, _job
 
 from beam_pipeline import cli
 from beam_pipeline.config import PipelineConfig, TrainerConfig, TunerConfig, TunerSchedule
@@ -38,7 +40,6 @@ from trainer.tuning.early_stopping import check_rungs, goes_on, goes_on_median, 
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
 
-TINY = os.path.join(os.path.dirname(__file__), "testdata", "tiny_tuner_module.py")
 # Two trials in grid order: the good rate first (it reaches each rung alone and goes on),
 # then the planted bad region (a rate of 0: its loss stays ln 2).
 GOOD_THEN_BAD = {"learning_rates": [0.1, 0.0], "epochs": 9, "objective": "val_loss"}
@@ -82,19 +83,8 @@ def test_the_median_rule_keeps_a_trial_at_least_as_good_as_the_others_median(
 
 
 def _tiny_job(tmp_path, custom: dict, rule: Optional[EarlyStopping] = None) -> TuningJob:
-    return TuningJob(
-        module_file=TINY,
-        module_source=None,
-        train_files=(),
-        eval_files=(),
-        transform_graph_path="unused",
-        schema_path=None,
-        tuner_dir=str(tmp_path / "tuner"),
-        train_steps=1,
-        eval_steps=1,
-        custom_config=custom,
-        early_stopping=rule or EarlyStopping(),
-    )
+    """test_tuner's job of the tiny module, with an early-stopping rule."""
+    return dataclasses.replace(_job(tmp_path, **custom), early_stopping=rule or EarlyStopping())
 
 
 @pytest.mark.slow
