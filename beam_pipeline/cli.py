@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -231,19 +232,59 @@ def _stop_signals_interrupt(received: list[int]):
     as SIGINT does, so that they end it the way Ctrl-C does (the running stages stopped,
     their staging and partial cache entries removed, the store's records ended, one
     sentence); ``received`` gets the signal's number. Python's default for them ends the
-    process at once, leaving all of that behind. The previous handlers are restored."""
+    process at once, leaving all of that behind. The previous handlers are restored.
+
+    Python runs a signal's handler between any two instructions of the main thread, a
+    weakref callback's or a ``__del__``'s included (SQLAlchemy's and TensorFlow's run at any
+    allocation), and there the KeyboardInterrupt is only passed to ``sys.unraisablehook``:
+    the run would go on to its end and exit 0 as if no signal had come. So the hook sends the
+    same signal again, which lands in the run's own code; Ctrl-C (Python's
+    default SIGINT handler has the same gap) is covered the same way.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers (cli.main called from a thread)
         return
+    raised: list[tuple[int, KeyboardInterrupt]] = []  # the last signal and its interrupt
+    main = threading.main_thread().ident
+
+    def in_hook(frame) -> bool:
+        while frame is not None and frame.f_code is not send_again.__code__:
+            frame = frame.f_back
+        return frame is not None
+
+    def send_later(signum: int) -> None:
+        # Once the main thread has left the hook, where a handler's error is dropped too.
+        while in_hook(sys._current_frames().get(main)):  # noqa: SLF001  no public way
+            time.sleep(0.001)
+        signal.pthread_kill(main, signum)
 
     def stop(signum, frame):
-        received.append(signum)
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        if in_hook(frame):
+            threading.Thread(target=send_later, args=(signum,), daemon=True).start()
+            return
+        if signum != signal.SIGINT and signum not in received:
+            received.append(signum)
+        error = KeyboardInterrupt(*([] if signum == signal.SIGINT else [signal.Signals(signum).name]))
+        raised[:] = [(signum, error)]
+        raise error
 
-    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+    def send_again(unraisable) -> None:
+        # That very interrupt only: one the runner raised in a stage's thread is its own.
+        if raised and unraisable.exc_value is raised[0][1]:
+            threading.Thread(target=send_later, args=(raised[0][0],), daemon=True).start()
+            return
+        hook(unraisable)
+
+    signals = list(_STOP_SIGNALS)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not a SIG_IGN (nohup, &)
+        signals.append(signal.SIGINT)
+    hook = sys.unraisablehook
+    previous = {sig: signal.signal(sig, stop) for sig in signals}
+    sys.unraisablehook = send_again
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

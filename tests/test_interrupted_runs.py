@@ -242,3 +242,25 @@ def test_sigterm_and_sighup_stop_a_run_as_ctrl_c_does(tmp_path, sig, code, stage
     assert (row["status"], row["note"]) == ("failed", "interrupted")
     with MetadataStore.for_pipeline_root(root) as store:
         assert {r.run_id: r.status for r in store.list_runs()} == {"stopped": RunStatus.INTERRUPTED}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_handled_inside_a_weakref_callback_still_stops_the_run(sig):
+    """Python runs the handler between any two instructions, a weakref callback's included
+    (SQLAlchemy's run whenever the collector runs), where the KeyboardInterrupt it raises is
+    dropped: the run must be stopped all the same, not finish and exit 0."""
+    import threading
+    import weakref
+
+    class Collected:
+        pass
+
+    received: list[int] = []
+    obj = Collected()
+    ref = weakref.ref(obj, lambda _: signal.raise_signal(sig))  # handled in the callback
+    with pytest.raises(KeyboardInterrupt):
+        with cli._stop_signals_interrupt(received):
+            del obj
+            threading.Event().wait(60)  # the signal sent again interrupts this wait
+    assert ref() is None
+    assert received == ([] if sig == signal.SIGINT else [sig])
