@@ -264,7 +264,8 @@ def _stop_signals_interrupt(received: list[int]):
             return
         if signum != signal.SIGINT and signum not in received:
             received.append(signum)
-        error = KeyboardInterrupt(*([] if signum == signal.SIGINT else [signal.Signals(signum).name]))
+        name = [] if signum == signal.SIGINT else [signal.Signals(signum).name]
+        error = KeyboardInterrupt(*name)
         raised[:] = [(signum, error)]
         raise error
 

@@ -184,7 +184,10 @@ def run(
     store = store_once()
     scratch = contextlib.ExitStack()
     try:
-        # A rerun of a --run_id resumes it, or is refused before anything is written.
+        # A rerun of a --run_id resumes it, or is refused before anything is written: one
+        # with other inputs, or one another launcher is running now.
+        if store is not None and config.run_id:
+            store.refuse_live_run(config.run_id)
         run_dir, manifest = RunManifest.open(config.pipeline_root, config.run_id, identity)
         manifest.order = [stage.name for stage in graph]
         # What the run's processes write through tempfile (autograph's files, the pool's

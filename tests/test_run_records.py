@@ -259,3 +259,48 @@ def test_a_reused_stage_lists_its_splits_train_first_as_the_first_run_did(tmp_pa
     for summary in (first, again):
         assert list(summary.stages[0].rows_out) == ["train", "eval"]
         assert "all=3  " in summary.format() and "train=2 eval=1" in summary.format()
+
+
+def test_a_run_id_another_live_launcher_runs_is_refused_and_its_staging_kept(tmp_path, capsys):
+    """Two launches of one --run_id: the second would remove the first's staging folders and
+    record its running stages as abandoned. While the recorded launcher is alive (a real
+    process of this host) the second is refused in one sentence; once it is gone the same
+    command resumes the run."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from conftest import PENGUIN_DIR, REPO, one_sentence
+
+    from beam_pipeline import cli
+
+    root = str(tmp_path / "root")
+    args = ["--runner=DirectRunner", f"--data={PENGUIN_DIR}/penguins.csv"]
+    args += ["--csv_null_values=,NA", f"--pipeline_root={root}", "--run_id=same"]
+    code = (
+        "import json, sys; from beam_pipeline.metadata.launcher import this_launcher; "
+        "print(json.dumps(this_launcher()), flush=True); sys.stdin.read()"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO
+    )
+    try:
+        launcher = json.loads(other.stdout.readline())
+        with MetadataStore.for_pipeline_root(root) as store:
+            store.start_run("same", properties={"launcher": launcher})
+        staging = os.path.join(root, "runs", "same", ".staging", "examples-1")
+        os.makedirs(staging)
+        assert cli.main(args) == 2
+        assert one_sentence(capsys.readouterr().err) == (
+            f"Run 'same' is being run now by another launcher (pid {other.pid} on "
+            f"{socket.gethostname()}); wait for it to end (or stop it) before resuming it, "
+            "or pass another --run_id."
+        )
+        assert os.path.isdir(staging)
+    finally:
+        other.communicate(b"")
+    assert cli.main(args) == 0
+    assert not os.path.exists(staging)
+    with MetadataStore.for_pipeline_root(root) as store:
+        assert [(r.run_id, r.status.value) for r in store.list_runs()] == [("same", "complete")]

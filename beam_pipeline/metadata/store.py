@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
@@ -51,6 +52,7 @@ from beam_pipeline.metadata.connection import (
     open_engine,
     write_error,
 )
+from beam_pipeline.metadata.launcher import launcher_gone
 from beam_pipeline.metadata.records import (
     PIPELINE_CONTEXT,
     RUN_CONTEXT,
@@ -75,7 +77,26 @@ from beam_pipeline.metadata.rows import Input, Rows, now_ms, to_json
 __all__ = ["MetadataStore", "DEFAULT_PIPELINE", "is_available", "open_for_pipeline"]
 
 DEFAULT_PIPELINE = "beam-pipeline"
+
+
 # The error of an execution a killed attempt left running, recorded when the run resumes.
+def _refuse_live_launcher(run_id: str, context_properties: Optional[Mapping[str, Any]]) -> None:
+    """Two launchers of one run would remove each other's staging folders and mark each
+    other's stages abandoned: a run recorded as running by a launcher that is alive on this
+    host (another process: pid and start time) is refused in one sentence."""
+    props = context_properties or {}
+    launcher = (props.get("properties") or {}).get("launcher")
+    if props.get("status") != RunStatus.RUNNING.value or launcher_gone(launcher) is not False:
+        return
+    if launcher.get("pid") == os.getpid():
+        return  # this very process (the Python API running the same run id again)
+    raise PipelineError(
+        f"Run {run_id!r} is being run now by another launcher (pid {launcher['pid']} on "
+        f"{launcher['host']}); wait for it to end (or stop it) before resuming it, or pass "
+        "another --run_id."
+    )
+
+
 _ABANDONED = (
     "its launcher stopped during it (killed, or its machine lost); a later attempt of the "
     "run took over"
@@ -203,12 +224,27 @@ class MetadataStore:
                     )
                 )
             else:
+                _refuse_live_launcher(run_id, found.properties)
                 context_id = found.id
                 rows.update_run(context_id, RunStatus.RUNNING, properties)
-                # Two launches of one run id at once are not supported (docs/limits.md), so what
-                # is still running belongs to an earlier attempt that was killed.
+                # No live launcher runs it (checked above, on this host; docs/limits.md for
+                # launchers on other hosts), so what is still running belongs to an
+                # earlier attempt that was killed.
                 rows.abandon_running(context_id, _ABANDONED)
         return RunRef(context_id=context_id, run_id=run_id, pipeline=pipeline)
+
+    def refuse_live_run(self, run_id: str) -> None:
+        """Raises the sentence of :func:`_refuse_live_launcher` when run ``run_id`` is being
+        run now by another launcher on this host: called before a resume touches the run's
+        folder (it removes the staging folders a live attempt is writing)."""
+        with self._read() as conn:
+            found = conn.execute(
+                sa.select(s.contexts.c.properties).where(
+                    s.contexts.c.name == run_context_name(self.pipeline, run_id)
+                )
+            ).first()
+        if found is not None:
+            _refuse_live_launcher(run_id, found.properties)
 
     def finish_run(
         self, run: RunRef, status: RunStatus, properties: Optional[Mapping[str, Any]] = None
