@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import glob
 import json
 import os
+import re
 
 import pytest
 
@@ -429,3 +431,37 @@ def test_a_search_job_on_one_worker_runs_every_slots_trials(tmp_path):
     state = read_state(path)
     assert state["done"] and not state["leases"] and state["reissued"] == 0
     assert [r.status.value for r in finished_driver(driver, state).records()] == ["COMPLETED"] * 3
+
+
+def test_eval_labels_the_train_split_lacks_stop_the_search_at_once_in_one_sentence(
+    tmp_path, capsys
+):
+    """The data's fault, not a trial's: every trial would fail on it, so the first one's
+    failure ends the search with the Trainer's sentence (not three failed trials and
+    "Graph execution error"). tests/test_user_code.py has the Trainer's case."""
+    from conftest import PENGUIN_DIR, one_sentence
+
+    from beam_pipeline import cli
+
+    with open(os.path.join(PENGUIN_DIR, "penguins.csv")) as f:
+        lines = f.read().splitlines()
+    data = tmp_path / "three.csv"  # the eval split's one species is not the train split's
+    data.write_text("\n".join([lines[0], lines[1], lines[159], lines[299]]) + "\n")
+    module = os.path.join(PENGUIN_DIR, "penguin_module.py")
+    code = cli.main([
+        f"--data={data}", "--csv_null_values=,NA", f"--module_file={module}",
+        "--ignore_anomalies", "--no_infra_validator", "--train_steps=2", "--no_progress",
+        f"--pipeline_root={tmp_path / 'root'}", "--run_id=three",
+    ])  # fmt: skip
+    sentence = one_sentence(capsys.readouterr().err)
+    assert code == 2, sentence
+    assert re.match(rf"Trial \d+'s fit in {re.escape(module)}", sentence), sentence
+    assert sentence.endswith(
+        "was given label -1, outside the model's 2 classes (TensorFlow: Received a label "
+        "value of -1 which is outside the valid range of [0, 2)): the eval split holds a "
+        "label value that no train row has, which the vocabulary tf.Transform builds from "
+        "the train split maps to -1; give the train split rows of every label value (more "
+        "rows: a data set this small splits unevenly) or drop the rare label's rows."
+    ), sentence
+    trials = os.path.join(tmp_path, "root", "runs", "three", ".staging")
+    assert not glob.glob(os.path.join(trials, "*"))

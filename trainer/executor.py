@@ -264,16 +264,9 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str]
         _LOG.info("Training with %s from %s failed.", what, loaded.path, exc_info=True)
         where = error_place(e, loaded.module.__file__ or loaded.path, loaded.path)
         fix = "fix the module file"
-        unknown_label = _LABEL_OUTSIDE_VOCABULARY.search(str(e))
-        if unknown_label:
-            raise PipelineError(
-                f"{what} in {where} was given label {unknown_label.group(1)}, outside the "
-                f"model's {unknown_label.group(2)} classes (TensorFlow: "
-                f"{unknown_label.group(0)}): the eval split holds a label value that no train "
-                "row has, which the vocabulary tf.Transform builds from the train split maps "
-                "to -1; give the train split rows of every label value (more rows: a data set "
-                "this small splits unevenly) or drop the rare label's rows."
-            ) from None
+        sentence = label_outside_vocabulary(e, f"{what} in {where}")
+        if sentence:
+            raise PipelineError(sentence) from None
         if _is_keras_save(e):
             fix = (
                 "Keras 3's model.save writes only .keras/.h5 files, which TF Serving cannot "
@@ -292,6 +285,23 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str]
 _LABEL_OUTSIDE_VOCABULARY = re.compile(
     r"Received a label value of (-1) which is outside the valid range of \[0, (\d+)\)"
 )
+
+
+def label_outside_vocabulary(error: BaseException, code: str) -> Optional[str]:
+    """The sentence for Keras's loss given label -1 (an eval label value no train row has)
+    by ``code`` ("run_fn in m.py:12"), None for any other error: the Trainer and every
+    tuning trial fail on it alike, and no retry or other hyperparameter can mend it."""
+    unknown = _LABEL_OUTSIDE_VOCABULARY.search(str(error))
+    if unknown is None:
+        return None
+    return (
+        f"{code} was given label {unknown.group(1)}, outside the model's {unknown.group(2)} "
+        f"classes (TensorFlow: {unknown.group(0)}): the eval split holds a label value that "
+        "no train row has, which the vocabulary tf.Transform builds from the train split "
+        "maps to -1; give the train split rows of every label value (more rows: a data set "
+        "this small splits unevenly) or drop the rare label's rows."
+    )
+
 
 # Keras 3's refusals of TF 2's model.save(dir) / model.save(dir, save_format="tf"), which
 # TFX's docs and module files use (keras/src/saving/saving_api.py, Keras pinned).

@@ -105,8 +105,9 @@ class TrialResult:
       best_step: the best epoch, as keras-tuner reports it.
       error: ``ErrorType: message (module.py:line)`` when the trial raised.
       traceback: the full traceback when it raised.
-      fatal: the error ends the whole search (keras-tuner's ``FatalError``, or a
-        ``tuner_fn`` that fails on the worker).
+      fatal: the error ends the whole search (keras-tuner's ``FatalError``, a
+        ``tuner_fn`` that fails on the worker, or data no trial can train on).
+      sentence: for a fatal error that is the data's, the run's whole error sentence.
       seconds: wall time of the attempt (build + fit).
       started: when the attempt started (seconds since the epoch, the worker's clock).
       worker: ``host:pid`` of the process that ran it.
@@ -124,6 +125,7 @@ class TrialResult:
     error: Optional[str] = None
     traceback: Optional[str] = None
     fatal: bool = False
+    sentence: Optional[str] = None
     seconds: float = 0.0
     worker: str = ""
     reused: bool = False

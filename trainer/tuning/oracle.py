@@ -190,7 +190,8 @@ class OracleDriver:
             self._results[spec.trial_id] = result
             if result.fatal:
                 raise PipelineError(
-                    f"Trial {spec.trial_id} hit an error that stops the whole search "
+                    result.sentence
+                    or f"Trial {spec.trial_id} hit an error that stops the whole search "
                     f"({result.error}); fix tuner_fn or the model in {self._module_file}."
                 )
             trial = self._oracle.get_trial(spec.trial_id)

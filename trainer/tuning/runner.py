@@ -30,6 +30,7 @@ from typing import Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
+from trainer.executor import label_outside_vocabulary
 from trainer.fn_args import TunerFnResult
 from trainer.module_loader import error_place
 from trainer.process import limit_threads, worker_name
@@ -195,6 +196,7 @@ class TrialRunner:
         hp = keras_tuner.HyperParameters.from_config(dict(spec.hyperparameters))
         trial = keras_tuner.engine.trial.Trial(hp, trial_id=spec.trial_id, status="RUNNING")
         status, metrics, step, error, trace, fatal = TrialStatus.COMPLETED, {}, 0, None, None, False
+        sentence: Optional[str] = None
         try:
             with _older_objects_frozen():
                 returned = tuner.run_trial(trial, **self._fit_kwargs(loaded, spec))
@@ -209,6 +211,8 @@ class TrialRunner:
             where = error_place(e, self._module_path, self._job.module_file)
             error = f"{type(e).__name__}: {first_line(e)} ({where})"
             fatal = isinstance(e, keras_tuner.errors.FatalError)
+            sentence = label_outside_vocabulary(e, f"Trial {spec.trial_id}'s fit in {where}")
+            fatal = fatal or sentence is not None  # the data's: every trial would fail on it
             failed = fatal or isinstance(e, keras_tuner.errors.FailedTrialError)
             status = TrialStatus.FAILED if failed else TrialStatus.INVALID
             _LOG.warning("Trial %s raised %s", spec.trial_id, error)
@@ -229,6 +233,7 @@ class TrialRunner:
             error=error,
             traceback=trace,
             fatal=fatal,
+            sentence=sentence,
             seconds=round(time.time() - start, 3),
             worker=worker_name(),
             started=round(start, 3),
