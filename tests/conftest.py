@@ -77,23 +77,24 @@ def statistics_in_process(
     import collections
 
     from transforms import statistics as st
+    from transforms import top_values as tv
 
-    fn = st._StatisticsCombineFn(name, num_quantiles, num_histogram_buckets)
+    fn = st.StatisticsCombineFn(name, num_quantiles, num_histogram_buckets)
     acc = fn.create_accumulator()
     counts = collections.Counter()
     for batch in batches:
         acc = fn.add_input(acc, batch)
-        for key, count in st._string_value_counts(batch):
+        for key, count in tv.string_value_counts(batch):
             counts[key] += count
-    top_fn = st._TopValuesCombineFn(max(num_top_values, num_rank_histogram_buckets))
+    top_fn = tv.TopValuesCombineFn(max(num_top_values, num_rank_histogram_buckets))
     per_feature = {}
     for key, count in counts.items():
-        feature, pair = st._by_feature(key, count)
+        feature, pair = tv.by_feature(key, count)
         per_feature[feature] = top_fn.add_input(
             per_feature.get(feature) or top_fn.create_accumulator(), pair
         )
     top = {feature: top_fn.extract_output(a) for feature, a in per_feature.items()}
-    return st._add_top_values(
+    return tv.add_top_values(
         fn.extract_output(acc), top, num_top_values, num_rank_histogram_buckets
     )
 

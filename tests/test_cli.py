@@ -93,7 +93,7 @@ def test_bundled_run_publishes_every_data_artifact(bundled_run):
 
 
 def test_examples_statistics_and_summary_agree(bundled_run):
-    from transforms.statistics import read_statistics
+    from transforms.statistics_files import read_statistics
 
     rows_out = _summary(bundled_run)["ExampleGen"]["rows_out"]
     for split in ("train", "eval"):

@@ -378,7 +378,7 @@ document.body.setAttribute("data-bars", JSON.stringify(bars));
 
 def _proto_buckets(path: str) -> dict[str, set]:
     """feature -> the (low, high) of its STANDARD histogram's buckets in a statistics file."""
-    from transforms.statistics import read_statistics
+    from transforms.statistics_files import read_statistics
 
     out = {}
     for feature in read_statistics(path).datasets[0].features:

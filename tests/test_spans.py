@@ -89,7 +89,7 @@ def _close(a, b, path="") -> None:
 def test_a_new_span_is_read_alone_and_the_windows_statistics_equal_a_fresh_run(tmp_path):
     from google.protobuf import json_format
 
-    from transforms.statistics import read_statistics
+    from transforms.statistics_files import read_statistics
 
     spans = tmp_path / "spans"
     _write_span(spans, 1)

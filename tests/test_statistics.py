@@ -23,6 +23,8 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from beam_pipeline.core.errors import PipelineError
 from transforms import statistics as st
+from transforms import statistics_files as sf
+from transforms import top_values as tv
 
 STATS = statistics_pb2.FeatureNameStatistics
 HIST = statistics_pb2.Histogram
@@ -42,12 +44,12 @@ def _top_values(batches, num_top=1000, pieces=1):
     shuffle sends them) and are merged."""
     counts = collections.Counter()
     for batch in batches:
-        for key, count in st._string_value_counts(batch):
+        for key, count in tv.string_value_counts(batch):
             counts[key] += count
-    fn = st._TopValuesCombineFn(num_top)
+    fn = tv.TopValuesCombineFn(num_top)
     per_feature = collections.defaultdict(list)
     for i, (key, count) in enumerate(sorted(counts.items())):
-        feature, pair = st._by_feature(key, count)
+        feature, pair = tv.by_feature(key, count)
         accumulators = per_feature[feature]
         if len(accumulators) <= i % pieces:
             accumulators.append(fn.create_accumulator())
@@ -375,7 +377,7 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
     batches, columns = _mixed_dataset(seed=3, large=False)
     x_values = np.random.default_rng(3).normal(size=50_000)
     more = _numeric_batches(x_values, 5_000)
-    fn = st._StatisticsCombineFn("train", 10, 10)
+    fn = st.StatisticsCombineFn("train", 10, 10)
 
     # One accumulator per batch, compacted and sent through pickle as a shuffle does,
     # merged in two levels; the string values' counts in 3 merged accumulators.
@@ -388,7 +390,7 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
             [fn.merge_accumulators(accumulators[:5]), fn.merge_accumulators(accumulators[5:])]
         )
     )
-    merged = st._add_top_values(merged, _top_values(batches + more, pieces=3), 20, 1000)
+    merged = tv.add_top_values(merged, _top_values(batches + more, pieces=3), 20, 1000)
 
     # The same rows as one RecordBatch (absent columns become null lists).
     table = pa.concat_tables(
@@ -423,13 +425,13 @@ def test_accumulators_of_several_batches_merge_to_one_big_batch():
 
 def test_accumulator_pickles_and_keeps_its_state():
     batches, columns = _mixed_dataset(seed=4, large=True)
-    fn = st._StatisticsCombineFn("train", 10, 10)
+    fn = st.StatisticsCombineFn("train", 10, 10)
     acc = fn.create_accumulator()
     for batch in batches:
         fn.add_input(acc, batch)
     for protocol in (2, pickle.HIGHEST_PROTOCOL):
         restored = pickle.loads(pickle.dumps(acc, protocol=protocol))
-        assert st._add_top_values(
+        assert tv.add_top_values(
             fn.extract_output(restored), _top_values(batches), 20, 1000
         ) == _combine(batches)
     # A restored accumulator still accepts input and merges.
@@ -437,7 +439,7 @@ def test_accumulator_pickles_and_keeps_its_state():
     fn.add_input(restored, batches[0])
     doubled = {k: v + v[:300] for k, v in columns.items()}
     top = _top_values([*batches, batches[0]])
-    _check_dataset(st._add_top_values(fn.extract_output(restored), top, 20, 1000), doubled)
+    _check_dataset(tv.add_top_values(fn.extract_output(restored), top, 20, 1000), doubled)
 
 
 def test_empty_input_gives_one_dataset_with_no_examples():
@@ -570,7 +572,7 @@ def test_bad_input_is_a_clear_error(batches, message):
 
 
 def test_type_conflict_between_accumulators_is_a_clear_error():
-    fn = st._StatisticsCombineFn("train", 10, 10)
+    fn = st.StatisticsCombineFn("train", 10, 10)
     a = fn.add_input(
         fn.create_accumulator(),
         pa.RecordBatch.from_arrays([pa.array([[1]], pa.list_(pa.int64()))], names=["a"]),
@@ -608,24 +610,24 @@ def test_write_and_read_statistics_round_trip(tmp_path):
     batches, _ = _mixed_dataset(seed=6, large=False)
     stats = _combine(batches)
     path = str(tmp_path / "Split-train" / "FeatureStats.pb")
-    st.write_statistics(stats, path)
+    sf.write_statistics(stats, path)
     with open(path, "rb") as f:  # the plain binary proto TFDV's load_stats_binary reads
         assert statistics_pb2.DatasetFeatureStatisticsList.FromString(f.read()) == stats
-    assert st.read_statistics(path) == stats
+    assert sf.read_statistics(path) == stats
 
 
 def test_read_statistics_errors_name_the_file(tmp_path):
     missing = str(tmp_path / "nope.pb")
     with pytest.raises(PipelineError, match=f"Statistics file {missing} does not exist"):
-        st.read_statistics(missing)
+        sf.read_statistics(missing)
     bad = tmp_path / "bad.pb"
     bad.write_bytes(b"\xff\xff\xff not a proto")
     with pytest.raises(
         PipelineError, match=f"Statistics file {bad} is not a binary DatasetFeatureStatistics"
     ):
-        st.read_statistics(str(bad))
+        sf.read_statistics(str(bad))
     with pytest.raises(TypeError, match="write_statistics takes a DatasetFeatureStatisticsList"):
-        st.write_statistics("not stats", str(tmp_path / "x.pb"))
+        sf.write_statistics("not stats", str(tmp_path / "x.pb"))
 
 
 def test_counters_count_rows_and_batches():

@@ -7,14 +7,8 @@ It is two combines over the same batches, joined at the end:
 * a ``beam.CombineGlobally`` of everything but the string values' counts: each batch is
   summarised with vectorised pyarrow/numpy code and tfx-bsl sketches, so a worker's
   memory depends on the number of features, never on the number of rows;
-* the exact count of every string value, as TFDV's TopKUniques generator does it: each
-  batch's values are counted with pyarrow (``value_counts``), the counts are summed per
-  (feature, value) with a ``CombinePerKey`` (lifted, so each worker pre-sums its share
-  before the shuffle), then one ``CombinePerKey`` per feature keeps the number of
-  distinct values and the most frequent ones. The keys spread over the workers, so no
-  worker holds all the distinct values of a feature and the counts stay exact at any
-  cardinality (a sketch's were not: a column of unique ids got a distinct count above
-  its row count and top-value counts of 4 for values seen once).
+* the exact count of every string value, as TFDV's TopKUniques generator does it
+  (:mod:`transforms.top_values`).
 
 Per feature it computes what TFDV's basic statistics hold:
 
@@ -34,12 +28,8 @@ Per feature it computes what TFDV's basic statistics hold:
 A column missing from a batch counts as missing in that batch's rows, and a null list as
 missing in its row; an empty list is present with zero values.
 
-One concept, hence one module of about 850 lines: the statistics of one split, from the
-accumulator a batch is added to, through the merge of accumulators, to the proto and its
-``FeatureStats.pb`` file (the histograms estimated from the accumulator's sketches are
-:mod:`transforms.histograms`). Every part reads and writes the same per-feature accumulator
-(``_FeatureAccumulator``), so splitting them would spread one data structure's fields
-over several modules.
+Around this module: :mod:`transforms.histograms` (the histograms from the sketches) and
+:mod:`transforms.statistics_files` (the ``FeatureStats.pb`` file; the mergeable state).
 
 Example::
 
@@ -56,10 +46,8 @@ Example::
 from __future__ import annotations
 
 import enum
-import heapq
-import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from typing import Optional
 
 import apache_beam as beam
@@ -69,7 +57,6 @@ import pyarrow.compute as pc
 from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx_bsl import sketches
 
-from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError
 from transforms.histograms import (
     CDF_STAT,
@@ -78,25 +65,24 @@ from transforms.histograms import (
     quantiles_histogram,
 )
 from transforms.metrics import NAMESPACE
+from transforms.top_values import (
+    SumCountsFn,
+    TopValuesCombineFn,
+    add_top_values,
+    by_feature,
+    string_value_counts,
+)
 
 __all__ = [
     "CDF_STAT",
     "GenerateStatistics",
-    "WriteStatisticsState",
-    "state_num_examples",
-    "statistics_from_states",
-    "write_statistics",
-    "read_statistics",
+    "StatisticsCombineFn",
 ]
 
 # Rank error of the numeric quantiles sketch (TFDV's default): a reported quantile's rank
 # is within 1% of the number of values of the true one.
 _QUANTILES_EPS = 0.01
 _QUANTILES_MAX_ELEMENTS = 2**32
-# TFDV's placeholders in top values / rank histograms for values it cannot show as text.
-_INVALID_UTF8_PLACEHOLDER = "__BYTES_VALUE__"
-_LARGE_BYTES_PLACEHOLDER = "__LARGE_BYTES__"
-_LARGE_BYTES_THRESHOLD = 1024
 
 _Type = statistics_pb2.FeatureNameStatistics.Type
 _Histogram = statistics_pb2.Histogram
@@ -237,11 +223,11 @@ class _DatasetAccumulator:
         self.features = state["features"]
 
 
-class _StatisticsCombineFn(beam.CombineFn):
+class StatisticsCombineFn(beam.CombineFn):
     """Combines RecordBatches into one DatasetFeatureStatisticsList.
 
     Everything but the string values' counts (``unique``, ``top_values``,
-    ``rank_histogram``), which :func:`_add_top_values` adds from the per-value combine.
+    ``rank_histogram``), which :func:`add_top_values` adds from the per-value combine.
     """
 
     def __init__(self, dataset_name: str, num_quantiles: int, num_histogram_buckets: int):
@@ -531,132 +517,6 @@ def _count_invalid_utf8(values: pa.Array) -> int:
     return invalid
 
 
-def _string_value_counts(batch: pa.RecordBatch) -> Iterator[tuple[tuple[str, bytes], int]]:
-    """((feature, value), count) for each distinct value of each string feature of a batch.
-
-    Counting per batch with pyarrow first means one element per distinct value per batch
-    reaches Beam, not one per value (TFDV's TopKUniques generator does the same).
-    """
-    for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        if _kind_of(name, column.type) is not _Kind.STRING:
-            continue
-        values = column.flatten()
-        if values.null_count:
-            values = values.drop_null()
-        if len(values) == 0:
-            continue
-        # Keys are bytes whatever the Arrow type, so a feature read as string in one file
-        # and as binary in another counts each value once (views copy nothing).
-        if pa.types.is_string(values.type):
-            values = values.view(pa.binary())
-        elif pa.types.is_large_string(values.type):
-            values = values.view(pa.large_binary())
-        counted = pc.value_counts(values)
-        yield from zip(
-            zip(itertools.repeat(name), counted.field(0).to_pylist()),
-            counted.field(1).to_pylist(),
-        )
-
-
-class _SumCountsFn(beam.CombineFn):
-    """Sums a value's counts (an int accumulator, encoded as a varint between workers)."""
-
-    def create_accumulator(self) -> int:
-        return 0
-
-    def add_input(self, accumulator: int, count: int) -> int:
-        return accumulator + count
-
-    def merge_accumulators(self, accumulators: Iterable[int]) -> int:
-        return sum(accumulators)
-
-    def extract_output(self, accumulator: int) -> int:
-        return accumulator
-
-    def get_accumulator_coder(self):
-        return beam.coders.VarIntCoder()
-
-
-def _by_feature(key: tuple[str, bytes], count: int) -> tuple[str, tuple[int, bytes]]:
-    return key[0], (count, key[1])
-
-
-def _rank_key(pair: tuple[int, bytes]) -> tuple[int, bytes]:
-    """Most frequent first; equal counts in byte order of the value."""
-    return -pair[0], pair[1]
-
-
-class _TopValuesCombineFn(beam.CombineFn):
-    """(count, value) pairs of one feature's distinct values -> (distinct count, top pairs).
-
-    Beam's ``Top`` and ``Count`` combiners would take two combines (two shuffles of every
-    distinct value) where this one takes one. The top pairs are the ``num_top`` first in
-    ``_rank_key`` order. The accumulator is [distinct count, pairs]; the pairs are cut
-    back to the ``num_top`` best whenever they reach twice that, so adding costs an append.
-    """
-
-    def __init__(self, num_top: int):
-        self._num_top = num_top
-
-    def create_accumulator(self) -> list:
-        return [0, []]
-
-    def add_input(self, accumulator: list, pair: tuple[int, bytes]) -> list:
-        accumulator[0] += 1
-        pairs = accumulator[1]
-        pairs.append(pair)
-        if len(pairs) >= 2 * self._num_top:
-            accumulator[1] = heapq.nsmallest(self._num_top, pairs, key=_rank_key)
-        return accumulator
-
-    def merge_accumulators(self, accumulators: Iterable[list]) -> list:
-        unique, pairs = 0, []
-        for other_unique, other_pairs in accumulators:
-            unique += other_unique
-            pairs.extend(other_pairs)
-        return [unique, heapq.nsmallest(self._num_top, pairs, key=_rank_key)]
-
-    def extract_output(self, accumulator: list) -> tuple[int, list[tuple[int, bytes]]]:
-        return accumulator[0], sorted(accumulator[1], key=_rank_key)[: self._num_top]
-
-
-def _value_label(value: bytes) -> str:
-    """A value as top values and rank histograms show it (TFDV's placeholders otherwise)."""
-    if len(value) > _LARGE_BYTES_THRESHOLD:
-        return _LARGE_BYTES_PLACEHOLDER
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return _INVALID_UTF8_PLACEHOLDER
-
-
-def _add_top_values(
-    stats: statistics_pb2.DatasetFeatureStatisticsList,
-    top_by_feature: Mapping[str, tuple[int, list[tuple[int, bytes]]]],
-    num_top_values: int,
-    num_rank_histogram_buckets: int,
-) -> statistics_pb2.DatasetFeatureStatisticsList:
-    """``stats`` with each string feature's unique count, top values and rank histogram."""
-    result = statistics_pb2.DatasetFeatureStatisticsList()
-    result.CopyFrom(stats)  # a Beam input element must not be modified
-    for feature in result.datasets[0].features:
-        top = top_by_feature.get(feature.path.step[0])
-        if feature.type != _Type.STRING or top is None:
-            continue
-        unique, pairs = top
-        proto = feature.string_stats
-        proto.unique = unique
-        for rank, (count, value) in enumerate(pairs):
-            label = _value_label(value)
-            if rank < num_top_values:
-                proto.top_values.add(value=label, frequency=count)
-            if rank < num_rank_histogram_buckets:
-                proto.rank_histogram.buckets.add(
-                    low_rank=rank, high_rank=rank, label=label, sample_count=count
-                )
-    return result
-
-
 class GenerateStatistics(
     beam.PTransform[
         beam.PCollection[pa.RecordBatch],
@@ -703,7 +563,7 @@ class GenerateStatistics(
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"{option} must be an integer >= {minimum}, got {value!r}.")
-        self._combine_fn = _StatisticsCombineFn(
+        self._combine_fn = StatisticsCombineFn(
             dataset_name=dataset_name,
             num_quantiles=num_quantiles,
             num_histogram_buckets=num_histogram_buckets,
@@ -720,188 +580,17 @@ class GenerateStatistics(
         top_values = (
             batches
             | "CountValues"
-            >> beam.FlatMap(_string_value_counts).with_output_types(tuple[tuple[str, bytes], int])
-            | "SumValueCounts" >> beam.CombinePerKey(_SumCountsFn())
-            | "KeyByFeature" >> beam.MapTuple(_by_feature)
+            >> beam.FlatMap(string_value_counts).with_output_types(tuple[tuple[str, bytes], int])
+            | "SumValueCounts" >> beam.CombinePerKey(SumCountsFn())
+            | "KeyByFeature" >> beam.MapTuple(by_feature)
             | "TopValues"
             >> beam.CombinePerKey(
-                _TopValuesCombineFn(max(self._num_top_values, self._num_rank_histogram_buckets))
+                TopValuesCombineFn(max(self._num_top_values, self._num_rank_histogram_buckets))
             )
         )
         return stats | "AddTopValues" >> beam.Map(
-            _add_top_values,
+            add_top_values,
             beam.pvalue.AsDict(top_values),
             self._num_top_values,
             self._num_rank_histogram_buckets,
         ).with_output_types(statistics_pb2.DatasetFeatureStatisticsList)
-
-
-# --- mergeable state: the statistics of several inputs (spans) without re-reading them ----
-
-_ACCUMULATOR_FILE = "accumulator.pkl"
-_VALUE_COUNTS = "value_counts"
-_VALUE_COUNTS_SCHEMA = pa.schema(
-    [("feature", pa.string()), ("value", pa.binary()), ("count", pa.int64())]
-)
-
-
-class _AccumulatorFn(_StatisticsCombineFn):
-    """The combine of :class:`GenerateStatistics` that emits its accumulator, compacted."""
-
-    def __init__(self):
-        super().__init__("state", 2, 1)
-
-    def extract_output(self, accumulator: _DatasetAccumulator) -> _DatasetAccumulator:
-        return self.compact(accumulator)
-
-
-def _write_accumulator(accumulator: _DatasetAccumulator, path: str) -> None:
-    import pickle
-
-    # Pickled, as Beam moves it between workers (the tfx-bsl sketches serialise themselves
-    # that way and have no other public encoding); only this pipeline writes the file, and
-    # its reader checks the file's recorded digest first (engine.cache_entries).
-    fileio.write_file(path, pickle.dumps(accumulator, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-class WriteStatisticsState(beam.PTransform[beam.PCollection[pa.RecordBatch], beam.pvalue.PDone]):
-    """Writes the mergeable state of one split's statistics to ``out_dir``: the combine's
-    accumulator (counts, moments, quantile sketches) and the exact count of every string
-    value (Parquet). :func:`statistics_from_states` merges the states of several inputs
-    into the statistics a :class:`GenerateStatistics` over all of them computes: TFDV's
-    sketches merge, and the value counts are exact, so nothing is read again."""
-
-    def __init__(self, out_dir: str):
-        super().__init__()
-        self._out_dir = out_dir
-
-    def expand(self, batches):
-        _ = (
-            batches
-            | "Accumulate" >> beam.CombineGlobally(_AccumulatorFn())
-            | "WriteAccumulator"
-            >> beam.Map(_write_accumulator, fileio.join(self._out_dir, _ACCUMULATOR_FILE))
-        )
-        _ = (
-            batches
-            | "CountValues"
-            >> beam.FlatMap(_string_value_counts).with_output_types(tuple[tuple[str, bytes], int])
-            | "SumValueCounts" >> beam.CombinePerKey(_SumCountsFn())
-            | "AsRows" >> beam.MapTuple(lambda k, n: {"feature": k[0], "value": k[1], "count": n})
-            | "WriteValueCounts"
-            >> beam.io.WriteToParquet(
-                fileio.join(self._out_dir, _VALUE_COUNTS),
-                _VALUE_COUNTS_SCHEMA,
-                file_name_suffix=".parquet",
-            )
-        )
-        return beam.pvalue.PDone(batches.pipeline)
-
-
-def state_num_examples(state_dir: str) -> int:
-    """The rows a :class:`WriteStatisticsState` folder's statistics cover."""
-    import pickle
-
-    data = fileio.read_file(fileio.join(state_dir, _ACCUMULATOR_FILE), binary=True)
-    return pickle.loads(data).num_examples
-
-
-def statistics_from_states(
-    state_dirs: Iterable[str],
-    dataset_name: str,
-    num_top_values: int = 20,
-    num_quantiles: int = 10,
-    num_histogram_buckets: int = 10,
-    num_rank_histogram_buckets: int = 1000,
-) -> statistics_pb2.DatasetFeatureStatisticsList:
-    """The statistics of the inputs whose :class:`WriteStatisticsState` folders are
-    ``state_dirs``, merged in the order given (the options as :class:`GenerateStatistics`'s).
-
-    Raises:
-      PipelineError: a state file cannot be read.
-    """
-    import pickle
-
-    import pyarrow.parquet as pq
-
-    combine_fn = _StatisticsCombineFn(dataset_name, num_quantiles, num_histogram_buckets)
-    accumulators = [combine_fn.create_accumulator()]
-    tables = []
-    for folder in state_dirs:
-        path = fileio.join(folder, _ACCUMULATOR_FILE)
-        try:
-            accumulators.append(pickle.loads(fileio.read_file(path, binary=True)))
-        except Exception as e:  # noqa: BLE001  a missing or damaged file
-            raise PipelineError(
-                f"Statistics state {path} cannot be read ({e}); delete its folder and run "
-                "again to compute it anew."
-            ) from e
-        for part in fileio.glob(fileio.join(folder, _VALUE_COUNTS + "*.parquet")):
-            with fileio.open(part, "rb") as f:
-                tables.append(pq.read_table(f, schema=_VALUE_COUNTS_SCHEMA))
-    stats = combine_fn.extract_output(combine_fn.merge_accumulators(accumulators))
-    counts: dict[tuple[str, bytes], int] = {}
-    for table in tables:
-        for feature, value, n in zip(
-            table.column("feature").to_pylist(),
-            table.column("value").to_pylist(),
-            table.column("count").to_pylist(),
-            strict=True,
-        ):
-            key = (feature, value)
-            counts[key] = counts.get(key, 0) + n
-    top_fn = _TopValuesCombineFn(max(num_top_values, num_rank_histogram_buckets))
-    tops: dict[str, list] = {}
-    for key, n in counts.items():
-        feature, pair = _by_feature(key, n)
-        tops[feature] = top_fn.add_input(tops.get(feature) or top_fn.create_accumulator(), pair)
-    top_by_feature = {f: top_fn.extract_output(acc) for f, acc in tops.items()}
-    return _add_top_values(stats, top_by_feature, num_top_values, num_rank_histogram_buckets)
-
-
-def write_statistics(stats: statistics_pb2.DatasetFeatureStatisticsList, path: str) -> None:
-    """Writes ``stats`` as one binary proto file (TFX's ``FeatureStats.pb`` layout).
-
-    TFDV's ``load_stats_binary`` and Facets read the file; ``gs://`` paths work.
-
-    Args:
-      stats: the statistics to write.
-      path: the file to create or overwrite; its folder is created when missing.
-
-    Raises:
-      TypeError: ``stats`` is not a DatasetFeatureStatisticsList.
-    """
-    if not isinstance(stats, statistics_pb2.DatasetFeatureStatisticsList):
-        raise TypeError(
-            f"write_statistics takes a DatasetFeatureStatisticsList, got {type(stats).__name__}."
-        )
-    fileio.write_file(path, stats.SerializeToString())
-
-
-def read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
-    """Reads a file written by :func:`write_statistics` (or TFX's StatisticsGen).
-
-    Args:
-      path: a binary ``DatasetFeatureStatisticsList`` file; ``gs://`` paths work.
-
-    Returns:
-      The statistics.
-
-    Raises:
-      PipelineError: the file does not exist or does not hold such a proto.
-    """
-    if not fileio.exists(path):
-        raise PipelineError(
-            f"Statistics file {path} does not exist; run the statistics stage first or "
-            "pass the path of an existing FeatureStats.pb file."
-        )
-    data = fileio.read_file(path, binary=True)
-    stats = statistics_pb2.DatasetFeatureStatisticsList()
-    try:
-        stats.ParseFromString(data)
-    except Exception as err:  # noqa: BLE001  protobuf raises DecodeError or a RuntimeError
-        raise PipelineError(
-            f"Statistics file {path} is not a binary DatasetFeatureStatisticsList ({err}); "
-            "delete it and run the statistics stage again."
-        ) from err
-    return stats

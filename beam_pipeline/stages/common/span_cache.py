@@ -6,7 +6,7 @@ A span's unit, keyed by its files' content, ExampleGen's settings and the pipeli
 - ``examples/<split>/*.tfrecord.gz`` and ``rejected/rejected-*.jsonl``, as ExampleGen
   writes them for the whole input;
 - ``statistics/<split>/``: the mergeable state of the span's statistics
-  (``transforms.statistics.WriteStatisticsState``: the combine's accumulator with its
+  (``transforms.statistics_files.WriteStatisticsState``: the combine's accumulator with its
   quantile sketches, and the exact count of every string value);
 - ``span.json``: the span, its files, its rows per split and rejected rows.
 
@@ -122,7 +122,7 @@ class SpanPlan:
 
     def publish(self, splits: Sequence[Split]) -> None:
         """Records each computed unit's ``span.json`` and publishes it (after the job)."""
-        from transforms.statistics import state_num_examples
+        from transforms.statistics_files import state_num_examples
 
         for unit in self.to_compute():
             work = self.work(unit)
@@ -156,7 +156,7 @@ class SpanPlan:
         Returns:
           {"rows": split -> rows, "rejected": n, "read": n} of the whole window.
         """
-        from transforms.statistics import statistics_from_states, write_statistics
+        from transforms.statistics_files import statistics_from_states, write_statistics
 
         rows = {s.value: 0 for s in splits}
         rejected = 0
@@ -217,7 +217,7 @@ def build_span_pipeline(
     import apache_beam as beam
 
     from transforms import example_gen as eg
-    from transforms.statistics import WriteStatisticsState
+    from transforms.statistics_files import WriteStatisticsState
 
     splits = config.data.splits
     input_format = eg.FORMATS[inputs.data_format]

@@ -192,7 +192,8 @@ def build_data_pipeline(
     import apache_beam as beam
 
     from transforms import example_gen as eg
-    from transforms.statistics import GenerateStatistics, write_statistics
+    from transforms.statistics import GenerateStatistics
+    from transforms.statistics_files import write_statistics
 
     splits = config.data.splits
     stats_path = {

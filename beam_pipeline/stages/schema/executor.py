@@ -31,7 +31,7 @@ def run(
 ) -> StageResult:
     """The stage's run: Statistics -> Schema."""
     from beam_pipeline.stages.schema.inference import infer_schema, write_schema
-    from transforms.statistics import read_statistics
+    from transforms.statistics_files import read_statistics
 
     data = ctx.config.schema
     given = ctx.prepared(stage)

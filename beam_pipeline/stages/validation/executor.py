@@ -139,7 +139,7 @@ def run(
     )
     from beam_pipeline.stages.validation.checks import merge_anomalies, validate_statistics
     from beam_pipeline.stages.validation.distances import compare_distributions
-    from transforms.statistics import read_statistics
+    from transforms.statistics_files import read_statistics
 
     statistics = inputs[Statistics]
     stats = {s: read_statistics(statistics.path(s)) for s in statistics.split_names}
