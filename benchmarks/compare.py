@@ -4,6 +4,11 @@ ratio between them on the same workload.
 
   python benchmarks/compare.py [--results_dir benchmarks/results] [--all]
       [--since YYYYMMDD-HHMMSS]
+  python benchmarks/compare.py --sittings [--workload taxi_1000000] [--mode in_memory]
+
+--sittings pairs every TFX anchor result with our result of the same workload and Beam
+mode taken nearest to it (within --within_min minutes: one sitting), prints each
+sitting's ratios and their median with the range: the headline figures.
 
 Takes the latest successful result of each (system, workload, Beam mode) unless --all.
 Ratios are "TFX seconds / our seconds" (above 1: we are faster), per stage and for the
@@ -79,7 +84,14 @@ def main() -> None:
     ap.add_argument("--results_dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--since", default=None)
+    ap.add_argument("--sittings", action="store_true")
+    ap.add_argument("--workload", default="taxi_1000000")
+    ap.add_argument("--mode", default="in_memory")
+    ap.add_argument("--within_min", type=float, default=30.0)
     a = ap.parse_args()
+    if a.sittings:
+        print_sittings(load(a.results_dir, True, a.since), a.workload, a.mode, a.within_min)
+        return
     rs = load(a.results_dir, a.all, a.since)
     ours = [r for r in rs if r["system"] == "beam_pipeline"]
     tfx = [r for r in rs if r["system"].startswith("tfx")]
@@ -143,6 +155,65 @@ def main() -> None:
             print("| " + " | ".join(cells) + " |")
 
     print_memory_scaling(rs)
+
+
+def print_sittings(rs: list[dict], workload: str, mode: str, within_min: float) -> None:
+    """Each sitting's TFX / our ratios (data stages, Transform, peak tree RSS), then the
+    median of the sittings with the range."""
+    import datetime
+    import statistics
+
+    def when(r: dict) -> datetime.datetime:
+        return datetime.datetime.strptime(r["started"], "%Y%m%d-%H%M%S")
+
+    def seconds(r: dict, keys) -> float:
+        return sum(r["stages_s"].get(k) or 0.0 for k in keys)
+
+    ours = [
+        r
+        for r in rs
+        if r["system"] == "beam_pipeline"
+        and r["workload"] == workload
+        and r.get("mode") == mode
+        and r.get("ok")
+    ]
+    tfx = [r for r in rs if r["system"].startswith("tfx") and r["workload"] == workload]
+    rows = []
+    for t in sorted(tfx, key=when):
+        near = [o for o in ours if abs((when(o) - when(t)).total_seconds()) <= within_min * 60]
+        if not near:
+            continue
+        o = min(near, key=lambda o: abs((when(o) - when(t)).total_seconds()))
+        data_t, data_o = seconds(t, STAGES), seconds(o, STAGES)
+        tr_t, tr_o = seconds(t, ("Transform",)), seconds(o, ("Transform",))
+        read = ("ExampleGen", "Statistics")
+        eg = seconds(t, read) / seconds(o, read)
+        rows.append((t, o, data_t / data_o, tr_t / tr_o, data_t, data_o, tr_t, tr_o, eg))
+    print(
+        "| sitting (TFX / ours) | data stages TFX / ours | Transform TFX / ours "
+        "| peak tree RSS MiB TFX / ours |"
+    )
+    print("|---|---|---|---|")
+    for t, o, dr, trr, dt, do, tt, to, _ in rows:
+        print(
+            f"| {t['started']} / {o['started']} | {dt:.1f} / {do:.1f} s = {dr:.2f}x "
+            f"| {tt:.1f} / {to:.1f} s = {trr:.2f}x "
+            f"| {t['peak_tree_rss_mib']:,.0f} / {o['peak_tree_rss_mib']:,.0f} |"
+        )
+    if rows:
+        print()
+        for name, i in (("data stages", 2), ("Transform", 3), ("ExampleGen+Statistics", 8)):
+            values = [r[i] for r in rows]
+            print(
+                f"{name}: median {statistics.median(values):.2f}x over {len(values)} "
+                f"sittings (range {min(values):.2f}-{max(values):.2f}x)"
+            )
+        for name, key in (("TFX", 0), ("ours", 1)):
+            rss = [r[key]["peak_tree_rss_mib"] for r in rows]
+            print(
+                f"peak tree RSS, {name}: median {statistics.median(rss):,.0f} MiB "
+                f"(range {min(rss):,.0f}-{max(rss):,.0f})"
+            )
 
 
 def print_memory_scaling(rs: list[dict]) -> None:
