@@ -288,6 +288,35 @@ def one_sentence(stderr: str) -> str:
     return text[len("error: ") :]
 
 
+def forked_cli(
+    args, *, cwd: str = REPO, env=None, timeout: float = 900
+) -> subprocess.CompletedProcess:
+    """``python -m beam_pipeline ARGS`` in ``cwd``, run to its end in a process of its own:
+    a fork of the warm fork server (tests/forked_launch.py), so the CLI's ``__main__``, exit
+    code and descriptors 1 and 2 are its own, as a user's command, without a fresh
+    interpreter's imports of the ML stack. ``env``: the process's whole environment (this
+    one's by default). Past ``timeout`` it is killed with its process group, which fails
+    the test. Tests whose subject is a fresh interpreter use ``subprocess`` instead."""
+    import tempfile
+
+    import forked_launch
+
+    env = dict(os.environ if env is None else env)
+    with tempfile.TemporaryDirectory(prefix="forked-cli-") as log_dir:
+        proc = forked_launch.launch_cli(list(args), cwd, env, log_dir)
+        try:
+            proc.wait(timeout)
+        except TimeoutError:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session the fork made, by its id
+            proc.wait(60)
+            raise AssertionError(
+                f"still running after {timeout} s: {args}\n{proc.stderr[-4000:]}"
+            ) from None
+        return subprocess.CompletedProcess(
+            ["python", "-m", "beam_pipeline", *args], proc.returncode, proc.stdout, proc.stderr
+        )
+
+
 # Set by .ci/run: a test whose service (a database server, Chromium, a tmpfs to fill) is
 # missing fails instead of skipping, so that a green CI means those tests ran. The README's
 # own `pytest` keeps skipping them for a user without the services.
