@@ -126,13 +126,12 @@ def feature_value(example, name: str):
 # below. Only the order depends on these figures: stale ones cost balance, never a result;
 # but a long file missing here runs after all of these and holds its process to the end.
 _FILE_SECONDS = {
-    "test_cli_trust.py": 230,
-    "test_user_code.py": 218,
+    "test_cli_trust.py": 140,
     "test_continuous_training.py": 138,
+    "test_user_code.py": 135,
     "test_metadata_server.py": 118,
     "test_cli_runs.py": 110,
     "test_tuner_stage.py": 95,
-    "test_evaluator_kinds.py": 95,
     "test_interrupted_runs.py": 84,
     "test_user_code_staging.py": 82,
     "test_gpu_env.py": 81,
@@ -142,6 +141,7 @@ _FILE_SECONDS = {
     "test_runners.py": 55,
     "test_unclear_endings.py": 52,
     "test_stage_switches.py": 52,
+    "test_evaluator_kinds.py": 51,
     "test_docs.py": 50,
     "test_tuner_early_stopping.py": 48,
     "test_evaluator_defaults.py": 47,
@@ -150,7 +150,7 @@ _FILE_SECONDS = {
     "test_resume.py": 39,
     "test_cli.py": 39,
     "test_trainer_distributed.py": 36,
-    "test_metadata_secrets.py": 36,
+    "test_metadata_secrets.py": 29,
     "test_mixed_precision.py": 29,
     "test_trainer_stage.py": 28,
     "test_evaluator.py": 25,
