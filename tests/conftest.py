@@ -127,13 +127,12 @@ def feature_value(example, name: str):
 # below. Only the order depends on these figures: stale ones cost balance, never a result;
 # but a long file missing here runs after all of these and holds its process to the end.
 _FILE_SECONDS = {
-    "test_cli_trust.py": 230,
-    "test_user_code.py": 218,
+    "test_cli_trust.py": 140,
     "test_continuous_training.py": 138,
+    "test_user_code.py": 135,
     "test_metadata_server.py": 118,
     "test_cli_runs.py": 110,
     "test_tuner_stage.py": 95,
-    "test_evaluator_kinds.py": 95,
     "test_interrupted_runs.py": 84,
     "test_user_code_staging.py": 82,
     "test_gpu_env.py": 81,
@@ -143,6 +142,7 @@ _FILE_SECONDS = {
     "test_runners.py": 55,
     "test_unclear_endings.py": 52,
     "test_stage_switches.py": 52,
+    "test_evaluator_kinds.py": 51,
     "test_docs.py": 50,
     "test_tuner_early_stopping.py": 48,
     "test_evaluator_defaults.py": 47,
@@ -151,7 +151,7 @@ _FILE_SECONDS = {
     "test_resume.py": 39,
     "test_cli.py": 39,
     "test_trainer_distributed.py": 36,
-    "test_metadata_secrets.py": 36,
+    "test_metadata_secrets.py": 29,
     "test_mixed_precision.py": 29,
     "test_trainer_stage.py": 28,
     "test_evaluator.py": 25,
@@ -287,6 +287,35 @@ def one_sentence(stderr: str) -> str:
     assert text.startswith("error: "), text
     assert text.endswith("."), text
     return text[len("error: ") :]
+
+
+def forked_cli(
+    args, *, cwd: str = REPO, env=None, timeout: float = 900
+) -> subprocess.CompletedProcess:
+    """``python -m beam_pipeline ARGS`` in ``cwd``, run to its end in a process of its own:
+    a fork of the warm fork server (tests/forked_launch.py), so the CLI's ``__main__``, exit
+    code and descriptors 1 and 2 are its own, as a user's command, without a fresh
+    interpreter's imports of the ML stack. ``env``: the process's whole environment (this
+    one's by default). Past ``timeout`` it is killed with its process group, which fails
+    the test. Tests whose subject is a fresh interpreter use ``subprocess`` instead."""
+    import tempfile
+
+    import forked_launch
+
+    env = dict(os.environ if env is None else env)
+    with tempfile.TemporaryDirectory(prefix="forked-cli-") as log_dir:
+        proc = forked_launch.launch_cli(list(args), cwd, env, log_dir)
+        try:
+            proc.wait(timeout)
+        except TimeoutError:
+            os.killpg(proc.pid, signal.SIGKILL)  # the session the fork made, by its id
+            proc.wait(60)
+            raise AssertionError(
+                f"still running after {timeout} s: {args}\n{proc.stderr[-4000:]}"
+            ) from None
+        return subprocess.CompletedProcess(
+            ["python", "-m", "beam_pipeline", *args], proc.returncode, proc.stdout, proc.stderr
+        )
 
 
 # Set by .ci/run: a test whose service (a database server, Chromium, a tmpfs to fill) is

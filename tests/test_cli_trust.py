@@ -1,10 +1,12 @@
 """What a new user can trust, through ``python -m beam_pipeline`` as users run it: no silent
 fallback, a terminal that shows only the CLI's own output, and errors that name the fix.
 
-Each test runs the CLI in a subprocess (a real terminal's descriptors: the module's own
-output and the log's redirection are what is tested) and asserts the phrase that names
-the fix. The runs share one pipeline root per module, so the data stages of the bundled
-penguin data run once and later runs reuse them from the metadata store.
+Each test runs the CLI in a process of its own (conftest.forked_cli: a fork of the warm
+fork server, with its own descriptors 1 and 2: the module's own output and the log's
+redirection are what is tested) and asserts the phrase that names the fix; the installed
+``beam-pipeline`` script, whose own start is tested, runs as a fresh process. The runs
+share one pipeline root per module, so the data stages of the bundled penguin data run
+once and later runs reuse them from the metadata store.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PENGUIN_DIR, REPO, TESTDATA, one_sentence
+from conftest import PENGUIN_DIR, REPO, TESTDATA, forked_cli, one_sentence
 
 from beam_pipeline.core.errors import EXIT_USER_ERROR
 
@@ -31,13 +33,7 @@ FAST = ["--no_progress", "--no_evaluator", "--no_infra_validator"]
 
 
 def _cli(*args: str, cwd: str = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=900,
-    )
+    return forked_cli(args, cwd=cwd)
 
 
 def _penguin_source() -> str:
@@ -194,12 +190,7 @@ def test_a_failing_run_fn_is_one_sentence_and_its_rerun_says_where_it_resumed(tm
     assert "no blessed model yet" not in evaluator["note"]
     assert "no model was blessed before it" in evaluator["note"], evaluator["note"]
     assert pusher["status"] == "cached" and pusher["note"].startswith("reused from run resumed")
-    shown = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", "runs", "show", "again", f"--pipeline_root={root}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = _cli("runs", "show", "again", f"--pipeline_root={root}")
     assert shown.returncode == 0, shown.stderr
     executions = shown.stdout.split("Parameters", 1)[0]  # the Executions table
     (row,) = [line for line in executions.splitlines() if "│ Pusher " in line]
@@ -458,14 +449,7 @@ def recorded(tmp_path_factory):
 
 
 def _runs_cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", "runs", *argv],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=dict(os.environ, COLUMNS="100"),
-        timeout=120,
-    )
+    return forked_cli(["runs", *argv], env=dict(os.environ, COLUMNS="100"), timeout=120)
 
 
 def test_runs_show_fits_100_columns_with_whole_paths_and_a_failed_executions_error(recorded):

@@ -9,8 +9,6 @@ from __future__ import annotations
 import csv
 import os
 import random
-import subprocess
-import sys
 
 import pytest
 from conftest import PENGUIN_DIR
@@ -140,22 +138,20 @@ def run_fn(fn_args: FnArgs) -> None:
 """
 
 
-def _cli(args, cwd):
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", *args],
-        cwd=str(cwd),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc
+def _cli(args, capsys) -> str:
+    """The standard output of a successful CLI run, in this process (the Trainer runs in
+    its own either way)."""
+    from beam_pipeline import cli
+
+    capsys.readouterr()
+    code = cli.main(["--runner=DirectRunner", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-4000:]
+    return out
 
 
 @pytest.mark.slow
-def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baseline(tmp_path):
+def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baseline(tmp_path, capsys):
     # Before: "Evaluator: NOT blessed:  (no blessed model yet: ...)", an empty reason,
     # failures [], TFMA's missing_thresholds, and no later run could ever have a baseline.
     _regression_data(tmp_path / "linear.csv")
@@ -168,7 +164,7 @@ def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baselin
         "--no_infra_validator",
         "--eval_steps=2",
     ]
-    proc = _cli([*common, "--run_id=first", "--train_steps=200"], tmp_path)
+    out = _cli([*common, "--run_id=first", "--train_steps=200"], capsys)
     first = _summary(str(tmp_path / "root" / "runs" / "first"))["Evaluator"]
     assert first["status"] == "ok"
     assert first["details"]["blessed"] is True, first["note"]
@@ -177,7 +173,7 @@ def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baselin
     assert first["note"].startswith(
         f"blessed: {evaluator.NO_BASELINE_TO_CHECK} (no model was blessed before it"
     )
-    assert f"Evaluator: blessed: {evaluator.NO_BASELINE_TO_CHECK}" in proc.stdout
+    assert f"Evaluator: blessed: {evaluator.NO_BASELINE_TO_CHECK}" in out
     overall = first["details"]["metrics"]["Overall"]
     assert {"mean_squared_error", "mean_absolute_error", "example_count"} <= set(overall)
     assert overall["mean_squared_error"] < 0.5  # y = 3 x1 - 2 x2 + 1 + noise, learned
@@ -185,7 +181,7 @@ def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baselin
 
     # A worse model (one step from its initial weights) has the first as its baseline:
     # the mean squared error may not rise, and the verdict says by how much it did.
-    _cli([*common, "--run_id=worse", "--train_steps=1"], tmp_path)
+    _cli([*common, "--run_id=worse", "--train_steps=1"], capsys)
     worse = _summary(str(tmp_path / "root" / "runs" / "worse"))["Evaluator"]
     assert worse["details"]["baseline"] == str(tmp_path / "root" / "runs" / "first" / "model")
     assert worse["details"]["blessed"] is False
@@ -194,7 +190,9 @@ def test_a_regression_model_is_blessed_first_and_then_judged_against_its_baselin
 
 
 @pytest.mark.slow
-def test_the_bundled_module_on_a_label_with_one_class_is_blessed_with_no_thresholds(tmp_path):
+def test_the_bundled_module_on_a_label_with_one_class_is_blessed_with_no_thresholds(
+    tmp_path, capsys
+):
     with open(os.path.join(PENGUIN_DIR, "penguins.csv"), newline="") as f:
         rows = list(csv.reader(f))
     one_class = [rows[0]] + [r for r in rows[1:] if r[0] == "Adelie"]
@@ -212,7 +210,7 @@ def test_the_bundled_module_on_a_label_with_one_class_is_blessed_with_no_thresho
             "--train_steps=10",
             "--eval_steps=2",
         ],
-        tmp_path,
+        capsys,
     )
     evaluation = _summary(str(tmp_path / "root" / "runs" / "one"))["Evaluator"]
     assert evaluation["details"]["model_kind"] == "one-class"

@@ -8,22 +8,17 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
-from conftest import PENGUIN_DIR, free_port
+from conftest import PENGUIN_DIR, forked_cli, free_port
 
 SECRET = "s3cr3t-Value"
 
 
 def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *args],
-        cwd=str(cwd),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """``python -m beam_pipeline ARGS`` in ``cwd``, in a process of its own (forked with the
+    ML stack imported: what is tested is what the CLI prints, not its start)."""
+    return forked_cli(args, cwd=str(cwd), timeout=300)
 
 
 def _one_sentence(done: subprocess.CompletedProcess) -> str:

@@ -16,7 +16,7 @@ import subprocess
 import uuid
 
 import pytest
-from conftest import PENGUIN_DIR, TESTDATA, service_missing
+from conftest import PENGUIN_DIR, TESTDATA, forked_cli, service_missing
 
 from beam_pipeline import cli
 
@@ -125,18 +125,11 @@ def test_a_full_push_destination_says_so_and_leaves_nothing(data_run, tmp_path, 
 def test_a_full_pipeline_root_is_one_sentence_and_leaves_no_partial_file(tmp_path):
     """The run's log and summary cannot be written either: no "--- Logging error ---"
     per record, no 0-byte summary.json.tmp-*. (A real process: the log handlers and
-    descriptor 2 are the CLI's own.)"""
-    import sys
-
-    from conftest import REPO
-
+    descriptor 2 are the CLI's own: forked, conftest.forked_cli.)"""
     # 160 KiB: room for the store and the first files, not for the whole run.
     with _small_disk(tmp_path, "160k") as root:
-        proc = subprocess.run(
+        proc = forked_cli(
             [
-                sys.executable,
-                "-m",
-                "beam_pipeline",
                 f"--data={_PENGUINS}",
                 "--csv_null_values=,NA",
                 "--no_trainer",
@@ -144,9 +137,6 @@ def test_a_full_pipeline_root_is_one_sentence_and_leaves_no_partial_file(tmp_pat
                 f"--pipeline_root={root}",
                 "--run_id=full",
             ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
             timeout=600,
         )

@@ -12,10 +12,9 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import pytest
-from conftest import PENGUIN_DIR, REPO
+from conftest import PENGUIN_DIR, forked_cli
 
 from beam_pipeline.core.errors import EXIT_USER_ERROR
 
@@ -25,15 +24,10 @@ PENGUIN_DATA = [f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}", "--csv_nu
 
 
 def _cli(args, env=None, timeout=600) -> subprocess.CompletedProcess:
-    """``python -m beam_pipeline ARGS`` in a fresh process, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env if env is not None else dict(os.environ),
-        timeout=timeout,
-    )
+    """``python -m beam_pipeline ARGS`` in a process of its own, as a user runs it (a fork
+    of the warm fork server: an exit the user's code makes in the launcher ends that
+    process, not the test's)."""
+    return forked_cli(args, env=env, timeout=timeout)
 
 
 # The bundled module with hostile behaviour chosen by $HOSTILE (read in every process that
