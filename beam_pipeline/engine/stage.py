@@ -277,6 +277,8 @@ class Stage:
 
     Attributes:
       name: the stage's name (a string: the unit a run caches, resumes and reports by).
+      description: what it does and where it runs, one line of the docs' stage table
+        (built from the graph, ``scripts/docs_flags.py``).
       inputs: the artifacts it reads, from earlier stages: it starts once the stages that
         produce them ended (optional ones included), beside any stage it does not read.
       outputs: the artifact types it may produce.
@@ -306,6 +308,7 @@ class Stage:
     """
 
     name: ClassVar[str]
+    description: ClassVar[str] = ""
     inputs: ClassVar[tuple[Input, ...]] = ()
     outputs: ClassVar[tuple[type[TypedArtifact], ...]] = ()
     Config: ClassVar[Optional[type]] = None

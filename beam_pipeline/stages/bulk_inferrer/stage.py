@@ -77,6 +77,10 @@ class BulkInferrerStage(Stage):
     and the joined examples)."""
 
     name = "BulkInferrer"
+    description = (
+        "optional (`--infer_data`): new rows scored by the blessed model as `PredictionLog`s: "
+        "its own Beam job"
+    )
     Config = BulkInferrerConfig
     config_key = "bulk_inferrer"
     inputs = (

@@ -92,6 +92,10 @@ class EvaluatorStage(Stage):
     """Model + Examples + Schema -> ModelEvaluation + ModelBlessing."""
 
     name = "Evaluator"
+    description = (
+        "TensorFlow Model Analysis: sliced metrics, thresholds against the last blessed "
+        "model: its own Beam job"
+    )
     Config = EvaluatorConfig
     config_key = "evaluator"
     inputs = (

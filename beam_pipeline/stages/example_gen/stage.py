@@ -239,6 +239,12 @@ class ExampleGenStage(Stage):
     """ExampleGen + Statistics: the examples, the rejected rows and per-split statistics."""
 
     name = "ExampleGen+Statistics"
+    description = (
+        "reads CSV (typed per column, compressed or not) or TFRecord; hash split; bad rows to "
+        "a rejected-rows artifact; per split, TFDV's `DatasetFeatureStatisticsList` (exact "
+        "unique counts and top values of strings, numeric quantiles and histograms as "
+        "sketches) in the same pass: Beam job 1"
+    )
     Config = DataConfig
     config_key = "data"
     reads_input_data = True

@@ -70,6 +70,10 @@ class InfraValidatorStage(Stage):
     """Model + Examples -> InfraBlessing (and the model's warm-up file)."""
 
     name = "InfraValidator"
+    description = (
+        "the model loaded and queried as TF Serving would, in a sandbox or a real server: "
+        "launcher's subprocess"
+    )
     Config = InfraValidatorConfig
     config_key = "infra_validator"
     inputs = (

@@ -53,6 +53,7 @@ class PusherStage(Stage):
     """Model + ModelBlessing + InfraBlessing -> PushedModel (a record of the push)."""
 
     name = "Pusher"
+    description = "a model blessed by both copied to `<destination>/<version>/`: launcher"
     Config = PusherConfig
     config_key = "pusher"
     inputs = (

@@ -56,6 +56,7 @@ class SchemaStage(Stage):
     """Statistics -> Schema."""
 
     name = "Schema"
+    description = "inferred from the train statistics, or `--schema`: launcher"
     Config = SchemaConfig
     config_key = "schema"
     inputs = (Input(Statistics, key="statistics"),)

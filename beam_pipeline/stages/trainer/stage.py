@@ -139,6 +139,10 @@ class TrainerStage(Stage):
     """TransformGraph + TransformedExamples + Schema (+ Hyperparameters) -> Model + ModelRun."""
 
     name = "Trainer"
+    description = (
+        "the module's `run_fn` (or a `TrainSpec`) under the worker's distribution strategy: "
+        "its own Beam job (GPU resource hints)"
+    )
     Config = TrainerConfig
     config_key = "trainer"
     in_run_identity = True

@@ -41,6 +41,9 @@ class TransformStage(Stage):
     """Examples + Schema -> TransformGraph + TransformedExamples (needs a module file)."""
 
     name = "Transform"
+    description = (
+        "tf.Transform with the module's `preprocessing_fn`; analyzer cache across runs: Beam job 2"
+    )
     Config = TransformConfig
     config_key = "transform"
     in_run_identity = True

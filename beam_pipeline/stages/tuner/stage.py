@@ -34,6 +34,10 @@ class TunerStage(Stage):
     """TransformGraph + TransformedExamples (+ Schema) -> Hyperparameters."""
 
     name = "Tuner"
+    description = (
+        "the module's `tuner_fn`: a Keras Tuner search, trials on Beam workers: one job per "
+        "search, trial or round"
+    )
     Config = TunerConfig
     config_key = "tuner"
     in_run_identity = True

@@ -62,6 +62,7 @@ class ValidationStage(Stage):
     """Statistics + Schema -> Anomalies (and the blocking-anomalies verdict)."""
 
     name = "Validation"
+    description = "every split against the schema; blocking anomalies stop the run: launcher"
     Config = ValidationConfig
     config_key = "validation"
     inputs = (Input(Statistics, key="statistics"), Input(Schema, key="schema"))
