@@ -492,8 +492,7 @@ def _resolve(
         if spec.key is not None:
             built_from[spec.key] = found[1] if found is not None else None
     built_from.update(stage.key_parameters(ctx))
-    # Artifacts of earlier runs found in the store (Stage.resolved_inputs; none for a stage
-    # switched off): by type and uri.
+    # Artifacts of earlier runs found in the store (Stage.resolved_inputs; none if off).
     resolved = stage.resolved_inputs(ctx) if stage.switched_on(ctx.config) is not False else ()
     for artifact in resolved:
         inputs[type(artifact)] = artifact
