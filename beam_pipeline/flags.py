@@ -59,7 +59,7 @@ def flag_table(graph: Sequence[Any] = STAGE_GRAPH) -> Table:
     holders: list[tuple[str, type]] = [("", PipelineConfig)]
     holders += [(s.config_key, s.Config) for s in graph if s.Config is not None]
     for key, cls in holders:
-        for name, s in settings_of(cls):
+        for name, s in settings_of(cls, key):
             if s.flag in table:
                 raise ValueError(f"two settings declare the flag --{s.flag}")
             table[s.flag] = (key, name, s, cls)

@@ -127,8 +127,8 @@ def run(
         warm_fork_server()
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
-    for stage in graph:  # e.g. the serving check's server must answer now, not later
-        stage.check_settings(config, options)
+    for stage in _switched_on(graph, config):  # e.g. the serving check's server must
+        stage.check_settings(config, options)  # answer now, not later
     # A local EXTERNAL worker pool must start a worker that imports this project; checked
     # while the inputs and the module file are checked, and waited for before anything is
     # created (beam_pipeline.runtime.preflight).
@@ -170,7 +170,7 @@ def run(
 
     checks = Preflight(config, options, user_module, store_once)
     try:
-        for stage in graph:
+        for stage in _switched_on(graph, config):
             stage.preflight(checks)
     except BaseException:
         if opened.get("store") is not None:
@@ -255,6 +255,12 @@ def run(
             store.close()
 
 
+def _switched_on(graph: Sequence[Stage], config: PipelineConfig) -> list[Stage]:
+    """The stages of ``graph`` not switched off (``--no_<stage>``): a stage switched off
+    is neither checked nor started (its hooks need not test its switch)."""
+    return [stage for stage in graph if stage.switched_on(config) is not False]
+
+
 def _start(
     graph: Sequence[Stage],
     ctx: StageContext,
@@ -265,7 +271,7 @@ def _start(
     """Starts what each stage that will run starts for the run (:meth:`Stage.start`, e.g.
     the Tuner's worker processes, which import TensorFlow while the data stages run):
     each closed by ``resources`` at the run's end, or earlier by its stage."""
-    for stage in graph:
+    for stage in _switched_on(graph, ctx.config):
         if manifest.has(stage.name):  # finished by an earlier attempt: it does not run
             continue
         resource = stage.start(dataclasses.replace(ctx, stage=stage.name))

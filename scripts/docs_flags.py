@@ -24,6 +24,9 @@ from typing import Any
 
 MARKER = "<!-- flags: generated -->"
 PAGE = "flags.md"
+# The home page's table of the bundled graph's stages, from their declarations.
+STAGES_MARKER = "<!-- stages: generated -->"
+STAGES_PAGE = "index.md"
 
 # Flags that the parser documents but that fill no config field (read before the rest).
 _NO_FIELD = {"config": "none", "version": "none", "graph": "none"}
@@ -162,8 +165,32 @@ def flag_tables() -> str:
     return "\n".join(out)
 
 
+def stage_table() -> str:
+    """The markdown table of ``STAGE_GRAPH``'s stages, in graph order: each one's name,
+    ``description``, the artifacts it reads (optional ones in brackets) and writes, and
+    its switch; a stage added to the graph is on the home page on the next build."""
+    from beam_pipeline.stages.graph import STAGE_GRAPH
+
+    out = ["| stage | what; where it runs | reads | writes | off with |", "|---|---|---|---|---|"]
+    for stage in STAGE_GRAPH:
+        reads = ", ".join(
+            f"[{i.type.__name__}]" if i.optional else i.type.__name__ for i in stage.inputs
+        )
+        writes = ", ".join(t.__name__ for t in stage.outputs)
+        flag = stage.switch_flag()
+        out.append(
+            f"| {stage.name} | {stage.description} | {reads or '`--data`'} | {writes} | "
+            f"{f'`--no_{flag}`' if flag else ''} |"
+        )
+    return "\n".join(out)
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
-    """mkdocs hook: fills the flag reference page's marker."""
+    """mkdocs hook: fills the flag reference page's marker, and the home page's stages."""
+    if page.file.src_uri == STAGES_PAGE:
+        if STAGES_MARKER not in markdown:
+            raise ValueError(f"docs/{STAGES_PAGE} lost its marker {STAGES_MARKER!r}")
+        return markdown.replace(STAGES_MARKER, stage_table())
     if page.file.src_uri != PAGE:
         return markdown
     if MARKER not in markdown:

@@ -22,7 +22,8 @@ from beam_pipeline.progress import PROGRESS_PREFIX
 
 pytestmark = pytest.mark.slow
 
-# The report's sections: (id, heading), in order.
+# The bundled stages' report sections: (id, heading), in order (the report has them all,
+# and a new stage's own in graph order: _report_sections).
 REPORT_SECTIONS = [
     ("stages", "Stages"),
     ("statistics", "Statistics"),
@@ -33,6 +34,16 @@ REPORT_SECTIONS = [
     ("training", "Training"),
     ("evaluation", "Evaluation"),
 ]
+
+
+def _report_sections(run_dir: str) -> list[tuple[str, str]]:
+    """The sections the graph's declarations give ``run_dir``'s report (its stage table,
+    then each stage's ``report_sections``), which must hold REPORT_SECTIONS in order."""
+    from beam_pipeline.report.data import collect
+
+    declared = [("stages", "Stages"), *((s.id, s.title) for s in collect(run_dir).sections)]
+    assert [s for s in declared if s in REPORT_SECTIONS] == REPORT_SECTIONS
+    return declared
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +137,8 @@ def test_the_report_shows_every_section_and_needs_no_network(default_run):
     _, run_dir = default_run
     with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as f:
         html = f.read()
-    sections = re.findall(r'<section id="([a-z]+)">', html)
-    assert sections == [section for section, _ in REPORT_SECTIONS]
+    sections = re.findall(r'<section id="([a-z_]+)">', html)
+    assert sections == [section for section, _ in _report_sections(run_dir)]
     assert "Not in this report" not in html  # a whole run: nothing is missing
     features = re.findall(r'<h3 class="feature" id="feature-([a-z_]+)">', html)
     assert sorted(features) == sorted(PENGUIN_FEATURES)
@@ -320,7 +331,7 @@ def _reused_sections(html: str) -> dict[str, str]:
     """Section id -> the run its "Reused from run X" line names, for each section that has
     one."""
     found = {}
-    for section, body in re.findall(r'<section id="([a-z]+)">(.*?)</section>', html, re.S):
+    for section, body in re.findall(r'<section id="([a-z_]+)">(.*?)</section>', html, re.S):
         origin = re.search(r'<p class="origin" data-reused-from="([^"]+)">', body)
         if origin:
             found[section] = origin.group(1)
@@ -644,7 +655,7 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(default_
     assert console == []
     assert screenshot.stat().st_size > 50_000  # a page drawn, not a blank one (~230 KB)
     headings = re.findall(r"<h2>([^<]+)</h2>", dom)
-    assert headings == [heading for _, heading in REPORT_SECTIONS]
+    assert headings == [heading for _, heading in _report_sections(run_dir)]
     for name in PENGUIN_FEATURES:
         assert f'id="feature-{name}"' in dom
     # Plots as the browser parsed them: SVG elements with their bars, points and lines.

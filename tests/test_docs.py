@@ -65,6 +65,13 @@ def test_the_site_builds_with_strict_checks(tmp_path):
         for option in action.option_strings:
             if option != "-h" and option != "--help":
                 assert f"<code>{option}</code>" in html, option
+    # The home page's stage table was generated from the graph: every stage has its row.
+    from beam_pipeline.stages.graph import STAGE_GRAPH
+
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "stages: generated" not in home
+    for stage in STAGE_GRAPH:
+        assert f"<td>{stage.name}</td>" in home, stage.name
 
 
 def test_the_flag_reference_shows_each_flags_default_and_meaning():

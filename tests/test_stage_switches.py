@@ -3,8 +3,9 @@ off in one run runs again in the next run that switches it on, on the same pipel
 (it once reused the skip: ``--no_evaluator`` then a plain run said "Evaluator skipped:
 --no_evaluator").
 
-The switches come from the graph's declarations (a Config field ``enabled`` that is a
-``switch`` setting), so a new stage with a switch is tested here without editing this file.
+The switches come from the graph's declarations (a Config field made by
+:func:`beam_pipeline.engine.stage.switch`), so a new stage with a switch is tested here
+without editing this file.
 """
 
 from __future__ import annotations
@@ -50,33 +51,35 @@ def _recorded(root: str, run_id: str) -> dict[str, str]:
     return {e["stage"]: e["summary_status"] for e in shown["executions"]}
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    """A pipeline root with one run of every stage switched on (the bundled example)."""
-    path = str(tmp_path_factory.mktemp("switches"))
-    assert cli.main([f"--pipeline_root={path}", "--run_id=all_on", *_CHEAP]) == 0
-    stages = _stages(path, "all_on")
-    assert all(stages[name]["status"] == "ok" for name, _ in SWITCHES), stages
-    return path
-
-
 def test_the_graph_declares_switches():
     assert {"Tuner", "Trainer", "Evaluator", "InfraValidator"} <= {n for n, _ in SWITCHES}
 
 
-@pytest.mark.parametrize("stage,flag", SWITCHES, ids=[n for n, _ in SWITCHES])
-def test_a_stage_switched_off_runs_again_once_switched_on(root, stage, flag):
-    off, on = f"off_{stage}", f"on_{stage}"
-    assert cli.main([f"--pipeline_root={root}", f"--run_id={off}", flag, *_CHEAP]) == 0
-    row = _stages(root, off)[stage]
-    assert row["status"] == "skipped" and flag in row["note"], row
-    assert _recorded(root, off)[stage] == "skipped"
-
-    # Switched on again: the stage's work, not the skip (its own run's, or reused from
-    # the run that had it on).
-    assert cli.main([f"--pipeline_root={root}", f"--run_id={on}", *_CHEAP]) == 0
-    row = _stages(root, on)[stage]
+def _check_on(root: str, run_id: str, stage: str, flag: str, off: str) -> None:
+    """``stage`` did its work in ``run_id`` (its own run's, or reused from a run that had it
+    on), not reused the skip that run ``off`` recorded."""
+    row = _stages(root, run_id)[stage]
     assert row["status"] in ("ok", "cached") and flag not in row["note"], row
-    assert row["artifact"], row
-    assert f"from run {off}" not in row["note"], row
-    assert _recorded(root, on)[stage] in ("complete", "cached")
+    assert row["artifact"] and f"from run {off}" not in row["note"], row
+    assert _recorded(root, run_id)[stage] in ("complete", "cached")
+
+
+def test_every_switch_off_then_on_again_runs_each_stage(tmp_path):
+    """One root: a run with every switch on, then one run per switch, in graph order, with
+    that switch off and the one before it on again (the stages before it as the first run
+    had them: the same inputs, so that only the switch tells its key from the skip's),
+    then every switch on again."""
+    root = str(tmp_path)
+    assert cli.main([f"--pipeline_root={root}", "--run_id=all_on", *_CHEAP]) == 0
+    before = None
+    for stage, flag in SWITCHES:
+        off = f"off_{stage}"
+        assert cli.main([f"--pipeline_root={root}", f"--run_id={off}", flag, *_CHEAP]) == 0
+        row = _stages(root, off)[stage]
+        assert row["status"] == "skipped" and flag in row["note"], row
+        assert _recorded(root, off)[stage] == "skipped"
+        if before is not None:
+            _check_on(root, off, *before)
+        before = (stage, flag, off)
+    assert cli.main([f"--pipeline_root={root}", "--run_id=on_again", *_CHEAP]) == 0
+    _check_on(root, "on_again", *before)

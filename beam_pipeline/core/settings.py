@@ -174,12 +174,14 @@ def setting(
     return dataclasses.field(default=default, metadata=meta)
 
 
-def settings_of(cls: type) -> Iterator[tuple[str, Setting]]:
-    """(field name, Setting) of each field of the dataclass ``cls`` declared a setting."""
+def settings_of(cls: type, section: str = "") -> Iterator[tuple[str, Setting]]:
+    """(field name, Setting) of each field of the dataclass ``cls`` declared a setting;
+    ``section``: the config key ``cls`` is the section of, the flag of a setting declared
+    without one (a stage's switch, ``--no_<section>``)."""
     for f in dataclasses.fields(cls):
         s = f.metadata.get(SETTING)
         if s is not None:
-            yield f.name, s
+            yield f.name, s if s.flag or not section else dataclasses.replace(s, flag=section)
 
 
 def field_default(cls: type, name: str) -> Any:

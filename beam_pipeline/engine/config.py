@@ -269,7 +269,7 @@ class PipelineConfig:
             yield "", name, s, getattr(self, name)
         for key in sorted(_SECTIONS):
             section = self.section(key)
-            for name, s in settings_of(type(section)):
+            for name, s in settings_of(type(section), key):
                 yield key, name, s, getattr(section, name)
 
     def _check(self) -> None:

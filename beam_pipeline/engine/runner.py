@@ -271,8 +271,8 @@ class _Scheduler:
             return
         for run in starting:
             # Its work's code loaded here, not on its thread: see Stage.executor.
-            if run.stage.executor:
-                importlib.import_module(run.stage.executor)
+            if type(run.stage).run is Stage.run:  # (a stage that overrides run names none)
+                importlib.import_module(run.stage.executor_module())
         for run in starting:
             self.running[run.index] = run
             run.thread = threading.Thread(
@@ -492,8 +492,8 @@ def _resolve(
         if spec.key is not None:
             built_from[spec.key] = found[1] if found is not None else None
     built_from.update(stage.key_parameters(ctx))
-    # Artifacts of earlier runs found in the store (Stage.resolved_inputs): by type and uri.
-    resolved = stage.resolved_inputs(ctx)
+    # Artifacts of earlier runs found in the store (Stage.resolved_inputs; none if off).
+    resolved = stage.resolved_inputs(ctx) if stage.switched_on(ctx.config) is not False else ()
     for artifact in resolved:
         inputs[type(artifact)] = artifact
     if resolved:

@@ -2,34 +2,40 @@
 
 A stage declares the artifact types it reads (:class:`Input`) and writes (``outputs``), its
 settings (``Config``, a frozen dataclass of :func:`~beam_pipeline.core.settings.setting`
-fields: flags, YAML keys and help come from them), what its results depend on besides
-(:meth:`Stage.parameters`), and does its work in :meth:`Stage.run`. What every stage needs
-is the runner's (:func:`beam_pipeline.engine.runner.run_stages`): the cache key, the look-up
-of an earlier execution, a staging folder per output, publishing them atomically or
-discarding them on failure, timing, the summary rows and the record of the execution.
+fields: flags, YAML keys and help come from them; :func:`switch` lets it be switched off),
+what its results depend on besides (:meth:`Stage.parameters`), and names the module that
+does its work (:attr:`Stage.executor`, by default ``executor.py`` beside the declaration),
+whose ``run(stage, ctx, inputs, out) -> StageResult`` the base class calls. What every
+stage needs is the runner's (:func:`beam_pipeline.engine.runner.run_stages`): the cache
+key, the look-up of an earlier execution, a staging folder per output, publishing them
+atomically or discarding them on failure, timing, the summary rows and the record of the
+execution.
 
-Example (a stage that copies the schema; one module and one line in ``graph.py``)::
+Example (a stage that copies the schema: ``copy_schema/stage.py``, ``copy_schema/executor.py``
+and one line in ``graph.py``)::
 
+    # copy_schema/stage.py
     class CopySchema(Stage):
-        name = "Schema"
+        name = "CopySchema"
         inputs = (Input(Schema, key="schema"),)
         outputs = (Schema,)
 
-        def run(self, ctx, inputs, out):
-            fileio.copy(inputs[Schema].file, fileio.join(out.folder(Schema), SCHEMA_FILE))
-            report = StageReport("Schema", StageStatus.OK, artifact=out.uri(Schema))
-            return StageResult([report], outputs=(out.artifact(Schema),))
+    # copy_schema/executor.py
+    def run(stage, ctx, inputs, out):
+        fileio.copy(inputs[Schema].file, fileio.join(out.folder(Schema), SCHEMA_FILE))
+        report = StageReport(stage.name, StageStatus.OK, artifact=out.uri(Schema))
+        return StageResult([report], outputs=(out.artifact(Schema),))
 """
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from beam_pipeline.core.settings import settings_of
+from beam_pipeline.core.settings import setting, settings_of
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig, register_section
 from beam_pipeline.engine.events import RunEvents
@@ -53,7 +59,19 @@ __all__ = [
     "StageFailed",
     "Started",
     "Outputs",
+    "switch",
 ]
+
+
+def switch(help: str) -> Any:  # noqa: A002 - argparse's word for it
+    """The field ``enabled: bool = switch("Do not ...")`` of a stage's Config: the stage
+    can be switched off. The kernel makes the rest from it: the flag ``--no_<config_key>``
+    and the YAML key ``<config_key>: false``, the skip row (note ``--no_<config_key>``),
+    the switch's place in the stage's cache key (:meth:`Stage.key_parameters`), and a
+    switched-off stage's hooks left uncalled (``check_settings``, ``preflight``,
+    ``start``, ``resolved_inputs``: they need not test the switch)."""
+    # flag "": the section's key (core.settings.settings_of).
+    return setting(True, flag="", help=help, kind="switch")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,11 +83,14 @@ class Input:
       key: the name under which the producing stage's cache key enters this stage's
         (None: implied by another input's, e.g. the schema behind the transform graph).
       optional: the stage also runs without it (its key is then None).
+      skip_without: the stage does not run without it: its skip row's note then (e.g.
+        "no model was trained"); "": it runs (``optional``) or waits for it.
     """
 
     type: type[TypedArtifact]
     key: Optional[str]
     optional: bool = False
+    skip_without: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,11 +272,13 @@ class Preflight:
     store: Callable[[], Any] = lambda: None
 
 
-class Stage(abc.ABC):
+class Stage:
     """One unit of the graph: its declaration (class attributes) and its hooks.
 
     Attributes:
       name: the stage's name (a string: the unit a run caches, resumes and reports by).
+      description: what it does and where it runs, one line of the docs' stage table
+        (built from the graph, ``scripts/docs_flags.py``).
       inputs: the artifacts it reads, from earlier stages: it starts once the stages that
         produce them ended (optional ones included), beside any stage it does not read.
       outputs: the artifact types it may produce.
@@ -275,13 +298,17 @@ class Stage(abc.ABC):
         input).
       worker_modules: modules its Beam workers import (a local worker pool imports them
         once, before it forks a worker per job).
-      executor: the module that does its work (its hooks import it when they run), or
-        None. The runner imports it on its own thread before the stage starts on one of
-        its own: a Ctrl-C is raised in a running stage's thread, and one that lands while
-        that thread imports can leave Python's import lock held for good.
+      executor: the module that does its work, whose ``run(stage, ctx, inputs, out)``
+        :meth:`run` calls: a module name beside the declaration's (default ``executor``:
+        ``<the stage's package>.executor``) or a full module path. Its hooks import it when
+        they run (``--help`` and ``runs`` load no Beam). The runner imports it on its own
+        thread before the stage starts on one of its own: a Ctrl-C is raised in a running
+        stage's thread, and one that lands while that thread imports can leave Python's
+        import lock held for good.
     """
 
     name: ClassVar[str]
+    description: ClassVar[str] = ""
     inputs: ClassVar[tuple[Input, ...]] = ()
     outputs: ClassVar[tuple[type[TypedArtifact], ...]] = ()
     Config: ClassVar[Optional[type]] = None
@@ -289,7 +316,7 @@ class Stage(abc.ABC):
     publishes_itself: ClassVar[bool] = False
     keeps_outputs_on_rerun: ClassVar[bool] = False
     worker_modules: ClassVar[tuple[str, ...]] = ()
-    executor: ClassVar[Optional[str]] = None
+    executor: ClassVar[str] = "executor"
     reads_input_data: ClassVar[bool] = False
     in_run_identity: ClassVar[bool] = False
 
@@ -322,15 +349,15 @@ class Stage(abc.ABC):
         """The settings (JSON values) its outputs depend on besides its inputs: its key's."""
         return {}
 
-    # The field of a stage's Config that switches it off: a ``switch`` setting named
-    # ``enabled`` (``--no_<flag>``, the YAML key ``<flag>: false``).
+    # The field of a stage's Config that switches it off, made by :func:`switch`
+    # (``--no_<config_key>``, the YAML key ``<config_key>: false``).
     SWITCH: ClassVar[str] = "enabled"
 
     def switch_flag(self) -> Optional[str]:
         """The flag of its switch (``--no_<flag>`` turns it off); None: it declares none."""
         if self.Config is None or not self.config_key:
             return None
-        for name, declared in settings_of(self.Config):
+        for name, declared in settings_of(self.Config, self.config_key):
             if name == self.SWITCH and declared.kind == "switch":
                 return declared.flag
         return None
@@ -346,10 +373,12 @@ class Stage(abc.ABC):
     ) -> str:
         """Why it does not run in this run, decided from the settings and which inputs
         exist alone ("": it runs). The runner then records its skip row without starting
-        it (no "running" line). Default: its switch is off (``--no_<flag>``)."""
+        it (no "running" line). Default: its switch is off (``--no_<flag>``), or an input
+        it cannot run without is absent (its :attr:`Input.skip_without`)."""
         if self.switched_on(ctx.config) is False:
             return f"--no_{self.switch_flag()}"
-        return ""
+        missing = (i.skip_without for i in self.inputs if i.type not in inputs)
+        return next((note for note in missing if note), "")
 
     def key_parameters(self, ctx: StageContext) -> dict[str, Any]:
         """What its cache key holds besides its inputs' keys: its :meth:`parameters` and,
@@ -368,14 +397,20 @@ class Stage(abc.ABC):
         handed to :meth:`run` with the others."""
         return ()
 
-    @abc.abstractmethod
+    def executor_module(self) -> str:
+        """The full name of its :attr:`executor` module."""
+        if "." in self.executor:
+            return self.executor
+        return f"{type(self).__module__.rpartition('.')[0]}.{self.executor}"
+
     def run(
         self,
         ctx: StageContext,
         inputs: Mapping[type[TypedArtifact], TypedArtifact],
         out: Outputs,
     ) -> StageResult:
-        """Does the stage's work.
+        """Does the stage's work: its :attr:`executor`'s ``run(stage, ctx, inputs, out)``
+        (a stage may override this method instead).
 
         Args:
           ctx: the run's context.
@@ -386,6 +421,7 @@ class Stage(abc.ABC):
         Raises:
           StageFailed: a failure with summary rows; any other exception: a failure without.
         """
+        return importlib.import_module(self.executor_module()).run(self, ctx, inputs, out)
 
     def work(
         self,

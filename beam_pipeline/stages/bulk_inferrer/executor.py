@@ -21,7 +21,7 @@ from beam_pipeline.core.types import DataFormat, Split
 from beam_pipeline.engine.artifacts import Model, ModelBlessing, Schema, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import files_digest, folder_digest
-from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
+from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.bulk_inferrer.artifacts import (
     InferenceRejectedRows,
@@ -247,7 +247,10 @@ def parameters(ctx: StageContext) -> dict[str, Any]:
 
 
 def run(
-    ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
+    stage: Stage,
+    ctx: StageContext,
+    inputs: Mapping[type[TypedArtifact], TypedArtifact],
+    out: Outputs,
 ) -> StageResult:
     """The stage's ``run`` hook: scores the checked examples with the chosen model."""
     from apache_beam.options.pipeline_options import TestOptions

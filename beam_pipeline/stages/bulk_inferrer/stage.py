@@ -22,7 +22,7 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Model, ModelBlessing, Schema, TypedArtifact
 from beam_pipeline.engine.config import check_int
-from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import Input, Preflight, Stage, StageContext
 from beam_pipeline.stages.bulk_inferrer.artifacts import (
     InferenceRejectedRows,
     InferenceResult,
@@ -77,7 +77,10 @@ class BulkInferrerStage(Stage):
     and the joined examples)."""
 
     name = "BulkInferrer"
-    executor = "beam_pipeline.stages.bulk_inferrer.executor"
+    description = (
+        "optional (`--infer_data`): new rows scored by the blessed model as `PredictionLog`s: "
+        "its own Beam job"
+    )
     Config = BulkInferrerConfig
     config_key = "bulk_inferrer"
     inputs = (
@@ -103,10 +106,3 @@ class BulkInferrerStage(Stage):
         from beam_pipeline.stages.bulk_inferrer import executor
 
         return executor.parameters(ctx)
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.bulk_inferrer import executor
-
-        return executor.run(ctx, inputs, out)

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.engine.artifacts import Model, TypedArtifact
-from beam_pipeline.engine.stage import StageResult
-from beam_pipeline.engine.summary import StageReport, StageStatus
+from beam_pipeline.engine.summary import StageReport
 
 __all__ = [
     "BLESSING_FILE",
@@ -34,7 +32,6 @@ __all__ = [
     "ThresholdFailure",
     "read_blessing",
     "read_infra_result",
-    "skip_without_model",
     "write_blessing",
     "write_infra_result",
     "verdict",
@@ -48,16 +45,6 @@ NO_LABEL_FIX = (
     "records no label; pass --eval_config (a TFMA EvalConfig naming model_specs.label_key) "
     "to evaluate and bless it"
 )
-
-
-def skip_without_model(
-    stage: str, inputs: Mapping[type[TypedArtifact], TypedArtifact], disabled_by: str = ""
-) -> Optional[StageResult]:
-    """The model checks' SKIPPED result when no model was trained or the stage is off."""
-    note = "no model was trained" if Model not in inputs else disabled_by
-    if not note:
-        return None
-    return StageResult([StageReport(stage, StageStatus.SKIPPED, note=note)])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.common.blessings import NO_LABEL_FIX, skip_without_model
+from beam_pipeline.stages.common.blessings import NO_LABEL_FIX
 from beam_pipeline.stages.common.store import open_store
 
 if TYPE_CHECKING:
@@ -90,14 +90,11 @@ def run(
     out: Outputs,
 ) -> StageResult:
     """The stage's run: Model + Examples (+ Schema, TransformGraph) -> ModelEvaluation +
-    ModelBlessing, or a skip when there is no model to evaluate."""
+    ModelBlessing (the kernel skips it without a model: ``Input.skip_without``)."""
     from beam_pipeline.stages.common.schema_file import read_schema
     from beam_pipeline.stages.evaluator import evaluation as evaluator
 
     e = ctx.config.evaluator
-    skipped = skip_without_model("Evaluator", inputs, "" if e.enabled else "--no_evaluator")
-    if skipped is not None:
-        return skipped
     model = inputs[Model]
     examples = inputs[Examples]
     if examples.split_names and e.eval_split not in examples.split_names:

@@ -7,7 +7,7 @@ The work (the baseline look-up, TFMA, the blessing, the verdict in the store) is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.errors import PipelineError
@@ -21,15 +21,13 @@ from beam_pipeline.engine.artifacts import (
     Schema,
     Statistics,
     TransformGraph,
-    TypedArtifact,
 )
 from beam_pipeline.engine.stage import (
     Input,
-    Outputs,
     Preflight,
     Stage,
     StageContext,
-    StageResult,
+    switch,
 )
 
 if TYPE_CHECKING:
@@ -60,11 +58,8 @@ class EvaluatorConfig:
     """Settings of the Evaluator (``eval_config``: a TFMA EvalConfig file, protobuf text or
     JSON; default: derived from the model, see :mod:`beam_pipeline.stages.evaluator.evaluation`)."""
 
-    enabled: bool = setting(
-        True,
-        flag="evaluator",
-        help="Do not evaluate the model (nor push it: a push needs the Evaluator's blessing).",
-        kind="switch",
+    enabled: bool = switch(
+        "Do not evaluate the model (nor push it: a push needs the Evaluator's blessing)."
     )
     eval_config: Optional[str] = setting(
         None,
@@ -97,11 +92,14 @@ class EvaluatorStage(Stage):
     """Model + Examples + Schema -> ModelEvaluation + ModelBlessing."""
 
     name = "Evaluator"
-    executor = "beam_pipeline.stages.evaluator.executor"
+    description = (
+        "TensorFlow Model Analysis: sliced metrics, thresholds against the last blessed "
+        "model: its own Beam job"
+    )
     Config = EvaluatorConfig
     config_key = "evaluator"
     inputs = (
-        Input(Model, key="model", optional=True),
+        Input(Model, key="model", optional=True, skip_without="no model was trained"),
         Input(Examples, key="examples"),
         Input(Schema, key="schema", optional=True),
         # Its transformed schema says how many classes the label has (the default
@@ -117,7 +115,7 @@ class EvaluatorStage(Stage):
         # A bad --eval_config (one that does not parse, a metric module that does not
         # import) stops the run before anything is written, not after the Trainer.
         e = run.config.evaluator
-        if e.enabled and e.eval_config:
+        if e.eval_config:
             from beam_pipeline.stages.evaluator.evaluation import check_eval_config_file
 
             check_eval_config_file(e.eval_config)
@@ -132,20 +130,6 @@ class EvaluatorStage(Stage):
             "slice_features": list(e.slice_features),
             "baseline": e.baseline,
         }
-
-    def skip_reason(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
-    ) -> str:
-        if Model not in inputs:
-            return "no model was trained"
-        return super().skip_reason(ctx, inputs)
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.evaluator import executor
-
-        return executor.run(self, ctx, inputs, out)
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """The verdict, the metrics per slice beside the baseline's, TFMA's plots."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Artifact, DataFormat, Split
-from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics
+from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest, pipeline_code
 from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageResult
@@ -273,7 +273,12 @@ def _dry_run_result(job) -> StageResult:
     return StageResult([report], halt=True)
 
 
-def run(stage: Stage, ctx: StageContext, out: Outputs) -> StageResult:
+def run(
+    stage: Stage,
+    ctx: StageContext,
+    inputs: Mapping[type[TypedArtifact], TypedArtifact],
+    out: Outputs,
+) -> StageResult:
     """Runs the data phase's Beam job (with a ``{SPAN}`` input, for the spans not cached)
     and publishes the examples, the rejected rows and the statistics."""
     prepared: PreparedData = ctx.prepared(stage)

@@ -6,15 +6,15 @@ imported where a hook runs, so ``--help`` and ``runs`` load neither."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.core.types import DEFAULT_CSV_MAX_FIELD_BYTES, DataFormat, Split
-from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
+from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics
 from beam_pipeline.engine.config import PipelineConfig, check_int
-from beam_pipeline.engine.stage import InputData, Outputs, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import InputData, Stage, StageContext
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.history_entry import HistoryEntry
@@ -239,7 +239,12 @@ class ExampleGenStage(Stage):
     """ExampleGen + Statistics: the examples, the rejected rows and per-split statistics."""
 
     name = "ExampleGen+Statistics"
-    executor = "beam_pipeline.stages.example_gen.executor"
+    description = (
+        "reads CSV (typed per column, compressed or not) or TFRecord; hash split; bad rows to "
+        "a rejected-rows artifact; per split, TFDV's `DatasetFeatureStatisticsList` (exact "
+        "unique counts and top values of strings, numeric quantiles and histograms as "
+        "sketches) in the same pass: Beam job 1"
+    )
     Config = DataConfig
     config_key = "data"
     reads_input_data = True
@@ -257,13 +262,6 @@ class ExampleGenStage(Stage):
 
     def parameters(self, ctx: StageContext) -> dict:
         return {"data": ctx.prepared(self).inputs.fingerprint}
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.example_gen import executor
-
-        return executor.run(self, ctx, out)
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """The statistics per feature and split (anomalous features marked) and the first

@@ -23,7 +23,6 @@ from beam_pipeline.core import fileio
 from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, TypedArtifact
 from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.common.blessings import skip_without_model
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.stage import Stage
@@ -50,7 +49,7 @@ def run(
     inputs: Mapping[type[TypedArtifact], TypedArtifact],
     out: Outputs,
 ) -> StageResult:
-    """The stage's run: Model + Examples -> InfraBlessing, or a skip without a model."""
+    """The stage's run: Model + Examples -> InfraBlessing."""
     from beam_pipeline.stages.infra_validator.checks import (
         describe,
         validate_model,
@@ -58,10 +57,6 @@ def run(
     )
 
     e = ctx.config.infra_validator
-    off = "" if e.enabled else "--no_infra_validator"
-    skipped = skip_without_model("InfraValidator", inputs, off)
-    if skipped is not None:
-        return skipped
     model = inputs[Model]
     examples = read_examples(inputs[Examples].file_pattern(ctx.config.evaluator.eval_split))
     result = validate_model(

@@ -6,14 +6,14 @@ the TF Serving server at ``--serving_endpoint``) before it is pushed (the work:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
-from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model, TypedArtifact
+from beam_pipeline.engine.artifacts import Examples, InfraBlessing, Model
 from beam_pipeline.engine.config import PipelineConfig
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import Input, Stage, StageContext, switch
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.history_entry import HistoryEntry
@@ -28,12 +28,7 @@ class InfraValidatorConfig:
     """Settings of the serving check (``serving_endpoint``: ``HOST:PORT`` of a running TF
     Serving server's gRPC API that serves the model; "": the sandbox)."""
 
-    enabled: bool = setting(
-        True,
-        flag="infra_validator",
-        help="Do not load and serve the model as a check (nor push it).",
-        kind="switch",
-    )
+    enabled: bool = switch("Do not load and serve the model as a check (nor push it).")
     load_timeout: float = setting(
         60.0, flag="infra_load_timeout", help="Seconds to load (default 60).", kind="float"
     )
@@ -75,15 +70,21 @@ class InfraValidatorStage(Stage):
     """Model + Examples -> InfraBlessing (and the model's warm-up file)."""
 
     name = "InfraValidator"
-    executor = "beam_pipeline.stages.infra_validator.executor"
+    description = (
+        "the model loaded and queried as TF Serving would, in a sandbox or a real server: "
+        "launcher's subprocess"
+    )
     Config = InfraValidatorConfig
     config_key = "infra_validator"
-    inputs = (Input(Model, key="model", optional=True), Input(Examples, key="examples"))
+    inputs = (
+        Input(Model, key="model", optional=True, skip_without="no model was trained"),
+        Input(Examples, key="examples"),
+    )
     outputs = (InfraBlessing,)
 
     def check_settings(self, config: PipelineConfig, options: Any) -> None:
         settings = config.infra_validator
-        if settings.serving_endpoint and settings.enabled:
+        if settings.serving_endpoint:
             # The serving check's server must answer now, not after the training.
             from beam_pipeline.stages.infra_validator.endpoint import check_endpoint
 
@@ -96,20 +97,6 @@ class InfraValidatorStage(Stage):
         if e.serving_endpoint:  # only then: the sandbox's cache keys stay as they were
             params.update(endpoint=e.serving_endpoint, model_name=e.serving_model_name)
         return params
-
-    def skip_reason(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
-    ) -> str:
-        if Model not in inputs:
-            return "no model was trained"
-        return super().skip_reason(ctx, inputs)
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.infra_validator import executor
-
-        return executor.run(self, ctx, inputs, out)
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """Its verdict's files, added to the evaluation's section."""

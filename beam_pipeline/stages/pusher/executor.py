@@ -27,7 +27,6 @@ from beam_pipeline.stages.common.blessings import (
     NO_LABEL_FIX,
     read_blessing,
     read_infra_result,
-    skip_without_model,
 )
 
 if TYPE_CHECKING:
@@ -68,10 +67,6 @@ def run(
     """The stage's run: Model + blessings -> PushedModel (a record of the push, or of why
     the model was not pushed)."""
     from beam_pipeline.stages.pusher.push import push_model
-
-    skipped = skip_without_model("Pusher", inputs)
-    if skipped is not None:
-        return skipped
 
     destination = ctx.config.pusher.destination
     why_not = _why_not(inputs, ctx)

@@ -18,9 +18,8 @@ from beam_pipeline.engine.artifacts import (
     Model,
     ModelBlessing,
     PushedModel,
-    TypedArtifact,
 )
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import Input, Stage, StageContext
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.history_entry import HistoryEntry
@@ -54,11 +53,11 @@ class PusherStage(Stage):
     """Model + ModelBlessing + InfraBlessing -> PushedModel (a record of the push)."""
 
     name = "Pusher"
-    executor = "beam_pipeline.stages.pusher.executor"
+    description = "a model blessed by both copied to `<destination>/<version>/`: launcher"
     Config = PusherConfig
     config_key = "pusher"
     inputs = (
-        Input(Model, key="model", optional=True),
+        Input(Model, key="model", optional=True, skip_without="no model was trained"),
         Input(ModelBlessing, key="blessing", optional=True),
         Input(InfraBlessing, key="infra_blessing", optional=True),
     )
@@ -66,18 +65,6 @@ class PusherStage(Stage):
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         return {"destination": ctx.config.pusher.destination}
-
-    def skip_reason(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]
-    ) -> str:
-        return "no model was trained" if Model not in inputs else ""
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.pusher import executor
-
-        return executor.run(self, ctx, inputs, out)
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
         if ctx.config.pusher.require_blessing and not outcome.get("blessed", False):

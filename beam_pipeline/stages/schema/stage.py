@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.settings import setting
-from beam_pipeline.engine.artifacts import Schema, Statistics, TypedArtifact
+from beam_pipeline.engine.artifacts import Schema, Statistics
 from beam_pipeline.engine.config import PipelineConfig, check_int
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import Input, Stage, StageContext
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.report_sections import ReportSection, ReportView
@@ -56,7 +56,7 @@ class SchemaStage(Stage):
     """Statistics -> Schema."""
 
     name = "Schema"
-    executor = "beam_pipeline.stages.schema.executor"
+    description = "inferred from the train statistics, or `--schema`: launcher"
     Config = SchemaConfig
     config_key = "schema"
     inputs = (Input(Statistics, key="statistics"),)
@@ -78,13 +78,6 @@ class SchemaStage(Stage):
             "infer_feature_shape": data.infer_feature_shape,
             "max_string_domain_size": data.max_string_domain_size,
         }
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.schema import executor
-
-        return executor.run(self, ctx, inputs, out)
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
         """Refuses an ``--eval_slice_features`` name that is no feature, now that the

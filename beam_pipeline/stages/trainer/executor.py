@@ -20,7 +20,7 @@ from typing import Optional
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, TypedArtifact
-from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
+from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageStatus
 from beam_pipeline.stages.common.model_job import model_inputs
 
@@ -52,7 +52,7 @@ def resolved_inputs(ctx: StageContext) -> tuple[TypedArtifact, ...]:
     """The stage's ``resolved_inputs`` hook: ``--warm_start``'s model, from the metadata
     store."""
     which = ctx.config.trainer.warm_start
-    if not which or not ctx.config.trainer.enabled:
+    if not which:
         return ()
     from beam_pipeline.stages.common.store import open_store
 
@@ -62,7 +62,10 @@ def resolved_inputs(ctx: StageContext) -> tuple[TypedArtifact, ...]:
 
 
 def run(
-    ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
+    stage: Stage,
+    ctx: StageContext,
+    inputs: Mapping[type[TypedArtifact], TypedArtifact],
+    out: Outputs,
 ) -> StageResult:
     """The stage's ``run`` hook: the training job (with the tuner's best hyperparameters
     and the ``--warm_start`` model when there are), reported with the model."""

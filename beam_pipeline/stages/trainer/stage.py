@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import Hyperparameters, Model, ModelRun, Schema, TypedArtifact
 from beam_pipeline.engine.config import check_int, check_seconds
-from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import Input, Preflight, Stage, StageContext, switch
 from beam_pipeline.stages.common.model_job import MODEL_INPUTS
 
 if TYPE_CHECKING:
@@ -50,11 +50,8 @@ class TrainerConfig:
     the run's identity: how long one may wait changes no result.
     """
 
-    enabled: bool = setting(
-        True,
-        flag="trainer",
-        help="Do not train (nor evaluate or push): the data stages, Transform and tuning run.",
-        kind="switch",
+    enabled: bool = switch(
+        "Do not train (nor evaluate or push): the data stages, Transform and tuning run."
     )
     train_steps: int = setting(
         100, flag="train_steps", help="Steps the Trainer trains (fn_args.train_steps).", kind="int"
@@ -142,7 +139,10 @@ class TrainerStage(Stage):
     """TransformGraph + TransformedExamples + Schema (+ Hyperparameters) -> Model + ModelRun."""
 
     name = "Trainer"
-    executor = "beam_pipeline.stages.trainer.executor"
+    description = (
+        "the module's `run_fn` (or a `TrainSpec`) under the worker's distribution strategy: "
+        "its own Beam job (GPU resource hints)"
+    )
     Config = TrainerConfig
     config_key = "trainer"
     in_run_identity = True
@@ -158,7 +158,7 @@ class TrainerStage(Stage):
 
     def preflight(self, run: Preflight) -> None:
         config = run.config
-        if config.trainer.warm_start and config.trainer.enabled:
+        if config.trainer.warm_start:
             from beam_pipeline.stages.trainer import executor
 
             executor.check_warm_start(run.store(), config, config.run_id)
@@ -177,13 +177,6 @@ class TrainerStage(Stage):
         from beam_pipeline.stages.trainer import executor
 
         return executor.resolved_inputs(ctx)
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.trainer import executor
-
-        return executor.run(ctx, inputs, out)
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """The training result and the curves Keras logged to TensorBoard."""

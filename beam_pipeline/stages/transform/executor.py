@@ -30,7 +30,7 @@ from beam_pipeline.engine.artifacts import (
     TransformGraph,
     TypedArtifact,
 )
-from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
+from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 
 if TYPE_CHECKING:
@@ -121,7 +121,10 @@ def span_datasets(examples: Examples) -> dict[str, str]:
 
 
 def run(
-    ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
+    stage: Stage,
+    ctx: StageContext,
+    inputs: Mapping[type[TypedArtifact], TypedArtifact],
+    out: Outputs,
 ) -> StageResult:
     """The stage's ``run`` hook: the Transform job, its analyzer cache and its report."""
     if ctx.preprocessing_fn is None:

@@ -12,7 +12,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.artifacts import (
@@ -20,9 +19,8 @@ from beam_pipeline.engine.artifacts import (
     Schema,
     TransformedExamples,
     TransformGraph,
-    TypedArtifact,
 )
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import Input, Stage, StageContext
 
 __all__ = ["TransformConfig", "TransformStage"]
 
@@ -43,7 +41,9 @@ class TransformStage(Stage):
     """Examples + Schema -> TransformGraph + TransformedExamples (needs a module file)."""
 
     name = "Transform"
-    executor = "beam_pipeline.stages.transform.executor"
+    description = (
+        "tf.Transform with the module's `preprocessing_fn`; analyzer cache across runs: Beam job 2"
+    )
     Config = TransformConfig
     config_key = "transform"
     in_run_identity = True
@@ -56,10 +56,3 @@ class TransformStage(Stage):
 
         # Only the code preprocessing_fn runs: a changed run_fn does not rerun Transform.
         return {"preprocessing_fn": transform_code(ctx.preprocessing_fn, ctx.module_digest)}
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.transform import executor
-
-        return executor.run(ctx, inputs, out)

@@ -116,7 +116,7 @@ def _tunes(config: PipelineConfig, user_module: Any) -> bool:
 def _nothing_to_train(ctx: StageContext) -> str:
     """Why the run's module gives the search no model to tune ('' when it trains one)."""
     config = ctx.config
-    if not config.tuner.enabled or not config.module_file:
+    if not config.module_file:
         return ""  # run_tuning_stage says why it skips
     from trainer.module_loader import ModuleKind, load_trainer_module
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.settings import setting
 from beam_pipeline.engine.config import check_int, check_seconds
+from beam_pipeline.engine.stage import switch
 
 __all__ = ["TunerConfig", "TunerSchedule"]
 
@@ -79,12 +80,7 @@ class TunerConfig:
     YAML config (``search_space:``), used with a TrainSpec module that has no
     ``tuner_fn``; ``trial_timeout`` is not part of the run's identity."""
 
-    enabled: bool = setting(
-        True,
-        flag="tuner",
-        help="Do not tune: train with --hyperparameters or the module's own.",
-        kind="switch",
-    )
+    enabled: bool = switch("Do not tune: train with --hyperparameters or the module's own.")
     parallel_trials: int = setting(
         2,
         flag="tuner_parallel_trials",

@@ -12,12 +12,12 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from beam_pipeline.engine.artifacts import Hyperparameters, Schema, TypedArtifact
+from beam_pipeline.engine.artifacts import Hyperparameters, Schema
 from beam_pipeline.engine.config import PipelineConfig
-from beam_pipeline.engine.stage import Input, Outputs, Preflight, Stage, StageContext, StageResult
+from beam_pipeline.engine.stage import Input, Preflight, Stage, StageContext
 from beam_pipeline.stages.common.model_job import MODEL_INPUTS
 from beam_pipeline.stages.tuner.settings import TunerConfig
 
@@ -34,7 +34,10 @@ class TunerStage(Stage):
     """TransformGraph + TransformedExamples (+ Schema) -> Hyperparameters."""
 
     name = "Tuner"
-    executor = "beam_pipeline.stages.tuner.executor"
+    description = (
+        "the module's `tuner_fn`: a Keras Tuner search, trials on Beam workers: one job per "
+        "search, trial or round"
+    )
     Config = TunerConfig
     config_key = "tuner"
     in_run_identity = True
@@ -69,13 +72,6 @@ class TunerStage(Stage):
 
     def parameters(self, ctx: StageContext) -> dict:
         return {"module_file": ctx.module_digest, "tuner": ctx.identity["tuner"]}
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.tuner import executor
-
-        return executor.run(self, ctx, inputs, out)
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """The trials, the objective per trial, per hyperparameter and per epoch."""

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core.errors import EXIT_ANOMALIES, PipelineError
 from beam_pipeline.core.settings import setting
-from beam_pipeline.engine.artifacts import Anomalies, Schema, Statistics, TypedArtifact
-from beam_pipeline.engine.stage import Input, Outputs, Stage, StageContext, StageResult
+from beam_pipeline.engine.artifacts import Anomalies, Schema, Statistics
+from beam_pipeline.engine.stage import Input, Stage, StageContext
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.report_sections import ReportSection, ReportView
@@ -62,7 +62,7 @@ class ValidationStage(Stage):
     """Statistics + Schema -> Anomalies (and the blocking-anomalies verdict)."""
 
     name = "Validation"
-    executor = "beam_pipeline.stages.validation.executor"
+    description = "every split against the schema; blocking anomalies stop the run: launcher"
     Config = ValidationConfig
     config_key = "validation"
     inputs = (Input(Statistics, key="statistics"), Input(Schema, key="schema"))
@@ -72,13 +72,6 @@ class ValidationStage(Stage):
         from beam_pipeline.stages.validation import executor
 
         return executor.parameters(self, ctx)
-
-    def run(
-        self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact], out: Outputs
-    ) -> StageResult:
-        from beam_pipeline.stages.validation import executor
-
-        return executor.run(self, ctx, inputs, out)
 
     def check(self, ctx: StageContext, outcome: Mapping[str, Any]) -> None:
         """Stops the run (exit code 3) on blocking anomalies unless ``--ignore_anomalies``."""
