@@ -17,7 +17,7 @@ the metadata store's URL), and every artifact is published atomically. A rerun w
 same run id resumes: the stages an earlier attempt finished are kept, the rest run (see
 :mod:`beam_pipeline.engine.manifest`); one with other inputs or flags is refused. Every
 execution is recorded in the metadata store, where a stage is also looked up by its cache
-key across runs (:mod:`beam_pipeline.engine.records`).
+key across runs (:mod:`beam_pipeline.engine.run_records`).
 
 Example::
 
@@ -46,7 +46,7 @@ from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.fingerprint import pipeline_code
 from beam_pipeline.engine.history_entry import HISTORY_COLUMNS, declared_columns
 from beam_pipeline.engine.manifest import RunManifest, run_identity
-from beam_pipeline.engine.records import DATA_TYPE, RunRecords
+from beam_pipeline.engine.run_records import DATA_TYPE, RunRecords
 from beam_pipeline.engine.summary import RunSummary, write_summary
 from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus, open_for_pipeline
 from beam_pipeline.metadata.launcher import this_launcher

@@ -1,4 +1,4 @@
-"""The stage runner with the metadata store (beam_pipeline.engine.records.RunRecords): every
+"""The stage runner with the metadata store (beam_pipeline.engine.run_records.RunRecords): every
 execution recorded, caching across runs by cache key, --no_cache, failures (a killed run:
 tests/test_resume.py's kill tests).
 
@@ -18,7 +18,7 @@ from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.engine import Input, Stage, StageContext, StageResult, run_stages
 from beam_pipeline.engine.artifacts import Examples, Schema
 from beam_pipeline.engine.manifest import RunManifest
-from beam_pipeline.engine.records import DATA_TYPE, RunRecords
+from beam_pipeline.engine.run_records import DATA_TYPE, RunRecords
 from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 from beam_pipeline.metadata import ArtifactSpec, ExecutionStatus, MetadataStore
 

@@ -136,7 +136,7 @@ def test_bundled_run_fn_resumes_with_backup_and_restore(penguin_run_dir, tmp_pat
     # it wrote the last epoch's weights leaves (Keras writes them in place, so the file is
     # truncated; the metadata still names the epoch before, as its .bkp copy does; no result,
     # no export). The module's double_checkpoint resumes from the previous copy.
-    from trainer.executor import RESULT_FILE
+    from trainer.run_training import RESULT_FILE
 
     weights = os.path.join(model_run, "backup", "latest.weights.h5")
     with open(weights, "r+b") as f:

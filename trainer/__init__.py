@@ -17,14 +17,6 @@ Example (a module file ported from TFX by changing its imports)::
 """
 
 from trainer.data_accessor import DataAccessor
-from trainer.executor import (
-    RESULT_FILE,
-    TrainingJob,
-    TrainingResult,
-    load_hyperparameters,
-    read_result,
-    run_trainer,
-)
 from trainer.export import (
     SERVING_SIGNATURE,
     check_base_model,
@@ -38,6 +30,14 @@ from trainer.module_loader import (
     TrainerModule,
     check_trainer_module,
     load_trainer_module,
+)
+from trainer.run_training import (
+    RESULT_FILE,
+    TrainingJob,
+    TrainingResult,
+    load_hyperparameters,
+    read_result,
+    run_trainer,
 )
 from trainer.spec import SpecOutcome, TrainSpec, run_spec
 from trainer.strategy import StrategyInfo, choose_strategy, configure_devices, describe

@@ -6,7 +6,7 @@ It imports no stage: the stages (:mod:`beam_pipeline.stages`) build on it.
 - :mod:`~beam_pipeline.engine.runner`: looks each stage up, runs it in staging folders,
   publishes, times, reports and records it;
 - :mod:`~beam_pipeline.engine.execution`: what is recorded, and the records' interface;
-- :mod:`~beam_pipeline.engine.records`: those records in the run manifest and the store;
+- :mod:`~beam_pipeline.engine.run_records`: those records in the run manifest and the store;
 - :mod:`~beam_pipeline.engine.manifest`, :mod:`~beam_pipeline.engine.run_dir`: a run's
   identity, resume and folder; :mod:`~beam_pipeline.engine.artifacts`,
   :mod:`~beam_pipeline.engine.contents`, :mod:`~beam_pipeline.engine.fingerprint`: typed

@@ -3,7 +3,7 @@
 :class:`Execution` is what the runner records when a stage finishes: its key (see
 :func:`cache_key`), what it was built from, its input and output artifacts, its summary
 rows and outcome. :class:`ExecutionRecords` is the seam between the runner and where
-executions are kept: :class:`beam_pipeline.engine.records.RunRecords` implements it over
+executions are kept: :class:`beam_pipeline.engine.run_records.RunRecords` implements it over
 the run's manifest (:class:`beam_pipeline.engine.manifest.RunManifest`, which resumes a run and
 has the look-up, forget and record part) and the metadata store (caching across runs,
 history).

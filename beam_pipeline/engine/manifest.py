@@ -20,7 +20,7 @@ a stage finishes. It holds:
 A rerun with the same ``--run_id`` resumes: :meth:`RunManifest.open` refuses it, before
 anything is written, when its identity differs from the recorded one. The manifest is then
 the first place the stage runner's records
-(:class:`~beam_pipeline.engine.records.RunRecords`) look a stage up in: a stage whose
+(:class:`~beam_pipeline.engine.run_records.RunRecords`) look a stage up in: a stage whose
 record has the same key and whose outputs are all still published is reported ``cached``;
 a stage that is not is rerun, and what it and the stages that depend on it had published
 is removed first (the trainer's checkpoints excepted when only the trainer itself reruns:

@@ -7,10 +7,10 @@ in :mod:`beam_pipeline.stages.tuner`):
 
 - :mod:`~trainer.tuning.search_space`: a search space declared in the pipeline config;
 - :mod:`~trainer.tuning.messages`: the job, a trial, its result, a row of the table;
-- :mod:`~trainer.tuning.store`: each trial attempt's result file in the shared folder;
+- :mod:`~trainer.tuning.result_files`: each trial attempt's result file in the shared folder;
 - :mod:`~trainer.tuning.loader`: the module's ``tuner_fn`` (or a search space over its
   TrainSpec, :mod:`~trainer.tuning.hypermodel`) to a tuner on the shared project folder;
-- :mod:`~trainer.tuning.runner`: the worker side, :class:`TrialRunner`;
+- :mod:`~trainer.tuning.trial_runner`: the worker side, :class:`TrialRunner`;
 - :mod:`~trainer.tuning.oracle`: the launcher side, :class:`OracleDriver`;
 - :mod:`~trainer.tuning.shared_state`: a JSON document changed by compare-and-swap (a
   lock file locally, GCS generations on gs://);
@@ -35,7 +35,7 @@ from trainer.tuning.early_stopping import EarlyStopping, EarlyStoppingRule
 from trainer.tuning.loader import load_tuner
 from trainer.tuning.messages import TrialRecord, TrialResult, TrialSpec, TrialStatus, TuningJob
 from trainer.tuning.oracle import OracleDriver
-from trainer.tuning.runner import TrialRunner
+from trainer.tuning.result_files import read_trial_result, write_trial_result
 from trainer.tuning.search_loop import (
     DEFAULT_LEASE_SECONDS,
     Claim,
@@ -52,7 +52,7 @@ from trainer.tuning.search_space import (
     SearchParameter,
     SearchSpace,
 )
-from trainer.tuning.store import read_trial_result, write_trial_result
+from trainer.tuning.trial_runner import TrialRunner
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",

@@ -6,7 +6,7 @@ Plain frozen values (they are Beam elements and JSON files), as keras-tuner's
 - :class:`TuningJob`: what every trial of one search needs (sent once per job);
 - :class:`TrialSpec`: one trial to run (the launcher asks the oracle for it);
 - :class:`TrialResult`: what one attempt of it did (the worker writes it, see
-  :mod:`trainer.tuning.store`);
+  :mod:`trainer.tuning.result_files`);
 - :class:`TrialRecord`: one row of the trials table the stage publishes.
 
 Example::

@@ -17,7 +17,7 @@ out (its worker was lost or hangs) is re-issued to the next loop that claims, wi
 same attempt number; a loop that finds a trial still held by its own slot (the runner
 reran the slot after losing its worker) takes it back at once. A report from a loop that
 no longer holds the lease is dropped, and the trial's result file
-(:mod:`trainer.tuning.store`) lets the new holder reuse a finished attempt, so a trial
+(:mod:`trainer.tuning.result_files`) lets the new holder reuse a finished attempt, so a trial
 never counts twice.
 
 A trial that raises is its result (the others go on); an error that stops the search
@@ -49,8 +49,8 @@ from beam_pipeline.core.errors import PipelineError
 from trainer.process import worker_name
 from trainer.tuning.messages import TrialResult, TrialSpec, TuningJob
 from trainer.tuning.oracle import OracleDriver
-from trainer.tuning.runner import TrialRunner
 from trainer.tuning.shared_state import SharedState, open_shared_state
+from trainer.tuning.trial_runner import TrialRunner
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",

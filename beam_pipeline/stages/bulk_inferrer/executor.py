@@ -131,7 +131,7 @@ def build_inference_pipeline(
 
 
 def _latest_blessed(ctx: StageContext) -> Optional[str]:
-    from beam_pipeline.stages.common.store import open_store
+    from beam_pipeline.stages.common.metadata_store import open_store
 
     with open_store(ctx) as store:
         found = store.latest_blessed_model() if store is not None else None

@@ -10,5 +10,5 @@
 - :mod:`~beam_pipeline.stages.common.span_cache`: the per-span ExampleGen + Statistics
   units of a ``{SPAN}`` input (ExampleGen writes them, Transform keys its analyzer cache
   by them);
-- :mod:`~beam_pipeline.stages.common.store`: the run's metadata store as a stage opens it.
+- :mod:`~beam_pipeline.stages.common.metadata_store`: the run's metadata store as a stage opens it.
 """

@@ -27,7 +27,7 @@ from beam_pipeline.engine.artifacts import (
 from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.stages.common.blessings import NO_LABEL_FIX
-from beam_pipeline.stages.common.store import open_store
+from beam_pipeline.stages.common.metadata_store import open_store
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.stage import Stage

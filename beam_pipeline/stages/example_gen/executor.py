@@ -252,7 +252,7 @@ def prepare(config: PipelineConfig) -> PreparedData:
     fmt = csv_format(config)
     inputs = check_data(config, fmt)
     d = config.data
-    # As the store records artifacts' places (engine.records.stored_uri); that module is
+    # As the store records artifacts' places (engine.run_records.stored_uri); that module is
     # not imported here: it imports the store, which --help does not need.
     absolute = fileio.absolute_uri
     if d.data:

@@ -54,7 +54,7 @@ def resolved_inputs(ctx: StageContext) -> tuple[TypedArtifact, ...]:
     which = ctx.config.trainer.warm_start
     if not which:
         return ()
-    from beam_pipeline.stages.common.store import open_store
+    from beam_pipeline.stages.common.metadata_store import open_store
 
     with open_store(ctx) as store:
         uri = check_warm_start(store, ctx.config, ctx.run_dir.run_id)

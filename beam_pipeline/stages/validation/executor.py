@@ -75,7 +75,7 @@ def _drift_baseline(
         disk, and ``--ignore_anomalies`` is not given.
     """
     from beam_pipeline.core.errors import PipelineError
-    from beam_pipeline.stages.common.store import open_store
+    from beam_pipeline.stages.common.metadata_store import open_store
 
     with open_store(ctx) as store:
         if store is None:

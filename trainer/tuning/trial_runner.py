@@ -7,7 +7,7 @@ config the launcher sent and calls the tuner's own ``run_trial`` with ``fit_kwar
 the tuner's callbacks, ``executions_per_trial``, Hyperband's ``tuner/epochs`` /
 ``tuner/initial_epoch`` and its resume from the parent trial's checkpoint behave as in
 ``tuner.search``. Each attempt's :class:`TrialResult` goes to the trial result store
-(:mod:`trainer.tuning.store`); a retried worker returns the stored one instead of training
+(:mod:`trainer.tuning.result_files`); a retried worker returns the stored one instead of training
 again. The role of keras-tuner's ``distribute/oracle_client.py`` worker, without a server.
 
 Example::
@@ -30,14 +30,14 @@ from typing import Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
-from trainer.executor import label_outside_vocabulary
 from trainer.fn_args import TunerFnResult
 from trainer.module_loader import error_place
 from trainer.process import limit_threads, worker_name
+from trainer.run_training import label_outside_vocabulary
 from trainer.tuning.early_stopping import TrialRungs, rung_callback, trial_rungs
 from trainer.tuning.loader import load_tuner_with_path, set_project_dir
 from trainer.tuning.messages import TrialResult, TrialSpec, TrialStatus, TuningJob
-from trainer.tuning.store import read_trial_result, write_trial_result
+from trainer.tuning.result_files import read_trial_result, write_trial_result
 
 __all__ = ["TrialRunner"]
 
