@@ -353,6 +353,22 @@ def test_the_machinery_imports_no_stage_and_nothing_above_it(tree, package):
     assert not bad, "\n".join(sorted(bad))
 
 
+def test_no_stage_imports_what_runs_or_renders_the_stages(tree):
+    # The run, the CLI, the history and the report sit above the stages (the report renders
+    # each stage's sections): a stage importing one of them is an arrow back up. The SVG
+    # plots a stage's section draws are core's (beam_pipeline.core.svg).
+    _, modules, graph = tree
+    above = tuple(m for m in _ABOVE_THE_MACHINERY if m != "beam_pipeline.stages")
+    bad = [
+        f"{modules[m]}:{line} {m} imports {target}"
+        for m, targets in graph.items()
+        if _matches(m, ("beam_pipeline.stages",))
+        for target, (line, _) in targets.items()
+        if _matches(target, above)
+    ]
+    assert not bad, "\n".join(sorted(bad))
+
+
 def test_no_stage_imports_a_sibling_stage(tree):
     _, modules, graph = tree
     bad = sibling_imports(graph, _stage_names(), modules)

@@ -4,7 +4,7 @@ Each stage's :meth:`~beam_pipeline.engine.stage.Stage.report_sections` hook gets
 :class:`ReportView` (read access to what the run published: an artifact's folder, wherever
 the run's manifest says it is, whether it is published, the summary rows) and returns
 :class:`ReportSection` s, each a title and parts of a few generic kinds: :class:`Table`,
-:class:`KeyValues`, :class:`Figures` (inline SVG from :mod:`beam_pipeline.report.svg`),
+:class:`KeyValues`, :class:`Figures` (inline SVG from :mod:`beam_pipeline.core.svg`),
 :class:`Note`, or a :class:`Fragment` (a Jinja template of the stage's own, for a layout the
 generic kinds do not give). The report (:mod:`beam_pipeline.report`) walks the graph's
 stages in order and renders what they return; it knows no stage.
@@ -86,7 +86,7 @@ class KeyValues:
 
 @dataclasses.dataclass
 class Figures:
-    """Plots side by side: (inline SVG from :mod:`beam_pipeline.report.svg`, caption)."""
+    """Plots side by side: (inline SVG from :mod:`beam_pipeline.core.svg`, caption)."""
 
     figures: Sequence[tuple[str, str]]
 

@@ -5,7 +5,7 @@ table, then each stage's sections in the order of the graph
 (:meth:`~beam_pipeline.engine.stage.Stage.report_sections`: the bundled stages show the
 statistics, the schema, the anomalies, the rejected rows, the trials, the training curves
 and the evaluation), and what is missing. No script, no stylesheet or font from a network:
-plain HTML, CSS and inline SVG (:mod:`beam_pipeline.report.svg`), rendered by a Jinja
+plain HTML, CSS and inline SVG (:mod:`beam_pipeline.core.svg`), rendered by a Jinja
 template (autoescaped).
 
 Example::

@@ -126,7 +126,7 @@ def _plots(verdict: dict) -> dict:
     """Per metric a bar chart over the slices (candidate and baseline, the value threshold
     as a dashed line); TFMA's plots: a confusion matrix per slice, ROC, precision-recall and
     calibration curves (one line per class) for the overall slice."""
-    from beam_pipeline.report.svg import bars, lines, matrix
+    from beam_pipeline.core.svg import bars, lines, matrix
 
     bars_by_metric = {}
     for name in verdict["metric_names"]:

@@ -32,7 +32,7 @@ def statistics_section(view: ReportView) -> ReportSection:
     """Per feature and split (train and eval side by side, as Facets shows them) the
     statistics a user checks, with overlaid histograms; the Validation's anomalies mark
     their features."""
-    from beam_pipeline.report.svg import overlaid_histograms
+    from beam_pipeline.core.svg import overlaid_histograms
     from beam_pipeline.stages.common.anomalies_file import read_anomalies, split_order
 
     section = ReportSection(

@@ -85,7 +85,7 @@ def _x_axis(tag: str) -> str:
 
 
 def _plots(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> dict[str, Any]:
-    from beam_pipeline.report.svg import lines
+    from beam_pipeline.core.svg import lines
 
     drawn = {
         tag: lines(

@@ -95,7 +95,7 @@ def _read(view: ReportView) -> dict[str, Any]:
 def _plots(data: dict[str, Any]) -> dict[str, Any]:
     """The objective per trial and per hyperparameter (a log axis where the search samples
     on one), and per epoch of each trial when a trial logged more than one."""
-    from beam_pipeline.report.svg import lines, scatter
+    from beam_pipeline.core.svg import lines, scatter
 
     trial_plots = {}
     scored = [

@@ -122,12 +122,12 @@ def write_trials(folder: str, records: Sequence[TrialRecord], objective: str, di
 def plot_objective(path: str, records: Sequence[TrialRecord], objective: str, direction: str):
     """Objective per trial (start order) and the best so far, as a small SVG file.
 
-    Drawn with the run report's own SVG plots (:mod:`beam_pipeline.report.svg`), not
+    Drawn with the run report's own SVG plots (:mod:`beam_pipeline.core.svg`), not
     matplotlib: Keras imports matplotlib's pyplot at import time wherever it is installed,
     which cost every process that imports TensorFlow CPU time (launcher, pool and Beam
     workers), for this one plot.
     """
-    from beam_pipeline.report.svg import lines
+    from beam_pipeline.core.svg import lines
 
     done = [(i, r.objective) for i, r in enumerate(records) if r.objective is not None]
     best, best_line = None, []
