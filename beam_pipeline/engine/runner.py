@@ -52,16 +52,16 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import first_line, user_error
 from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.engine.artifacts import TypedArtifact
-from beam_pipeline.engine.contents import SMALL_FILE_BYTES, changed, describe
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
 from beam_pipeline.engine.failures import unexpected_error
 from beam_pipeline.engine.fingerprint import pipeline_code, stage_code
+from beam_pipeline.engine.reuse import cached_rows, noted, reusable, with_contents
 from beam_pipeline.engine.stage import (
     Outputs,
     Stage,
@@ -71,15 +71,10 @@ from beam_pipeline.engine.stage import (
 )
 from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["dependencies", "run_order", "run_stages"]
 
 _LOG = logging.getLogger(__name__)
 
-# The artifact property that records its files when published (beam_pipeline.engine.contents).
-FILES_PROPERTY = "files"
 
 # The longest error note of a failed stage's row.
 _MAX_NOTE = 500
@@ -288,10 +283,10 @@ class _Scheduler:
         )
         inputs, built_from = _resolve(stage, ctx, self.available)
         key = cache_key(stage.name, built_from)
-        execution, damaged = _reusable(self.records.lookup(stage.name, key))
+        execution, damaged = reusable(self.records.lookup(stage.name, key))
         if execution is not None:
             self.records.reuse(execution)
-            cached = _cached_rows(execution, ctx.run_dir.run_id)
+            cached = cached_rows(execution, ctx.run_dir.run_id)
             self._add_rows(index, cached)
             _announce(ctx, cached)
             self._made(index, execution, key, ctx)
@@ -330,7 +325,7 @@ class _Scheduler:
             self.records.stop(stage.name, error)
             self._failed(run.index, error)
             return
-        shown = _noted(result.reports, run.damaged)
+        shown = noted(result.reports, run.damaged)
         self._add_rows(run.index, shown)
         _announce(ctx, shown)
         if result.halt:
@@ -507,72 +502,6 @@ def _resolve(
     return inputs, built_from
 
 
-def _reusable(execution: Optional[Execution]) -> tuple[Optional[Execution], str]:
-    """The execution when every output of it is still published and holds what it held
-    when published (else a miss), and why a published one is not reused ("" if none).
-
-    Each output's files were recorded when it was published (:func:`_with_contents`); a
-    file missing, added, of another size, or a small one with other content is a damaged
-    artifact (a full disk, a hand edit, a partial copy), which must never reach a later
-    stage: the stage is recomputed and its summary row says why. An output recorded
-    without its files (by an older version) is checked for its marker only.
-    """
-    if execution is None or not all(a.is_published() for a in execution.outputs):
-        return None, ""
-    for artifact in execution.outputs:
-        recorded = artifact.properties.get(FILES_PROPERTY)
-        problem = (
-            changed(artifact.uri, recorded, ignore=artifact.ADDED_LATER)
-            if recorded is not None
-            else None
-        )
-        if problem is not None:
-            return None, (
-                f"run {execution.run_id}'s {artifact.folder_name()} changed since it was "
-                f"published ({problem}); recomputed"
-            )
-    return execution, ""
-
-
-def _noted(rows: Sequence[StageReport], note: str) -> list[StageReport]:
-    """The rows for this run's summary, the first one saying why the stage reran (a copy:
-    the execution's own rows, which a later run may reuse, do not say it)."""
-    if not note or not rows:
-        return list(rows)
-    first = StageReport.from_json(rows[0].to_json())
-    first.note = f"{note}; {first.note}" if first.note else note
-    return [first, *rows[1:]]
-
-
-def _with_contents(artifact: TypedArtifact) -> TypedArtifact:
-    """The published artifact with its files recorded (what :func:`_reusable` checks)."""
-    if not fileio.isdir(artifact.uri):
-        return artifact
-    files = describe(artifact.uri, small=None if artifact.DIGEST_EVERY_FILE else SMALL_FILE_BYTES)
-    return dataclasses.replace(artifact, properties={**artifact.properties, FILES_PROPERTY: files})
-
-
-def _cached_rows(execution: Execution, run_id: str) -> list[StageReport]:
-    """An earlier execution's summary rows, as CACHED: the run reuses what it made, as the
-    metadata store records it (``runs show``). A SKIPPED row of an execution that made
-    nothing stays SKIPPED (a stage turned off: nothing is reused); one that made an
-    artifact (the Pusher's record of a model it did not push) is CACHED."""
-    rows = []
-    for earlier in execution.reports:
-        row = StageReport.from_json(earlier.to_json())
-        row.seconds = 0.0
-        if row.status is not StageStatus.SKIPPED or execution.outputs:
-            row.status = StageStatus.CACHED
-            if execution.run_id == run_id:
-                note = f"kept from an earlier attempt of run {execution.run_id}"
-            else:
-                note = f"reused from run {execution.run_id}"
-            row.note = f"{note}; {row.note}" if row.note else note
-            row.details = dict(row.details, cached_from=execution.finished)
-        rows.append(row)
-    return rows
-
-
 def _forget(
     graph: Sequence[Stage], index: int, ctx: StageContext, records: ExecutionRecords
 ) -> None:
@@ -636,7 +565,7 @@ def _run(
         else:
             run_dir.discard(folder)
     if not result.halt:
-        result = dataclasses.replace(result, outputs=[_with_contents(a) for a in result.outputs])
+        result = dataclasses.replace(result, outputs=[with_contents(a) for a in result.outputs])
     _time(result.reports, started)
     return result
 
