@@ -273,6 +273,56 @@ def readme_worker_pool(tmp_path_factory):
         yield f"localhost:{port}", log_path, run
 
 
+def forked_cli(
+    *args: str, cwd, log_dir, env: dict | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """``python -m beam_pipeline ARGS`` run to its end in ``cwd`` in a process forked from
+    the warm fork server (tests/forked_launch.py), with ``env`` (default: this process's)
+    and its output in ``log_dir``: what a fresh process gives (exit code, standard output
+    and error, a process and streams of its own) without a fresh interpreter's imports.
+    For tests whose subject is not the fresh interpreter itself. Past ``timeout`` its
+    process group is killed and the test fails."""
+    import forked_launch
+
+    env = dict(os.environ if env is None else env)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    proc = forked_launch.launch_cli(list(args), str(cwd), env, str(log_dir))
+    try:
+        proc.wait(timeout)
+    except TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)  # the forked run's own session, by its id
+        proc.wait(60)
+        pytest.fail(f"still running after {timeout} s:\n{proc.stderr[-4000:]}")
+    return subprocess.CompletedProcess(list(args), proc.returncode, proc.stdout, proc.stderr)
+
+
+# ``python -m beam_pipeline`` as a terminal's command has it: Ctrl-C raises
+# KeyboardInterrupt (a fork of a server that a pytest worker started, which may ignore
+# SIGINT, would inherit the ignoring). faulthandler prints the threads' stacks on SIGABRT,
+# which a test sends a run that does not stop (where it hung).
+_AS_A_TERMINAL_RUNS_IT = """
+import faulthandler, runpy, signal
+
+faulthandler.enable()
+signal.signal(signal.SIGINT, signal.default_int_handler)
+runpy.run_module("beam_pipeline", run_name="__main__", alter_sys=True)
+"""
+
+
+def launch_terminal_cli(*args: str, cwd, log_dir, env: dict | None = None):
+    """``python -m beam_pipeline ARGS`` started as from a terminal (Ctrl-C raises
+    KeyboardInterrupt), in ``cwd``, in a process forked from the warm fork server with a
+    session of its own (``os.killpg(proc.pid, signal.SIGINT)`` is a terminal's Ctrl-C);
+    returns the started :class:`forked_launch.ForkedProcess`."""
+    import forked_launch
+
+    env = dict(os.environ if env is None else env)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return forked_launch.launch_code(
+        _AS_A_TERMINAL_RUNS_IT, list(args), str(cwd), env, str(log_dir)
+    )
+
+
 def one_sentence(stderr: str) -> str:
     """The one ``error:`` sentence that ``stderr`` must be, without its ``error: ``.
 

@@ -1,6 +1,7 @@
 """Stages that do not depend on each other run at the same time, and per-stage Beam flags
 (issue 33), through the CLI as users run it: ``python -m beam_pipeline`` on the bundled
-example (small steps, no tuning) in a subprocess.
+example (small steps, no tuning) in a process of its own, forked from the warm fork server
+(tests/forked_launch.py: what is tested is the run, not a fresh interpreter's start).
 
 The Evaluator and the InfraValidator both read only what the Trainer and ExampleGen made:
 they run at once (the store's execution times overlap), while the summary, ``runs show``
@@ -22,7 +23,9 @@ import subprocess
 import sys
 import time
 
+import forked_launch
 import pytest
+from conftest import forked_cli, launch_terminal_cli
 
 from beam_pipeline.metadata import ExecutionStatus, MetadataStore
 
@@ -37,7 +40,8 @@ GRAPH_ORDER = [
 
 # ``python -m beam_pipeline`` that appends each Beam job it runs to the file named by
 # BP_TEST_JOBS: the job's top-level steps and the options it ran with (those not at their
-# defaults), read from the pipeline object as its run() starts.
+# defaults), read from the pipeline object as its run() starts. (Run as ``-c`` code in a
+# forked process: sys.argv is ["-c", ARGS...].)
 _RECORDING_JOBS = """
 import json, os, runpy, sys
 
@@ -60,16 +64,27 @@ runpy.run_module("beam_pipeline", run_name="__main__", alter_sys=True)
 
 
 def _cli(*args: str, cwd, jobs=None) -> subprocess.CompletedProcess:
-    """``python -m beam_pipeline ARGS`` in ``cwd``; each job it runs recorded in ``jobs``."""
-    run = ["-c", _RECORDING_JOBS] if jobs else ["-m", "beam_pipeline"]
-    return subprocess.run(
-        [sys.executable, *run, *args],
-        cwd=str(cwd),
-        env=dict(os.environ, BP_TEST_JOBS=str(jobs)) if jobs else None,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    """``python -m beam_pipeline ARGS`` in ``cwd``, in a forked process; each job it runs
+    recorded in ``jobs``. (``runs`` commands, light, in a fresh one.)"""
+    if args[0] == "runs":
+        return subprocess.run(
+            [sys.executable, "-m", "beam_pipeline", *args],
+            cwd=str(cwd),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    if not jobs:
+        return forked_cli(*args, cwd=cwd, log_dir=os.path.join(cwd, "logs"), timeout=900)
+    env = dict(os.environ, BP_TEST_JOBS=str(jobs), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = forked_launch.launch_code(_RECORDING_JOBS, list(args), str(cwd), env, f"{cwd}/logs")
+    try:
+        proc.wait(900)
+    except TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)  # the forked run's own session, by its id
+        proc.wait(60)
+        pytest.fail(f"still running after 900 s:\n{proc.stderr[-4000:]}")
+    return subprocess.CompletedProcess(list(args), proc.returncode, proc.stdout, proc.stderr)
 
 
 def _executions(root: str, run_id: str) -> dict:
@@ -188,33 +203,24 @@ def test_ctrl_c_while_both_run_stops_the_run_and_records_them(bundled):
         staged = {p.name.split("-")[0] for p in (run / ".staging").glob("*")}
         return {"evaluation", "infra_blessing"} <= staged
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_pipeline", *SMALL, "--run_id=stopped"]
-        + ["--no_cache=Evaluator,InfraValidator"],
-        cwd=str(cwd),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        # A pytest worker may ignore SIGINT; a terminal's command does not.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
-        # A run that does not stop is aborted below: its threads' stacks say where it hung.
-        env=dict(os.environ, PYTHONFAULTHANDLER="1"),
-    )
+    args = [*SMALL, "--run_id=stopped", "--no_cache=Evaluator,InfraValidator"]
+    proc = launch_terminal_cli(*args, cwd=cwd, log_dir=cwd / "logs")
     deadline = time.time() + 600
     while not both_running():
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert proc.poll() is None, proc.stderr[-3000:]
         assert time.time() < deadline
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
     try:
-        stdout, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
-        stdout, stderr = proc.communicate(timeout=60)
+        proc.wait(300)
+    except TimeoutError:
+        os.kill(proc.pid, signal.SIGABRT)  # faulthandler prints every thread's stack
+        with contextlib.suppress(TimeoutError):
+            proc.wait(60)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"the run did not stop within 300 s of Ctrl-C:\n{stderr[-6000:]}")
+        pytest.fail(f"the run did not stop within 300 s of Ctrl-C:\n{proc.stderr[-6000:]}")
+    stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == 130, stderr[-3000:]
     assert stderr.startswith("error: the run was interrupted during "), stderr[-3000:]
     assert "Traceback" not in stdout + stderr
