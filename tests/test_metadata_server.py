@@ -31,7 +31,7 @@ import sqlalchemy as sa
 import test_metadata_store as store_api
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import PENGUIN_DIR, service_missing
+from conftest import PENGUIN_DIR, forked_cli, service_missing
 from test_metadata_schema import (
     _WRITER,
     HEAD,
@@ -233,13 +233,18 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
         *_RUN_ARGS[server.backend],
         f"--pipeline_root={root}",
     ]
+    # The runs in processes forked from the warm fork server (a process and streams of
+    # their own, without a fresh interpreter's imports); the light `runs` commands fresh.
+    logs = tmp_path / "logs"
     # Run a: the password in the query string (pg8000 and PyMySQL take it there).
-    a = _cli(*run_args, f"--metadata_url={server.query_password_url()}", cwd=tmp_path)
+    a = forked_cli(
+        *run_args, f"--metadata_url={server.query_password_url()}", cwd=tmp_path, log_dir=logs
+    )
     assert a.returncode == 0, a.stderr[-3000:]
     assert a.stderr == ""
     # Run b: the URL form the docs show (no driver named: the installed one), every
     # stage reused from run a.
-    b = _cli(*run_args, f"--metadata_url={server.plain_url()}", cwd=tmp_path)
+    b = forked_cli(*run_args, f"--metadata_url={server.plain_url()}", cwd=tmp_path, log_dir=logs)
     assert b.returncode == 0, b.stderr[-3000:]
 
     where = [f"--metadata_url={server.plain_url()}", f"--pipeline_root={root}"]
