@@ -1,7 +1,8 @@
 """Stages that do not depend on each other run at the same time, and per-stage Beam flags
 (issue 33), through the CLI as users run it: ``python -m beam_pipeline`` on the bundled
-example (small steps, no tuning) in a process of its own, forked from the warm fork server
-(tests/forked_launch.py: what is tested is the run, not a fresh interpreter's start).
+example (small steps, no tuning), through its entry point in the test's process (what is
+tested is the run, not a fresh interpreter's start); the run stopped by Ctrl-C in a process
+of its own, forked from the warm fork server (tests/forked_launch.py).
 
 The Evaluator and the InfraValidator both read only what the Trainer and ExampleGen made:
 they run at once (the store's execution times overlap), while the summary, ``runs show``
@@ -16,6 +17,7 @@ tests/test_stage_runner.py.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -23,9 +25,8 @@ import subprocess
 import sys
 import time
 
-import forked_launch
 import pytest
-from conftest import forked_cli, launch_terminal_cli
+from conftest import launch_terminal_cli
 
 from beam_pipeline.metadata import ExecutionStatus, MetadataStore
 
@@ -38,34 +39,13 @@ GRAPH_ORDER = [
 ]  # fmt: skip
 
 
-# ``python -m beam_pipeline`` that appends each Beam job it runs to the file named by
-# BP_TEST_JOBS: the job's top-level steps and the options it ran with (those not at their
-# defaults), read from the pipeline object as its run() starts. (Run as ``-c`` code in a
-# forked process: sys.argv is ["-c", ARGS...].)
-_RECORDING_JOBS = """
-import json, os, runpy, sys
-
-import apache_beam as beam
-
-_run = beam.Pipeline.run
-
-
-def run(self, *args, **kwargs):
-    steps = [t.full_label for t in self.transforms_stack[0].parts]
-    options = self.options.get_all_options(drop_default=True)
-    with open(os.environ["BP_TEST_JOBS"], "a") as f:
-        f.write(json.dumps({"steps": steps, "options": options}, default=str) + "\\n")
-    return _run(self, *args, **kwargs)
-
-
-beam.Pipeline.run = run
-runpy.run_module("beam_pipeline", run_name="__main__", alter_sys=True)
-"""
-
-
 def _cli(*args: str, cwd, jobs=None) -> subprocess.CompletedProcess:
-    """``python -m beam_pipeline ARGS`` in ``cwd``, in a forked process; each job it runs
-    recorded in ``jobs``. (``runs`` commands, light, in a fresh one.)"""
+    """``python -m beam_pipeline ARGS`` in ``cwd``: the CLI's entry point in this process
+    (what is read is the run's records, summary and output, not a fresh interpreter's;
+    its Trainer and Beam workers run in processes of their own either way), or ``runs``
+    commands (light) in a fresh process. With ``jobs``: each Beam job the run starts is
+    appended to that file, its top-level steps and the options it ran with (those not at
+    their defaults), read from the pipeline object as its run() starts."""
     if args[0] == "runs":
         return subprocess.run(
             [sys.executable, "-m", "beam_pipeline", *args],
@@ -74,17 +54,27 @@ def _cli(*args: str, cwd, jobs=None) -> subprocess.CompletedProcess:
             text=True,
             timeout=900,
         )
-    if not jobs:
-        return forked_cli(*args, cwd=cwd, log_dir=os.path.join(cwd, "logs"), timeout=900)
-    env = dict(os.environ, BP_TEST_JOBS=str(jobs), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = forked_launch.launch_code(_RECORDING_JOBS, list(args), str(cwd), env, f"{cwd}/logs")
-    try:
-        proc.wait(900)
-    except TimeoutError:
-        os.killpg(proc.pid, signal.SIGKILL)  # the forked run's own session, by its id
-        proc.wait(60)
-        pytest.fail(f"still running after 900 s:\n{proc.stderr[-4000:]}")
-    return subprocess.CompletedProcess(list(args), proc.returncode, proc.stdout, proc.stderr)
+    import apache_beam as beam
+
+    from beam_pipeline import cli
+
+    beam_run = beam.Pipeline.run
+
+    def recording_run(self, *a, **kw):
+        steps = [t.full_label for t in self.transforms_stack[0].parts]
+        options = self.options.get_all_options(drop_default=True)
+        with open(jobs, "a") as f:
+            f.write(json.dumps({"steps": steps, "options": options}, default=str) + "\n")
+        return beam_run(self, *a, **kw)
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)  # the default pipeline root: ./pipeline_runs
+        if jobs:
+            patch.setattr(beam.Pipeline, "run", recording_run)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def _executions(root: str, run_id: str) -> dict:
