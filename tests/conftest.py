@@ -273,29 +273,6 @@ def readme_worker_pool(tmp_path_factory):
         yield f"localhost:{port}", log_path, run
 
 
-def forked_cli(
-    *args: str, cwd, log_dir, env: dict | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess:
-    """``python -m beam_pipeline ARGS`` run to its end in ``cwd`` in a process forked from
-    the warm fork server (tests/forked_launch.py), with ``env`` (default: this process's)
-    and its output in ``log_dir``: what a fresh process gives (exit code, standard output
-    and error, a process and streams of its own) without a fresh interpreter's imports.
-    For tests whose subject is not the fresh interpreter itself. Past ``timeout`` its
-    process group is killed and the test fails."""
-    import forked_launch
-
-    env = dict(os.environ if env is None else env)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    proc = forked_launch.launch_cli(list(args), str(cwd), env, str(log_dir))
-    try:
-        proc.wait(timeout)
-    except TimeoutError:
-        os.killpg(proc.pid, signal.SIGKILL)  # the forked run's own session, by its id
-        proc.wait(60)
-        pytest.fail(f"still running after {timeout} s:\n{proc.stderr[-4000:]}")
-    return subprocess.CompletedProcess(list(args), proc.returncode, proc.stdout, proc.stderr)
-
-
 # ``python -m beam_pipeline`` as a terminal's command has it: Ctrl-C raises
 # KeyboardInterrupt (a fork of a server that a pytest worker started, which may ignore
 # SIGINT, would inherit the ignoring). faulthandler prints the threads' stacks on SIGABRT,

@@ -17,7 +17,9 @@ conftest.service_missing).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import os
 import subprocess
@@ -31,7 +33,7 @@ import sqlalchemy as sa
 import test_metadata_store as store_api
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from conftest import PENGUIN_DIR, forked_cli, service_missing
+from conftest import PENGUIN_DIR, service_missing
 from test_metadata_schema import (
     _WRITER,
     HEAD,
@@ -187,6 +189,17 @@ def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
     )
 
 
+def _cli_here(*args: str) -> subprocess.CompletedProcess:
+    """The CLI's entry point in this process, with what it printed (its terminal output:
+    its progress, summary, warnings and errors)."""
+    from beam_pipeline import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 def _store_text(server: Server) -> str:
     """Every row of every table of the store, as text."""
     engine = server.engine()
@@ -233,18 +246,16 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
         *_RUN_ARGS[server.backend],
         f"--pipeline_root={root}",
     ]
-    # The runs in processes forked from the warm fork server (a process and streams of
-    # their own, without a fresh interpreter's imports); the light `runs` commands fresh.
-    logs = tmp_path / "logs"
+    # The runs through the CLI's entry point in this process (what is checked is the
+    # store's records and what the CLI printed, not a fresh interpreter's start); the
+    # light `runs` commands in fresh processes.
     # Run a: the password in the query string (pg8000 and PyMySQL take it there).
-    a = forked_cli(
-        *run_args, f"--metadata_url={server.query_password_url()}", cwd=tmp_path, log_dir=logs
-    )
+    a = _cli_here(*run_args, f"--metadata_url={server.query_password_url()}")
     assert a.returncode == 0, a.stderr[-3000:]
     assert a.stderr == ""
     # Run b: the URL form the docs show (no driver named: the installed one), every
     # stage reused from run a.
-    b = forked_cli(*run_args, f"--metadata_url={server.plain_url()}", cwd=tmp_path, log_dir=logs)
+    b = _cli_here(*run_args, f"--metadata_url={server.plain_url()}")
     assert b.returncode == 0, b.stderr[-3000:]
 
     where = [f"--metadata_url={server.plain_url()}", f"--pipeline_root={root}"]
