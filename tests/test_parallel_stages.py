@@ -1,8 +1,8 @@
 """Stages that do not depend on each other run at the same time, and per-stage Beam flags
-(issue 33), through the CLI as users run it: ``python -m beam_pipeline`` on the bundled
-example (small steps, no tuning), through its entry point in the test's process (what is
-tested is the run, not a fresh interpreter's start); the run stopped by Ctrl-C in a process
-of its own, forked from the warm fork server (tests/forked_launch.py).
+(issue 33), through the CLI's entry point (``cli.main``, what ``python -m beam_pipeline``
+runs) on the bundled example (small steps, no tuning) in the test's process: what is tested
+is the run, not a fresh interpreter's start. The run stopped by Ctrl-C is a process of its
+own, forked from the warm fork server (tests/forked_launch.py).
 
 The Evaluator and the InfraValidator both read only what the Trainer and ExampleGen made:
 they run at once (the store's execution times overlap), while the summary, ``runs show``
