@@ -128,29 +128,30 @@ def feature_value(example, name: str):
 # but a long file missing here runs after all of these and holds its process to the end.
 _FILE_SECONDS = {
     "test_cli_trust.py": 140,
-    "test_continuous_training.py": 138,
     "test_user_code.py": 135,
-    "test_metadata_server.py": 118,
+    "test_continuous_training.py": 114,
     "test_cli_runs.py": 110,
-    "test_tuner_stage.py": 95,
-    "test_interrupted_runs.py": 84,
-    "test_user_code_staging.py": 82,
-    "test_gpu_env.py": 81,
-    "test_damaged_artifacts.py": 80,
-    "test_spans.py": 78,
-    "test_parallel_stages.py": 75,
-    "test_runners.py": 55,
+    "test_tuner_stage.py": 107,
+    "test_spans.py": 89,
+    "test_interrupted_runs.py": 83,
+    "test_gpu_env.py": 77,
+    "test_damaged_artifacts.py": 74,
+    "test_metadata_server.py": 72,
+    "test_user_code_staging.py": 64,
+    "test_stage_switches.py": 60,
+    "test_tuner_early_stopping.py": 54,
     "test_unclear_endings.py": 52,
-    "test_stage_switches.py": 52,
+    "test_parallel_stages.py": 52,
     "test_evaluator_kinds.py": 51,
+    "test_runners.py": 50,
     "test_docs.py": 50,
-    "test_tuner_early_stopping.py": 48,
     "test_evaluator_defaults.py": 47,
     "test_tfx_portable.py": 42,
     "test_tfx_modules.py": 40,
     "test_resume.py": 39,
     "test_cli.py": 39,
     "test_trainer_distributed.py": 36,
+    "test_tuner.py": 33,
     "test_metadata_secrets.py": 29,
     "test_mixed_precision.py": 29,
     "test_trainer_stage.py": 28,
@@ -160,7 +161,7 @@ _FILE_SECONDS = {
     "test_stage_declarations.py": 21,
     "test_csv_ranges.py": 21,
     "test_python_api_output.py": 20,
-    "test_tuner.py": 18,
+    "test_run_records.py": 18,
     "test_example_gen.py": 14,
     "test_worker_errors.py": 12,
     "test_ci_services.py": 11,
@@ -170,7 +171,6 @@ _FILE_SECONDS = {
     "test_history_columns.py": 8,
     "test_tfrecords.py": 8,
     "test_statistics.py": 7,
-    "test_run_records.py": 6,
     "test_bad_tfrecords.py": 6,
 }
 
@@ -272,6 +272,33 @@ def readme_worker_pool(tmp_path_factory):
     log_path = tmp_path_factory.mktemp("worker_pool") / "pool.log"
     with worker_pool_process(pool, log_path, env=env, cwd=REPO):
         yield f"localhost:{port}", log_path, run
+
+
+# ``python -m beam_pipeline`` as a terminal's command has it: Ctrl-C raises
+# KeyboardInterrupt (a fork of a server that a pytest worker started, which may ignore
+# SIGINT, would inherit the ignoring). faulthandler prints the threads' stacks on SIGABRT,
+# which a test sends a run that does not stop (where it hung).
+_AS_A_TERMINAL_RUNS_IT = """
+import faulthandler, runpy, signal
+
+faulthandler.enable()
+signal.signal(signal.SIGINT, signal.default_int_handler)
+runpy.run_module("beam_pipeline", run_name="__main__", alter_sys=True)
+"""
+
+
+def launch_terminal_cli(*args: str, cwd, log_dir, env: dict | None = None):
+    """``python -m beam_pipeline ARGS`` started as from a terminal (Ctrl-C raises
+    KeyboardInterrupt), in ``cwd``, in a process forked from the warm fork server with a
+    session of its own (``os.killpg(proc.pid, signal.SIGINT)`` is a terminal's Ctrl-C);
+    returns the started :class:`forked_launch.ForkedProcess`."""
+    import forked_launch
+
+    env = dict(os.environ if env is None else env)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return forked_launch.launch_code(
+        _AS_A_TERMINAL_RUNS_IT, list(args), str(cwd), env, str(log_dir)
+    )
 
 
 def one_sentence(stderr: str) -> str:

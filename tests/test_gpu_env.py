@@ -268,33 +268,34 @@ def test_the_launcher_sets_memory_growth_before_tensorflow_is_imported(tmp_path)
     assert "SEEN ['true']" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
 
 
-def test_more_gpus_per_trial_than_the_host_has_stops_the_run_before_it_writes(tmp_path):
-    env = dict(os.environ, **{VISIBLE_DEVICES: "0,1,2", "PYTHONPATH": REPO})
-    done = subprocess.run(
+def test_more_gpus_per_trial_than_the_host_has_stops_the_run_before_it_writes(
+    tmp_path, capsys, monkeypatch
+):
+    # The CLI's entry point in this process: the check reads the environment the run was
+    # started with, not a fresh interpreter's start.
+    from beam_pipeline import cli
+
+    monkeypatch.setenv(VISIBLE_DEVICES, "0,1,2")
+    root = tmp_path / "root"
+    capsys.readouterr()
+    code = cli.main(
         [
-            sys.executable,
-            "-m",
-            "beam_pipeline",
-            f"--pipeline_root={tmp_path / 'root'}",
+            f"--pipeline_root={root}",
             "--tuner_parallel_trials=2",
             "--gpus_per_trial=2",
             "--direct_running_mode=multi_processing",
             "--direct_num_workers=2",
             "--no_progress",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
+        ]
     )
-    assert done.returncode == 2, done.stderr[-2000:]
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
     assert (
         "--gpus_per_trial=2 with 2 trial worker processes needs 4 GPUs, but this host has 3 "
         "(CUDA_VISIBLE_DEVICES=0,1,2); pass --tuner_parallel_trials=1 or a smaller "
-        "--gpus_per_trial." in done.stderr
+        "--gpus_per_trial." in err
     )
-    assert not (tmp_path / "root").exists()
+    assert not root.exists()
 
 
 @pytest.mark.parametrize(

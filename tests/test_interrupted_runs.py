@@ -13,11 +13,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from conftest import PENGUIN_DIR, REPO
+from conftest import PENGUIN_DIR, REPO, launch_terminal_cli
 
 from beam_pipeline import cli
 
@@ -115,35 +114,25 @@ def test_an_analyzer_cache_entry_left_half_written_is_removed_and_never_read(kil
     assert os.path.exists(os.path.join(entry, "_COMPLETE"))
 
 
-def _sigint_cli(args, ready, what: str) -> subprocess.CompletedProcess:
+def _sigint_cli(args, log_dir, ready, what: str) -> subprocess.CompletedProcess:
     """``python -m beam_pipeline ARGS`` as a terminal's Ctrl-C reaches it: SIGINT to its
-    process group once ``ready()``."""
-    out = subprocess.PIPE
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_pipeline", *args],
-        cwd=REPO,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-        stdout=out,
-        stderr=out,
-        text=True,
-        start_new_session=True,
-        # A pytest worker may ignore SIGINT; a terminal's command does not.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
-    )
+    process group once ``ready()`` (forked, a session of its own: launch_terminal_cli)."""
+    proc = launch_terminal_cli(*args, cwd=REPO, log_dir=log_dir)
     deadline = time.time() + 600
     while not ready():
-        assert proc.poll() is None, f"ended before {what}: {proc.communicate()[1][-3000:]}"
+        assert proc.poll() is None, f"ended before {what}: {proc.stderr[-3000:]}"
         assert time.time() < deadline, f"no {what} within 600 s"
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=300)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    proc.wait(300)
+    return subprocess.CompletedProcess(args, proc.returncode, proc.stdout, proc.stderr)
 
 
 def test_ctrl_c_during_transform_says_the_run_was_interrupted_and_how_to_resume(tmp_path):
     root = str(tmp_path / "root")
     args = [*_DATA_ARGS, "--no_trainer", f"--pipeline_root={root}", "--run_id=stopped"]
-    proc = _sigint_cli(args, _cache_manifest_written(root), "the Transform job")
+    logs = str(tmp_path / "logs")
+    proc = _sigint_cli(args, logs, _cache_manifest_written(root), "the Transform job")
     assert proc.returncode == 130, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
         "error: the run was interrupted during Transform; what its finished stages published "

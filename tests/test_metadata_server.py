@@ -17,7 +17,9 @@ conftest.service_missing).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import os
 import subprocess
@@ -187,6 +189,17 @@ def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
     )
 
 
+def _cli_here(*args: str) -> subprocess.CompletedProcess:
+    """The CLI's entry point in this process, with what it printed (its terminal output:
+    its progress, summary, warnings and errors)."""
+    from beam_pipeline import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
 def _store_text(server: Server) -> str:
     """Every row of every table of the store, as text."""
     engine = server.engine()
@@ -233,13 +246,16 @@ def test_a_whole_run_and_the_runs_commands_on_the_server(server, tmp_path):
         *_RUN_ARGS[server.backend],
         f"--pipeline_root={root}",
     ]
+    # The runs through the CLI's entry point in this process (what is checked is the
+    # store's records and what the CLI printed, not a fresh interpreter's start); the
+    # light `runs` commands in fresh processes.
     # Run a: the password in the query string (pg8000 and PyMySQL take it there).
-    a = _cli(*run_args, f"--metadata_url={server.query_password_url()}", cwd=tmp_path)
+    a = _cli_here(*run_args, f"--metadata_url={server.query_password_url()}")
     assert a.returncode == 0, a.stderr[-3000:]
     assert a.stderr == ""
     # Run b: the URL form the docs show (no driver named: the installed one), every
     # stage reused from run a.
-    b = _cli(*run_args, f"--metadata_url={server.plain_url()}", cwd=tmp_path)
+    b = _cli_here(*run_args, f"--metadata_url={server.plain_url()}")
     assert b.returncode == 0, b.stderr[-3000:]
 
     where = [f"--metadata_url={server.plain_url()}", f"--pipeline_root={root}"]

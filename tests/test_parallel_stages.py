@@ -1,6 +1,8 @@
 """Stages that do not depend on each other run at the same time, and per-stage Beam flags
-(issue 33), through the CLI as users run it: ``python -m beam_pipeline`` on the bundled
-example (small steps, no tuning) in a subprocess.
+(issue 33), through the CLI's entry point (``cli.main``, what ``python -m beam_pipeline``
+runs) on the bundled example (small steps, no tuning) in the test's process: what is tested
+is the run, not a fresh interpreter's start. The run stopped by Ctrl-C is a process of its
+own, forked from the warm fork server (tests/forked_launch.py).
 
 The Evaluator and the InfraValidator both read only what the Trainer and ExampleGen made:
 they run at once (the store's execution times overlap), while the summary, ``runs show``
@@ -15,6 +17,7 @@ tests/test_stage_runner.py.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -23,6 +26,7 @@ import sys
 import time
 
 import pytest
+from conftest import launch_terminal_cli
 
 from beam_pipeline.metadata import ExecutionStatus, MetadataStore
 from beam_pipeline.stages.graph import STAGE_GRAPH
@@ -34,41 +38,42 @@ SMALL = ["--runner=DirectRunner", "--train_steps=20", "--eval_steps=5", "--no_tu
 GRAPH_ORDER = ["ExampleGen", "Statistics", *(s.name for s in STAGE_GRAPH[1:])]
 
 
-# ``python -m beam_pipeline`` that appends each Beam job it runs to the file named by
-# BP_TEST_JOBS: the job's top-level steps and the options it ran with (those not at their
-# defaults), read from the pipeline object as its run() starts.
-_RECORDING_JOBS = """
-import json, os, runpy, sys
-
-import apache_beam as beam
-
-_run = beam.Pipeline.run
-
-
-def run(self, *args, **kwargs):
-    steps = [t.full_label for t in self.transforms_stack[0].parts]
-    options = self.options.get_all_options(drop_default=True)
-    with open(os.environ["BP_TEST_JOBS"], "a") as f:
-        f.write(json.dumps({"steps": steps, "options": options}, default=str) + "\\n")
-    return _run(self, *args, **kwargs)
-
-
-beam.Pipeline.run = run
-runpy.run_module("beam_pipeline", run_name="__main__", alter_sys=True)
-"""
-
-
 def _cli(*args: str, cwd, jobs=None) -> subprocess.CompletedProcess:
-    """``python -m beam_pipeline ARGS`` in ``cwd``; each job it runs recorded in ``jobs``."""
-    run = ["-c", _RECORDING_JOBS] if jobs else ["-m", "beam_pipeline"]
-    return subprocess.run(
-        [sys.executable, *run, *args],
-        cwd=str(cwd),
-        env=dict(os.environ, BP_TEST_JOBS=str(jobs)) if jobs else None,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    """``python -m beam_pipeline ARGS`` in ``cwd``: the CLI's entry point in this process
+    (what is read is the run's records, summary and output, not a fresh interpreter's;
+    its Trainer and Beam workers run in processes of their own either way), or ``runs``
+    commands (light) in a fresh process. With ``jobs``: each Beam job the run starts is
+    appended to that file, its top-level steps and the options it ran with (those not at
+    their defaults), read from the pipeline object as its run() starts."""
+    if args[0] == "runs":
+        return subprocess.run(
+            [sys.executable, "-m", "beam_pipeline", *args],
+            cwd=str(cwd),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    import apache_beam as beam
+
+    from beam_pipeline import cli
+
+    beam_run = beam.Pipeline.run
+
+    def recording_run(self, *a, **kw):
+        steps = [t.full_label for t in self.transforms_stack[0].parts]
+        options = self.options.get_all_options(drop_default=True)
+        with open(jobs, "a") as f:
+            f.write(json.dumps({"steps": steps, "options": options}, default=str) + "\n")
+        return beam_run(self, *a, **kw)
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)  # the default pipeline root: ./pipeline_runs
+        if jobs:
+            patch.setattr(beam.Pipeline, "run", recording_run)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(list(args))
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def _executions(root: str, run_id: str) -> dict:
@@ -188,33 +193,24 @@ def test_ctrl_c_while_both_run_stops_the_run_and_records_them(bundled):
         staged = {p.name.split("-")[0] for p in (run / ".staging").glob("*")}
         return {"evaluation", "infra_blessing"} <= staged
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "beam_pipeline", *SMALL, "--run_id=stopped"]
-        + ["--no_cache=Evaluator,InfraValidator"],
-        cwd=str(cwd),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        # A pytest worker may ignore SIGINT; a terminal's command does not.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
-        # A run that does not stop is aborted below: its threads' stacks say where it hung.
-        env=dict(os.environ, PYTHONFAULTHANDLER="1"),
-    )
+    args = [*SMALL, "--run_id=stopped", "--no_cache=Evaluator,InfraValidator"]
+    proc = launch_terminal_cli(*args, cwd=cwd, log_dir=cwd / "logs")
     deadline = time.time() + 600
     while not both_running():
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert proc.poll() is None, proc.stderr[-3000:]
         assert time.time() < deadline
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
     try:
-        stdout, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
-        stdout, stderr = proc.communicate(timeout=60)
+        proc.wait(300)
+    except TimeoutError:
+        os.kill(proc.pid, signal.SIGABRT)  # faulthandler prints every thread's stack
+        with contextlib.suppress(TimeoutError):
+            proc.wait(60)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"the run did not stop within 300 s of Ctrl-C:\n{stderr[-6000:]}")
+        pytest.fail(f"the run did not stop within 300 s of Ctrl-C:\n{proc.stderr[-6000:]}")
+    stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == 130, stderr[-3000:]
     assert stderr.startswith("error: the run was interrupted during "), stderr[-3000:]
     assert "Traceback" not in stdout + stderr

@@ -27,7 +27,6 @@ import sys
 import textwrap
 import zlib
 
-import conftest_trainer
 import pytest
 from conftest import PENGUIN_DIR, REPO, TESTDATA
 
@@ -888,7 +887,10 @@ _WORKER_EXITS = textwrap.dedent(
 
 @pytest.mark.slow
 def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(tmp_path):
-    """In a subprocess with a time limit: a hang (Beam's own behaviour) fails this test.
+    """In a process of its own with a time limit: a hang (Beam's own behaviour) fails this
+    test. (Forked from the warm fork server, tests/forked_launch.py: the process's own
+    start is not the subject; its Beam workers start fresh or as forks of a fork server
+    it starts itself, as in a fresh process.)
 
     A worker killed (out of memory, most likely) and one that exits, a job each; then the
     process's next job runs as usual. Cold first: no pool ran, the workers are Beam's fresh
@@ -897,7 +899,11 @@ def test_a_dead_multi_processing_worker_fails_the_job_instead_of_hanging_it(tmp_
     (beam_pipeline.runtime.forked_sdk_worker); the process still exits, though the killed
     jobs' other workers never ended on their own.
     """
-    runs = conftest_trainer.run_python(_WORKER_EXITS, str(tmp_path), timeout=240)
+    import forked_launch
+
+    runs = forked_launch.run_code(
+        _WORKER_EXITS, str(tmp_path), log_dir=str(tmp_path / "logs"), timeout=240
+    )
     said = {
         "kill": "was killed while the job ran (out of memory, most likely); rerun with a smaller",
         "exit": "exited with code 3 while the job ran (its output is above); rerun with",
