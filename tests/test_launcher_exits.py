@@ -118,3 +118,39 @@ def test_an_exit_call_in_user_code_in_the_launcher_fails_the_run_in_one_sentence
     assert rows[failed]["status"] == "failed"
     with MetadataStore.for_pipeline_root(root) as store:
         assert {r.run_id: r.status for r in store.list_runs()} == {"r": RunStatus.FAILED}
+
+
+def test_an_exit_call_is_named_after_the_block_of_its_own_thread():
+    """Two stages of a --graph run at once on two threads (a stage beside Schema): an
+    os._exit in the one that began first names it, not the one that began last, and the
+    other ends untouched."""
+    import threading
+
+    from beam_pipeline.core.launcher_exit import LauncherExit, exit_refused
+
+    real = os._exit
+    second_in, first_done = threading.Event(), threading.Event()
+    ended: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            with exit_refused("stage Second's run", "fix it"):
+                second_in.set()
+                first_done.wait(60)
+            ended["second"] = "ok"
+        except BaseException as e:  # noqa: BLE001  what the block raised, checked below
+            ended["second"] = e
+
+    thread = threading.Thread(target=second)
+    with pytest.raises(LauncherExit) as raised:
+        with exit_refused("stage First's run", "return its StageResult or raise"):
+            thread.start()
+            assert second_in.wait(60)
+            try:
+                os._exit(0)
+            finally:
+                first_done.set()
+    thread.join(60)
+    assert str(raised.value).startswith("stage First's run called os._exit(0) in the launcher")
+    assert ended == {"second": "ok"}
+    assert os._exit is real

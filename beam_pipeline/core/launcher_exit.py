@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 
 from beam_pipeline.core.errors import PipelineError
@@ -43,17 +44,14 @@ def exit_refused(what: str, fix: str) -> Iterator[None]:
 
     A process the code forks (whose pid differs) still exits as asked. The exception is
     raised at the block's end too when the code caught it, so an exit call is never
-    swallowed. Blocks on several threads at once (the Evaluator and the InfraValidator
-    run together) each put back what they found, and a replacement left behind by
-    another thread's block does nothing once its block ended.
+    swallowed. Blocks run on several threads at once (stages run together): a call is
+    refused with the sentence of the block its thread is in, and the real ``os._exit`` is
+    back once every block ended.
 
     Raises:
       LauncherExit: the block called ``os._exit`` or ``sys.exit``.
     """
-    real_exit = os._exit
-    launcher = os.getpid()
     calls: list[str] = []
-    active = [True]
 
     def refused(error: str) -> LauncherExit:
         return LauncherExit(
@@ -61,13 +59,13 @@ def exit_refused(what: str, fix: str) -> Iterator[None]:
             f"and its staging folders left behind; {fix}."
         )
 
-    def refuse_exit(code: int) -> None:
-        if not active[0] or os.getpid() != launcher:
-            real_exit(code)
-        calls.append(f"os._exit({code!r})")
-        raise refused(calls[0])
-
-    os._exit = refuse_exit
+    # One replacement for every block at once, answering for the block of the thread that
+    # calls it: two stages of a --graph on two threads each get their own sentence (a
+    # replacement per block named whichever block began last).
+    dispatch = os._exit if isinstance(os._exit, _Refusals) else _Refusals(os._exit)
+    block = (refused, calls)
+    dispatch.enter(block)
+    os._exit = dispatch
     try:
         yield
     except SystemExit as e:
@@ -79,8 +77,41 @@ def exit_refused(what: str, fix: str) -> Iterator[None]:
             raise refused(calls[0]) from None
         raise
     finally:
-        active[0] = False
-        if os._exit is refuse_exit:
-            os._exit = real_exit
+        if dispatch.leave(block) and os._exit is dispatch:
+            os._exit = dispatch.real
     if calls:  # the code caught the refusal and went on
+        raise refused(calls[0])
+
+
+class _Refusals:
+    """``os._exit`` while blocks of :func:`exit_refused` run: a call from a thread inside a
+    block is refused with that block's sentence (from another thread of the launcher, with
+    the latest block's); in a process the code forked, or once every block ended, it
+    exits as asked."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.launcher = os.getpid()
+        self._lock = threading.Lock()
+        self._blocks: list[tuple[int, tuple]] = []  # (thread id, block), in entry order
+
+    def enter(self, block: tuple) -> None:
+        with self._lock:
+            self._blocks.append((threading.get_ident(), block))
+
+    def leave(self, block: tuple) -> bool:
+        """Ends ``block``; True when no block is left."""
+        with self._lock:
+            self._blocks = [(t, b) for t, b in self._blocks if b is not block]
+            return not self._blocks
+
+    def __call__(self, code: int) -> None:
+        with self._lock:
+            here = [b for t, b in self._blocks if t == threading.get_ident()]
+            block = (here or [b for _, b in self._blocks] or [None])[-1]
+        if block is None or os.getpid() != self.launcher:
+            self.real(code)
+            return
+        refused, calls = block
+        calls.append(f"os._exit({code!r})")
         raise refused(calls[0])
