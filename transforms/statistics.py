@@ -70,6 +70,7 @@ from transforms.top_values import (
     TopValuesCombineFn,
     add_top_values,
     by_feature,
+    is_string_type,
     string_value_counts,
 )
 
@@ -109,12 +110,7 @@ def _kind_of(feature: str, column_type: pa.DataType) -> Optional[_Kind]:
         return _Kind.INT
     if pa.types.is_floating(value_type):
         return _Kind.FLOAT
-    if (
-        pa.types.is_binary(value_type)
-        or pa.types.is_large_binary(value_type)
-        or pa.types.is_string(value_type)
-        or pa.types.is_large_string(value_type)
-    ):
+    if is_string_type(value_type):
         return _Kind.STRING
     if pa.types.is_null(value_type):
         return None

@@ -26,6 +26,7 @@ __all__ = [
     "TopValuesCombineFn",
     "add_top_values",
     "by_feature",
+    "is_string_type",
     "string_value_counts",
 ]
 
@@ -161,14 +162,18 @@ def string_value_counts(batch: pa.RecordBatch) -> Iterator[tuple[tuple[str, byte
         )
 
 
-def _is_string_list(column_type: pa.DataType) -> bool:
-    """A list column of bytes or strings (binary data counts as STRING, as in TFDV)."""
-    if not (pa.types.is_list(column_type) or pa.types.is_large_list(column_type)):
-        return False
-    value = column_type.value_type
+def is_string_type(value_type: pa.DataType) -> bool:
+    """Bytes or strings: a STRING feature's values (binary data counts as STRING, as in
+    TFDV). :mod:`transforms.statistics` types its columns with it too."""
     return (
-        pa.types.is_binary(value)
-        or pa.types.is_large_binary(value)
-        or pa.types.is_string(value)
-        or pa.types.is_large_string(value)
+        pa.types.is_binary(value_type)
+        or pa.types.is_large_binary(value_type)
+        or pa.types.is_string(value_type)
+        or pa.types.is_large_string(value_type)
     )
+
+
+def _is_string_list(column_type: pa.DataType) -> bool:
+    return (
+        pa.types.is_list(column_type) or pa.types.is_large_list(column_type)
+    ) and is_string_type(column_type.value_type)
