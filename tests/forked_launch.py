@@ -41,6 +41,7 @@ def _child(argv: list, cwd: str, env: dict, out_path: str, err_path: str, code) 
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
         os.close(f)
+    _fork_own_fork_server()
     status = 0
     try:
         if code is None:
@@ -69,6 +70,49 @@ def _child(argv: list, cwd: str, env: dict, out_path: str, err_path: str, code) 
             except Exception:  # noqa: BLE001, S110
                 pass
         os._exit(status)
+
+
+def _fork_own_fork_server() -> None:
+    """Gives this process a fork server of its own: a fork of itself, made now.
+
+    The run would start one as multiprocessing does (``ForkServer.ensure_running``: a
+    fresh interpreter that imports the preload, ``pool_zygote``: seconds of CPU, once per
+    forked run, most of a short run's cost). This process is, at this point, what that
+    server is once its preload is done: a fork of a server that imported the ML stack
+    and started nothing. So the server here is a fork of it, set up as ``pool_zygote``
+    sets up a server (the quiet and GPU environment, output to /dev/null) and registered
+    where ``ensure_running`` looks. It is in this process's session, as the one the run
+    would start, so a kill of the session reaches it and every process it forks.
+    Everything a forked process gets from the run (its environment, working directory,
+    output) comes with each request, as before; only the stages' worker modules are not
+    preloaded (each forked worker imports them itself).
+    """
+    import socket
+    from multiprocessing import connection, forkserver
+
+    # Imported by the server this process is a fork of (importing it anew would send this
+    # process's output to /dev/null).
+    pool_zygote = sys.modules["beam_pipeline.runtime.pool_zygote"]
+
+    server = forkserver._forkserver
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(alive_w)
+                pool_zygote.server_environment()
+                forkserver.main(listener.fileno(), alive_r, [])
+            finally:
+                os._exit(0)
+        os.close(alive_r)
+    server._forkserver_address = address
+    server._forkserver_alive_fd = alive_w
+    server._forkserver_pid = pid
 
 
 class ForkedProcess:

@@ -21,12 +21,18 @@ from beam_pipeline.console import quiet_environment
 from beam_pipeline.core.forked import WORKER_MODULES_ENV
 from beam_pipeline.core.gpus import gpu_environment
 
-quiet_environment(os.environ)
-gpu_environment(os.environ)  # its forks inherit it (a launcher of the Python API too)
-_null = os.open(os.devnull, os.O_WRONLY)
-os.dup2(_null, 1)
-os.dup2(_null, 2)
-os.close(_null)
+
+def server_environment() -> None:
+    """The fork server's environment and output, which its forks inherit."""
+    quiet_environment(os.environ)
+    gpu_environment(os.environ)  # its forks inherit it (a launcher of the Python API too)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+server_environment()
 
 try:
     from apache_beam.runners.worker import sdk_worker  # noqa: F401
