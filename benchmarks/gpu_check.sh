@@ -14,8 +14,9 @@
 #      compute apps every second, pids mapped to the run's process kinds; the launcher
 #      must stay under 1 GB): bundled_run.gpu.jsonl(.summary.json), bundled_run.log;
 #   2. the compute-bound trainer benchmark (benchmarks/bench_trainer.py: examples/s of
-#      the input path, of fit on cached batches and on the runner's input, mean GPU
-#      utilization of each phase), float32 and mixed precision: bench_*.json;
+#      the input path, of fit on cached batches and on the runner's input, of a
+#      hand-written XLA loop on cached batches (the ceiling), mean GPU utilization of
+#      each phase), float32 and mixed precision: bench_*.json;
 #   3. the 2-logical-GPU MirroredStrategy test's result: logical_gpus.log.
 # Without nvidia-smi (a CPU machine: a dry run) it says so and runs everything at small
 # sizes, GPU figures left empty.
@@ -116,7 +117,8 @@ for k, v in r["examples_per_s"].items():
     u = r["gpu_utilization_pct"].get(k)
     print(f"  {k:<32} {v:>12,} examples/s" + (f"   GPU busy {u}%" if u is not None else ""))
 print(f"  input / fit_cached = {r['input_over_fit_cached']}x; fit / fit_cached = "
-      f"{r['fit_over_fit_cached']}; ms/step {r['timings']}")
+      f"{r['fit_over_fit_cached']}; fit / handwritten_xla = {r['fit_over_handwritten_xla']}; "
+      f"ms/step {r['timings']}")
 PY
 done
 
