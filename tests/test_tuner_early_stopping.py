@@ -27,7 +27,11 @@ from beam_pipeline.core.types import Artifact
 from beam_pipeline.runtime.options import parse_beam_args
 from beam_pipeline.runtime.pool import LocalWorkerPool
 from beam_pipeline.stages.tuner.trials import TRIALS_CSV, TRIALS_JSON
-from beam_pipeline.stages.tuner.tuning import BEST_HYPERPARAMETERS_FILE, run_tuning_stage
+from beam_pipeline.stages.tuner.tuning import (
+    BEST_HYPERPARAMETERS_FILE,
+    build_tuning_job,
+    run_tuning_stage,
+)
 from trainer.tuning import (
     EarlyStopping,
     EarlyStoppingRule,
@@ -124,6 +128,23 @@ def test_early_stopping_that_could_never_stop_a_trial_is_refused(
         check_rungs(rule, loaded, "m.py")
 
 
+@pytest.mark.parametrize("rule, epochs", [("asha", 4), ("median", 4), ("none", 1)])
+def test_the_bundled_module_fits_in_epochs_when_trials_can_stop(
+    penguin_run_dir, tmp_path, rule, epochs
+):
+    """With early stopping on, the bundled tuner_fn fits the same steps in epochs, so the
+    rule has rungs to stop at (with one epoch the run would refuse the flag)."""
+    module = conftest_trainer.PENGUIN_MODULE
+    config = PipelineConfig(
+        module_file=module, tuner=TunerConfig(early_stopping=rule, train_steps=20)
+    )
+    job = build_tuning_job(config, penguin_run_dir, module, str(tmp_path / "tuner"))
+    loaded = load_tuner(job, job.tuner_dir)
+    fit = loaded.fit_kwargs
+    assert (fit["epochs"], fit["epochs"] * fit["steps_per_epoch"]) == (epochs, 20)
+    check_rungs(EarlyStopping(EarlyStoppingRule.ASHA), loaded, "penguin") if epochs > 1 else None
+
+
 def _rows(path: str) -> list[dict]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -131,7 +152,7 @@ def _rows(path: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_the_cli_stops_a_bad_region_at_the_first_rung_and_trains_a_good_one_to_the_end(
-    tmp_path,
+    tmp_path, capsys
 ):
     module = tmp_path / "module.py"  # the bundled preprocessing_fn, the tiny tuner_fn
     with open(conftest_trainer.PENGUIN_MODULE) as penguin, open(TINY) as tiny:
@@ -163,6 +184,15 @@ def test_the_cli_stops_a_bad_region_at_the_first_rung_and_trains_a_good_one_to_t
         assert json.load(f)["values"]["learning_rate"] == 0.1
     report = (root / "runs" / "asha" / "report.html").read_text()
     assert "<th>epochs</th><th>rung</th>" in report and "<td>STOPPED</td>" in report
+    with open(root / "runs" / "asha" / "summary.json") as f:
+        (tuner_row,) = [s for s in json.load(f)["stages"] if s["stage"] == "Tuner"]
+    counters = tuner_row["details"]["counters"]
+    assert (counters["tuner.trials_stopped"], counters.get("tuner.trials_failed", 0)) == (1, 0)
+    # runs show lists the search's outcome, the stopped trial and its epoch included.
+    capsys.readouterr()
+    assert cli.main(["runs", "show", "asha", f"--pipeline_root={root}"]) == 0
+    shown = capsys.readouterr().out
+    assert "Tuner: 2 trials: 1 completed, 1 stopped early (trial 1 at epoch 3), 0 failed" in shown
 
 
 @pytest.fixture(scope="module")

@@ -115,6 +115,9 @@ class FnArgs:
         (``mixed_float16`` on GPU, ``mixed_bfloat16`` on CPU), or None (off). The runner
         builds a TrainSpec's model under it and sets it as Keras's global policy while
         ``run_fn`` runs.
+      early_stopping: ``tuner_fn`` only: the ``--tuner_early_stopping`` rule (``asha``,
+        ``median``), or None (off). Trials stop only between epochs, so a module may fit
+        its steps in more epochs when it is on (the bundled module does).
     """
 
     working_dir: Optional[str] = None
@@ -136,6 +139,7 @@ class FnArgs:
     num_examples: Mapping[str, int] = dataclasses.field(default_factory=dict)
     strategy: Optional[tf.distribute.Strategy] = None
     mixed_precision: Optional[str] = None
+    early_stopping: Optional[str] = None
 
     def __post_init__(self) -> None:
         twins = (("schema_path", "schema_file"), ("transform_graph_path", "transform_output"))

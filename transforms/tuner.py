@@ -59,6 +59,7 @@ class _RunTrialDoFn(beam.DoFn):
         self._trials = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_run")
         self._completed = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_completed")
         self._failed = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_failed")
+        self._stopped = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_stopped")
         self._reused = beam.metrics.Metrics.counter(NAMESPACE, "tuner.trials_reused")
         self._millis = beam.metrics.Metrics.distribution(NAMESPACE, "tuner.trial_millis")
         self._runner: Optional[TrialRunner] = None
@@ -86,6 +87,8 @@ class _RunTrialDoFn(beam.DoFn):
         elif result.status is TrialStatus.COMPLETED:
             self._completed.inc()
             self._millis.update(int(result.seconds * 1000))
+        elif result.status is TrialStatus.STOPPED:  # early stopping ended it: not a failure
+            self._stopped.inc()
         else:
             self._failed.inc()
 

@@ -38,7 +38,14 @@ _LOG = logging.getLogger(__name__)
 
 def _fn_args(job: TuningJob, working_dir: str, strategy=None) -> FnArgs:
     accessor = DataAccessor(telemetry_descriptors=("beam_pipeline", "Tuner"))
-    return common_fn_args(job, working_dir, strategy=strategy, data_accessor=accessor)
+    rule = job.early_stopping
+    return common_fn_args(
+        job,
+        working_dir,
+        strategy=strategy,
+        data_accessor=accessor,
+        early_stopping=rule.rule.value if rule.enabled else None,
+    )
 
 
 def load_tuner(job: TuningJob, working_dir: str, *, strategy=None) -> TunerFnResult:

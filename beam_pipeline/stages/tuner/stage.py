@@ -85,5 +85,20 @@ class TunerStage(Stage):
 
         # The best trial's hyperparameters, compared by runs diff.
         ok = reports and reports[0].status in (StageStatus.OK, StageStatus.CACHED)
-        best = dict(reports[0].details.get("best_hyperparameters") or {}) if ok else {}
-        return HistoryEntry(compared={"hyperparameters": best})
+        details = reports[0].details if ok else {}
+        best = dict(details.get("best_hyperparameters") or {})
+        lines = []
+        if details.get("trials"):  # the trials' outcomes, for runs show
+            stopped = details.get("stopped_trials") or {}
+            lines.append(
+                f"Tuner: {details['trials']} trials: {details.get('completed', 0)} completed, "
+                + (
+                    f"{len(stopped)} stopped early ("
+                    + ", ".join(f"trial {t} at epoch {s['epochs']}" for t, s in stopped.items())
+                    + "), "
+                    if stopped
+                    else ""
+                )
+                + f"{details.get('failed', 0)} failed; best trial {details.get('best_trial')}"
+            )
+        return HistoryEntry(compared={"hyperparameters": best}, lines=lines)

@@ -194,6 +194,12 @@ def stage_report(
             "completed": done,
             "failed": failed,
             "stopped": stopped,
+            # Each stopped trial: the epochs it trained and the rung it did not pass.
+            "stopped_trials": {
+                r.trial_id: {"epochs": r.epochs, "rung": r.rung}
+                for r in records
+                if r.status is TrialStatus.STOPPED
+            },
             "trial_epochs": sum(r.epochs for r in records),
             "schedule": search.schedule.value,
             "rounds": oracle.rounds,
