@@ -258,7 +258,6 @@ def run(
     from beam_pipeline.runtime.jobs import announce_job, counter, job_note
     from beam_pipeline.runtime.options import create_pipeline, run_pipeline
     from beam_pipeline.runtime.runners import wait_for_job
-    from beam_pipeline.stages.common.schema_file import read_schema, user_schema
     from transforms import example_gen as eg
 
     b = ctx.config.bulk_inferrer
@@ -271,7 +270,8 @@ def run(
         return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note=note)])
     _check_model(b.data, model_dir, how, checked)
     schema = inputs.get(Schema)
-    schema = read_schema(schema.file) if schema is not None else user_schema(ctx.config)
+    given = ctx.config.schema.file  # the --schema, when no Schema stage published one
+    schema = schema.read() if schema else (Schema.read_file(given) if given else None)
     if checked.data_format is DataFormat.TFRECORD:
         # tf.Examples are scored as they are, every feature kept (the schema's decoder
         # would drop those it does not list, a key column among them).

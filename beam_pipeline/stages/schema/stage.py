@@ -65,9 +65,8 @@ class SchemaStage(Stage):
     def prepare(self, config: PipelineConfig, options: Any) -> Any:
         """The ``--schema`` proto (read and checked now, before anything is written), or
         None: the schema is inferred."""
-        from beam_pipeline.stages.common.schema_file import user_schema
-
-        return user_schema(config)
+        given = config.schema.file
+        return Schema.read_file(given) if given else None
 
     def parameters(self, ctx: StageContext) -> dict:
         from beam_pipeline.engine.fingerprint import file_digest
