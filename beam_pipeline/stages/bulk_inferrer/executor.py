@@ -6,7 +6,7 @@ run's runner and checks rows read = rows scored + rows rejected from the job's c
 
 Example::
 
-    checked = check_infer_inputs(config, csv_format(config))  # before any job starts
+    checked = check_infer_inputs(config, csv_format(config.data))  # before any job starts
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def run(
     from transforms import example_gen as eg
 
     b = ctx.config.bulk_inferrer
-    checked = check_infer_inputs(ctx.config, csv_format(ctx.config))
+    checked = check_infer_inputs(ctx.config, csv_format(ctx.config.data))
     if checked is None:
         return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note="no --infer_data")])
     model_dir, how = _model(ctx, inputs)
@@ -277,7 +277,7 @@ def run(
         # would drop those it does not list, a key column among them).
         schema = None
     settings = eg.ReadSettings(
-        csv=csv_format(ctx.config), schema=_with_extra_columns(schema, checked.header)
+        csv=csv_format(ctx.config.data), schema=_with_extra_columns(schema, checked.header)
     )
     staging = {a: out.folder(a) for a in (InferenceResult, InferenceRejectedRows)}
     if b.output_examples:

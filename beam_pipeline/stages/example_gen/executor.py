@@ -9,9 +9,9 @@ declaration (``stage.py``) imports this module only where a hook runs.
 
 Example::
 
-    data = check_data(config, csv_format(config))
+    data = check_data(config, csv_format(config.data))
     p = create_pipeline(options)
-    build_data_pipeline(p, config, data, csv_format(config), None, staging)
+    build_data_pipeline(p, config, data, csv_format(config.data), None, staging)
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def reading_note(result) -> str:
 def prepare(config: PipelineConfig) -> PreparedData:
     """The input files resolved and checked (format, CSV header), their content
     fingerprinted, and the ``--schema`` that types the columns read."""
-    fmt = csv_format(config)
+    fmt = csv_format(config.data)
     inputs = check_data(config, fmt)
     d = config.data
     # As the store records artifacts' places (engine.run_records.stored_uri); that module is
@@ -353,7 +353,7 @@ def _run_spans(stage: Stage, ctx: StageContext, out: Outputs) -> StageResult:
         if plan.missing:
             p = create_pipeline(options)
             data, csv, schema = prepared.inputs, prepared.csv_format, prepared.schema
-            build_span_pipeline(p, config, data, csv, schema, plan)
+            build_span_pipeline(p, config.data, data, csv, schema, plan)
             result = run_pipeline(p, _JOB, config.worker_start_timeout)
             announce_job(ctx, result)
             job = wait_for_job(result, options, _JOB)

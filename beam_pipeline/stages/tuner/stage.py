@@ -44,6 +44,8 @@ class TunerStage(Stage):
     worker_modules = ("transforms.tuner",)
     inputs = (*MODEL_INPUTS, Input(Schema, key=None))
     outputs = (Hyperparameters,)
+    # Its trials run the Trainer's module as the Trainer will.
+    reads = ("trainer.entry_point", "trainer.custom_config", "trainer.mixed_precision")
     publishes_itself = True
 
     def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
