@@ -271,7 +271,7 @@ def run(
     _check_model(b.data, model_dir, how, checked)
     schema = inputs.get(Schema)
     given = ctx.config.schema.file  # the --schema, when no Schema stage published one
-    schema = schema.read() if schema else (Schema.read_file(given) if given else None)
+    schema = schema.read() if schema is not None else (Schema.read_file(given) if given else None)
     if checked.data_format is DataFormat.TFRECORD:
         # tf.Examples are scored as they are, every feature kept (the schema's decoder
         # would drop those it does not list, a key column among them).

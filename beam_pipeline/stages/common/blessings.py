@@ -1,7 +1,7 @@
 """The model checks' shared pieces: why a model was not evaluated, and each check's
 verdict as the run history shows it.
 
-The blessings themselves read and write themselves
+The blessings read and write themselves
 (:class:`~beam_pipeline.engine.artifacts.ModelBlessing`,
 :class:`~beam_pipeline.engine.artifacts.InfraBlessing`).
 
