@@ -100,12 +100,14 @@ def test_bundled_run_publishes_every_data_artifact(bundled_run):
 
 
 def test_examples_statistics_and_summary_agree(bundled_run):
-    from transforms.statistics_files import read_statistics
+    from beam_pipeline.engine.artifacts import Statistics
 
     rows_out = _summary(bundled_run)["ExampleGen"]["rows_out"]
     for split in ("train", "eval"):
         examples = read_examples(os.path.join(bundled_run, "examples", split, "*.tfrecord.gz"))
-        stats = read_statistics(os.path.join(bundled_run, "statistics", split, "FeatureStats.pb"))
+        stats = Statistics.read_file(
+            os.path.join(bundled_run, "statistics", split, "FeatureStats.pb")
+        )
         dataset = stats.datasets[0]
         assert len(examples) == rows_out[split] == dataset.num_examples
         by_name = {f.path.step[0]: f for f in dataset.features}
@@ -121,9 +123,9 @@ def test_examples_statistics_and_summary_agree(bundled_run):
 def test_schema_is_inferred_with_presence_and_domains(bundled_run):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from beam_pipeline.stages.schema.inference import read_schema
+    from beam_pipeline.engine.artifacts import Schema
 
-    schema = read_schema(os.path.join(bundled_run, "schema", "schema.pbtxt"))
+    schema = Schema.read_file(os.path.join(bundled_run, "schema", "schema.pbtxt"))
     features = {f.name: f for f in schema.feature}
     assert set(features) == set(PENGUIN_FEATURES)
     assert features["species"].type == schema_pb2.BYTES
@@ -434,15 +436,15 @@ def test_runs_diff_compares_schemas_statistics_and_metrics_of_recorded_runs(
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
+    from beam_pipeline.engine.artifacts import Schema
     from beam_pipeline.engine.summary import StageReport, StageStatus
     from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus
-    from beam_pipeline.stages.schema.inference import read_schema
     from beam_pipeline.stages.trainer.stage import TrainerStage
 
     b_dir = tmp_path / "b"
     shutil.copytree(os.path.join(bundled_run, "schema"), b_dir / "schema")
     shutil.copytree(os.path.join(bundled_run, "statistics"), b_dir / "statistics")
-    schema = read_schema(str(b_dir / "schema" / "schema.pbtxt"))
+    schema = Schema.read_file(str(b_dir / "schema" / "schema.pbtxt"))
     kept = [f for f in schema.feature if f.name != "island"]
     del schema.feature[:]
     schema.feature.extend(kept)
@@ -540,10 +542,11 @@ def test_a_bad_metadata_url_stops_the_run_before_anything_is_written(
 def test_blocking_anomalies_stop_the_run_with_exit_3(bundled_run, tmp_path, capsys):
     from tensorflow_metadata.proto.v0 import schema_pb2
 
-    from beam_pipeline.stages.schema.inference import read_schema, write_schema
+    from beam_pipeline.engine.artifacts import Schema
+    from beam_pipeline.stages.schema.inference import write_schema
 
     # The bundled run's schema, made to say 'sex' is always present: the data has NA there.
-    schema = read_schema(os.path.join(bundled_run, "schema", "schema.pbtxt"))
+    schema = Schema.read_file(os.path.join(bundled_run, "schema", "schema.pbtxt"))
     for f in schema.feature:
         if f.name == "sex":
             f.presence.CopyFrom(schema_pb2.FeaturePresence(min_fraction=1.0, min_count=1))

@@ -378,10 +378,10 @@ document.body.setAttribute("data-bars", JSON.stringify(bars));
 
 def _proto_buckets(path: str) -> dict[str, set]:
     """feature -> the (low, high) of its STANDARD histogram's buckets in a statistics file."""
-    from transforms.statistics_files import read_statistics
+    from beam_pipeline.engine.artifacts import Statistics
 
     out = {}
-    for feature in read_statistics(path).datasets[0].features:
+    for feature in Statistics.read_file(path).datasets[0].features:
         for histogram in feature.num_stats.histograms:
             if histogram.type == histogram.STANDARD:
                 out[feature.path.step[0]] = {(b.low_value, b.high_value) for b in histogram.buckets}

@@ -18,11 +18,16 @@ from test_tfx_modules import TFX_EVAL_CONFIG
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import Artifact
+from beam_pipeline.engine.artifacts import (
+    EvaluationResult,
+    ModelBlessing,
+    Schema,
+    ThresholdFailure,
+)
 from beam_pipeline.runtime.options import parse_beam_args
 from beam_pipeline.stages.evaluator import evaluation as evaluator
 from beam_pipeline.stages.infra_validator.checks import WARMUP_FILE, describe, validate_model
 from beam_pipeline.stages.pusher.push import next_version, push_model
-from beam_pipeline.stages.schema.inference import read_schema
 from beam_pipeline.stages.trainer.training import run_training_stage
 
 penguin_run_dir = conftest_trainer.penguin_run_dir
@@ -41,7 +46,7 @@ def model(penguin_run_dir, tmp_path_factory):
 
 
 def _schema(run_dir):
-    return read_schema(run_dir.path(Artifact.SCHEMA, "schema.pbtxt"))
+    return Schema(run_dir.path(Artifact.SCHEMA)).read()
 
 
 def _evaluate(run_dir, model_dir, config, out, baseline=None):
@@ -85,9 +90,9 @@ def test_default_config_slices_by_island_blesses_and_tfma_reads_the_artifact(mod
     slices = {tfma.slicer.stringify_slice_key(k) for k, _ in loaded.slicing_metrics}
     assert slices == set(result.metrics)
     assert tfma.load_validation_result(out).validation_ok
-    evaluator.write_blessing(str(tmp_path / "blessing"), result)
+    ModelBlessing(str(tmp_path / "blessing")).write(result)
     assert os.path.exists(tmp_path / "blessing" / "BLESSED")
-    assert evaluator.read_blessing(str(tmp_path / "blessing")) == result
+    assert ModelBlessing(str(tmp_path / "blessing")).read() == result
 
 
 _STRICT = """
@@ -309,16 +314,16 @@ def test_pusher_refuses_a_destination_it_cannot_write(model, tmp_path):
 
 
 def test_blessing_json_names_the_failed_threshold(tmp_path):
-    failure = evaluator.ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6", 0.35)
-    result = evaluator.EvaluationResult(False, (failure,), None, {"Overall": {"accuracy": 0.25}})
-    evaluator.write_blessing(str(tmp_path), result)
+    failure = ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6", 0.35)
+    result = EvaluationResult(False, (failure,), None, {"Overall": {"accuracy": 0.25}})
+    ModelBlessing(str(tmp_path)).write(result)
     assert os.path.exists(tmp_path / "NOT_BLESSED")
     saved = json.loads((tmp_path / "blessing.json").read_text())
     assert saved["failures"] == [
         {"metric": "accuracy", "slice": "Overall", "value": 0.25, "bound": ">= 0.6", "by": 0.35}
     ]
     assert failure.describe() == "accuracy on Overall = 0.25, needs >= 0.6, misses it by 0.35"
-    assert evaluator.read_blessing(str(tmp_path)).failures == (failure,)
+    assert ModelBlessing(str(tmp_path)).read().failures == (failure,)
     # The summary's table: counts whole (a 1M-row taxi run showed 3.334e+05), rates to 4
     # significant digits.
     from beam_pipeline.stages.evaluator.executor import metrics_table
@@ -338,23 +343,19 @@ def _pusher_ctx(tmp_path, **pusher):
 
 
 def test_pusher_stage_pushes_only_a_model_blessed_by_both(model, tmp_path):
-    from beam_pipeline.engine.artifacts import InfraBlessing, Model, ModelBlessing, PushedModel
+    from beam_pipeline.engine.artifacts import InfraBlessing, InfraResult, Model, PushedModel
     from beam_pipeline.engine.stage import Outputs
-    from beam_pipeline.stages.infra_validator.checks import InfraResult, write_infra_result
     from beam_pipeline.stages.pusher.stage import EXIT_NOT_BLESSED, PusherStage
 
     destination = str(tmp_path / "serving")
     ctx = _pusher_ctx(tmp_path, destination=destination, require_blessing=True)
-    failure = evaluator.ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6")
+    failure = ThresholdFailure("accuracy", "Overall", 0.25, ">= 0.6")
     verdicts = {}
     for name, blessed in (("yes", True), ("no", False)):
-        folder = str(tmp_path / name)
-        evaluator.write_blessing(
-            folder, evaluator.EvaluationResult(blessed, () if blessed else (failure,), None, {})
-        )
-        verdicts[name] = ModelBlessing(folder)
+        verdicts[name] = ModelBlessing(str(tmp_path / name))
+        verdicts[name].write(EvaluationResult(blessed, () if blessed else (failure,), None, {}))
     infra = str(tmp_path / "infra")
-    write_infra_result(infra, InfraResult(True, (), 1.0, {1: {"p50": 1.0, "p99": 2.0}}))
+    InfraBlessing(infra).write(InfraResult(True, (), 1.0, {1: {"p50": 1.0, "p99": 2.0}}))
     stage = PusherStage()
     for blessing, pushed in (("no", False), ("yes", True)):
         out = Outputs(ctx.run_dir, {PushedModel: str(tmp_path / f"out-{blessing}")})

@@ -19,8 +19,8 @@ import pytest
 from apache_beam.testing.util import assert_that
 from conftest import REPO, fn_api_pipeline, read_examples
 
+from beam_pipeline.engine.artifacts import Statistics
 from transforms import statistics as st
-from transforms import statistics_files as sf
 
 PLANS = ("basic", "pro", "team")
 TESTS_DIR = os.path.join(REPO, "tests")
@@ -32,7 +32,7 @@ def _ranked(counts: collections.Counter) -> list[tuple[str, int]]:
 
 
 def _string_features(path: str) -> tuple[int, dict]:
-    dataset = sf.read_statistics(path).datasets[0]
+    dataset = Statistics.read_file(path).datasets[0]
     return dataset.num_examples, {f.path.step[0]: f.string_stats for f in dataset.features}
 
 

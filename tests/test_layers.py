@@ -17,6 +17,7 @@ so that a circle cannot hide in a function body.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 import subprocess
@@ -435,6 +436,87 @@ def test_the_stage_context_carries_nothing_stage_specific():
     assert not named, f"StageContext fields named after a stage's data: {named}"
     untyped = [name for name, kind in fields.items() if kind == "Any" and name != "options"]
     assert not untyped, f"StageContext fields typed Any: {untyped}"
+
+
+def cross_reads(rel_path: str, source: str, sections, own, declared) -> list[str]:
+    """The reads of another stage's settings section in ``source`` that the stage does not
+    declare: ``<...>config.<key>`` (``config``, ``ctx.config``, ``jobs.config``...) where
+    ``key`` is one of ``sections`` but not ``own``, allowed as ``"<key>.<field>"`` or a
+    whole ``"<key>"`` in ``declared`` (its :attr:`Stage.reads`)."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    bad = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr in sections and node.attr != own):
+            continue
+        base = node.value
+        name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", "")
+        if not name.endswith("config"):
+            continue
+        parent = parents.get(node)
+        field = parent.attr if isinstance(parent, ast.Attribute) else None
+        if node.attr in declared or (field and f"{node.attr}.{field}" in declared):
+            continue
+        what = f"{node.attr}.{field}" if field else node.attr
+        bad.append(f"{rel_path}:{node.lineno} reads {what}")
+    return bad
+
+
+def _stage_folders():
+    """(stage, its home's folder) of each stage of the bundled graph."""
+    import sys as _sys
+
+    from beam_pipeline.stages.graph import STAGE_GRAPH
+
+    for stage in STAGE_GRAPH:
+        yield stage, os.path.dirname(_sys.modules[type(stage).__module__].__file__)
+
+
+def test_a_stage_reads_only_its_own_settings_and_the_runs(tree):
+    # What a stage takes from another stage's settings is declared (Stage.reads), never read
+    # in passing: a stage's folder reads its own section and the run's settings; the shared
+    # helpers in stages/common read none (they take the values).
+    from beam_pipeline.engine.config import section_classes
+
+    sources, _, _ = tree
+    stages = list(_stage_folders())  # importing the graph registers its sections
+    sections = section_classes()
+    assert {"evaluator", "trainer", "data"} <= set(sections), sections
+    bad = []
+    checked = {os.path.join("beam_pipeline", "stages", "common"): (None, ())}
+    for stage, folder in stages:
+        checked[os.path.relpath(folder, REPO)] = (stage.config_key, stage.reads)
+        for name in stage.reads:  # each declared read names a setting of a section
+            key, _, field = name.partition(".")
+            assert key in sections and key != stage.config_key, (stage.name, name)
+            if field:
+                assert field in {f.name for f in dataclasses.fields(sections[key])}, name
+    for folder, (own, declared) in checked.items():
+        for rel in sorted(r for r in sources if os.path.dirname(r) == folder):
+            bad += cross_reads(rel, sources[rel], sections, own, declared)
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    "source, declared, expected",
+    [
+        ("x = ctx.config.evaluator.eval_split\n", (), ["x.py:1 reads evaluator.eval_split"]),
+        ("x = ctx.config.evaluator.eval_split\n", ("evaluator.eval_split",), []),
+        (
+            "x = config.evaluator.enabled\n",
+            ("evaluator.eval_split",),
+            ["x.py:1 reads evaluator.enabled"],
+        ),
+        ("e = jobs.config.trainer\n", ("trainer.entry_point",), ["x.py:1 reads trainer"]),
+        ("e = config.data\nf(e.csv_delimiter)\n", ("data",), []),
+        ("x = ctx.config.pusher.destination\n", (), []),  # its own section
+        ("x = config.module_file\n", (), []),  # the run's setting
+        ("x = eval_config.metrics_specs\n", (), []),  # no section
+    ],
+)
+def test_the_check_tells_an_undeclared_cross_read(source, declared, expected):
+    sections = {"evaluator": None, "trainer": None, "data": None, "pusher": None}
+    assert cross_reads("x.py", source, sections, "pusher", declared) == expected
 
 
 def named_after_a_stage(names: list[str], stages: list[str]) -> list[str]:

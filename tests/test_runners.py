@@ -508,9 +508,9 @@ def dataflow_graphs(tmp_path_factory):
 
     from beam_pipeline.core.types import Artifact
     from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
+    from beam_pipeline.engine.artifacts import Schema
     from beam_pipeline.engine.run_dir import RunDirectory
     from beam_pipeline.stages.example_gen.executor import DataInputs, build_data_pipeline
-    from beam_pipeline.stages.schema.inference import read_schema
     from beam_pipeline.stages.trainer.training import build_training_job
     from beam_pipeline.stages.transform.executor import build_transform_pipeline
     from beam_pipeline.stages.tuner.tuning import build_tuning_job
@@ -547,7 +547,7 @@ def dataflow_graphs(tmp_path_factory):
 
     module = load_module(MODULE)  # registers its functions to be pickled by value
     preprocessing_fn = get_preprocessing_fn(module, MODULE)
-    schema = read_schema(os.path.join(TESTDATA, "schema_penguins.pbtxt"))
+    schema = Schema.read_file(os.path.join(TESTDATA, "schema_penguins.pbtxt"))
     examples = {
         s: run_dir.path(Artifact.EXAMPLES, s.value, "*.tfrecord.gz") for s in config.data.splits
     }

@@ -20,7 +20,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 from tensorflow_transform.tf_metadata import schema_utils
 
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.stages.schema.inference import infer_schema, read_schema, write_schema
+from beam_pipeline.engine.artifacts import Schema
+from beam_pipeline.stages.schema.inference import infer_schema, write_schema
 from transforms import statistics as st
 
 GOLDEN_PENGUINS = os.path.join(TESTDATA, "schema_penguins.pbtxt")
@@ -254,17 +255,18 @@ def test_write_and_read_schema_round_trip(tmp_path):
     write_schema(schema, path)
     with open(path, encoding="utf-8") as f:
         assert text_format.Parse(f.read(), schema_pb2.Schema()) == schema
-    assert read_schema(path) == schema
+    assert Schema.read_file(path) == schema
+    assert Schema(str(tmp_path / "schema")).read() == schema
 
 
 def test_read_schema_errors_name_the_file(tmp_path):
     bad = tmp_path / "schema.pbtxt"
     bad.write_text('feature { name: "x" type: NOT_A_TYPE }\n')
     with pytest.raises(PipelineError, match=f"Schema file {bad} is not a valid text-format"):
-        read_schema(str(bad))
+        Schema.read_file(str(bad))
     missing = str(tmp_path / "missing.pbtxt")
     with pytest.raises(PipelineError, match=f"Schema file {missing} does not exist"):
-        read_schema(missing)
+        Schema.read_file(missing)
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,7 @@ def _close(a, b, path="") -> None:
 def test_a_new_span_is_read_alone_and_the_windows_statistics_equal_a_fresh_run(tmp_path):
     from google.protobuf import json_format
 
-    from transforms.statistics_files import read_statistics
+    from beam_pipeline.engine.artifacts import Statistics
 
     spans = tmp_path / "spans"
     _write_span(spans, 1)
@@ -157,9 +157,9 @@ def test_a_new_span_is_read_alone_and_the_windows_statistics_equal_a_fresh_run(t
             open(cached.replace(root, fresh).replace("/b/", "/c/"), "rb") as g,
         ):
             assert f.read() == g.read(), split
-        plain = read_statistics(cached.replace(root, flat).replace("/b/", "/d/"))
+        plain = Statistics.read_file(cached.replace(root, flat).replace("/b/", "/d/"))
         _close(
-            json_format.MessageToDict(read_statistics(cached)),
+            json_format.MessageToDict(Statistics.read_file(cached)),
             json_format.MessageToDict(plain),
         )
     # The transform graph from the cached analyzers is the one a fresh analysis writes.

@@ -22,6 +22,8 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.types import Split
+from beam_pipeline.engine.artifacts import Statistics
 from transforms import statistics as st
 from transforms import statistics_files as sf
 from transforms import top_values as tv
@@ -609,23 +611,24 @@ def test_init_checks_arguments(kwargs, message):
 def test_write_and_read_statistics_round_trip(tmp_path):
     batches, _ = _mixed_dataset(seed=6, large=False)
     stats = _combine(batches)
-    path = str(tmp_path / "Split-train" / "FeatureStats.pb")
+    path = str(tmp_path / "train" / "FeatureStats.pb")
     sf.write_statistics(stats, path)
     with open(path, "rb") as f:  # the plain binary proto TFDV's load_stats_binary reads
         assert statistics_pb2.DatasetFeatureStatisticsList.FromString(f.read()) == stats
-    assert sf.read_statistics(path) == stats
+    assert Statistics.read_file(path) == stats
+    assert Statistics(str(tmp_path)).read(Split.TRAIN) == stats
 
 
 def test_read_statistics_errors_name_the_file(tmp_path):
     missing = str(tmp_path / "nope.pb")
     with pytest.raises(PipelineError, match=f"Statistics file {missing} does not exist"):
-        sf.read_statistics(missing)
+        Statistics.read_file(missing)
     bad = tmp_path / "bad.pb"
     bad.write_bytes(b"\xff\xff\xff not a proto")
     with pytest.raises(
         PipelineError, match=f"Statistics file {bad} is not a binary DatasetFeatureStatistics"
     ):
-        sf.read_statistics(str(bad))
+        Statistics.read_file(str(bad))
     with pytest.raises(TypeError, match="write_statistics takes a DatasetFeatureStatisticsList"):
         sf.write_statistics("not stats", str(tmp_path / "x.pb"))
 

@@ -229,6 +229,25 @@ def test_in_rounds_a_slow_trial_holds_up_the_next_round_and_the_seed_gives_the_s
     assert [t["hyperparameters"] for t in trials] == seeded
 
 
+@pytest.mark.parametrize(
+    "trainer",
+    [{"custom_config": '{"epochs": 3}'}, {"entry_point": "Spec"}, {"mixed_precision": True}],
+)
+def test_the_trainer_settings_the_trials_run_with_are_in_the_tuners_cache_key(trainer):
+    # A search run with another --custom_config (which tuner_fn reads), entry point or
+    # precision is another search: a later run must not reuse it.
+    from beam_pipeline.engine.stage import StageContext
+    from beam_pipeline.stages.tuner.stage import TunerStage
+
+    def key(**settings):
+        config = PipelineConfig(module_file="m.py", trainer=TrainerConfig(**settings))
+        ctx = StageContext(config, None, None, {"tuner": {}}, module_digest="digest")
+        return TunerStage().key_parameters(ctx)
+
+    assert key() == key()
+    assert key(**trainer) != key()
+
+
 def test_best_hyperparameters_are_the_best_completed_trials(tuned):
     _, run_dir, report, best_path, _ = tuned
     assert best_path == run_dir.path(Artifact.TUNER, BEST_HYPERPARAMETERS_FILE)

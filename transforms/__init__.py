@@ -28,7 +28,6 @@ _WHERE = {
     "WriteRejectedRows": "transforms.example_gen",
     "WriteSplitExamples": "transforms.example_gen",
     "GenerateStatistics": "transforms.statistics",
-    "read_statistics": "transforms.statistics_files",
     "write_statistics": "transforms.statistics_files",
     "WriteTFRecordBatches": "transforms.tfrecords",
     "TrainModel": "transforms.trainer",
@@ -65,6 +64,5 @@ __all__ = [
     "WriteSplitExamples",
     "WriteTFRecordBatches",
     "WriteTransformedExamples",
-    "read_statistics",
     "write_statistics",
 ]

@@ -40,7 +40,7 @@ Example::
             | "Stats" >> GenerateStatistics(dataset_name="train"))
         _ = stats | "Write" >> beam.Map(write_statistics, "out/Split-train/FeatureStats.pb")
 
-    stats = read_statistics("out/Split-train/FeatureStats.pb")  # also tfdv.load_stats_binary
+    # read back by beam_pipeline.engine.artifacts.Statistics, or tfdv.load_stats_binary
 """
 
 from __future__ import annotations

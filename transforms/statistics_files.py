@@ -1,5 +1,6 @@
 """The files of a split's statistics: the ``FeatureStats.pb`` file TFX's StatisticsGen
-writes (:func:`write_statistics`, :func:`read_statistics`), and their mergeable state, to
+writes (:func:`write_statistics`; ``beam_pipeline.engine.artifacts.Statistics`` reads it), and
+their mergeable state, to
 compute the statistics of several inputs (spans) without reading them again.
 
 :class:`WriteStatisticsState` writes what :class:`transforms.statistics.GenerateStatistics`
@@ -30,7 +31,6 @@ from transforms.top_values import (
 
 __all__ = [
     "WriteStatisticsState",
-    "read_statistics",
     "state_num_examples",
     "statistics_from_states",
     "write_statistics",
@@ -174,32 +174,3 @@ def write_statistics(stats: statistics_pb2.DatasetFeatureStatisticsList, path: s
             f"write_statistics takes a DatasetFeatureStatisticsList, got {type(stats).__name__}."
         )
     fileio.write_file(path, stats.SerializeToString())
-
-
-def read_statistics(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
-    """Reads a file written by :func:`write_statistics` (or TFX's StatisticsGen).
-
-    Args:
-      path: a binary ``DatasetFeatureStatisticsList`` file; ``gs://`` paths work.
-
-    Returns:
-      The statistics.
-
-    Raises:
-      PipelineError: the file does not exist or does not hold such a proto.
-    """
-    if not fileio.exists(path):
-        raise PipelineError(
-            f"Statistics file {path} does not exist; run the statistics stage first or "
-            "pass the path of an existing FeatureStats.pb file."
-        )
-    data = fileio.read_file(path, binary=True)
-    stats = statistics_pb2.DatasetFeatureStatisticsList()
-    try:
-        stats.ParseFromString(data)
-    except Exception as err:  # noqa: BLE001  protobuf raises DecodeError or a RuntimeError
-        raise PipelineError(
-            f"Statistics file {path} is not a binary DatasetFeatureStatisticsList ({err}); "
-            "delete it and run the statistics stage again."
-        ) from err
-    return stats

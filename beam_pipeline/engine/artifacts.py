@@ -8,22 +8,35 @@ runner hands each stage the artifacts its upstream stages produced, instead of t
 finding them by folder layout. An artifact is JSON-able, so a run's manifest (and the
 metadata store) can record it and give it back on a resume.
 
+The types several stages read are all here, and each reads itself (``Schema.read()``,
+``Statistics.read(split)``, ``ModelBlessing.read()``, ``InfraBlessing.read()``,
+``Model.load_serving()``), importing what it parses with only when called: every command
+imports this module. A type only its own stage reads lives in that stage's home
+(docs/add-a-stage.md).
+
 Example::
 
     examples = Examples(run_dir.path(Artifact.EXAMPLES), {"split_names": ["train", "eval"]})
     examples.file_pattern(Split.TRAIN)    # .../examples/train/*.tfrecord.gz
     TypedArtifact.from_json(examples.to_json()) == examples    # True
+    inputs[Schema].read().feature[0].name    # a stage's input schema, parsed
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
-from typing import Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.core.errors import PipelineError, first_line
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact, Split
+
+# The readers' return types, for annotations only: --help imports this module, and the
+# readers import what they parse with when they run.
+if TYPE_CHECKING:
+    from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
 __all__ = [
     "TypedArtifact",
@@ -42,6 +55,9 @@ __all__ = [
     "InfraBlessing",
     "PushedModel",
     "ModelInputs",
+    "EvaluationResult",
+    "ThresholdFailure",
+    "InfraResult",
     "artifact_types",
     "SCHEMA_FILE",
 ]
@@ -113,11 +129,8 @@ class TypedArtifact:
         return cls(d["uri"], dict(d.get("properties") or {}))
 
 
-class _SplitFiles(TypedArtifact):
-    """Examples of several splits: ``<uri>/<split>/*.tfrecord.gz``.
-
-    Properties: ``split_names`` (list), ``rows`` (split -> row count, where counted).
-    """
+class _Splits(TypedArtifact):
+    """An artifact per split, which lists them in its property ``split_names``."""
 
     @property
     def split_names(self) -> tuple[Split, ...]:
@@ -127,6 +140,13 @@ class _SplitFiles(TypedArtifact):
                 (Split(s) for s in self.properties.get("split_names", ())), key=list(Split).index
             )
         )
+
+
+class _SplitFiles(_Splits):
+    """Examples of several splits: ``<uri>/<split>/*.tfrecord.gz``.
+
+    Properties: ``split_names`` (list), ``rows`` (split -> row count, where counted).
+    """
 
     def file_pattern(self, split: Split) -> str:
         return fileio.join(self.uri, split.value, _EXAMPLE_FILES)
@@ -145,22 +165,42 @@ class RejectedRows(TypedArtifact):
     FOLDER = Artifact.REJECTED
 
 
-class Statistics(TypedArtifact):
+class Statistics(_Splits):
     """One DatasetFeatureStatisticsList per split: ``<uri>/<split>/FeatureStats.pb``."""
 
     FOLDER = Artifact.STATISTICS
 
-    @property
-    def split_names(self) -> tuple[Split, ...]:
-        # In Split's order (train first), however the producing job listed them.
-        return tuple(
-            sorted(
-                (Split(s) for s in self.properties.get("split_names", ())), key=list(Split).index
-            )
-        )
-
     def path(self, split: Split) -> str:
         return fileio.join(self.uri, split.value, "FeatureStats.pb")
+
+    def read(self, split: Split) -> statistics_pb2.DatasetFeatureStatisticsList:
+        """The statistics of ``split`` (:meth:`read_file` of its ``FeatureStats.pb``)."""
+        return self.read_file(self.path(split))
+
+    @staticmethod
+    def read_file(path: str) -> statistics_pb2.DatasetFeatureStatisticsList:
+        """A binary ``DatasetFeatureStatisticsList`` file (``transforms.statistics_files``
+        writes it, as TFX's StatisticsGen; TFDV's ``load_stats_binary`` reads it too).
+
+        Raises:
+          PipelineError: the file does not exist or does not hold such a proto.
+        """
+        from tensorflow_metadata.proto.v0 import statistics_pb2
+
+        if not fileio.exists(path):
+            raise PipelineError(
+                f"Statistics file {path} does not exist; run the statistics stage first or "
+                "pass the path of an existing FeatureStats.pb file."
+            )
+        stats = statistics_pb2.DatasetFeatureStatisticsList()
+        try:
+            stats.ParseFromString(fileio.read_file(path, binary=True))
+        except Exception as err:  # noqa: BLE001  protobuf raises DecodeError or a RuntimeError
+            raise PipelineError(
+                f"Statistics file {path} is not a binary DatasetFeatureStatisticsList ({err}); "
+                "delete it and run the statistics stage again."
+            ) from err
+        return stats
 
 
 class Schema(TypedArtifact):
@@ -171,6 +211,33 @@ class Schema(TypedArtifact):
     @property
     def file(self) -> str:
         return fileio.join(self.uri, SCHEMA_FILE)
+
+    def read(self) -> schema_pb2.Schema:
+        """The schema (:meth:`read_file` of its ``schema.pbtxt``)."""
+        return self.read_file(self.file)
+
+    @staticmethod
+    def read_file(path: str) -> schema_pb2.Schema:
+        """A text-proto tensorflow_metadata Schema (``schema.pbtxt``, the user's ``--schema``).
+
+        Raises:
+          PipelineError: the file does not exist or is not a text-format Schema.
+        """
+        from google.protobuf import text_format
+        from tensorflow_metadata.proto.v0 import schema_pb2
+
+        if not fileio.exists(path):
+            raise PipelineError(
+                f"Schema file {path} does not exist; pass the path of an existing schema.pbtxt "
+                "or let the pipeline infer one."
+            )
+        try:
+            return text_format.Parse(fileio.read_file(path), schema_pb2.Schema())
+        except text_format.ParseError as err:
+            raise PipelineError(
+                f"Schema file {path} is not a valid text-format tensorflow_metadata Schema "
+                f"({err}); fix that line or delete the file to infer the schema again."
+            ) from err
 
 
 class Anomalies(TypedArtifact):
@@ -211,6 +278,22 @@ class Model(TypedArtifact):
     # (assets.extra holds files the server reads beside the graph, not part of it).
     ADDED_LATER = ("assets.extra/tf_serving_warmup_requests",)
 
+    def load_serving(self) -> Any:
+        """The SavedModel, loaded (``tf.saved_model.load``; TensorFlow is imported now).
+
+        Raises:
+          PipelineError: the folder holds no SavedModel that loads.
+        """
+        import tensorflow as tf
+
+        try:
+            return tf.saved_model.load(self.uri)
+        except Exception as e:  # noqa: BLE001  any load failure is the same user-facing problem
+            raise PipelineError(
+                f"The model in {self.uri} does not load ({type(e).__name__}: {first_line(e)}); "
+                "rerun the Trainer (a new --run_id) so that it exports a SavedModel."
+            ) from None
+
 
 class ModelRun(TypedArtifact):
     """The trainer's working folder: checkpoints, TensorBoard logs, its result."""
@@ -224,19 +307,125 @@ class ModelEvaluation(TypedArtifact):
     FOLDER = Artifact.EVALUATION
 
 
+@dataclasses.dataclass(frozen=True)
+class ThresholdFailure:
+    """A threshold a model failed on one slice."""
+
+    metric: str
+    slice: str
+    value: float
+    bound: str
+    # How far the value is on the wrong side of the bound (absolute thresholds; None for
+    # a relative change threshold or a missing slice, and in blessings written before it).
+    by: Optional[float] = None
+
+    def describe(self) -> str:
+        short = f", misses it by {self.by:.4g}" if self.by is not None else ""
+        return f"{self.metric} on {self.slice} = {self.value:.4g}, needs {self.bound}{short}"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationResult:
+    """What the Evaluator decided and measured (a :class:`ModelBlessing`'s content).
+
+    Attributes:
+      blessed: every threshold passed on every slice.
+      failures: the thresholds that failed.
+      baseline: the baseline model folder, or None (judged on value thresholds alone).
+      metrics: slice name -> metric name -> value (the candidate's).
+      reason: why, in words: "" when ``failures`` say it (or every threshold passed),
+        the Evaluator's ``NO_THRESHOLDS`` when there was none to check, else TFMA's own
+        verdict.
+    """
+
+    blessed: bool
+    failures: tuple[ThresholdFailure, ...]
+    baseline: Optional[str]
+    metrics: dict[str, dict[str, float]]
+    reason: str = ""
+
+    def why(self) -> str:
+        """The verdict's reason in words (never empty for a model that is not blessed)."""
+        if self.failures:
+            return "; ".join(f.describe() for f in self.failures)
+        if self.reason:
+            return self.reason
+        return "every threshold passed" if self.blessed else "TFMA's validation failed"
+
+
 class ModelBlessing(TypedArtifact):
-    """The Evaluator's verdict: ``BLESSED`` or ``NOT_BLESSED`` and ``blessing.json``;
-    properties ``blessed`` (bool) and ``baseline`` (the baseline model's folder or None)."""
+    """The Evaluator's verdict: ``BLESSED`` or ``NOT_BLESSED`` and ``blessing.json`` (an
+    :class:`EvaluationResult`), as TFX's blessing; properties ``blessed`` (bool) and
+    ``baseline`` (the baseline model's folder or None)."""
 
     FOLDER = Artifact.BLESSING
+    FILE = "blessing.json"
+
+    def write(self, result: EvaluationResult) -> None:
+        """Writes ``BLESSED``/``NOT_BLESSED`` and ``blessing.json`` into its folder."""
+        marker = "BLESSED" if result.blessed else "NOT_BLESSED"
+        fileio.write_file(fileio.join(self.uri, marker), "")
+        text = json.dumps(dataclasses.asdict(result), indent=1) + "\n"
+        fileio.write_file(fileio.join(self.uri, self.FILE), text)
+
+    def read(self) -> Optional[EvaluationResult]:
+        """The verdict written into its folder, or None if there is none."""
+        d = _read_json(self.uri, self.FILE)
+        if d is None:
+            return None
+        failures = tuple(ThresholdFailure(**f) for f in d.pop("failures"))
+        return EvaluationResult(failures=failures, **d)
+
+
+@dataclasses.dataclass(frozen=True)
+class InfraResult:
+    """The serving check's verdict and measurements (an :class:`InfraBlessing`'s content).
+
+    Attributes:
+      blessed: the model loaded in time and answered every request well.
+      problems: why not, one line each (the loader's or the request's message).
+      load_seconds: time to load the SavedModel in the sandbox.
+      latency_ms: batch size -> {"p50": ms, "p99": ms} over the repeats of that request.
+      endpoint: the TF Serving server that answered (``--serving_endpoint``), or None for
+        the sandbox (then ``load_seconds`` is the sandbox's load time).
+    """
+
+    blessed: bool
+    problems: tuple[str, ...]
+    load_seconds: Optional[float]
+    latency_ms: dict[int, dict[str, float]]
+    endpoint: Optional[str] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class InfraBlessing(TypedArtifact):
     """The InfraValidator's verdict: ``INFRA_BLESSED`` or ``INFRA_NOT_BLESSED`` and
-    ``infra_validation.json`` (load time, p50/p99 latency per batch size, problems);
-    property ``blessed``."""
+    ``infra_validation.json`` (an :class:`InfraResult`: load time, p50/p99 latency per batch
+    size, problems); property ``blessed``."""
 
     FOLDER = Artifact.INFRA_BLESSING
+    FILE = "infra_validation.json"
+
+    def write(self, result: InfraResult) -> None:
+        """Writes ``INFRA_BLESSED``/``INFRA_NOT_BLESSED`` and ``infra_validation.json``."""
+        marker = "INFRA_BLESSED" if result.blessed else "INFRA_NOT_BLESSED"
+        fileio.write_file(fileio.join(self.uri, marker), "")
+        fileio.write_file(fileio.join(self.uri, self.FILE), json.dumps(result.to_json(), indent=1))
+
+    def read(self) -> Optional[InfraResult]:
+        """The verdict written into its folder, or None if there is none."""
+        d = _read_json(self.uri, self.FILE)
+        if d is None:
+            return None
+        latency = {int(k): v for k, v in d.pop("latency_ms").items()}
+        return InfraResult(problems=tuple(d.pop("problems")), latency_ms=latency, **d)
+
+
+def _read_json(folder: str, name: str) -> Optional[dict[str, Any]]:
+    path = fileio.join(folder, name)
+    return json.loads(fileio.read_file(path)) if fileio.exists(path) else None
 
 
 class PushedModel(TypedArtifact):

@@ -296,6 +296,11 @@ class Stage:
         values is refused); the data stages' settings enter it through the data's digest.
       reads_input_data: it reads the run's ``--data`` (the store records the data as its
         input).
+      reads: the settings of other stages' sections it reads, ``"<config_key>.<field>"``
+        (or a whole ``"<config_key>"``): a stage reads its own section and the run's
+        settings; what it needs of another stage's is declared here, where the reader
+        sees it (``tests/test_layers.py`` holds that nothing else is read). They are not
+        in its cache key by themselves: :meth:`parameters` keys what changes its outputs.
       worker_modules: modules its Beam workers import (a local worker pool imports them
         once, before it forks a worker per job).
       executor: the module that does its work, whose ``run(stage, ctx, inputs, out)``
@@ -318,6 +323,7 @@ class Stage:
     worker_modules: ClassVar[tuple[str, ...]] = ()
     executor: ClassVar[str] = "executor"
     reads_input_data: ClassVar[bool] = False
+    reads: ClassVar[tuple[str, ...]] = ()
     in_run_identity: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any):

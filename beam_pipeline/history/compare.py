@@ -19,13 +19,12 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from google.protobuf import json_format
-from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
+from tensorflow_metadata.proto.v0 import schema_pb2
 
 from beam_pipeline.core import fileio
 from beam_pipeline.engine.artifacts import SCHEMA_FILE, Schema, Statistics
 from beam_pipeline.history.views import compared, made_by, run_executions
 from beam_pipeline.metadata import ArtifactRecord, ExecutionRecord, MetadataStore
-from beam_pipeline.stages.common.schema_file import read_schema
 
 __all__ = ["diff_runs", "flat", "schema_diff", "statistics_drift"]
 
@@ -97,9 +96,7 @@ def schema_diff(a: schema_pb2.Schema, b: schema_pb2.Schema) -> dict[str, Any]:
 
 
 def _numeric(path: str) -> dict[str, tuple[float, float]]:
-    stats = statistics_pb2.DatasetFeatureStatisticsList()
-    with fileio.open(path, "rb") as f:
-        stats.ParseFromString(f.read())
+    stats = Statistics.read_file(path)
     out = {}
     for dataset in stats.datasets[:1]:
         for feature in dataset.features:
@@ -176,7 +173,7 @@ def diff_runs(store: MetadataStore, run_a: str, run_b: str) -> dict[str, Any]:
     schemas = [_on_disk(_output(x, Schema.__name__), SCHEMA_FILE) for x in (la, lb)]
     schema: Optional[dict[str, Any]] = None
     if all(schemas):
-        schema = schema_diff(read_schema(schemas[0]), read_schema(schemas[1]))
+        schema = schema_diff(Schema.read_file(schemas[0]), Schema.read_file(schemas[1]))
     stats = [_on_disk(_output(x, Statistics.__name__)) for x in (la, lb)]
     drift = statistics_drift(stats[0], stats[1]) if all(stats) else None
     d = {

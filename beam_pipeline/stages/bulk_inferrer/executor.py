@@ -6,7 +6,7 @@ run's runner and checks rows read = rows scored + rows rejected from the job's c
 
 Example::
 
-    checked = check_infer_inputs(config, csv_format(config))  # before any job starts
+    checked = check_infer_inputs(config, csv_format(config.data))  # before any job starts
 """
 
 from __future__ import annotations
@@ -258,11 +258,10 @@ def run(
     from beam_pipeline.runtime.jobs import announce_job, counter, job_note
     from beam_pipeline.runtime.options import create_pipeline, run_pipeline
     from beam_pipeline.runtime.runners import wait_for_job
-    from beam_pipeline.stages.common.schema_file import read_schema, user_schema
     from transforms import example_gen as eg
 
     b = ctx.config.bulk_inferrer
-    checked = check_infer_inputs(ctx.config, csv_format(ctx.config))
+    checked = check_infer_inputs(ctx.config, csv_format(ctx.config.data))
     if checked is None:
         return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note="no --infer_data")])
     model_dir, how = _model(ctx, inputs)
@@ -271,13 +270,14 @@ def run(
         return StageResult([StageReport(_STAGE, StageStatus.SKIPPED, note=note)])
     _check_model(b.data, model_dir, how, checked)
     schema = inputs.get(Schema)
-    schema = read_schema(schema.file) if schema is not None else user_schema(ctx.config)
+    given = ctx.config.schema.file  # the --schema, when no Schema stage published one
+    schema = schema.read() if schema is not None else (Schema.read_file(given) if given else None)
     if checked.data_format is DataFormat.TFRECORD:
         # tf.Examples are scored as they are, every feature kept (the schema's decoder
         # would drop those it does not list, a key column among them).
         schema = None
     settings = eg.ReadSettings(
-        csv=csv_format(ctx.config), schema=_with_extra_columns(schema, checked.header)
+        csv=csv_format(ctx.config.data), schema=_with_extra_columns(schema, checked.header)
     )
     staging = {a: out.folder(a) for a in (InferenceResult, InferenceRejectedRows)}
     if b.output_examples:

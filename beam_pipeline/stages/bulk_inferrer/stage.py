@@ -89,13 +89,15 @@ class BulkInferrerStage(Stage):
         Input(Schema, key="schema", optional=True),
     )
     outputs = (InferenceRejectedRows, InferenceResult, InferredExamples)
+    # --infer_data is read as ExampleGen reads --data; typed by a --schema without a Schema.
+    reads = ("data", "schema.file")
 
     def preflight(self, run: Preflight) -> None:
         from beam_pipeline.stages.bulk_inferrer import executor
         from beam_pipeline.stages.common.csv_input import csv_format
 
         # The new examples and the model, checked now rather than after the training.
-        executor.check_infer_inputs(run.config, csv_format(run.config))
+        executor.check_infer_inputs(run.config, csv_format(run.config.data))
 
     def skip_reason(
         self, ctx: StageContext, inputs: Mapping[type[TypedArtifact], TypedArtifact]

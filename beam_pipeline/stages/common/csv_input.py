@@ -3,14 +3,12 @@
 
 Example::
 
-    header = read_csv_header(files, csv_format(config))
+    header = read_csv_header(files, csv_format(config.data))
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from beam_pipeline.engine.config import PipelineConfig
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the Beam side is imported where a file is read
     from transforms.example_gen import CsvFormat
@@ -18,9 +16,9 @@ if TYPE_CHECKING:  # the Beam side is imported where a file is read
 __all__ = ["csv_format"]
 
 
-def csv_format(config: PipelineConfig) -> CsvFormat:
-    """The run's CSV format (delimiter, null values, largest field) from its settings."""
+def csv_format(data: Any) -> CsvFormat:
+    """The run's CSV format (delimiter, null values, largest field) from ExampleGen's
+    settings (``config.data``)."""
     from transforms import example_gen as eg
 
-    d = config.data
-    return eg.CsvFormat(d.csv_delimiter, d.csv_null_values, d.csv_max_field_bytes)
+    return eg.CsvFormat(data.csv_delimiter, data.csv_null_values, data.csv_max_field_bytes)

@@ -26,7 +26,6 @@ from beam_pipeline.engine.artifacts import (
     TransformGraph,
     TypedArtifact,
 )
-from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.stage import Input
 
 if TYPE_CHECKING:  # for annotations only: staging a module imports zipfile
@@ -49,11 +48,12 @@ def model_inputs(inputs: Mapping[type[TypedArtifact], TypedArtifact]) -> ModelIn
 
 
 def model_job_fields(
-    config: PipelineConfig,
     run_dir: RunDirectory,
     stage: str,
     module_file: str,
     *,
+    custom_config: str,
+    mixed_precision: bool,
     entry_point: Optional[str] = None,
     staged: Optional[StagedModule] = None,
     inputs: Optional[ModelInputs] = None,
@@ -61,10 +61,11 @@ def model_job_fields(
     """The :class:`trainer.job.ModelJob` fields of a run's model job, all but the step counts.
 
     Args:
-      config: the run's configuration (``config.trainer.custom_config``).
       run_dir: the run directory holding the Transform stage's artifacts.
       stage: the stage asking ("trainer", "tuner"), named in errors.
       module_file: the module file.
+      custom_config: ``--custom_config``, JSON text (the Trainer's setting).
+      mixed_precision: ``--mixed_precision`` (the Trainer's setting).
       entry_point: the run_fn-like function or TrainSpec class to use.
       staged: the module file and its folder as staged in the run directory, which the
         workers load (None: they load ``module_file`` itself).
@@ -75,17 +76,17 @@ def model_job_fields(
       PipelineError: a missing artifact or a bad --custom_config.
     """
     fields = (inputs or ModelInputs.in_run(run_dir)).job_fields(stage)
-    custom_config = parse_custom_config(config.trainer.custom_config)
+    parsed = parse_custom_config(custom_config)
     with fileio.open(staged.path if staged else module_file) as f:
         module_source = f.read()
     return dict(
         module_file=module_file,
         module_source=module_source,
         **fields,
-        custom_config=custom_config,
+        custom_config=parsed,
         entry_point=entry_point,
         staged=staged,
-        mixed_precision=config.trainer.mixed_precision,
+        mixed_precision=mixed_precision,
     )
 
 

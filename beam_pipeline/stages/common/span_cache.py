@@ -23,7 +23,7 @@ Example::
 
     plan = SpanPlan(run_dir.cache_path("spans"), data.span_inputs)
     work = plan.open()                   # the units to compute: plan.missing
-    build_span_pipeline(p, config, data, csv_format, user_schema, plan)   # then run it
+    build_span_pipeline(p, config.data, data, csv_format, user_schema, plan)   # then run it
     plan.publish(splits)
     plan.assemble(splits, staging)       # the run's examples, rejected rows, statistics
 """
@@ -201,7 +201,7 @@ def _link(src: str, dst: str) -> None:
 
 def build_span_pipeline(
     p,
-    config,
+    data_settings,
     inputs,
     csv_format,
     user_schema,
@@ -210,23 +210,24 @@ def build_span_pipeline(
     """Wires ExampleGen + the statistics state of each span to compute into ``p``.
 
     ``p`` is a ``beam.Pipeline`` (Beam is imported here only: ``runs show`` imports this
-    module for :func:`span_label`). Each span is read, typed and split as ExampleGen reads
-    a whole input (the hash split of a row does not depend on the span it came in), into
-    the span's unit folder.
+    module for :func:`span_label`); ``data_settings``: ExampleGen's (``config.data``). Each
+    span is read, typed and split as ExampleGen reads a whole input (the hash split of a row
+    does not depend on the span it came in), into the span's unit folder.
     """
     import apache_beam as beam
 
     from transforms import example_gen as eg
     from transforms.statistics_files import WriteStatisticsState
 
-    splits = config.data.splits
+    splits = data_settings.splits
     input_format = eg.FORMATS[inputs.data_format]
     settings = eg.ReadSettings(csv=csv_format, schema=user_schema)
     for unit in plan.to_compute():
         work = plan.work(unit)
         tag = f"span-{unit.span}"
         splitter = eg.HashSplitter(
-            buckets=config.data.split_buckets, partition_feature=config.data.partition_feature
+            buckets=data_settings.split_buckets,
+            partition_feature=data_settings.partition_feature,
         )
         result = p | f"ExampleGen[{tag}]" >> input_format.read(
             unit.files, inputs.header, splitter, settings

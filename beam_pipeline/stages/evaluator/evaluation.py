@@ -54,13 +54,7 @@ from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
-from beam_pipeline.stages.common.blessings import (
-    BLESSING_FILE,
-    EvaluationResult,
-    ThresholdFailure,
-    read_blessing,
-    write_blessing,
-)
+from beam_pipeline.engine.artifacts import EvaluationResult, ThresholdFailure
 from beam_pipeline.stages.evaluator.kinds import (
     ModelFacts,
     ModelKind,
@@ -86,7 +80,6 @@ if TYPE_CHECKING:
     from tensorflow_model_analysis.proto import config_pb2
 
 __all__ = [
-    "BLESSING_FILE",
     "DEFAULT_MIN_ACCURACY",
     "DEFAULT_TOLERANCE",
     "EvaluationResult",
@@ -99,9 +92,7 @@ __all__ = [
     "label_range",
     "model_kind",
     "model_facts",
-    "read_blessing",
     "run_evaluation",
-    "write_blessing",
 ]
 
 # TFX's penguin example's bar for its accuracy threshold.

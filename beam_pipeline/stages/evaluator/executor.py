@@ -91,7 +91,6 @@ def run(
 ) -> StageResult:
     """The stage's run: Model + Examples (+ Schema, TransformGraph) -> ModelEvaluation +
     ModelBlessing (the kernel skips it without a model: ``Input.skip_without``)."""
-    from beam_pipeline.stages.common.schema_file import read_schema
     from beam_pipeline.stages.evaluator import evaluation as evaluator
 
     e = ctx.config.evaluator
@@ -108,7 +107,7 @@ def run(
         note = f"not evaluated: the model in {model.uri} {NO_LABEL_FIX}"
         return StageResult([StageReport("Evaluator", StageStatus.SKIPPED, note=note)])
     schema_artifact = inputs.get(Schema)
-    schema = read_schema(schema_artifact.file) if schema_artifact is not None else None
+    schema = schema_artifact.read() if schema_artifact is not None else None
     graph = inputs.get(TransformGraph)
     classes = evaluator.label_classes(graph.uri, facts.label_key) if graph else None
     stats = inputs.get(Statistics)
@@ -135,7 +134,7 @@ def run(
         out.folder(ModelEvaluation),
         ctx.options,
     )
-    evaluator.write_blessing(out.folder(ModelBlessing), result)
+    ModelBlessing(out.folder(ModelBlessing)).write(result)
     _record(ctx, model.uri, result.blessed)
     if result.blessed and result.reason:
         verdict = f"blessed: {result.why()} ({how})"

@@ -26,7 +26,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError, first_line
+from beam_pipeline.core.errors import PipelineError
+from beam_pipeline.engine.artifacts import Model
 
 if TYPE_CHECKING:
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -73,17 +74,9 @@ def model_facts(model_dir: str) -> ModelFacts:
     Raises:
       PipelineError: the folder holds no SavedModel that loads.
     """
-    import tensorflow as tf
-
     from trainer.export import SERVING_SIGNATURE, TRANSFORM_FEATURES_SIGNATURE
 
-    try:
-        loaded = tf.saved_model.load(model_dir)
-    except Exception as e:  # noqa: BLE001  any load failure is the same user-facing problem
-        raise PipelineError(
-            f"The model in {model_dir} does not load ({type(e).__name__}: {first_line(e)}); "
-            "rerun the Trainer (a new --run_id) so that it exports a SavedModel."
-        ) from None
+    loaded = Model(model_dir).load_serving()
     signatures = tuple(sorted(loaded.signatures.keys()))
     outputs: dict[str, tuple[Optional[int], ...]] = {}
     if SERVING_SIGNATURE in loaded.signatures:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from beam_pipeline.stages.common.blessings import ThresholdFailure
+from beam_pipeline.engine.artifacts import ThresholdFailure
 
 if TYPE_CHECKING:
     from tensorflow_model_analysis.proto import config_pb2

@@ -9,9 +9,9 @@ declaration (``stage.py``) imports this module only where a hook runs.
 
 Example::
 
-    data = check_data(config, csv_format(config))
+    data = check_data(config, csv_format(config.data))
     p = create_pipeline(options)
-    build_data_pipeline(p, config, data, csv_format(config), None, staging)
+    build_data_pipeline(p, config, data, csv_format(config.data), None, staging)
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Artifact, DataFormat, Split
-from beam_pipeline.engine.artifacts import Examples, RejectedRows, Statistics, TypedArtifact
+from beam_pipeline.engine.artifacts import (
+    Examples,
+    RejectedRows,
+    Schema,
+    Statistics,
+    TypedArtifact,
+)
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.fingerprint import file_digest, files_digest, json_digest, pipeline_code
 from beam_pipeline.engine.stage import Outputs, Stage, StageContext, StageResult
@@ -83,7 +89,6 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
     Raises:
       PipelineError: no input files, an unknown format, or a bad CSV header.
     """
-    from beam_pipeline.stages.common.schema_file import user_schema
     from transforms import example_gen as eg
     from transforms.example_gen.input_files import has_span_spec, resolve_spans
 
@@ -114,8 +119,9 @@ def check_data(config: PipelineConfig, csv_format: eg.CsvFormat) -> DataInputs:
         spans=None,
     )
     # A --schema types the CSV columns ExampleGen reads. Read before its digest is taken: a
-    # missing or malformed one is named in one sentence (read_schema), not a traceback.
-    schema = file_digest(config.schema.file) if user_schema(config) is not None else None
+    # missing or malformed one is named in one sentence (Schema.read_file), not a traceback.
+    given = config.schema.file
+    schema = file_digest(given) if given and Schema.read_file(given) is not None else None
     if by_span:
         # Each span's unit is keyed by its own content (with what shapes its examples and
         # the code that writes them), so a span is read once for every window it is in.
@@ -247,9 +253,7 @@ def reading_note(result) -> str:
 def prepare(config: PipelineConfig) -> PreparedData:
     """The input files resolved and checked (format, CSV header), their content
     fingerprinted, and the ``--schema`` that types the columns read."""
-    from beam_pipeline.stages.common.schema_file import user_schema
-
-    fmt = csv_format(config)
+    fmt = csv_format(config.data)
     inputs = check_data(config, fmt)
     d = config.data
     # As the store records artifacts' places (engine.run_records.stored_uri); that module is
@@ -259,7 +263,8 @@ def prepare(config: PipelineConfig) -> PreparedData:
         uri = absolute(d.data)
     else:
         uri = ",".join(f"{split.value}={absolute(p)}" for split, p in d.input_splits)
-    return PreparedData(inputs, fmt, user_schema(config), uri)
+    given = Schema.read_file(config.schema.file) if config.schema.file else None
+    return PreparedData(inputs, fmt, given, uri)
 
 
 def _dry_run_result(job) -> StageResult:
@@ -348,7 +353,7 @@ def _run_spans(stage: Stage, ctx: StageContext, out: Outputs) -> StageResult:
         if plan.missing:
             p = create_pipeline(options)
             data, csv, schema = prepared.inputs, prepared.csv_format, prepared.schema
-            build_span_pipeline(p, config, data, csv, schema, plan)
+            build_span_pipeline(p, config.data, data, csv, schema, plan)
             result = run_pipeline(p, _JOB, config.worker_start_timeout)
             announce_job(ctx, result)
             job = wait_for_job(result, options, _JOB)

@@ -59,9 +59,7 @@ def statistics_section(view: ReportView) -> ReportSection:
             key=split_order,
         )
         for split in found:
-            stats = statistics_pb2.DatasetFeatureStatisticsList()
-            with fileio.open(fileio.join(root, split, "FeatureStats.pb"), "rb") as f:
-                stats.ParseFromString(f.read())
+            stats = Statistics.read_file(fileio.join(root, split, "FeatureStats.pb"))
             if not stats.datasets:
                 continue
             splits.append(split)
@@ -121,7 +119,6 @@ def _drift_baseline(section: ReportSection, view: ReportView) -> dict[str, dict]
     """The drift baseline's statistics, drawn beside this run's (TFDV's
     ``visualize_statistics(lhs, rhs)``): feature -> split -> statistics, and under ""
     the baseline's folder; empty where drift was not checked."""
-    from tensorflow_metadata.proto.v0 import statistics_pb2
 
     from beam_pipeline.stages.common.anomalies_file import drift_baseline
 
@@ -135,9 +132,7 @@ def _drift_baseline(section: ReportSection, view: ReportView) -> dict[str, dict]
     # Drift compares the train split (the Validation stage's rule).
     path = fileio.join(where, "train", "FeatureStats.pb")
     try:
-        stats = statistics_pb2.DatasetFeatureStatisticsList()
-        with fileio.open(path, "rb") as f:
-            stats.ParseFromString(f.read())
+        stats = Statistics.read_file(path)
     except Exception as e:  # noqa: BLE001 - a report never fails the run
         section.missing.append(f"the drift baseline's statistics {path}: not readable ({e})")
         return {}

@@ -249,6 +249,7 @@ class ExampleGenStage(Stage):
     config_key = "data"
     reads_input_data = True
     outputs = (RejectedRows, Examples, Statistics)
+    reads = ("schema.file",)  # a --schema types the CSV columns it reads
 
     def prepare(self, config: PipelineConfig, options: Any) -> PreparedData:
         """The input files resolved and checked (format, CSV header), their content

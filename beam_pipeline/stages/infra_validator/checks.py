@@ -33,24 +33,16 @@ from typing import Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.gpus import gpu_environment
-from beam_pipeline.stages.common.blessings import (
-    INFRA_FILE,
-    InfraResult,
-    read_infra_result,
-    write_infra_result,
-)
+from beam_pipeline.engine.artifacts import InfraResult
 
 __all__ = [
     "BATCH_SIZES",
     "DEFAULT_MODEL_NAME",
-    "INFRA_FILE",
     "WARMUP_FILE",
     "describe",
     "InfraResult",
     "predict_requests",
-    "read_infra_result",
     "validate_model",
-    "write_infra_result",
 ]
 
 BATCH_SIZES = (1, 8, 32)

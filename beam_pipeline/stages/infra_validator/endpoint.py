@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.stages.common.blessings import InfraResult
+from beam_pipeline.engine.artifacts import InfraResult
 
 __all__ = ["CONNECT_TIMEOUT", "check_endpoint", "query_endpoint"]
 
@@ -123,7 +123,7 @@ def query_endpoint(
       repeats: timed calls per request (for the percentiles), after one untimed call.
 
     Returns:
-      an :class:`~beam_pipeline.stages.common.blessings.InfraResult` (``load_seconds`` None).
+      an :class:`~beam_pipeline.engine.artifacts.InfraResult` (``load_seconds`` None).
 
     Raises:
       PipelineError: the endpoint cannot be reached.

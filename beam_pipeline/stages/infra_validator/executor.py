@@ -50,11 +50,7 @@ def run(
     out: Outputs,
 ) -> StageResult:
     """The stage's run: Model + Examples -> InfraBlessing."""
-    from beam_pipeline.stages.infra_validator.checks import (
-        describe,
-        validate_model,
-        write_infra_result,
-    )
+    from beam_pipeline.stages.infra_validator.checks import describe, validate_model
 
     e = ctx.config.infra_validator
     model = inputs[Model]
@@ -66,7 +62,7 @@ def run(
         endpoint=e.serving_endpoint,
         model_name=e.serving_model_name,
     )
-    write_infra_result(out.folder(InfraBlessing), result)
+    InfraBlessing(out.folder(InfraBlessing)).write(result)
     report = StageReport(
         "InfraValidator",
         StageStatus.OK,

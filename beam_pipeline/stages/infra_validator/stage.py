@@ -81,6 +81,7 @@ class InfraValidatorStage(Stage):
         Input(Examples, key="examples"),
     )
     outputs = (InfraBlessing,)
+    reads = ("evaluator.eval_split",)  # it queries the model with the evaluated split
 
     def check_settings(self, config: PipelineConfig, options: Any) -> None:
         settings = config.infra_validator

@@ -23,11 +23,7 @@ from beam_pipeline.engine.artifacts import (
 )
 from beam_pipeline.engine.stage import Outputs, StageContext, StageResult
 from beam_pipeline.engine.summary import StageReport, StageStatus
-from beam_pipeline.stages.common.blessings import (
-    NO_LABEL_FIX,
-    read_blessing,
-    read_infra_result,
-)
+from beam_pipeline.stages.common.blessings import NO_LABEL_FIX
 
 if TYPE_CHECKING:
     from beam_pipeline.engine.stage import Stage
@@ -45,13 +41,13 @@ def _why_not(inputs: Mapping[type[TypedArtifact], TypedArtifact], ctx: StageCont
     if blessing is None:
         # The Evaluator's one other reason to skip a trained model (stages/evaluator/executor.py).
         return f"the Evaluator did not evaluate it: the model {NO_LABEL_FIX}"
-    verdict = read_blessing(blessing.uri)
+    verdict = blessing.read()
     if verdict is None or not verdict.blessed:
         return f"the Evaluator did not bless it ({verdict.why() if verdict else 'no verdict'})"
     infra = inputs.get(InfraBlessing)
     if infra is None:
         return "the InfraValidator did not run (--no_infra_validator)"
-    served = read_infra_result(infra.uri)
+    served = infra.read()
     if served is None or not served.blessed:
         problems = "; ".join(served.problems) if served else "no verdict"
         return f"the InfraValidator did not bless it ({problems})"

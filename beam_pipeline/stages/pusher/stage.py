@@ -62,6 +62,7 @@ class PusherStage(Stage):
         Input(InfraBlessing, key="infra_blessing", optional=True),
     )
     outputs = (PushedModel,)
+    reads = ("evaluator.enabled",)  # why a model without a blessing is not pushed
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         return {"destination": ctx.config.pusher.destination}

@@ -31,14 +31,13 @@ def run(
 ) -> StageResult:
     """The stage's run: Statistics -> Schema."""
     from beam_pipeline.stages.schema.inference import infer_schema, write_schema
-    from transforms.statistics_files import read_statistics
 
     data = ctx.config.schema
     given = ctx.prepared(stage)
     if given is not None:
         schema, how = given, f"from --schema {data.file}"
     else:
-        train = read_statistics(inputs[Statistics].path(Split.TRAIN))
+        train = inputs[Statistics].read(Split.TRAIN)
         schema = infer_schema(
             train,
             infer_feature_shape=data.infer_feature_shape,
@@ -85,9 +84,7 @@ def check_slice_features(names: Sequence[str], schema_file: str, preprocessing_f
     """
     import difflib
 
-    from beam_pipeline.stages.common.schema_file import read_schema
-
-    schema = read_schema(schema_file)
+    schema = Schema.read_file(schema_file)
     raw = {f.name for f in schema.feature}
     unknown = [n for n in names if n not in raw]
     if not unknown:

@@ -35,8 +35,8 @@ and the train split lacks are reported, not blocking; a real shift still blocks.
 
 Example::
 
-    schema = infer_schema(read_statistics("statistics/Split-train/FeatureStats.pb"))
-    write_schema(schema, "schema/schema.pbtxt")
+    schema = infer_schema(Statistics(uri).read(Split.TRAIN))
+    write_schema(schema, "schema/schema.pbtxt")    # Schema(folder).read() reads it back
 
 It runs on the launcher, between the data phase (which computed the statistics) and the
 Transform (which needs the schema to build its graph): a proto in, a proto out, no Beam.
@@ -44,17 +44,18 @@ Transform (which needs the schema to build its graph): a proto in, a proto out, 
 
 from __future__ import annotations
 
+from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
 
+from beam_pipeline.core import fileio
 from beam_pipeline.stages.common.feature_stats import (
     common_stats,
     feature_name,
     single_dataset,
     string_values,
 )
-from beam_pipeline.stages.common.schema_file import read_schema, write_schema
 
-__all__ = ["infer_schema", "write_schema", "read_schema"]
+__all__ = ["infer_schema", "write_schema"]
 
 _StatsType = statistics_pb2.FeatureNameStatistics.Type
 _SCHEMA_TYPE = {
@@ -167,3 +168,20 @@ def _inferred_string_domain(
     ):
         return None
     return sorted(values)
+
+
+def write_schema(schema: schema_pb2.Schema, path: str) -> None:
+    """Writes ``schema`` as a text proto (``schema.pbtxt``, as TFX's SchemaGen does), which
+    :meth:`beam_pipeline.engine.artifacts.Schema.read` reads.
+
+    Args:
+      schema: the schema to write.
+      path: the file to create or overwrite; its folder is created when missing;
+        ``gs://`` paths work.
+
+    Raises:
+      TypeError: ``schema`` is not a tensorflow_metadata Schema.
+    """
+    if not isinstance(schema, schema_pb2.Schema):
+        raise TypeError(f"write_schema takes a Schema, got {type(schema).__name__}.")
+    fileio.write_file(path, text_format.MessageToString(schema))

@@ -61,13 +61,14 @@ class SchemaStage(Stage):
     config_key = "schema"
     inputs = (Input(Statistics, key="statistics"),)
     outputs = (Schema,)
+    # check() refuses an --eval_slice_features name that no feature has, before training.
+    reads = ("evaluator.enabled", "evaluator.slice_features")
 
     def prepare(self, config: PipelineConfig, options: Any) -> Any:
         """The ``--schema`` proto (read and checked now, before anything is written), or
         None: the schema is inferred."""
-        from beam_pipeline.stages.common.schema_file import user_schema
-
-        return user_schema(config)
+        given = config.schema.file
+        return Schema.read_file(given) if given else None
 
     def parameters(self, ctx: StageContext) -> dict:
         from beam_pipeline.engine.fingerprint import file_digest
@@ -83,13 +84,11 @@ class SchemaStage(Stage):
         """Refuses an ``--eval_slice_features`` name that is no feature, now that the
         schema is known: before Transform, tuning and training, not when the Evaluator
         starts after them."""
-        e = ctx.config.evaluator
-        if e.enabled and e.slice_features and outcome.get("schema_file"):
+        names = ctx.config.evaluator.slice_features
+        if ctx.config.evaluator.enabled and names and outcome.get("schema_file"):
             from beam_pipeline.stages.schema import executor
 
-            executor.check_slice_features(
-                e.slice_features, outcome["schema_file"], ctx.preprocessing_fn
-            )
+            executor.check_slice_features(names, outcome["schema_file"], ctx.preprocessing_fn)
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """Each feature's type, presence, shape and domain."""

@@ -90,10 +90,11 @@ def build_training_job(
     """
     trainer_config = config.trainer  # its ranges: checked by TrainerConfig
     fields = model_job_fields(
-        config,
         run_dir,
         "trainer",
         config.module_file or "",
+        custom_config=trainer_config.custom_config,
+        mixed_precision=trainer_config.mixed_precision,
         entry_point=entry_point,
         staged=staged,
         inputs=inputs,

@@ -137,14 +137,13 @@ def run(
     from beam_pipeline.runtime.jobs import announce_job, counter, job_note
     from beam_pipeline.runtime.options import create_pipeline, run_pipeline
     from beam_pipeline.runtime.runners import wait_for_job
-    from beam_pipeline.stages.common.schema_file import read_schema
     from transforms.transform import dataset_cache_key
 
     config, run_dir = ctx.config, ctx.run_dir
     examples = inputs[Examples]
     splits = examples.split_names
     fingerprint = examples.properties["fingerprint"]
-    schema = read_schema(inputs[Schema].file)
+    schema = inputs[Schema].read()
     graph_tmp = out.folder(TransformGraph)
     examples_tmp = out.folder(TransformedExamples)
     datasets = span_datasets(examples)

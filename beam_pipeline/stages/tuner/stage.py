@@ -44,6 +44,8 @@ class TunerStage(Stage):
     worker_modules = ("transforms.tuner",)
     inputs = (*MODEL_INPUTS, Input(Schema, key=None))
     outputs = (Hyperparameters,)
+    # Its trials run the Trainer's module as the Trainer will.
+    reads = ("trainer.entry_point", "trainer.custom_config", "trainer.mixed_precision")
     publishes_itself = True
 
     def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
@@ -71,7 +73,14 @@ class TunerStage(Stage):
         return executor.progress(run_dir)
 
     def parameters(self, ctx: StageContext) -> dict:
-        return {"module_file": ctx.module_digest, "tuner": ctx.identity["tuner"]}
+        # The Trainer's settings its trials run with (reads): another entry point,
+        # --custom_config or precision is another search, not a cached one.
+        trainer = (ctx.config.trainer.entry_point, ctx.config.trainer.custom_config)
+        return {
+            "module_file": ctx.module_digest,
+            "tuner": ctx.identity["tuner"],
+            "trainer": [*trainer, ctx.config.trainer.mixed_precision],
+        }
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """The trials, the objective per trial, per hyperparameter and per epoch."""

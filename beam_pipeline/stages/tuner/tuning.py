@@ -138,11 +138,12 @@ def build_tuning_job(
       PipelineError: a missing artifact, bad step counts, or bad --custom_config.
     """
     tuner = config.tuner  # its step counts' ranges: checked once, by TunerConfig
-    fields = model_job_fields(
-        config,
+    fields = model_job_fields(  # the trials run the Trainer's module (TunerStage.reads)
         run_dir,
         "tuner",
         module_file,
+        custom_config=config.trainer.custom_config,
+        mixed_precision=config.trainer.mixed_precision,
         entry_point=config.trainer.entry_point,
         staged=staged,
         inputs=inputs,

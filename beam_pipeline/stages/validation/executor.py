@@ -105,10 +105,9 @@ def _compares(schema, comparator: str, default: Optional[float] = None) -> bool:
 
 def parameters(stage: Stage, ctx: StageContext) -> dict[str, Any]:
     """The stage's parameters: the thresholds and, where drift is checked, its baseline."""
-    from beam_pipeline.stages.common.schema_file import user_schema
-
     d = ctx.config.validation
-    given = user_schema(ctx.config)  # the --schema, checked by the run before it started
+    given_file = ctx.config.schema.file  # the --schema, checked before the run started
+    given = Schema.read_file(given_file) if given_file else None
     schema_compares = given is not None and _compares(given, "drift_comparator")
     return {
         "drift_threshold": d.drift_threshold,
@@ -131,7 +130,6 @@ def run(
 ) -> StageResult:
     """The stage's run: Statistics + Schema -> Anomalies (and the blocking verdict)."""
     from beam_pipeline.stages.common.anomalies_file import DRIFT_BASELINE_FILE
-    from beam_pipeline.stages.common.schema_file import read_schema
     from beam_pipeline.stages.validation.anomalies import (
         blocking_anomalies,
         format_anomalies,
@@ -139,11 +137,10 @@ def run(
     )
     from beam_pipeline.stages.validation.checks import merge_anomalies, validate_statistics
     from beam_pipeline.stages.validation.distances import compare_distributions
-    from transforms.statistics_files import read_statistics
 
     statistics = inputs[Statistics]
-    stats = {s: read_statistics(statistics.path(s)) for s in statistics.split_names}
-    schema = read_schema(inputs[Schema].file)
+    stats = {s: statistics.read(s) for s in statistics.split_names}
+    schema = inputs[Schema].read()
     tmp = out.folder(Anomalies)
     d = ctx.config.validation
     notes = []
@@ -158,10 +155,11 @@ def run(
         elif where is None:
             notes.append("drift: no baseline (the first complete run of this pipeline)")
         else:
+            baseline = Statistics(where)
             previous = {
-                s: read_statistics(fileio.join(where, s.value, "FeatureStats.pb"))
+                s: baseline.read(s)
                 for s in statistics.split_names
-                if fileio.exists(fileio.join(where, s.value, "FeatureStats.pb"))
+                if fileio.exists(baseline.path(s))
             }
             notes.append(
                 f"drift checked against {where}"

@@ -67,6 +67,7 @@ class ValidationStage(Stage):
     config_key = "validation"
     inputs = (Input(Statistics, key="statistics"), Input(Schema, key="schema"))
     outputs = (Anomalies,)
+    reads = ("schema.file",)  # a --schema's drift comparators ask for a drift baseline
 
     def parameters(self, ctx: StageContext) -> dict[str, Any]:
         from beam_pipeline.stages.validation import executor
