@@ -88,7 +88,8 @@ EVAL_BATCH_SIZE = 10
 # layer, and initial weights from which 100 steps did not separate two species on one island.
 SEED = 0
 # Epochs of a trial's fit when the run stops trials early (--tuner_early_stopping), which
-# happens only between epochs: the same steps, in this many epochs (else one).
+# happens only between epochs: the same steps (rounded down to a multiple of the epochs),
+# in this many epochs, or in as many as there are steps (else one epoch).
 TUNER_EPOCHS = 4
 
 
@@ -231,7 +232,7 @@ def tuner_fn(fn_args: FnArgs) -> TunerFnResult:
         project_name="penguin_tuning",
         seed=42,
     )
-    epochs = TUNER_EPOCHS if fn_args.early_stopping else 1
+    epochs = min(TUNER_EPOCHS, fn_args.train_steps) if fn_args.early_stopping else 1
     return TunerFnResult(
         tuner=tuner,
         fit_kwargs={
