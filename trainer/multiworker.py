@@ -43,7 +43,7 @@ from beam_pipeline.core.errors import PipelineError
 from trainer.isolation import UserCodeExit, run_isolated
 from trainer.loop import ATTEMPT_ENV
 from trainer.process import worker_name
-from trainer.run_training import TrainingJob, TrainingResult, run_trainer
+from trainer.run_training import TrainingJob, TrainingResult, read_result, run_trainer
 
 __all__ = [
     "RENDEZVOUS_SUBDIR",
@@ -263,6 +263,8 @@ def train_rank(job: TrainingJob, rank: int, settings: WorkerSettings) -> Optiona
     first = _first_attempt(job.model_run_dir, rank)
     last_error = ""
     for attempt in range(first, settings.retries + 1):
+        if attempt > first and read_result(job.model_run_dir) is not None:
+            return None  # the chief finished (this rank failed after it): nothing to redo
 
         def others_failed(attempt=attempt) -> Optional[str]:
             failed = [f for f in _failures(job.model_run_dir, attempt) if f["rank"] != rank]

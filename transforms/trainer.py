@@ -100,10 +100,13 @@ def _train_ranks(job: TrainingJob, ranks: list[int], settings: WorkerSettings):
         t.start()
     for t in threads:
         t.join()
+    chief = results.get(0)
+    if isinstance(chief, TrainingResult):
+        return chief  # the model is whole, whatever a rank did after the chief's export
     errors = [results[r] for r in ranks if isinstance(results.get(r), PipelineError)]
     if errors:
         raise errors[0]
-    return results.get(0)
+    return None
 
 
 @beam.typehints.with_output_types(TrainingResult)

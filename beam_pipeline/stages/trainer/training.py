@@ -58,7 +58,14 @@ from trainer import (
 from trainer.multiworker import RENDEZVOUS_SUBDIR
 from transforms.trainer import TrainModel
 
-__all__ = ["STAGE", "EXPORT_SUBDIR", "build_training_job", "run_training_stage"]
+__all__ = [
+    "STAGE",
+    "EXPORT_SUBDIR",
+    "build_training_job",
+    "dry_run",
+    "run_training_stage",
+    "training_pipeline",
+]
 
 STAGE = "Trainer"
 EXPORT_SUBDIR = "export"
@@ -115,16 +122,17 @@ def build_training_job(
     )
 
 
-def _run_pipeline(
-    job: TrainingJob, config: PipelineConfig, run_dir: RunDirectory, options: PipelineOptions
-) -> tuple[Optional[TrainingResult], dict[str, int]]:
-    """Runs the training step; returns its result (None on a dry run) and its counters."""
-    outcome_dir = run_dir.path(Artifact.MODEL_RUN, f".outcome-{uuid.uuid4().hex[:8]}")
-    outcome = outcome_dir + "/result.json"
+def training_pipeline(
+    job: TrainingJob, config: PipelineConfig, options: PipelineOptions, outcome: str
+) -> beam.Pipeline:
+    """The Trainer's job (not run): the training step, its result written to ``outcome``.
+
+    With ``--train_workers`` N > 1 on Dataflow, the step has one element per rank, each
+    on a VM of its own with the trainer's hints (N workers, no autoscaling, as the tuner's
+    search job); other runners would run one bundle's elements one after the other, so
+    there one element starts every rank in a process of its own.
+    """
     settings = config.trainer
-    # Dataflow: one element per rank, each on a VM of its own (as the tuner's search job);
-    # other runners would run one bundle's elements one after the other, so there one
-    # element starts every rank in a process of its own.
     per_element = settings.workers > 1 and runner_family(options) is RunnerFamily.DATAFLOW
     train = TrainModel(
         job,
@@ -138,11 +146,6 @@ def _run_pipeline(
     )
     if per_element:
         options = worker_per_element(options, settings.workers)
-    rendezvous = fileio.join(job.model_run_dir, RENDEZVOUS_SUBDIR)
-    if settings.workers > 1 and fileio.exists(rendezvous) and not dry_run(options):
-        # An earlier run of this stage is over (no element of this job has started): its
-        # attempts with it, and the ranks meet at attempt 0 again.
-        fileio.rmtree(rendezvous)
     p = create_pipeline(options)
     _ = (
         p
@@ -150,6 +153,21 @@ def _run_pipeline(
         | "ToJson" >> beam.Map(TrainingResult.to_json)
         | "WriteResult" >> beam.io.WriteToText(outcome, shard_name_template="", num_shards=1)
     )
+    return p
+
+
+def _run_pipeline(
+    job: TrainingJob, config: PipelineConfig, run_dir: RunDirectory, options: PipelineOptions
+) -> tuple[Optional[TrainingResult], dict[str, int]]:
+    """Runs the training step; returns its result (None on a dry run) and its counters."""
+    outcome_dir = run_dir.path(Artifact.MODEL_RUN, f".outcome-{uuid.uuid4().hex[:8]}")
+    outcome = outcome_dir + "/result.json"
+    rendezvous = fileio.join(job.model_run_dir, RENDEZVOUS_SUBDIR)
+    if config.trainer.workers > 1 and fileio.exists(rendezvous) and not dry_run(options):
+        # An earlier run of this stage is over (no element of this job has started): its
+        # attempts with it, and the ranks meet at attempt 0 again.
+        fileio.rmtree(rendezvous)
+    p = training_pipeline(job, config, options, outcome)
     beam_result = run_pipeline(p, "Trainer", config.worker_start_timeout)
     beam_result.wait_until_finish()
     counters = job_counters(beam_result)
@@ -162,6 +180,7 @@ def _run_pipeline(
 
 
 def dry_run(options: PipelineOptions) -> bool:
+    """Whether ``options`` only build the job (``--dry_run``)."""
     return bool(options.view_as(po.TestOptions).dry_run)
 
 

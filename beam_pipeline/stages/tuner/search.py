@@ -31,6 +31,7 @@ from transforms.tuner import RunSearch, RunTrials
 
 __all__ = ["Search", "TrialJobs", "gather_results", "worker_per_element"]
 
+
 @dataclasses.dataclass(frozen=True)
 class TrialJobs:
     """How a search's trials run as Beam jobs, whichever the schedule.
