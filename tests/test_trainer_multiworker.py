@@ -152,6 +152,40 @@ def test_a_lost_worker_fails_the_attempt_and_the_next_resumes_from_the_checkpoin
     assert 0.0 <= served <= 1.0
 
 
+@pytest.mark.slow
+def test_a_worker_lost_in_every_attempt_fails_the_trainer_with_one_sentence(
+    penguin_run_dir, tmp_path, monkeypatch
+):
+    # Rank 1 exits after its first checkpoint in attempt 0 and again in attempt 1, the last
+    # of 1 + --train_worker_retries=1.
+    monkeypatch.setenv(LOSE_WORKER_ENV, "1:0,1:1")
+    module = _short_module(tmp_path)
+    with pytest.raises(PipelineError) as raised:
+        _train(
+            penguin_run_dir,
+            tmp_path / "root",
+            2,
+            module,
+            "ShortSpec",
+            train_steps=30,
+            worker_retries=1,
+        )
+    message = str(raised.value)
+    assert message.startswith(
+        "Training with --train_workers=2 lost a worker in each of its 2 attempts "
+        "(--train_worker_retries=1), the last with rank 1: ShortSpec in "
+    )
+    assert "ended its process with exit code 17" in message
+    assert message.endswith(
+        "raise --train_worker_retries or find what ends the workers in their logs."
+    )
+    model_run = tmp_path / "root" / "runs" / "fixture" / "model_run"
+    assert not (model_run / "training_result.json").exists()
+    assert not (tmp_path / "root" / "runs" / "fixture" / "model").exists()
+    # The second attempt resumed from the first's checkpoint and checkpointed step 20.
+    assert tf.train.latest_checkpoint(str(model_run / "checkpoints")).endswith("-20")
+
+
 def test_a_rank_that_never_comes_is_named_after_the_rendezvous_timeout(tmp_path):
     model_run = str(tmp_path / "model_run")
     publish_address(model_run, 0, 0, "127.0.0.1:1")

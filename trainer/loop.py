@@ -41,9 +41,10 @@ __all__ = [
 
 # The attempt a multi-worker training process runs (set by trainer.multiworker).
 ATTEMPT_ENV = "BEAM_PIPELINE_TRAIN_ATTEMPT"
-# A test hook: "<rank>:<attempt>" makes that worker's process exit (os._exit) right after
-# its first checkpoint, once the chief's checkpoint of that step is complete, as a lost
-# worker would: a deterministic loss, no timing involved.
+# A test hook: "<rank>:<attempt>" (several: comma-separated) makes that worker's process
+# exit (os._exit) right after its first checkpoint of that attempt, once the chief's
+# checkpoint of that step is complete, as a lost worker would: a deterministic loss, no
+# timing involved.
 LOSE_WORKER_ENV = "BEAM_PIPELINE_TEST_LOSE_WORKER"
 _POLL_S = 0.2
 
@@ -211,7 +212,7 @@ def lose_worker_hook(step: int, chief_checkpoints: str) -> None:
     if not wanted or step <= 0:
         return
     rank = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {}).get("index")
-    if wanted != f"{rank}:{os.environ.get(ATTEMPT_ENV)}":
+    if f"{rank}:{os.environ.get(ATTEMPT_ENV)}" not in wanted.split(","):
         return
     import tensorflow as tf
 

@@ -268,7 +268,7 @@ def train_rank(job: TrainingJob, rank: int, settings: WorkerSettings) -> Optiona
 
         def others_failed(attempt=attempt) -> Optional[str]:
             failed = [f for f in _failures(job.model_run_dir, attempt) if f["rank"] != rank]
-            return failed[0]["message"] if failed else None
+            return f"rank {failed[0]['rank']}: {failed[0]['message']}" if failed else None
 
         try:
             return run_isolated(
@@ -288,10 +288,10 @@ def train_rank(job: TrainingJob, rank: int, settings: WorkerSettings) -> Optiona
             if fatal or any(f["fatal"] for f in failures):
                 message = next((f["message"] for f in failures if f["fatal"]), str(e))
                 raise PipelineError(message) from None
-            last_error = aborted or str(e)
+            last_error = aborted or f"rank {rank}: {e}"
     raise PipelineError(
         f"Training with --train_workers={settings.workers} lost a worker in each of its "
         f"{settings.retries + 1} attempts (--train_worker_retries={settings.retries}), the "
-        f"last with: {last_error.rstrip('.')}; raise --train_worker_retries or find what ends "
+        f"last with {last_error.rstrip('.')}; raise --train_worker_retries or find what ends "
         "the workers in their logs."
     )
