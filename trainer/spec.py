@@ -5,7 +5,9 @@ give the model, loss, optimizer, metrics and datasets for a set of hyperparamete
 share state through ``self`` (no globals). The runner (:func:`run_spec`) does the rest:
 
 - builds the model, optimizer and metrics inside the worker's strategy scope
-  (``MirroredStrategy`` over the local GPUs), so training is data-parallel;
+  (``MirroredStrategy`` over the local GPUs), so training is data-parallel; with
+  ``--train_workers`` above 1, ``MultiWorkerMirroredStrategy`` across workers, trained
+  by the runner's own loop (:mod:`trainer.loop`: Keras 3's ``fit`` cannot run there);
 - trains ``fn_args.train_steps`` steps in intervals of ``checkpoint_every`` steps, saving a
   checkpoint (model and optimizer, step counter included) in
   ``<model_run_dir>/checkpoints`` after each; a retried attempt restores the latest one and
@@ -315,7 +317,7 @@ def _train_with_loop(spec, hp, model, strategy, datasets, manager, start_step, i
     run_dir = _own_dir(strategy, fn_args, fn_args.model_run_dir)
     checkpoints = os.path.join(fn_args.model_run_dir, CHECKPOINT_SUBDIR)
 
-    def _save(manager, step, checkpoints):
+    def save(step: int) -> None:
         manager.save(checkpoint_number=step)
         lose_worker_hook(step, checkpoints)
 
@@ -327,7 +329,7 @@ def _train_with_loop(spec, hp, model, strategy, datasets, manager, start_step, i
         start_step=start_step,
         train_steps=int(fn_args.train_steps or 0),
         interval=interval,
-        save=lambda step: _save(manager, step, checkpoints),
+        save=save,
         log_dir=run_dir,
         metrics=train_metrics,
     )
