@@ -33,7 +33,7 @@ from typing import Any, Optional
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.forked import InheritedFd, fork_context, start_forked
 
-__all__ = ["ProcessHost", "UserCodeExit", "UserCodeTimeout", "run_isolated"]
+__all__ = ["ProcessHost", "UserCodeAborted", "UserCodeExit", "UserCodeTimeout", "run_isolated"]
 
 _POLL_S = 0.5
 
@@ -44,6 +44,10 @@ class UserCodeExit(PipelineError):
 
 class UserCodeTimeout(PipelineError):
     """The user's code ran past its time limit and its process was killed."""
+
+
+class UserCodeAborted(PipelineError):
+    """The caller's ``abort`` check gave a reason, and the process was killed."""
 
 
 def _ended(what: str, code: Optional[int]) -> str:
@@ -100,10 +104,23 @@ def _serve_call(target: Callable, args: tuple, conn, stderr: int, env: dict) -> 
     conn.close()
 
 
-def _wait(process, conn, what: str, timeout: Optional[float], timeout_flag: str):
-    """The child's answer (``(kind, value)``); raises when it ends or times out without one."""
+def _wait(
+    process,
+    conn,
+    what: str,
+    timeout: Optional[float],
+    timeout_flag: str,
+    abort: Optional[Callable[[], Optional[str]]] = None,
+):
+    """The child's answer (``(kind, value)``); raises when it ends, times out or is
+    aborted (``abort()`` returned a reason) without one."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
+        reason = abort() if abort is not None else None
+        if reason is not None:
+            process.kill()
+            process.join()
+            raise UserCodeAborted(reason)
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             process.kill()
@@ -140,6 +157,7 @@ def run_isolated(
     timeout: Optional[float] = None,
     timeout_flag: str = "the time limit",
     name: str = "user-code",
+    abort: Optional[Callable[[], Optional[str]]] = None,
 ) -> Any:
     """``target(*args, doing=...)`` in a process of its own; its return value.
 
@@ -153,11 +171,14 @@ def run_isolated(
       timeout: seconds before the process is killed (None: no limit).
       timeout_flag: the flag that sets ``timeout``, named in the error.
       name: the process's name.
+      abort: polled while the process runs; a reason (not None) kills it (a peer of a
+        multi-worker training failed: this one cannot go on).
 
     Raises:
       PipelineError: the one ``target`` raised (any other exception too, as raised).
       UserCodeExit: the process ended without an answer (its exit code in the message).
       UserCodeTimeout: it ran past ``timeout``.
+      UserCodeAborted: ``abort`` gave a reason.
     """
     receive, send = fork_context().Pipe(duplex=False)
     process = start_forked(
@@ -165,7 +186,7 @@ def run_isolated(
     )
     send.close()
     try:
-        kind, value, _ = _wait(process, receive, what, timeout, timeout_flag)
+        kind, value, _ = _wait(process, receive, what, timeout, timeout_flag, abort)
     finally:
         receive.close()
         if process.is_alive():

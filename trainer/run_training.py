@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -90,7 +91,8 @@ class TrainingResult:
       resumed_from: the checkpoint or backup folder this attempt resumed from, or None.
       seconds: wall time of the attempt that trained.
       reused: True when a completed earlier attempt was found and nothing was redone.
-      worker: host and process that ran it.
+      worker: host and process that ran it (the chief, with several workers).
+      workers: the workers that trained together (``--train_workers``).
       error: a user error message (no retry helps); the other fields are then empty.
     """
 
@@ -108,6 +110,7 @@ class TrainingResult:
     seconds: float = 0.0
     reused: bool = False
     worker: str = ""
+    workers: int = 1
     error: Optional[str] = None
 
     def to_json(self) -> str:
@@ -232,10 +235,10 @@ def _spec_checkpoints(job: TrainingJob, start_step: Optional[int]) -> Optional[s
     return fileio.join(job.model_run_dir, CHECKPOINT_SUBDIR) if start_step else None
 
 
-def _fn_args(job: TrainingJob, strategy) -> FnArgs:
+def _fn_args(job: TrainingJob, strategy, working_dir: Optional[str] = None) -> FnArgs:
     return common_fn_args(
         job,
-        job.model_run_dir,
+        working_dir or job.model_run_dir,
         strategy=strategy,
         serving_model_dir=job.serving_model_dir,
         eval_model_dir=fileio.join(job.model_run_dir, "eval_model"),
@@ -312,11 +315,25 @@ def _is_keras_save(e: Exception) -> bool:
     return isinstance(e, ValueError) and any(m in str(e) for m in _KERAS_SAVE_ERRORS)
 
 
+def _workers(strategy) -> int:
+    """The workers of a multi-worker strategy's cluster (1 for any other strategy)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    return max(1, resolver.cluster_spec().num_tasks("worker"))
+
+
 def _nothing(what: str) -> None:
     pass
 
 
-def run_trainer(job: TrainingJob, doing: Callable[[str], None] = _nothing) -> TrainingResult:
+def run_trainer(
+    job: TrainingJob,
+    doing: Callable[[str], None] = _nothing,
+    *,
+    strategy: Any = None,
+    scratch: Optional[str] = None,
+) -> TrainingResult:
     """Runs one training job to a checked serving SavedModel.
 
     Args:
@@ -324,6 +341,10 @@ def run_trainer(job: TrainingJob, doing: Callable[[str], None] = _nothing) -> Tr
       doing: told what user code runs next ("run_fn in m.py"), so that a caller that runs
         this in a process of its own (:func:`trainer.isolation.run_isolated`) can name it
         when that process ends or times out.
+      strategy: the strategy to train under (a worker of a multi-worker training); None:
+        the local devices' (:func:`trainer.strategy.choose_strategy`).
+      scratch: a non-chief worker's folder (``fn_args.working_dir``): its checkpoints,
+        logs and export go there, and it writes no result.
 
     Returns:
       the :class:`TrainingResult` (``reused=True`` when a finished attempt was found).
@@ -347,17 +368,23 @@ def run_trainer(job: TrainingJob, doing: Callable[[str], None] = _nothing) -> Tr
             "subclass; add one to train a model."
         )
     fileio.makedirs(job.model_run_dir)
-    if fileio.exists(job.serving_model_dir):
+    serving_model_dir = job.serving_model_dir
+    if scratch:
+        serving_model_dir = os.path.join(
+            scratch, os.path.relpath(serving_model_dir, job.model_run_dir)
+        )
+    if fileio.exists(serving_model_dir):
         # Left by an attempt killed while exporting: the next export must start clean.
-        fileio.rmtree(job.serving_model_dir)
-    strategy = choose_strategy(job.logical_cpus, job.logical_gpus)
+        fileio.rmtree(serving_model_dir)
+    if strategy is None:
+        strategy = choose_strategy(job.logical_cpus, job.logical_gpus)
     info = describe(strategy)
     _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))
-    fn_args = _fn_args(job, strategy)
+    fn_args = _fn_args(job, strategy, scratch)
     backup = _keras_backup(job.model_run_dir) if loaded.kind is ModuleKind.RUN_FN else None
     returned = _run_user_code(loaded, fn_args, doing)
-    doing(f"The export check of {job.serving_model_dir}")
-    export.check_serving_model(job.serving_model_dir, job.module_file)
+    doing(f"The export check of {serving_model_dir}")
+    export.check_serving_model(serving_model_dir, job.module_file)
 
     start_step = final_step = None
     if loaded.kind is ModuleKind.SPEC:
@@ -380,6 +407,8 @@ def run_trainer(job: TrainingJob, doing: Callable[[str], None] = _nothing) -> Tr
         resumed_from=backup[0] if backup else (_spec_checkpoints(job, start_step)),
         seconds=round(time.time() - start, 3),
         worker=worker_name(),
+        workers=_workers(strategy),
     )
-    _write_result(result)
+    if not scratch:
+        _write_result(result)
     return result

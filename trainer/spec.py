@@ -5,7 +5,9 @@ give the model, loss, optimizer, metrics and datasets for a set of hyperparamete
 share state through ``self`` (no globals). The runner (:func:`run_spec`) does the rest:
 
 - builds the model, optimizer and metrics inside the worker's strategy scope
-  (``MirroredStrategy`` over the local GPUs), so training is data-parallel;
+  (``MirroredStrategy`` over the local GPUs), so training is data-parallel; with
+  ``--train_workers`` above 1, ``MultiWorkerMirroredStrategy`` across workers, trained
+  by the runner's own loop (:mod:`trainer.loop`: Keras 3's ``fit`` cannot run there);
 - trains ``fn_args.train_steps`` steps in intervals of ``checkpoint_every`` steps, saving a
   checkpoint (model and optimizer, step counter included) in
   ``<model_run_dir>/checkpoints`` after each; a retried attempt restores the latest one and
@@ -284,6 +286,69 @@ def _checkpoint_callback(manager: tf.train.CheckpointManager):
     return _SaveCheckpoint()
 
 
+def _is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def _own_dir(strategy: tf.distribute.Strategy, fn_args: FnArgs, path: str) -> str:
+    """``path`` for the chief (and a single worker); a non-chief's twin in its scratch
+    folder (``fn_args.working_dir``, removed by its caller), since savers must all write."""
+    if not _is_multi_worker(strategy) or strategy.extended.should_checkpoint:
+        return path
+    return os.path.join(fn_args.working_dir, os.path.relpath(path, fn_args.model_run_dir))
+
+
+def _train_with_loop(spec, hp, model, strategy, datasets, manager, start_step, interval):
+    """Trains, evaluates and exports with the runner's own loop (:mod:`trainer.loop`):
+    multi-worker training, where Keras 3's ``fit`` cannot run. Returns (final step,
+    evaluation metrics)."""
+    import trainer.export as export
+    from trainer.loop import evaluate_loop, lose_worker_hook, shard_per_worker, train_loop
+
+    fn_args = spec.fn_args
+    workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
+    train_ds = shard_per_worker(datasets[0], fn_args.train_files, workers)
+    eval_ds = shard_per_worker(datasets[1], fn_args.eval_files, workers)
+    with strategy.scope():
+        train_metrics, eval_metrics = spec.metrics(hp), spec.metrics(hp)
+    loss = spec.loss(hp)
+    run_dir = _own_dir(strategy, fn_args, fn_args.model_run_dir)
+    checkpoints = os.path.join(fn_args.model_run_dir, CHECKPOINT_SUBDIR)
+
+    def save(step: int) -> None:
+        manager.save(checkpoint_number=step)
+        lose_worker_hook(step, checkpoints)
+
+    final_step = train_loop(
+        model,
+        train_ds,
+        strategy,
+        loss=loss,
+        start_step=start_step,
+        train_steps=int(fn_args.train_steps or 0),
+        interval=interval,
+        save=save,
+        log_dir=run_dir,
+        metrics=train_metrics,
+    )
+    metrics = evaluate_loop(
+        model, eval_ds, strategy, loss=loss, steps=fn_args.eval_steps, metrics=eval_metrics
+    )
+    _write_eval_summaries(os.path.join(run_dir, EVAL_LOG_SUBDIR), metrics, final_step)
+    export.export_serving_model(
+        model,
+        spec.tf_transform_output,
+        _own_dir(strategy, fn_args, fn_args.serving_model_dir),
+        raw_label_keys=spec.raw_label_keys,
+        outputs=spec.serving_outputs,
+        schema_path=fn_args.schema_path,
+        label_key=spec.label_key,
+    )
+    return final_step, metrics
+
+
 def _write_eval_summaries(log_dir: str, metrics: Mapping[str, float], step: int) -> None:
     import tensorflow as tf
 
@@ -324,17 +389,26 @@ def run_spec(spec_class: type[TrainSpec], fn_args: FnArgs) -> SpecOutcome:
     train_ds, eval_ds = model_datasets(spec, hp, model)
 
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    checkpoints = os.path.join(fn_args.model_run_dir, CHECKPOINT_SUBDIR)
+    # Every worker of a multi-worker strategy saves (saving is collective); only the chief
+    # into model_run/, the others into their scratch folder. All restore the chief's.
     manager = tf.train.CheckpointManager(
-        checkpoint, os.path.join(fn_args.model_run_dir, CHECKPOINT_SUBDIR), max_to_keep=2
+        checkpoint, _own_dir(strategy, fn_args, checkpoints), max_to_keep=2
     )
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    latest = tf.train.latest_checkpoint(checkpoints)
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
     elif fn_args.base_model:
         export.warm_start(model, fn_args.base_model)
     start_step = int(model.optimizer.iterations.numpy())
 
     train_steps = int(fn_args.train_steps or 0)
     interval = max(1, min(spec.checkpoint_every, train_steps or 1))
+    if _is_multi_worker(strategy):
+        final_step, metrics = _train_with_loop(
+            spec, hp, model, strategy, (train_ds, eval_ds), manager, start_step, interval
+        )
+        return SpecOutcome(metrics=metrics, start_step=start_step, final_step=final_step)
     callbacks = [
         keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir, update_freq="epoch"),
         _checkpoint_callback(manager),

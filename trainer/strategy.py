@@ -144,8 +144,11 @@ def describe(strategy: tf.distribute.Strategy) -> StrategyInfo:
     except (AttributeError, RuntimeError):  # the default strategy does not list them
         gpus = tf.config.list_logical_devices("GPU")
         devices = ((gpus or tf.config.list_logical_devices("CPU"))[0].name,)
+    name = type(strategy).__name__.lstrip("_")
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        name = "MultiWorkerMirroredStrategy"  # TF's class is CollectiveAllReduceStrategy
     return StrategyInfo(
-        name=type(strategy).__name__.lstrip("_"),
+        name=name,
         num_replicas=int(strategy.num_replicas_in_sync),
         devices=devices,
     )

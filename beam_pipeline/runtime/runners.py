@@ -59,6 +59,7 @@ __all__ = [
     "is_local_path",
     "job_info",
     "remote_runner_reason",
+    "worker_per_element",
     "runner_family",
     "wait_for_job",
 ]
@@ -122,6 +123,44 @@ def runner_family(options) -> RunnerFamily:
     if kind in _PORTABLE_RUNNERS:
         return RunnerFamily.PORTABLE
     return RunnerFamily.OTHER
+
+
+# Dataflow runs one Python SDK process per vCPU and several bundles per process unless
+# told otherwise (apache_beam/runners/dataflow/internal/apiclient.py adds
+# use_multiple_sdk_containers); a trial, a search loop or a training worker must have
+# its worker to itself.
+_ONE_SDK_PROCESS = "no_use_multiple_sdk_containers"
+
+
+def worker_per_element(options: Any, elements: int) -> Any:
+    """A copy of ``options`` whose Dataflow job runs its ``elements`` elements (trials,
+    search loops, training workers) one per worker VM, each VM running one at a time;
+    other runners' options unchanged.
+
+    Left to itself, Dataflow sizes a batch job by its input, and a job of a few long
+    elements is small input: it would start one worker and run several trials at once on
+    its vCPUs (and share its GPU) while the others wait. So the job gets exactly
+    ``elements`` workers (no autoscaling: there is never more work than that) and one SDK
+    process with one harness thread per worker. The user's ``--num_workers`` /
+    ``--max_num_workers`` / ``--number_of_worker_harness_threads`` are meant for the data
+    stages and are replaced for this job only.
+    """
+    import copy
+
+    from apache_beam.options import pipeline_options as po
+
+    own = copy.deepcopy(options)  # the caller's options serve the other jobs unchanged
+    if runner_family(own) is not RunnerFamily.DATAFLOW:
+        return own
+    workers = own.view_as(po.WorkerOptions)
+    workers.num_workers = elements
+    workers.max_num_workers = elements
+    workers.autoscaling_algorithm = "NONE"
+    debug = own.view_as(po.DebugOptions)
+    debug.number_of_worker_harness_threads = 1
+    if _ONE_SDK_PROCESS not in (debug.experiments or []):
+        debug.add_experiment(_ONE_SDK_PROCESS)
+    return own
 
 
 def _host(address: Optional[str]) -> str:

@@ -115,6 +115,26 @@ class TrainerConfig:
         kind="float",
         identity=False,
     )
+    workers: int = setting(
+        1,
+        flag="train_workers",
+        help="Workers that train a TrainSpec together (MultiWorkerMirroredStrategy); 1: one.",
+        kind="int",
+    )
+    worker_retries: int = setting(
+        2,
+        flag="train_worker_retries",
+        help="Attempts after the first when a training worker is lost (--train_workers > 1).",
+        kind="int",
+        identity=False,
+    )
+    rendezvous_timeout: float = setting(
+        300.0,
+        flag="train_rendezvous_timeout",
+        help="Seconds a training worker waits for the others (--train_workers > 1).",
+        kind="float",
+        identity=False,
+    )
 
     def __post_init__(self):
         if self.warm_start not in (None, "latest_blessed", "latest"):
@@ -131,6 +151,9 @@ class TrainerConfig:
         else:
             check_int("train_steps", self.train_steps, 1, " (0 only with --base_model)")
         check_int("eval_steps", self.eval_steps, 1)
+        check_int("train_workers", self.workers, 1)
+        check_int("train_worker_retries", self.worker_retries, 0)
+        check_seconds("train_rendezvous_timeout", self.rendezvous_timeout, "300")
         if self.timeout is not None:
             check_seconds("trainer_timeout", self.timeout, "3600", unlimited=True)
 

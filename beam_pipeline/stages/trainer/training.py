@@ -44,6 +44,7 @@ from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.counters import job_counters
 from beam_pipeline.runtime.options import create_pipeline, run_pipeline
+from beam_pipeline.runtime.runners import RunnerFamily, runner_family, worker_per_element
 from beam_pipeline.stages.common.model_job import model_job_fields
 from trainer import (
     ModuleKind,
@@ -54,9 +55,17 @@ from trainer import (
     load_hyperparameters,
     read_result,
 )
+from trainer.multiworker import RENDEZVOUS_SUBDIR
 from transforms.trainer import TrainModel
 
-__all__ = ["STAGE", "EXPORT_SUBDIR", "build_training_job", "run_training_stage"]
+__all__ = [
+    "STAGE",
+    "EXPORT_SUBDIR",
+    "build_training_job",
+    "dry_run",
+    "run_training_stage",
+    "training_pipeline",
+]
 
 STAGE = "Trainer"
 EXPORT_SUBDIR = "export"
@@ -114,18 +123,30 @@ def build_training_job(
     )
 
 
-def _run_pipeline(
-    job: TrainingJob, config: PipelineConfig, run_dir: RunDirectory, options: PipelineOptions
-) -> tuple[Optional[TrainingResult], dict[str, int]]:
-    """Runs the training step; returns its result (None on a dry run) and its counters."""
-    outcome_dir = run_dir.path(Artifact.MODEL_RUN, f".outcome-{uuid.uuid4().hex[:8]}")
-    outcome = outcome_dir + "/result.json"
+def training_pipeline(
+    job: TrainingJob, config: PipelineConfig, options: PipelineOptions, outcome: str
+) -> beam.Pipeline:
+    """The Trainer's job (not run): the training step, its result written to ``outcome``.
+
+    With ``--train_workers`` N > 1 on Dataflow, the step has one element per rank, each
+    on a VM of its own with the trainer's hints (N workers, no autoscaling, as the tuner's
+    search job); other runners would run one bundle's elements one after the other, so
+    there one element starts every rank in a process of its own.
+    """
+    settings = config.trainer
+    per_element = settings.workers > 1 and runner_family(options) is RunnerFamily.DATAFLOW
     train = TrainModel(
         job,
-        accelerator=config.trainer.accelerator,
-        min_ram=config.trainer.min_ram,
-        timeout=config.trainer.timeout,
+        accelerator=settings.accelerator,
+        min_ram=settings.min_ram,
+        timeout=settings.timeout,
+        workers=settings.workers,
+        per_element=per_element,
+        retries=settings.worker_retries,
+        rendezvous_timeout=settings.rendezvous_timeout,
     )
+    if per_element:
+        options = worker_per_element(options, settings.workers)
     p = create_pipeline(options)
     _ = (
         p
@@ -133,6 +154,21 @@ def _run_pipeline(
         | "ToJson" >> beam.Map(TrainingResult.to_json)
         | "WriteResult" >> beam.io.WriteToText(outcome, shard_name_template="", num_shards=1)
     )
+    return p
+
+
+def _run_pipeline(
+    job: TrainingJob, config: PipelineConfig, run_dir: RunDirectory, options: PipelineOptions
+) -> tuple[Optional[TrainingResult], dict[str, int]]:
+    """Runs the training step; returns its result (None on a dry run) and its counters."""
+    outcome_dir = run_dir.path(Artifact.MODEL_RUN, f".outcome-{uuid.uuid4().hex[:8]}")
+    outcome = outcome_dir + "/result.json"
+    rendezvous = fileio.join(job.model_run_dir, RENDEZVOUS_SUBDIR)
+    if config.trainer.workers > 1 and fileio.exists(rendezvous) and not dry_run(options):
+        # An earlier run of this stage is over (no element of this job has started): its
+        # attempts with it, and the ranks meet at attempt 0 again.
+        fileio.rmtree(rendezvous)
+    p = training_pipeline(job, config, options, outcome)
     beam_result = run_pipeline(p, "Trainer", config.worker_start_timeout)
     beam_result.wait_until_finish()
     counters = job_counters(beam_result)
@@ -142,6 +178,11 @@ def _run_pipeline(
         result = TrainingResult.from_json(f.read().strip())
     fileio.rmtree(outcome_dir)
     return result, counters
+
+
+def dry_run(options: PipelineOptions) -> bool:
+    """Whether ``options`` only build the job (``--dry_run``)."""
+    return bool(options.view_as(po.TestOptions).dry_run)
 
 
 def _publish(run_dir: RunDirectory, result: TrainingResult) -> str:
@@ -165,11 +206,12 @@ def _report(
         resumed = f", resumed after epoch {result.start_epoch}"
     if resumed and result.resumed_from:
         resumed += f" from {result.resumed_from}"
+    workers = f" over {result.workers} workers" if result.workers > 1 else ""
     note = (
         # "validation": Keras's, on --eval_steps batches, not the Evaluator's evaluation of
         # the whole eval split.
         f"validation {metrics or '(no metrics logged)'}{steps}{resumed} on {result.num_replicas} "
-        f"replica(s) ({result.strategy}); model: {model}"
+        f"replica(s){workers} ({result.strategy}); model: {model}"
     )
     return StageReport(
         stage=STAGE,
@@ -182,6 +224,7 @@ def _report(
             "num_replicas": result.num_replicas,
             "devices": list(result.devices),
             "strategy": result.strategy,
+            "workers": result.workers,
             "module_kind": result.module_kind,
             "start_step": result.start_step,
             "start_epoch": result.start_epoch,
@@ -240,6 +283,12 @@ def run_training_stage(
                 f"{config.module_file} defines no run_fn or TrainSpec subclass: the data "
                 "stages and Transform ran; nothing was tuned, trained, evaluated or pushed"
             ),
+        )
+    if config.trainer.workers > 1 and kind is not ModuleKind.SPEC:
+        raise PipelineError(
+            f"--train_workers={config.trainer.workers} trains a TrainSpec module only, and "
+            f"{config.module_file} trains with {kind.value} (Keras 3's fit cannot run under "
+            "MultiWorkerMirroredStrategy); pass --train_workers=1 or define a TrainSpec."
         )
     model_run = run_dir.path(Artifact.MODEL_RUN)
     if run_dir.is_published(Artifact.MODEL) and run_dir.is_published(Artifact.MODEL_RUN):

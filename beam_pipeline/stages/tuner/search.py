@@ -15,54 +15,21 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import Optional
 
-from apache_beam.options import pipeline_options as po
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
 from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.runtime.pool import LocalWorkerPool
-from beam_pipeline.runtime.runners import RunnerFamily, runner_family
+from beam_pipeline.runtime.runners import worker_per_element
 from beam_pipeline.stages.tuner.settings import TunerSchedule
 from trainer.tuning import OracleDriver, TrialResult, TrialSpec, TuningJob, read_trial_result
 from transforms.tuner import RunSearch, RunTrials
 
 __all__ = ["Search", "TrialJobs", "gather_results", "worker_per_element"]
-
-# Dataflow runs one Python SDK process per vCPU and several bundles per process unless
-# told otherwise (apache_beam/runners/dataflow/internal/apiclient.py adds
-# use_multiple_sdk_containers); a trial or a search loop must have its worker to itself.
-_ONE_SDK_PROCESS = "no_use_multiple_sdk_containers"
-
-
-def worker_per_element(options: PipelineOptions, elements: int) -> PipelineOptions:
-    """A copy of ``options`` whose Dataflow job runs its ``elements`` trials or search loops
-    one per worker VM, each VM running one at a time; other runners' options unchanged.
-
-    Left to itself, Dataflow sizes a batch job by its input, and a job of a few long
-    elements is small input: it would start one worker and run several trials at once on
-    its vCPUs (and share its GPU) while the others wait. So the job gets exactly
-    ``elements`` workers (no autoscaling: there is never more work than that) and one SDK
-    process with one harness thread per worker. The user's ``--num_workers`` /
-    ``--max_num_workers`` / ``--number_of_worker_harness_threads`` are meant for the data
-    stages and are replaced for this job only.
-    """
-    own = copy.deepcopy(options)  # the caller's options serve the other jobs unchanged
-    if runner_family(own) is not RunnerFamily.DATAFLOW:
-        return own
-    workers = own.view_as(po.WorkerOptions)
-    workers.num_workers = elements
-    workers.max_num_workers = elements
-    workers.autoscaling_algorithm = "NONE"
-    debug = own.view_as(po.DebugOptions)
-    debug.number_of_worker_harness_threads = 1
-    if _ONE_SDK_PROCESS not in (debug.experiments or []):
-        debug.add_experiment(_ONE_SDK_PROCESS)
-    return own
 
 
 @dataclasses.dataclass(frozen=True)
