@@ -140,6 +140,7 @@ _FILE_SECONDS = {
     "test_user_code_staging.py": 64,
     "test_stage_switches.py": 60,
     "test_tuner_early_stopping.py": 54,
+    "test_trainer_multiworker.py": 80,
     "test_unclear_endings.py": 52,
     "test_parallel_stages.py": 52,
     "test_evaluator_kinds.py": 51,
