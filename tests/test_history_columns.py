@@ -135,14 +135,21 @@ def test_a_stage_of_ones_own_gets_its_column_in_runs_list_and_its_line_in_runs_s
     listed = _cli("runs", "list", f"--pipeline_root={root}", "--json")
     assert listed.returncode == 0, listed.stderr[-2000:]
     (row,) = json.loads(listed.stdout)
-    # Its column, where the graph places it (after ExampleGen), then the bundled model
-    # stages' (declared by the graph: shown though a run without a module made none).
+    # Its column, where the graph places it (after ExampleGen), then the bundled stages'
+    # (declared by the graph: shown though a run without a module made none). A column of
+    # a stage that did not run shows its default; a bundled stage that runs without a
+    # module file (a data stage) shows what it recorded, which this test does not know.
     from beam_pipeline.stages.graph import load_graph
 
-    declared = {k: v for s in load_graph(f"{TOY}:GRAPH") for k, v in s.history_columns.items()}
-    assert list(declared)[0] == "counted"
-    assert row["columns"] == {**declared, "counted": total}
-    assert row["counted"] == total
+    graph = load_graph(f"{TOY}:GRAPH")
+    declared = {k: v for s in graph for k, v in s.history_columns.items()}
+    ok = {n for n, r in rows.items() if r["status"] == "ok"}
+    ran = {s.name for s in graph if set(s.name.split("+")) <= ok}
+    idle = {k: v for s in graph if s.name not in ran for k, v in s.history_columns.items()}
+    assert list(declared)[0] == "counted" and "CountExamples" in ran
+    assert set(row["columns"]) == set(declared)  # in the graph's order: the table below
+    assert {k: row["columns"][k] for k in idle} == idle
+    assert row["columns"]["counted"] == row["counted"] == total
     table = _cli("runs", "list", f"--pipeline_root={root}")
     assert table.returncode == 0, table.stderr[-2000:]
     lines = table.stdout.splitlines()
@@ -151,8 +158,9 @@ def test_a_stage_of_ones_own_gets_its_column_in_runs_list_and_its_line_in_runs_s
         "run", "start", "status", *declared, "cached",
     ]  # fmt: skip
     run_line = next(line for line in lines[header + 1 :] if line.startswith("│ a "))
-    cells = [c.strip() for c in run_line.strip("│ ").split("│")][3 : 3 + len(declared)]
-    assert cells == [str(total), *["-"] * (len(declared) - 1)]
+    cells = dict(zip(declared, [c.strip() for c in run_line.strip("│ ").split("│")][3:]))
+    assert cells["counted"] == str(total)
+    assert {k: cells[k] for k in idle} == {k: "-" for k in idle}
 
     shown = _cli("runs", "show", "a", f"--pipeline_root={root}")
     assert shown.returncode == 0, shown.stderr[-2000:]
@@ -160,4 +168,4 @@ def test_a_stage_of_ones_own_gets_its_column_in_runs_list_and_its_line_in_runs_s
     assert lines.index(f"Counted: {total} examples") < lines.index("Executions")  # run's lines
     shown = _cli("runs", "show", "a", f"--pipeline_root={root}", "--json")
     view = json.loads(shown.stdout)
-    assert view["counted"] == total and view["lines"] == [f"Counted: {total} examples"]
+    assert view["counted"] == total and f"Counted: {total} examples" in view["lines"]
