@@ -114,13 +114,15 @@ def _stage_keys(folder, source):
     the stages' own parameters, as the runner builds them into keys."""
     from beam_pipeline.engine import StageContext
     from beam_pipeline.engine.execution import cache_key
+    from beam_pipeline.engine.user_code import UserCode
     from beam_pipeline.stages.trainer.stage import TrainerStage
     from beam_pipeline.stages.transform.stage import TransformStage
 
     _, fn = _load(folder, source)
+    digest = hashlib.sha256(source.encode()).hexdigest()
     ctx = StageContext(
         config=None, options=None, run_dir=None, identity={"trainer": {"train_steps": 10}},
-        preprocessing_fn=fn, module_digest=hashlib.sha256(source.encode()).hexdigest(),
+        user_code=UserCode.of(fn, digest), module_digest=digest,
     )  # fmt: skip
     inputs = {"examples": "k-examples", "schema": "k-schema", "transform": "k-transform"}
     return (

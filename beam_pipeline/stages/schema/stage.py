@@ -87,8 +87,10 @@ class SchemaStage(Stage):
         if e.enabled and e.slice_features and outcome.get("schema_file"):
             from beam_pipeline.stages.schema import executor
 
+            # The module is loaded only for a name the data does not have (a rerun that
+            # reuses every stage loads none).
             executor.check_slice_features(
-                e.slice_features, outcome["schema_file"], ctx.preprocessing_fn
+                e.slice_features, outcome["schema_file"], lambda: ctx.preprocessing_fn
             )
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
