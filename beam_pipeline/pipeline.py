@@ -318,8 +318,10 @@ def _forks(graph: Sequence[Stage], config: PipelineConfig, options, reused) -> b
     the fork server, which only the DirectRunner's runs start: in multi_processing mode any
     stage (its Beam workers are forks), else a stage whose work runs in worker processes
     (it declares the modules they import: the Tuner's pool and oracle, the Trainer's
-    user-code process; Transform's workers, which fork in multi_processing only, count too:
-    a run that reruns Transform reruns the Trainer, whose key holds the same module)."""
+    user-code process). Transform declares its workers' modules too, which fork only in
+    multi_processing: a run whose first stage to run is Transform warms the server in vain
+    only where the Trainer is off (an edit of preprocessing_fn changes the module digest
+    in the Trainer's key too), or where Transform's key was not remembered."""
     will_run = [s for s in _switched_on(graph, config) if s.name not in reused]
     if not will_run or not is_direct(options):
         return False
