@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, no_room
-from beam_pipeline.core.forked import WORKER_MODULES_ENV
+from beam_pipeline.core.forked import WORKER_MODULES_ENV, warm_fork_server
 from beam_pipeline.core.gpus import gpu_environment, hide_gpus
 from beam_pipeline.core.module_staging import bundle_module_file
 from beam_pipeline.core.user_module import get_preprocessing_fn
@@ -45,12 +45,21 @@ from beam_pipeline.engine.config import PipelineConfig
 from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.fingerprint import pipeline_code
 from beam_pipeline.engine.history_entry import HISTORY_COLUMNS, declared_columns
+from beam_pipeline.engine.look_ahead import reused_stages
 from beam_pipeline.engine.manifest import RunManifest, run_identity
-from beam_pipeline.engine.run_records import DATA_TYPE, RunRecords
+from beam_pipeline.engine.run_dir import RunDirectory
+from beam_pipeline.engine.run_records import DATA_TYPE, RunRecords, stored_lookup
 from beam_pipeline.engine.summary import RunSummary, write_summary
-from beam_pipeline.metadata import ArtifactSpec, MetadataStore, RunStatus, open_for_pipeline
+from beam_pipeline.engine.user_code import UserCode
+from beam_pipeline.metadata import (
+    METADATA_FILE,
+    ArtifactSpec,
+    MetadataStore,
+    RunStatus,
+    open_for_pipeline,
+)
 from beam_pipeline.metadata.launcher import this_launcher
-from beam_pipeline.runtime.options import is_multi_processing, parse_beam_args
+from beam_pipeline.runtime.options import is_direct, is_multi_processing, parse_beam_args
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.runtime.runners import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.scratch import run_temp_dir
@@ -121,9 +130,9 @@ def run(
     # What the stages' workers import, for a local pool's fork server to import once.
     modules = dict.fromkeys(m for stage in graph for m in stage.worker_modules)
     os.environ[WORKER_MODULES_ENV] = ",".join(modules)
-    if is_multi_processing(options):  # the DirectRunner's worker processes: see there
-        from beam_pipeline.runtime.pool import warm_fork_server
-
+    if not _has_store(config) and _forks(graph, config, options, frozenset()):
+        # A first run into this root reuses nothing: the fork server's imports start now,
+        # beside the checks below and the module's load (see the look-ahead below).
         warm_fork_server()
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
@@ -139,25 +148,23 @@ def run(
     data_stage = next((s for s in graph if s.reads_input_data), None)
     data = data_stage.input_data(prepared[data_stage.name]) if data_stage else None
     fingerprint = data.fingerprint if data is not None else None
-    preprocessing_fn = None
+    # The module file and its folder's Python files: read (and the folder's size checked)
+    # before the run directory exists. Their digest keys every stage that runs its code.
     bundle = None
-    user_module = None
     if config.module_file:
-        # Loaded once here, before any Beam work: a syntax error, a trainer_fn or a bad
-        # run_fn signature stops the run now, not after the data stages.
-        user_module = load_trainer_module(
-            config.module_file, entry_point=config.trainer.entry_point
-        )
-        if config.trainer.enabled:
-            check_no_misspelled_run_fn(user_module)
-        preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
-        # Read (and its folder's size checked) before the run directory exists.
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
-        if not _stages_run_here(options):
-            # The launcher's own TensorFlow work (the tuner's oracle builds the model to
-            # learn its search space) must not take a GPU its workers need. A module file
-            # imports TensorFlow anyway; without one nothing here would import it.
-            hide_gpus("the run's stages run in worker processes")
+    # What the module's workers run: the module file and its folder's Python files.
+    module_digest = bundle.archive_sha256 if bundle is not None else None
+    identity = run_identity(config, fingerprint, bundle.sha256 if bundle else None, module_digest)
+    loaded: dict[str, Any] = {}  # the loaded module (trainer.UserModule), once it is
+    user_code = None
+    if config.module_file:
+        user_code = UserCode(
+            config.module_file,
+            module_digest,
+            lambda: _load_module(config, options, loaded),
+            config.pipeline_root,
+        )
     # Each stage's own checks (servers it talks to, the host's GPUs, its inputs, models in
     # the store), before anything is written and before the first Beam job.
     opened: dict[str, Optional[MetadataStore]] = {}
@@ -168,8 +175,21 @@ def run(
             opened["store"] = _open_store(config)
         return opened["store"]
 
-    checks = Preflight(config, options, user_module, store_once)
     try:
+        # Which stages an earlier run serves: a stage that will run needs the module's
+        # code and maybe the fork server; a rerun that reuses every stage needs neither.
+        reused, every_stage_reused = _look_ahead(
+            graph, config, options, identity, user_code, prepared, stage_options, store_once
+        )
+        if _forks(graph, config, options, reused):
+            # Its imports (seconds of CPU) overlap with the module's load and the data
+            # stages instead of delaying the first stage that forks.
+            warm_fork_server()
+        if user_code is not None and not every_stage_reused:
+            # Loaded now, before any Beam work: a syntax error, a trainer_fn or a bad
+            # run_fn signature stops the run now, not after the data stages.
+            user_code.preprocessing_fn()
+        checks = Preflight(config, options, loaded.get("module"), store_once)
         for stage in _switched_on(graph, config):
             stage.preflight(checks)
     except BaseException:
@@ -178,9 +198,6 @@ def run(
         raise
 
     pool_checked()
-    # What the module's workers run: the module file and its folder's Python files.
-    module_digest = bundle.archive_sha256 if bundle is not None else None
-    identity = run_identity(config, fingerprint, bundle.sha256 if bundle else None, module_digest)
     store = store_once()
     scratch = contextlib.ExitStack()
     try:
@@ -224,14 +241,14 @@ def run(
                 options=options,
                 run_dir=run_dir,
                 identity=manifest.identity,
-                preprocessing_fn=preprocessing_fn,
+                user_code=user_code,
                 module_digest=module_digest,
                 staged=staged,
                 events=events,
                 prepared_values=prepared,
                 started_values=started,
             )
-            _start(graph, ctx, manifest, resources, started)
+            _start(graph, ctx, manifest, resources, started, reused)
             run_stages(graph, ctx, records, summary, stage_options)
         except BaseException as e:
             resources.close()
@@ -255,6 +272,84 @@ def run(
             store.close()
 
 
+def _look_ahead(
+    graph: Sequence[Stage],
+    config: PipelineConfig,
+    options,
+    identity: dict[str, Any],
+    user_code: Optional[UserCode],
+    prepared: dict[str, Any],
+    stage_options: dict[str, Any],
+    store_once,
+) -> tuple[frozenset[str], bool]:
+    """The stages an earlier run's executions will serve (up to the first that runs), and
+    whether that is every stage (:mod:`beam_pipeline.engine.look_ahead`). Nothing is
+    written and the module is not loaded. A pipeline root without a store yet (a first
+    run) or without one at all reuses nothing: the store is not opened for it here."""
+    if not _has_store(config):
+        return frozenset(), False
+    store = store_once()
+    if store is None:
+        return frozenset(), False
+    ctx = StageContext(
+        config=config,
+        options=options,
+        run_dir=RunDirectory(config.pipeline_root, config.run_id),
+        identity=identity,
+        user_code=user_code.look_ahead() if user_code is not None else None,
+        module_digest=user_code.digest if user_code is not None else None,
+        prepared_values=prepared,
+    )
+    return reused_stages(graph, ctx, stored_lookup(store, config.no_cache), stage_options)
+
+
+def _has_store(config: PipelineConfig) -> bool:
+    """Whether the run's metadata store may hold earlier runs: one at ``--metadata_url``,
+    or the default one's file in the pipeline root."""
+    if config.metadata_url:
+        return True
+    # A remote root holds no default store (SQLite cannot live there): see _open_store.
+    root = config.pipeline_root
+    return not fileio.is_remote(root) and fileio.exists(fileio.join(root, METADATA_FILE))
+
+
+def _forks(graph: Sequence[Stage], config: PipelineConfig, options, reused) -> bool:
+    """Whether a stage that will run (one not in ``reused``) works in processes forked from
+    the fork server, which only the DirectRunner's runs start: in multi_processing mode any
+    stage (its Beam workers are forks), else a stage whose work runs in worker processes
+    (it declares the modules they import: the Tuner's pool and oracle, the Trainer's
+    user-code process). Transform declares its workers' modules too, which fork only in
+    multi_processing: a run whose first stage to run is Transform warms the server in vain
+    only where the Trainer is off (an edit of preprocessing_fn changes the module digest
+    in the Trainer's key too), or where Transform's key was not remembered."""
+    will_run = [s for s in _switched_on(graph, config) if s.name not in reused]
+    if not will_run or not is_direct(options):
+        return False
+    return is_multi_processing(options) or any(s.worker_modules for s in will_run)
+
+
+def _load_module(config: PipelineConfig, options, loaded: dict[str, Any]):
+    """Loads the module file with every check a run makes of it and returns its
+    ``preprocessing_fn``; the loaded module goes to ``loaded["module"]`` (the stages'
+    preflight checks read it).
+
+    Raises:
+      PipelineError: the module does not load, defines a ``trainer_fn``, a misspelled
+        ``run_fn`` or no ``preprocessing_fn``; one sentence naming the file and the fix.
+    """
+    user_module = load_trainer_module(config.module_file, entry_point=config.trainer.entry_point)
+    if config.trainer.enabled:
+        check_no_misspelled_run_fn(user_module)
+    preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
+    if not _stages_run_here(options):
+        # The launcher's own TensorFlow work (the tuner's oracle builds the model to learn
+        # its search space) must not take a GPU its workers need. A module file imports
+        # TensorFlow anyway; without one nothing here would import it.
+        hide_gpus("the run's stages run in worker processes")
+    loaded["module"] = user_module
+    return preprocessing_fn
+
+
 def _switched_on(graph: Sequence[Stage], config: PipelineConfig) -> list[Stage]:
     """The stages of ``graph`` not switched off (``--no_<stage>``): a stage switched off
     is neither checked nor started (its hooks need not test its switch)."""
@@ -267,12 +362,15 @@ def _start(
     manifest: RunManifest,
     resources: contextlib.ExitStack,
     started: dict[str, Started],
+    reused: frozenset[str] = frozenset(),
 ) -> None:
     """Starts what each stage that will run starts for the run (:meth:`Stage.start`, e.g.
     the Tuner's worker processes, which import TensorFlow while the data stages run):
-    each closed by ``resources`` at the run's end, or earlier by its stage."""
+    each closed by ``resources`` at the run's end, or earlier by its stage. A stage that
+    the look-ahead found in ``reused`` starts nothing (should the runner run it after all,
+    its own run starts what it needs)."""
     for stage in _switched_on(graph, ctx.config):
-        if manifest.has(stage.name):  # finished by an earlier attempt: it does not run
+        if manifest.has(stage.name) or stage.name in reused:  # it does not run
             continue
         resource = stage.start(dataclasses.replace(ctx, stage=stage.name))
         if resource is None:

@@ -114,13 +114,15 @@ def _stage_keys(folder, source):
     the stages' own parameters, as the runner builds them into keys."""
     from beam_pipeline.engine import StageContext
     from beam_pipeline.engine.execution import cache_key
+    from beam_pipeline.engine.user_code import UserCode
     from beam_pipeline.stages.trainer.stage import TrainerStage
     from beam_pipeline.stages.transform.stage import TransformStage
 
     _, fn = _load(folder, source)
+    digest = hashlib.sha256(source.encode()).hexdigest()
     ctx = StageContext(
         config=None, options=None, run_dir=None, identity={"trainer": {"train_steps": 10}},
-        preprocessing_fn=fn, module_digest=hashlib.sha256(source.encode()).hexdigest(),
+        user_code=UserCode.of(fn, digest), module_digest=digest,
     )  # fmt: skip
     inputs = {"examples": "k-examples", "schema": "k-schema", "transform": "k-transform"}
     return (
@@ -162,3 +164,33 @@ def test_the_bundled_module_keys_on_its_preprocessing_fn():
     path = f"{PENGUIN_DIR}/penguin_module.py"
     fn = get_preprocessing_fn(load_trainer_module(path).module, path)
     assert function_digest(fn) is not None
+
+
+def test_the_look_ahead_takes_transform_s_key_remembered_for_the_same_files_only(
+    module_dir, tmp_path
+):
+    """A rerun's look-ahead (issue 45) does not load the module: Transform's key part comes
+    from a run that loaded these very files (same digest, path, Python and code), and any
+    other digest is not known without loading (the look-ahead then stops)."""
+    from beam_pipeline.engine.user_code import NotLoaded, UserCode
+
+    path, fn = _load(module_dir, MODULE)
+    digest = file_digest(str(path))
+    loads = []
+
+    def load():
+        loads.append(str(path))
+        return fn
+
+    root = str(tmp_path / "root")
+    expected = transform_code(fn, digest)
+    assert UserCode(str(path), digest, load, root).transform_code() == expected
+    assert len(loads) == 1  # the run that ran Transform loaded it
+    assert UserCode(str(path), digest, load, root).look_ahead().transform_code() == expected
+    for other in (
+        UserCode(str(path), "another digest", load, root),
+        UserCode(str(path), digest, load, str(tmp_path / "other root")),
+    ):
+        with pytest.raises(NotLoaded):
+            other.look_ahead().transform_code()
+    assert len(loads) == 1  # the look-ahead never loads it

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Optional
 
 from beam_pipeline.core import fileio
@@ -32,7 +32,7 @@ from beam_pipeline.engine.manifest import RunManifest
 from beam_pipeline.engine.summary import StageReport
 from beam_pipeline.metadata import ArtifactSpec, CachedOutputs, ExecutionRef, MetadataStore, RunRef
 
-__all__ = ["DATA_ROLE", "DATA_TYPE", "RunRecords", "stored_uri"]
+__all__ = ["DATA_ROLE", "DATA_TYPE", "RunRecords", "stored_lookup", "stored_uri"]
 
 # ExampleGen's input, the run's data, as an external artifact of the store.
 DATA_ROLE = "data"
@@ -70,6 +70,22 @@ def _execution(stage: str, key: str, hit: CachedOutputs) -> Optional[Execution]:
         for a in hit.outputs.values()
     ]
     return Execution.from_json(stage, key, hit.run_id or "", {**hit.properties, "outputs": outputs})
+
+
+def stored_lookup(
+    store: MetadataStore, no_cache: Collection[str] = ()
+) -> Callable[[str, str], Optional[Execution]]:
+    """Look-ups of the store alone that record nothing, as :meth:`RunRecords.lookup` makes
+    them (the stages in ``no_cache`` are never found): the run's look-ahead
+    (:mod:`beam_pipeline.engine.look_ahead`), made before this run's manifest exists. An
+    earlier attempt of a resumed run recorded its executions in the store too."""
+    skipped = frozenset(no_cache)
+
+    def lookup(stage: str, key: str) -> Optional[Execution]:
+        hit = None if stage in skipped else store.find_cached(stage, key)
+        return _execution(stage, key, hit) if hit is not None else None
+
+    return lookup
 
 
 class RunRecords:

@@ -71,7 +71,7 @@ from beam_pipeline.engine.stage import (
 )
 from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
 
-__all__ = ["dependencies", "run_order", "run_stages"]
+__all__ = ["dependencies", "resolve", "run_order", "run_stages"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class _Scheduler:
         ctx = dataclasses.replace(
             self.ctx, options=self.stage_options.get(stage.name, self.ctx.options), stage=stage.name
         )
-        inputs, built_from = _resolve(stage, ctx, self.available)
+        inputs, built_from = resolve(stage, ctx, self.available)
         key = cache_key(stage.name, built_from)
         execution, damaged = reusable(self.records.lookup(stage.name, key))
         if execution is not None:
@@ -473,7 +473,7 @@ def _announce(ctx: StageContext, rows: Sequence[StageReport]) -> None:
         ctx.events.stage_finished(row)
 
 
-def _resolve(
+def resolve(
     stage: Stage, ctx: StageContext, available: _Available
 ) -> tuple[dict[type[TypedArtifact], TypedArtifact], dict[str, Any]]:
     """The stage's input artifacts and what its key is built from."""

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from beam_pipeline.engine.report_sections import ReportSection, ReportView
     from beam_pipeline.engine.run_dir import RunDirectory
     from beam_pipeline.engine.summary import StageReport
+    from beam_pipeline.engine.user_code import UserCode
 
 __all__ = [
     "Input",
@@ -103,7 +104,8 @@ class StageContext:
       run_dir: the run directory.
       identity: the run's identity (see :func:`beam_pipeline.engine.manifest.run_identity`); its
         settings sections enter the model stages' keys.
-      preprocessing_fn: the module's tf.Transform function, or None without a module.
+      user_code: the module file (:class:`~beam_pipeline.engine.user_code.UserCode`),
+        loaded only when a stage needs its code; None without a module.
       module_digest: the digest of the module and its folder's Python files, or None.
       staged: the module file as staged in the run directory for the workers, or None.
       events: hears of each stage as it starts and ends (the CLI's progress display).
@@ -120,13 +122,31 @@ class StageContext:
     options: Any  # Beam's PipelineOptions (not imported here: Beam is heavy to import)
     run_dir: RunDirectory
     identity: Mapping[str, Any]
-    preprocessing_fn: Optional[Callable] = None
+    user_code: Optional[UserCode] = None
     module_digest: Optional[str] = None
     staged: Optional[StagedModule] = None
     events: RunEvents = dataclasses.field(default_factory=RunEvents)
     stage: Optional[str] = None
     prepared_values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     started_values: Mapping[str, Started] = dataclasses.field(default_factory=dict)
+
+    @property
+    def preprocessing_fn(self) -> Optional[Callable]:
+        """The module's tf.Transform function (the module loaded now if it was not), or
+        None without a module.
+
+        Raises:
+          PipelineError: the module does not load.
+        """
+        return self.user_code.preprocessing_fn() if self.user_code is not None else None
+
+    def transform_code(self) -> Optional[str]:
+        """What the Transform stage's key holds of the module (see
+        :meth:`UserCode.transform_code <beam_pipeline.engine.user_code.UserCode.transform_code>`);
+        None without a module."""
+        if self.user_code is None:
+            return None
+        return self.user_code.transform_code()
 
     def prepared(self, stage: Stage) -> Any:
         """What ``stage``'s :meth:`Stage.prepare` returned for this run (None: nothing).

@@ -77,7 +77,8 @@ def _transformed_names(schema, preprocessing_fn) -> set[str]:
 
 
 def check_slice_features(names: Sequence[str], schema_file: str, preprocessing_fn) -> None:
-    """Every name is a feature of the data (the schema) or an output of preprocessing_fn.
+    """Every name is a feature of the data (the schema) or an output of preprocessing_fn
+    (``preprocessing_fn()`` gives it, or None: called only when a name is not the data's).
 
     Raises:
       PipelineError: naming the first that is neither, the closest feature and the choices.
@@ -89,7 +90,8 @@ def check_slice_features(names: Sequence[str], schema_file: str, preprocessing_f
     unknown = [n for n in names if n not in raw]
     if not unknown:
         return
-    known = raw | (_transformed_names(schema, preprocessing_fn) if preprocessing_fn else set())
+    fn = preprocessing_fn()
+    known = raw | (_transformed_names(schema, fn) if fn else set())
     for name in unknown:
         if name in known:
             continue

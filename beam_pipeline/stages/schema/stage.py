@@ -88,7 +88,11 @@ class SchemaStage(Stage):
         if ctx.config.evaluator.enabled and names and outcome.get("schema_file"):
             from beam_pipeline.stages.schema import executor
 
-            executor.check_slice_features(names, outcome["schema_file"], ctx.preprocessing_fn)
+            # The module is loaded only for a name the data does not have (a rerun that
+            # reuses every stage loads none).
+            executor.check_slice_features(
+                names, outcome["schema_file"], lambda: ctx.preprocessing_fn
+            )
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
         """Each feature's type, presence, shape and domain."""

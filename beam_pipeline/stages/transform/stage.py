@@ -52,7 +52,5 @@ class TransformStage(Stage):
     outputs = (TransformGraph, TransformedExamples)
 
     def parameters(self, ctx: StageContext) -> dict:
-        from beam_pipeline.engine.code_digest import transform_code
-
         # Only the code preprocessing_fn runs: a changed run_fn does not rerun Transform.
-        return {"preprocessing_fn": transform_code(ctx.preprocessing_fn, ctx.module_digest)}
+        return {"preprocessing_fn": ctx.transform_code()}
