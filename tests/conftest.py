@@ -141,6 +141,7 @@ _FILE_SECONDS = {
     "test_stage_switches.py": 60,
     "test_tuner_early_stopping.py": 54,
     "test_trainer_multiworker.py": 80,
+    "test_cached_rerun.py": 90,
     "test_unclear_endings.py": 52,
     "test_parallel_stages.py": 52,
     "test_evaluator_kinds.py": 51,
