@@ -65,7 +65,6 @@ from beam_pipeline.runtime.runners import RunnerFamily, check_remote_paths, runn
 from beam_pipeline.runtime.scratch import run_temp_dir
 from beam_pipeline.stages.graph import STAGE_GRAPH, load_graph
 from trainer import load_trainer_module
-from trainer.module_loader import check_no_misspelled_run_fn
 
 __all__ = ["run"]
 
@@ -329,17 +328,15 @@ def _forks(graph: Sequence[Stage], config: PipelineConfig, options, reused) -> b
 
 
 def _load_module(config: PipelineConfig, options, loaded: dict[str, Any]):
-    """Loads the module file with every check a run makes of it and returns its
-    ``preprocessing_fn``; the loaded module goes to ``loaded["module"]`` (the stages'
-    preflight checks read it).
+    """Loads the module file and returns its ``preprocessing_fn``; the loaded module goes
+    to ``loaded["module"]`` (the stages' preflight checks read it: the Trainer's, what
+    it trains with).
 
     Raises:
-      PipelineError: the module does not load, defines a ``trainer_fn``, a misspelled
-        ``run_fn`` or no ``preprocessing_fn``; one sentence naming the file and the fix.
+      PipelineError: the module does not load, defines a ``trainer_fn`` or no
+        ``preprocessing_fn``; one sentence naming the file and the fix.
     """
     user_module = load_trainer_module(config.module_file, entry_point=config.trainer.entry_point)
-    if config.trainer.enabled:
-        check_no_misspelled_run_fn(user_module)
     preprocessing_fn = get_preprocessing_fn(user_module.module, config.module_file)
     if not _stages_run_here(options):
         # The launcher's own TensorFlow work (the tuner's oracle builds the model to learn

@@ -181,6 +181,10 @@ class TrainerStage(Stage):
 
     def preflight(self, run: Preflight) -> None:
         config = run.config
+        if run.user_module is not None:  # what it trains with: refused before anything runs
+            from beam_pipeline.stages.trainer.training import check_trainer_entry
+
+            check_trainer_entry(config, run.user_module)
         if config.trainer.warm_start:
             from beam_pipeline.stages.trainer import executor
 
