@@ -236,12 +236,14 @@ def test_in_rounds_a_slow_trial_holds_up_the_next_round_and_the_seed_gives_the_s
 def test_the_trainer_settings_the_trials_run_with_are_in_the_tuners_cache_key(trainer):
     # A search run with another --custom_config (which tuner_fn reads), entry point or
     # precision is another search: a later run must not reuse it.
+    from beam_pipeline.engine.manifest import run_identity
     from beam_pipeline.engine.stage import StageContext
     from beam_pipeline.stages.tuner.stage import TunerStage
 
     def key(**settings):
         config = PipelineConfig(module_file="m.py", trainer=TrainerConfig(**settings))
-        ctx = StageContext(config, None, None, {"tuner": {}}, module_digest="digest")
+        identity = run_identity(config, "data", "digest")  # as the run records it
+        ctx = StageContext(config, None, None, identity, module_digest="digest")
         return TunerStage().key_parameters(ctx)
 
     assert key() == key()

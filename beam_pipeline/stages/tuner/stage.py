@@ -74,12 +74,14 @@ class TunerStage(Stage):
 
     def parameters(self, ctx: StageContext) -> dict:
         # The Trainer's settings its trials run with (reads): another entry point,
-        # --custom_config or precision is another search, not a cached one.
-        trainer = (ctx.config.trainer.entry_point, ctx.config.trainer.custom_config)
+        # --custom_config or precision is another search, not a cached one. From the run's
+        # identity, where --custom_config's secret-looking values are masked as they are
+        # recorded (the store, manifest.json), as the Trainer keys its own.
+        trainer = ctx.identity["trainer"]
         return {
             "module_file": ctx.module_digest,
             "tuner": ctx.identity["tuner"],
-            "trainer": [*trainer, ctx.config.trainer.mixed_precision],
+            "trainer": [trainer[k] for k in ("entry_point", "custom_config", "mixed_precision")],
         }
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
