@@ -347,6 +347,22 @@ def forked_cli(
         )
 
 
+def dataflow_environment(job):
+    """The environment part of the request of a Dataflow job built offline
+    (``--dry_run``): its worker pools and experiments, made as Dataflow's client makes it
+    at submission (``apiclient.DataflowApplicationClient.create_job``)."""
+    from apache_beam.runners.dataflow.internal import apiclient
+
+    environment = apiclient.Environment(
+        packages=[],
+        options=job.options,
+        environment_version="placeholder",
+        proto_pipeline_staged_url="gs://placeholder-bucket/staging/pipeline.pb",
+        proto_pipeline=job.proto_pipeline,
+    ).proto
+    return environment
+
+
 # Set by .ci/run: a test whose service (a database server, Chromium, a tmpfs to fill) is
 # missing fails instead of skipping, so that a green CI means those tests ran. The README's
 # own `pytest` keeps skipping them for a user without the services.

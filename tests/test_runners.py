@@ -28,7 +28,7 @@ import textwrap
 import zlib
 
 import pytest
-from conftest import PENGUIN_DIR, REPO, TESTDATA
+from conftest import PENGUIN_DIR, REPO, TESTDATA, dataflow_environment
 
 from beam_pipeline.config import DataConfig, PipelineConfig, TrainerConfig, TunerConfig
 from beam_pipeline.core.errors import PipelineError
@@ -930,18 +930,7 @@ def test_a_dataflow_tuner_job_gets_a_worker_per_trial_or_search_loop(elements):
     given = parse_beam_args([*DATAFLOW, "--num_workers=20", "--max_num_workers=50"])
     p = create_pipeline(worker_per_element(given, elements))
     _ = p | beam.Create(list(range(elements))) | beam.Reshuffle() | beam.Map(str)
-    job = p.run().job  # dry run: built, not submitted
-    # The environment part of the job request, made as Dataflow's client makes it at
-    # submission (apiclient.DataflowApplicationClient.create_job), offline here.
-    from apache_beam.runners.dataflow.internal import apiclient
-
-    environment = apiclient.Environment(
-        packages=[],
-        options=job.options,
-        environment_version="placeholder",
-        proto_pipeline_staged_url="gs://placeholder-bucket/staging/pipeline.pb",
-        proto_pipeline=job.proto_pipeline,
-    ).proto
+    environment = dataflow_environment(p.run().job)  # dry run: built, not submitted
     (pool,) = environment.worker_pools
     assert pool.num_workers == elements
     assert pool.autoscaling_settings.max_num_workers == elements

@@ -214,7 +214,7 @@ def test_a_run_fn_module_with_several_workers_is_refused(penguin_run_dir, tmp_pa
 def test_the_dataflow_job_of_four_workers_has_a_worker_vm_per_rank_with_the_hints(
     penguin_run_dir,
 ):
-    from apache_beam.runners.dataflow.internal import apiclient
+    from conftest import dataflow_environment
 
     config = conftest_trainer.penguin_config(
         workers=4, accelerator=ACCELERATOR, min_ram="16GB", entry_point="PenguinSpec"
@@ -222,15 +222,7 @@ def test_the_dataflow_job_of_four_workers_has_a_worker_vm_per_rank_with_the_hint
     job = build_training_job(config, penguin_run_dir, entry_point="PenguinSpec")
     options = parse_beam_args([*DATAFLOW, "--num_workers=20", "--max_num_workers=50"])
     p = training_pipeline(job, config, options, "gs://placeholder-bucket/out/result.json")
-    built = p.run().job  # dry run: built, not submitted
-    environment = apiclient.Environment(
-        packages=[],
-        options=built.options,
-        environment_version="placeholder",
-        proto_pipeline_staged_url="gs://placeholder-bucket/staging/pipeline.pb",
-        proto_pipeline=built.proto_pipeline,
-    ).proto
-    (pool,) = environment.worker_pools
+    (pool,) = dataflow_environment(p.run().job).worker_pools  # dry run: built only
     assert pool.num_workers == 4
     assert pool.autoscaling_settings.max_num_workers == 4
     assert pool.autoscaling_settings.algorithm.name == "AUTOSCALING_ALGORITHM_NONE"
