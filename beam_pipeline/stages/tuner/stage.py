@@ -81,7 +81,7 @@ class TunerStage(Stage):
         return {
             "module_file": ctx.module_digest,
             "tuner": ctx.identity["tuner"],
-            "trainer": [trainer[k] for k in ("entry_point", "custom_config", "mixed_precision")],
+            "trainer": [trainer[read.split(".", 1)[1]] for read in self.reads],
         }
 
     def report_sections(self, view: ReportView) -> list[ReportSection]:
