@@ -357,13 +357,6 @@ CASES: tuple[Case, ...] = (
         r"--trainer_entry_point=run_function",
     ),
     Case(
-        "train-workers-with-run-fn",
-        **_module(PREPROCESSING_FN + "def run_fn(fn_args):\n    pass\n", "--train_workers=2"),
-        exit=2,
-        phrase=r"--train_workers=2 trains a TrainSpec module only, and {d}/m\.py trains with "
-        r"run_fn .*; pass --train_workers=1 or define a TrainSpec\.",
-    ),
-    Case(
         "module-trainer-fn",
         **_module(PREPROCESSING_FN + "def trainer_fn(trainer_fn_args, schema):\n    pass\n"),
         exit=2,

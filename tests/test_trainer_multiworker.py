@@ -1,5 +1,6 @@
-"""--train_workers: ranks of a TrainSpec training meet through the run's storage and train
-one model under MultiWorkerMirroredStrategy (two loopback workers on the DirectRunner);
+"""--train_workers: ranks of a TrainSpec or a Keras 2 run_fn training meet through the run's
+storage and train one model under MultiWorkerMirroredStrategy (two loopback workers on the
+DirectRunner); a Keras 3 run_fn stops with one sentence;
 a lost worker fails the attempt and the next resumes from the chief's last checkpoint;
 the offline Dataflow job has one worker VM per rank."""
 
@@ -30,7 +31,9 @@ penguin_run_dir = conftest_trainer.penguin_run_dir
 # 2 workers 1.0 and 0.991 (the test_trainer_stage and test_trainer_distributed runs of the
 # same model: 0.974-1.0 over 6 unseeded runs, a spread of 3 rows). 0.05 is 6 rows: beyond
 # the seed spread, a 2-worker training that learned less (e.g. half the gradient steps
-# lost, or each worker training alone on half the data) fails it.
+# lost, or each worker training alone on half the data) fails it. The seeded Keras 2 run_fn
+# module (tests/testdata/multiworker_run_fn_module.py), 100 steps, seeds 0, 1, 2: 1 worker
+# 0.991, 1.0, 1.0; 2 workers 0.991, 1.0, 1.0 (one row apart), within the same bound.
 SAME_ACCURACY = 0.05
 ACCURACY_FLOOR = 0.9
 ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
@@ -201,14 +204,66 @@ def test_a_rank_that_never_comes_is_named_after_the_rendezvous_timeout(tmp_path)
         publish_address(model_run, 0, 2, "127.0.0.1:4")
 
 
-def test_a_run_fn_module_with_several_workers_is_refused(penguin_run_dir, tmp_path):
+RUN_FN_MODULE = os.path.join(os.path.dirname(__file__), "testdata", "multiworker_run_fn_module.py")
+
+
+@pytest.fixture(scope="module")
+def run_fn_one_and_two(penguin_run_dir, tmp_path_factory):
+    """The TFX-style Keras 2 run_fn module trained 100 steps on 1 worker and on 2, with the
+    workers' temporary folders in a folder of their own (rank 1's scratch must go)."""
+    tmp = tmp_path_factory.mktemp("run_fn_workers")
+    runs = {}
+    for workers in (1, 2):
+        temp = tmp / f"tmp{workers}"
+        temp.mkdir()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("TMPDIR", str(temp))
+            run_dir, report = _train(
+                penguin_run_dir, tmp / str(workers), workers, RUN_FN_MODULE, None, train_steps=100
+            )
+        accuracy = conftest_trainer.classify_accuracy(
+            run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
+        )
+        runs[workers] = (run_dir, report, accuracy, temp)
+    return runs
+
+
+@pytest.mark.slow
+def test_a_run_fn_module_trains_on_two_workers_to_one_workers_accuracy(run_fn_one_and_two):
+    _, one, one_accuracy, _ = run_fn_one_and_two[1]
+    run_dir, two, two_accuracy, temp = run_fn_one_and_two[2]
+    assert two.status is StageStatus.OK and two.details["module_kind"] == "run_fn"
+    assert two.details["strategy"] == "MultiWorkerMirroredStrategy"
+    assert two.details["workers"] == 2 and two.details["num_replicas"] == 2
+    assert "on 2 replica(s) over 2 workers (MultiWorkerMirroredStrategy)" in two.note
+    assert one.details["workers"] == 1 and " over " not in one.note.split("; model:")[0]
+    assert abs(two_accuracy - one_accuracy) <= SAME_ACCURACY, (one_accuracy, two_accuracy)
+    assert one_accuracy >= ACCURACY_FLOOR and two_accuracy >= ACCURACY_FLOOR
+    model_run = run_dir.path(Artifact.MODEL_RUN)
+    assert sorted(os.listdir(attempt_dir(model_run, 0))) == ["rank-0", "rank-1"]
+    # Rank 1 saved its model into a scratch folder, which is gone.
+    assert not [n for n in os.listdir(temp) if n.startswith("train-rank-")]
+
+
+@pytest.mark.slow
+def test_a_keras3_run_fn_on_two_workers_stops_with_one_sentence(penguin_run_dir, tmp_path):
+    # The bundled module's run_fn fits a Keras 3 model under fn_args.strategy.
     with pytest.raises(PipelineError) as raised:
-        _train(penguin_run_dir, tmp_path / "root", 2, entry=None, train_steps=1)
-    assert str(raised.value).startswith(
-        "--train_workers=2 trains a TrainSpec module only, and "
-        f"{conftest_trainer.PENGUIN_MODULE} trains with run_fn"
+        _train(penguin_run_dir, tmp_path / "root", 2, entry=None, train_steps=2)
+    message = str(raised.value)
+    assert message.startswith(f"run_fn in {conftest_trainer.PENGUIN_MODULE}:")
+    assert message.endswith(
+        "trains a Keras 3 model under --train_workers=2's MultiWorkerMirroredStrategy, whose "
+        "fit Keras 3 cannot run (TensorFlow: Attempt to convert a value (PerReplica...) to a "
+        "Tensor); build and fit the model with Keras 2 (import tf_keras as keras) in the "
+        "module, or pass --train_workers=1, or train with a TrainSpec."
     )
-    assert not os.path.exists(tmp_path / "root" / "runs" / "fixture" / "model_run" / "rendezvous")
+    assert message.count(". ") == 0 and "\n" not in message
+    fixture = tmp_path / "root" / "runs" / "fixture"
+    assert not (fixture / "model_run" / "training_result.json").exists()
+    assert not (fixture / "model").exists()
+    # A user error: not retried.
+    assert not (fixture / "model_run" / "rendezvous" / "attempt-1").exists()
 
 
 def test_the_dataflow_job_of_four_workers_has_a_worker_vm_per_rank_with_the_hints(

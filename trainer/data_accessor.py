@@ -62,10 +62,16 @@ class DataAccessor:
       telemetry_descriptors: names under which tfx-bsl reports its I/O metrics.
       data_view_decode_fn: always None (TFX's DataView is not supported); kept so module
         files that test it keep working.
+      workers: the workers of a multi-worker training (``--train_workers``); above 1, every
+        dataset carries the auto-shard policy that gives each worker a share
+        (:func:`trainer.loop.shard_per_worker`), so that a ``run_fn`` written for one
+        worker trains on N unchanged (tf.data's default would shard the bundled example's
+        one file per split by file, and leave the other workers no data).
     """
 
     telemetry_descriptors: tuple[str, ...] = ("beam_pipeline", "Trainer")
     data_view_decode_fn: None = None
+    workers: int = 1
 
     def _tfxio(self, file_pattern: FilePattern, schema: Optional[schema_pb2.Schema]):
         from tfx_bsl.public import tfxio
@@ -101,7 +107,12 @@ class DataAccessor:
                 "data_accessor.tf_dataset_factory was called without a schema; pass "
                 "tf_transform_output.transformed_metadata.schema as its third argument."
             )
-        return self._tfxio(file_pattern, schema).TensorFlowDataset(options)
+        dataset = self._tfxio(file_pattern, schema).TensorFlowDataset(options)
+        if self.workers > 1:
+            from trainer.loop import shard_per_worker
+
+            dataset = shard_per_worker(dataset, _patterns(file_pattern), self.workers)
+        return dataset
 
     def record_batch_factory(
         self,

@@ -29,6 +29,7 @@ from typing import Any, Optional
 import trainer.export as export
 from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import PipelineError, first_line
+from trainer.data_accessor import DataAccessor
 from trainer.fn_args import FnArgs
 from trainer.job import ModelJob, common_fn_args
 from trainer.module_loader import ModuleKind, TrainerModule, error_place
@@ -235,12 +236,18 @@ def _spec_checkpoints(job: TrainingJob, start_step: Optional[int]) -> Optional[s
     return fileio.join(job.model_run_dir, CHECKPOINT_SUBDIR) if start_step else None
 
 
-def _fn_args(job: TrainingJob, strategy, working_dir: Optional[str] = None) -> FnArgs:
+def _fn_args(
+    job: TrainingJob,
+    strategy,
+    working_dir: Optional[str] = None,
+    serving_model_dir: Optional[str] = None,
+) -> FnArgs:
     return common_fn_args(
         job,
         working_dir or job.model_run_dir,
         strategy=strategy,
-        serving_model_dir=job.serving_model_dir,
+        data_accessor=DataAccessor(workers=_workers(strategy)),
+        serving_model_dir=serving_model_dir or job.serving_model_dir,
         eval_model_dir=fileio.join(job.model_run_dir, "eval_model"),
         model_run_dir=job.model_run_dir,
         base_model=job.base_model,
@@ -270,6 +277,15 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str]
         sentence = label_outside_vocabulary(e, f"{what} in {where}")
         if sentence:
             raise PipelineError(sentence) from None
+        workers = _workers(fn_args.strategy)
+        if workers > 1 and _is_keras3_fit_per_replica(e):
+            raise PipelineError(
+                f"{what} in {where} trains a Keras 3 model under --train_workers={workers}'s "
+                "MultiWorkerMirroredStrategy, whose fit Keras 3 cannot run (TensorFlow: "
+                "Attempt to convert a value (PerReplica...) to a Tensor); build and fit the "
+                "model with Keras 2 (import tf_keras as keras) in the module, or pass "
+                "--train_workers=1, or train with a TrainSpec."
+            ) from None
         if _is_keras_save(e):
             fix = (
                 "Keras 3's model.save writes only .keras/.h5 files, which TF Serving cannot "
@@ -313,6 +329,26 @@ _KERAS_SAVE_ERRORS = ("`save_format` argument is deprecated", "Invalid filepath 
 
 def _is_keras_save(e: Exception) -> bool:
     return isinstance(e, ValueError) and any(m in str(e) for m in _KERAS_SAVE_ERRORS)
+
+
+# Keras 3's fit under MultiWorkerMirroredStrategy (Keras 3.15, TF 2.21; also with
+# run_eagerly=True, or jit_compile=False and steps_per_execution=1): its data adapter hands
+# the distributed batch (PerReplica values) to a step that converts it to a tensor, and
+# fails with "Attempt to convert a value ({...: PerReplica:{...}}) with an unsupported type
+# (<class 'dict'>) to a Tensor". tf_keras (Keras 2) fits under the same strategy, so the
+# error's fix is the module's Keras, which a 200-line traceback does not say.
+_PER_REPLICA_CONVERSION = ("Attempt to convert a value", "PerReplica", "to a Tensor")
+_KERAS3_SOURCE = os.sep + os.path.join("keras", "src") + os.sep
+
+
+def _is_keras3_fit_per_replica(e: Exception) -> bool:
+    """Whether ``e`` is Keras 3's failure to fit under a multi-worker strategy (raised in
+    Keras 3's own code, ``keras/src``; tf_keras lives in ``tf_keras/src``)."""
+    import traceback
+
+    if not isinstance(e, ValueError) or not all(m in str(e) for m in _PER_REPLICA_CONVERSION):
+        return False
+    return any(_KERAS3_SOURCE in frame.filename for frame in traceback.extract_tb(e.__traceback__))
 
 
 def _workers(strategy) -> int:
@@ -380,7 +416,12 @@ def run_trainer(
         strategy = choose_strategy(job.logical_cpus, job.logical_gpus)
     info = describe(strategy)
     _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))
-    fn_args = _fn_args(job, strategy, scratch)
+    # Every worker's run_fn saves its model (the savers of a multi-worker strategy meet in
+    # collectives), each where fn_args says: the chief into the run, the others into their
+    # scratch. A TrainSpec's export finds its own folder (trainer.spec).
+    fn_args = _fn_args(
+        job, strategy, scratch, serving_model_dir if loaded.kind is ModuleKind.RUN_FN else None
+    )
     backup = _keras_backup(job.model_run_dir) if loaded.kind is ModuleKind.RUN_FN else None
     returned = _run_user_code(loaded, fn_args, doing)
     doing(f"The export check of {serving_model_dir}")

@@ -240,23 +240,13 @@ def _report(
 
 def check_trainer_entry(config: PipelineConfig, loaded) -> None:
     """Refuses, before the run starts, a module the Trainer cannot train as asked: a
-    misspelled ``run_fn`` (it would train nothing) or ``--train_workers`` above 1 with a
-    ``run_fn``. ``loaded``: the launcher's :class:`trainer.TrainerModule`.
+    misspelled ``run_fn`` (it would train nothing). ``loaded``: the launcher's
+    :class:`trainer.TrainerModule`.
 
     Raises:
       PipelineError: one sentence naming the module and the fix.
     """
     check_no_misspelled_run_fn(loaded)
-    _refuse_workers(config, loaded.kind)
-
-
-def _refuse_workers(config: PipelineConfig, kind: ModuleKind) -> None:
-    if config.trainer.workers > 1 and kind is ModuleKind.RUN_FN:
-        raise PipelineError(
-            f"--train_workers={config.trainer.workers} trains a TrainSpec module only, and "
-            f"{config.module_file} trains with {kind.value} (Keras 3's fit cannot run under "
-            "MultiWorkerMirroredStrategy); pass --train_workers=1 or define a TrainSpec."
-        )
 
 
 def run_training_stage(
@@ -306,7 +296,6 @@ def run_training_stage(
                 "stages and Transform ran; nothing was tuned, trained, evaluated or pushed"
             ),
         )
-    _refuse_workers(config, kind)
     model_run = run_dir.path(Artifact.MODEL_RUN)
     if run_dir.is_published(Artifact.MODEL) and run_dir.is_published(Artifact.MODEL_RUN):
         result = read_result(model_run)
