@@ -31,10 +31,13 @@ penguin_run_dir = conftest_trainer.penguin_run_dir
 # 2 workers 1.0 and 0.991 (the test_trainer_stage and test_trainer_distributed runs of the
 # same model: 0.974-1.0 over 6 unseeded runs, a spread of 3 rows). 0.05 is 6 rows: beyond
 # the seed spread, a 2-worker training that learned less (e.g. half the gradient steps
-# lost, or each worker training alone on half the data) fails it. The seeded Keras 2 run_fn
-# module (tests/testdata/multiworker_run_fn_module.py), 100 steps, seeds 0, 1, 2: 1 worker
-# 0.991, 1.0, 1.0; 2 workers 0.991, 1.0, 1.0 (one row apart), within the same bound.
+# lost, or each worker training alone on half the data) fails it.
 SAME_ACCURACY = 0.05
+# The seeded Keras 2 run_fn module (tests/testdata/multiworker_run_fn_module.py), 100 steps,
+# its SEED set to 0, 1, 2: 1 worker 0.974, 0.983, 0.991 and 2 workers the same three (each
+# replica's half of the global batch, gradients summed: the same steps as one worker). Two
+# rows (0.02) leave room for the all-reduce's order of float sums, no more.
+SAME_RUN_FN_ACCURACY = 0.02
 ACCURACY_FLOOR = 0.9
 ACCELERATOR = "type:nvidia-l4;count:1;install-nvidia-driver"
 ACCELERATOR_URN = "beam:resources:accelerator:v1"
@@ -237,7 +240,7 @@ def test_a_run_fn_module_trains_on_two_workers_to_one_workers_accuracy(run_fn_on
     assert two.details["workers"] == 2 and two.details["num_replicas"] == 2
     assert "on 2 replica(s) over 2 workers (MultiWorkerMirroredStrategy)" in two.note
     assert one.details["workers"] == 1 and " over " not in one.note.split("; model:")[0]
-    assert abs(two_accuracy - one_accuracy) <= SAME_ACCURACY, (one_accuracy, two_accuracy)
+    assert abs(two_accuracy - one_accuracy) <= SAME_RUN_FN_ACCURACY, (one_accuracy, two_accuracy)
     assert one_accuracy >= ACCURACY_FLOOR and two_accuracy >= ACCURACY_FLOOR
     model_run = run_dir.path(Artifact.MODEL_RUN)
     assert sorted(os.listdir(attempt_dir(model_run, 0))) == ["rank-0", "rank-1"]
@@ -264,6 +267,32 @@ def test_a_keras3_run_fn_on_two_workers_stops_with_one_sentence(penguin_run_dir,
     assert not (fixture / "model").exists()
     # A user error: not retried.
     assert not (fixture / "model_run" / "rendezvous" / "attempt-1").exists()
+
+
+@pytest.mark.slow
+def test_a_lost_run_fn_worker_fails_the_attempt_and_the_next_restores_the_keras_backup(
+    penguin_run_dir, tmp_path, monkeypatch
+):
+    # Rank 1 exits after its first epoch (of 10, 2 steps each) in attempt 0, once the
+    # chief's BackupAndRestore state of that epoch is written.
+    epochs = tmp_path / "epochs.log"
+    monkeypatch.setenv("MWFN_LOSE_RANK", "1")
+    monkeypatch.setenv("MWFN_EPOCH_LOG", str(epochs))
+    run_dir, report = _train(
+        penguin_run_dir, tmp_path / "root", 2, RUN_FN_MODULE, None, train_steps=20
+    )
+    assert report.status is StageStatus.OK and report.details["workers"] == 2
+    model_run = run_dir.path(Artifact.MODEL_RUN)
+    assert "failed-1" in os.listdir(attempt_dir(model_run, 0))
+    assert sorted(os.listdir(attempt_dir(model_run, 1))) == ["rank-0", "rank-1"]
+    # The chief's epochs: attempt 0 finished epoch 0; attempt 1 restored it and went on
+    # from epoch 1, not from 0 again.
+    done = [tuple(map(int, line.split())) for line in epochs.read_text().splitlines()]
+    assert done == [(0, 0)] + [(1, e) for e in range(1, 10)]
+    served = conftest_trainer.classify_accuracy(
+        run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
+    )
+    assert 0.0 <= served <= 1.0
 
 
 def test_the_dataflow_job_of_four_workers_has_a_worker_vm_per_rank_with_the_hints(

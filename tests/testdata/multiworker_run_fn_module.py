@@ -11,7 +11,8 @@ tf.Examples, ``model.save(..., save_format="tf")``).
 
 Test hooks (read from the environment, not product settings): ``MWFN_LOSE_RANK`` ``"<rank>"``
 ends that rank's process (``os._exit(17)``) after its first epoch in attempt 0, as a lost
-worker would.
+worker would; ``MWFN_EPOCH_LOG`` a file where the chief appends ``<attempt> <epoch>`` at the
+end of each epoch it trained.
 """
 
 import os
@@ -94,6 +95,18 @@ class _LoseWorker(keras.callbacks.Callback):
         os._exit(17)
 
 
+class _EpochLog(keras.callbacks.Callback):
+    """Appends ``<attempt> <epoch>`` to a file at the end of each epoch (test hook)."""
+
+    def __init__(self, path, attempt):
+        super().__init__()
+        self.path, self.attempt = path, attempt
+
+    def on_epoch_end(self, epoch, logs=None):
+        with open(self.path, "a") as f:
+            f.write(f"{self.attempt} {epoch}\n")
+
+
 def run_fn(fn_args: FnArgs):
     keras.utils.set_random_seed(SEED)
     tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
@@ -115,6 +128,9 @@ def run_fn(fn_args: FnArgs):
     ]
     task = tf.distribute.cluster_resolver.TFConfigClusterResolver().task_id or 0
     attempt = os.environ.get("BEAM_PIPELINE_TRAIN_ATTEMPT")
+    if os.environ.get("MWFN_EPOCH_LOG") and task == 0:
+        # First: its line is written before the backup that a lost rank waits for.
+        callbacks.insert(0, _EpochLog(os.environ["MWFN_EPOCH_LOG"], attempt))
     if os.environ.get("MWFN_LOSE_RANK") == str(task) and attempt == "0":
         callbacks.append(_LoseWorker(backup_dir))
     model.fit(

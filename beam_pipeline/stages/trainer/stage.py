@@ -118,7 +118,10 @@ class TrainerConfig:
     workers: int = setting(
         1,
         flag="train_workers",
-        help="Workers that train a TrainSpec together (MultiWorkerMirroredStrategy); 1: one.",
+        help=(
+            "Workers that train the module together (MultiWorkerMirroredStrategy; a run_fn "
+            "builds its model with tf_keras); 1: one."
+        ),
         kind="int",
     )
     worker_retries: int = setting(
