@@ -99,18 +99,25 @@ class FnArgs:
       transform_graph_path: the tf.Transform output folder (``tft.TFTransformOutput``);
         ``transform_output`` is its deprecated twin and always holds the same value.
       data_accessor: makes the datasets (see :class:`DataAccessor`).
-      serving_model_dir: where ``run_fn`` must write the serving SavedModel.
+      serving_model_dir: where ``run_fn`` must write the serving SavedModel (with
+        ``--train_workers`` above 1: the chief's is the run's, another worker's a folder in
+        its scratch, removed after training).
       eval_model_dir: a folder for an evaluation model, if the module writes one.
       model_run_dir: TensorBoard logs and checkpoints; it survives a killed attempt, so a
-        retried ``run_fn`` can resume from what it left there.
+        retried ``run_fn`` can resume from what it left there. Every worker of a
+        multi-worker training gets the same folder (Keras 2's ``BackupAndRestore`` and
+        ``TensorBoard`` keep the chief's there and remove the others' temporary copies).
       base_model: a SavedModel folder to warm-start from, or None.
       hyperparameters: a Keras Tuner ``HyperParameters`` config dict (for
         ``keras_tuner.HyperParameters.from_config``), or None.
       custom_config: the ``--custom_config`` JSON object as a dict.
       num_examples: examples per split (``{"train": n, "eval": m}``), counted on access.
       strategy: the distribution strategy the runner chose for this worker
-        (MirroredStrategy over the local GPUs, the default strategy on CPU). Module files
-        may ignore it and create their own, as TFX module files do.
+        (MirroredStrategy over the local GPUs, the default strategy on CPU; with
+        ``--train_workers`` above 1, this worker's ``MultiWorkerMirroredStrategy``, under
+        which the model must be a Keras 2 ``tf_keras`` one). Module files may ignore it and
+        create their own, as TFX module files do (on several workers: a
+        ``MultiWorkerMirroredStrategy``, or the workers train apart).
       mixed_precision: the Keras dtype policy of ``--mixed_precision`` for this worker
         (``mixed_float16`` on GPU, ``mixed_bfloat16`` on CPU), or None (off). The runner
         builds a TrainSpec's model under it and sets it as Keras's global policy while

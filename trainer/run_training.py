@@ -416,7 +416,7 @@ def run_trainer(
         strategy = choose_strategy(job.logical_cpus, job.logical_gpus)
     info = describe(strategy)
     _LOG.info("Training on %d replica(s): %s", info.num_replicas, ", ".join(info.devices))
-    # Every worker's run_fn saves its model (the savers of a multi-worker strategy meet in
+    # Every worker's run_fn saves its model (the savers of a multi-worker strategy may meet in
     # collectives), each where fn_args says: the chief into the run, the others into their
     # scratch. A TrainSpec's export finds its own folder (trainer.spec).
     fn_args = _fn_args(
