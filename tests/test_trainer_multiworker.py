@@ -249,24 +249,41 @@ def test_a_run_fn_module_trains_on_two_workers_to_one_workers_accuracy(run_fn_on
 
 
 @pytest.mark.slow
-def test_a_keras3_run_fn_on_two_workers_stops_with_one_sentence(penguin_run_dir, tmp_path):
+def test_a_keras3_run_fn_on_two_workers_stops_with_one_sentence(tmp_path):
+    from conftest import PENGUIN_DIR, forked_cli
+
+    from beam_pipeline.core.errors import EXIT_USER_ERROR
+
     # The bundled module's run_fn fits a Keras 3 model under fn_args.strategy.
-    with pytest.raises(PipelineError) as raised:
-        _train(penguin_run_dir, tmp_path / "root", 2, entry=None, train_steps=2)
-    message = str(raised.value)
-    assert message.startswith(f"run_fn in {conftest_trainer.PENGUIN_MODULE}:")
-    assert message.endswith(
+    root = tmp_path / "root"
+    proc = forked_cli(
+        [
+            f"--data={os.path.join(PENGUIN_DIR, 'penguins.csv')}",
+            "--csv_null_values=,NA",
+            f"--module_file={conftest_trainer.PENGUIN_MODULE}",
+            f"--pipeline_root={root}",
+            "--run_id=keras3",
+            "--train_workers=2",
+            "--train_steps=2",
+            "--eval_steps=1",
+            "--no_tuner",
+            "--no_progress",
+        ]
+    )
+    assert proc.returncode == EXIT_USER_ERROR, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: run_fn in {conftest_trainer.PENGUIN_MODULE}:")
+    assert proc.stderr.endswith(
         "trains a Keras 3 model under --train_workers=2's MultiWorkerMirroredStrategy, whose "
         "fit Keras 3 cannot run (TensorFlow: Attempt to convert a value (PerReplica...) to a "
         "Tensor); build and fit the model with Keras 2 (import tf_keras as keras) in the "
-        "module, or pass --train_workers=1, or train with a TrainSpec."
+        "module, or pass --train_workers=1, or train with a TrainSpec.\n"
     )
-    assert message.count(". ") == 0 and "\n" not in message
-    fixture = tmp_path / "root" / "runs" / "fixture"
-    assert not (fixture / "model_run" / "training_result.json").exists()
-    assert not (fixture / "model").exists()
+    run = root / "runs" / "keras3"
+    assert not (run / "model_run" / "training_result.json").exists()
+    assert not (run / "model").exists()
     # A user error: not retried.
-    assert not (fixture / "model_run" / "rendezvous" / "attempt-1").exists()
+    assert not (run / "model_run" / "rendezvous" / "attempt-1").exists()
 
 
 @pytest.mark.slow
