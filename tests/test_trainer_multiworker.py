@@ -306,6 +306,10 @@ def test_a_lost_run_fn_worker_fails_the_attempt_and_the_next_restores_the_keras_
     # from epoch 1, not from 0 again.
     done = [tuple(map(int, line.split())) for line in epochs.read_text().splitlines()]
     assert done == [(0, 0)] + [(1, e) for e in range(1, 10)]
+    # The summary says so, from Keras 2's backup.
+    backup = os.path.join(model_run, "backup")
+    assert report.details["start_epoch"] == 1 and report.details["resumed_from"] == backup
+    assert f"resumed after epoch 1 from {backup}" in report.note
     served = conftest_trainer.classify_accuracy(
         run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
     )

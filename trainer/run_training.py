@@ -215,10 +215,32 @@ def _tensorboard_metrics(model_run_dir: str) -> dict[str, float]:
 _KERAS_BACKUP_STATE = "training_metadata.json"
 
 
+# Where Keras 2's (tf_keras 2.21) BackupAndRestore keeps its state, which a run_fn on
+# several workers uses: a TensorFlow checkpoint in <backup>/chief (the other workers' copies
+# are removed) whose variable holds the index of the last epoch finished (-1: none).
+_TF_KERAS_BACKUP_STATE = ("chief", "checkpoint")
+_TF_KERAS_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _tf_keras_epochs(chief_dir: str) -> int:
+    """The epochs a Keras 2 backup's checkpoint in ``chief_dir`` had finished (0: none or
+    unreadable)."""
+    import tensorflow as tf
+
+    try:
+        prefix = tf.train.latest_checkpoint(chief_dir)
+        if prefix is None:
+            return 0
+        return int(tf.train.load_checkpoint(prefix).get_tensor(_TF_KERAS_EPOCH)) + 1
+    except (tf.errors.OpError, ValueError, TypeError):
+        return 0  # not Keras 2's checkpoint, or damaged: nothing to report
+
+
 def _keras_backup(model_run_dir: str) -> Optional[tuple[str, int]]:
-    """(the backup folder, the epochs it had finished) of a Keras ``BackupAndRestore`` that
-    an earlier attempt left in ``model_run_dir`` (the folder itself or one or two levels
-    down, where a module puts its backup), or None when none had finished an epoch."""
+    """(the backup folder, the epochs it had finished) of a Keras 3 or Keras 2
+    ``BackupAndRestore`` that an earlier attempt left in ``model_run_dir`` (the folder
+    itself or one or two levels down, where a module puts its backup), or None when none
+    had finished an epoch."""
     for depth in range(3):
         found = fileio.glob(fileio.join(model_run_dir, *["*"] * depth, _KERAS_BACKUP_STATE))
         for path in sorted(found):
@@ -228,6 +250,12 @@ def _keras_backup(model_run_dir: str) -> Optional[tuple[str, int]]:
                 continue  # not Keras's file: nothing to report
             if epoch > 0:
                 return path[: -len(_KERAS_BACKUP_STATE) - 1], epoch
+        pattern = fileio.join(model_run_dir, *["*"] * depth, *_TF_KERAS_BACKUP_STATE)
+        for path in sorted(fileio.glob(pattern)):
+            chief = os.path.dirname(path)
+            epoch = _tf_keras_epochs(chief)
+            if epoch > 0:
+                return os.path.dirname(chief), epoch
     return None
 
 
