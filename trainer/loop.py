@@ -110,6 +110,7 @@ def train_loop(
     save: Callable[[int], Any],
     log_dir: Optional[str],
     metrics: Sequence[Any] = (),
+    steps_per_call: int = 1,
 ) -> int:
     """Trains ``model`` from ``start_step`` to ``train_steps``; returns the final step.
 
@@ -124,6 +125,10 @@ def train_loop(
       save: saves a checkpoint numbered by the step.
       log_dir: where TensorBoard's ``train`` folder goes (None: no logs, a non-chief).
       metrics: Keras metrics (made under the scope) updated on the training batches.
+      steps_per_call: steps run by one call into TensorFlow (a divisor of ``interval`` and
+        of the last, shorter interval: see :func:`trainer.spec.steps_per_execution`), as
+        Keras's ``steps_per_execution``: the Python round trip and the loss read back
+        to the host once per call, not once per step.
     """
     import tensorflow as tf
 
@@ -142,20 +147,28 @@ def train_loop(
         return value
 
     @tf.function
-    def step(iterator):
-        per_replica = strategy.run(replica_step, args=next(iterator))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    def steps(iterator, count):
+        # The summed loss of `count` steps; a graph loop, so one call runs them all.
+        total = tf.constant(0.0)
+        for _ in tf.range(count):
+            per_replica = strategy.run(replica_step, args=next(iterator))
+            value = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            total += tf.cast(value, tf.float32)
+        return total
 
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    calls = tf.constant(steps_per_call)
     writer = tf.summary.create_file_writer(os.path.join(log_dir, "train")) if log_dir else None
     current = start_step
     while current < train_steps:
         stop = min(train_steps, (current // interval + 1) * interval)
         for metric in metrics:
             metric.reset_state()
-        total = 0.0
-        for _ in range(stop - current):
-            total += float(step(iterator))
+        done, total = current, 0.0
+        while done < stop:
+            count = calls if stop - done >= steps_per_call else tf.constant(stop - done)
+            total += float(steps(iterator, count))
+            done += int(count)
         values = {"loss": total / (stop - current)}
         values.update({m.name: float(m.result()) for m in metrics})
         current = stop

@@ -332,6 +332,9 @@ def _train_with_loop(spec, hp, model, strategy, datasets, manager, start_step, i
         save=save,
         log_dir=run_dir,
         metrics=train_metrics,
+        steps_per_call=steps_per_execution(
+            spec, interval, int(fn_args.train_steps or 0) % interval
+        ),
     )
     metrics = evaluate_loop(
         model, eval_ds, strategy, loss=loss, steps=fn_args.eval_steps, metrics=eval_metrics
