@@ -170,16 +170,20 @@ def launch_code(code: str, argv: list, cwd: str, env: dict, log_dir: str) -> For
     return _launch(argv, cwd, env, log_dir, code)
 
 
-def run_code(code: str, *args: str, log_dir: str, timeout: float = 240) -> dict:
+def run_code(
+    code: str, *args: str, log_dir: str, timeout: float = 240, env: Optional[dict] = None
+) -> dict:
     """``conftest_trainer.run_python`` in a forked process: ``code`` run to its end (killed
-    with its process group past ``timeout``, which fails the test); returns the JSON object
-    it printed on the last line of its standard output."""
+    with its process group past ``timeout``, which fails the test), with ``env`` added to
+    this process's environment; returns the JSON object it printed on the last line of its
+    standard output. TensorFlow is imported there but not initialized (the fork server
+    never ran an op), so the code may still configure logical devices first."""
     import signal
 
     import conftest_trainer
     from conftest import REPO
 
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     proc = launch_code(code, list(args), REPO, env, log_dir)
     try:

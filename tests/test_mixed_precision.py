@@ -1,8 +1,9 @@
 """``--mixed_precision``: a TrainSpec and a run_fn train in bfloat16 on CPU (float16 on a
 GPU), a run_fn gets the policy's name, and the exported model still serves float32.
 
-The trainings run in one fresh process: Keras's dtype policy is global to a process (the
-flagless one runs first, on the default policy; the flagged one must put it back).
+The trainings run in one process of their own (forked: tests/forked_launch.py): Keras's
+dtype policy is global to a process (the flagless one runs first, on the default policy;
+the flagged one must put it back).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import shutil
 
 import conftest_trainer
+import forked_launch
 import pytest
 
 from beam_pipeline.flags import parse_config
@@ -116,7 +118,7 @@ def module_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained(penguin_run_dir, tmp_path_factory, module_file) -> dict:
-    """Both runs in one fresh process, the flagless one first (the process's policy is
+    """Both runs in one process of their own, the flagless one first (the process's policy is
     Keras's default float32 when it starts) and one training step (its test reads only
     the policies); the flagged one then trains 100 steps, as the accuracy floor needs."""
     tmp = tmp_path_factory.mktemp("mixed_runs")
@@ -129,7 +131,9 @@ def trained(penguin_run_dir, tmp_path_factory, module_file) -> dict:
         root = str(tmp / case)
         conftest_trainer.copy_run_dir(penguin_run_dir, root)
         cases.append((case, root, flags, entry_point))
-    return conftest_trainer.run_python(_SCRIPT, module_file, json.dumps(cases), timeout=300)
+    return forked_launch.run_code(
+        _SCRIPT, module_file, json.dumps(cases), log_dir=str(tmp / "launch"), timeout=300
+    )
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 and over two logical GPUs split from one GPU, where there is a GPU.
 
 Logical devices must be configured before TensorFlow initializes, so the training runs in
-one fresh process (``run_python``) and the tests assert on what it reports.
+one process of its own (forked with the ML stack imported and TensorFlow not initialized:
+``forked_launch.run_code``) and the tests assert on what it reports.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 
 import conftest_trainer
+import forked_launch
 import pytest
 
 from beam_pipeline.core.gpus import host_gpus
@@ -133,9 +135,10 @@ def two_replica_runs(penguin_run_dir, tmp_path_factory):
         root = str(tmp / name)
         conftest_trainer.copy_run_dir(penguin_run_dir, root)
         cases.append((name, root, module, entry, steps))
-    return conftest_trainer.run_python(
-        _SCRIPT, json.dumps(cases), str(tmp), timeout=300, env={"CUDA_VISIBLE_DEVICES": ""}
-    )
+    return forked_launch.run_code(
+        _SCRIPT, json.dumps(cases), str(tmp), log_dir=str(tmp / "launch"), timeout=300,
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -204,7 +207,9 @@ def two_logical_gpu_runs(penguin_run_dir, tmp_path_factory):
         root = str(tmp / name)
         conftest_trainer.copy_run_dir(penguin_run_dir, root)
         cases.append((name, root, entry))
-    return conftest_trainer.run_python(_GPU_SCRIPT, json.dumps(cases), timeout=300)
+    return forked_launch.run_code(
+        _GPU_SCRIPT, json.dumps(cases), log_dir=str(tmp / "launch"), timeout=300
+    )
 
 
 @pytest.mark.slow
