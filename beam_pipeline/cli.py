@@ -195,6 +195,10 @@ def _refuse_unknown_flags(config: PipelineConfig) -> None:
     parser's flags are known, so that the error suggests ``--module_file`` for
     ``--modul_file``; the run's own check (``parse_beam_args``) knows Beam's alone."""
     from beam_pipeline import flags
+    from beam_pipeline.runtime.beam_flags import light_values
+
+    if light_values(config.beam_args) is not None:
+        return  # Beam's flags with values Beam takes (and Beam not imported for them)
     from beam_pipeline.runtime.options import refuse_unknown_flags
 
     own = [

@@ -59,7 +59,13 @@ from beam_pipeline.metadata import (
     open_for_pipeline,
 )
 from beam_pipeline.metadata.launcher import this_launcher
-from beam_pipeline.runtime.options import is_direct, is_multi_processing, parse_beam_args
+from beam_pipeline.runtime.beam_flags import (
+    DeferredOptions,
+    is_direct,
+    is_multi_processing,
+    light_values,
+    resolved,
+)
 from beam_pipeline.runtime.preflight import start_worker_pool_check
 from beam_pipeline.runtime.runners import RunnerFamily, check_remote_paths, runner_family
 from beam_pipeline.runtime.scratch import run_temp_dir
@@ -119,7 +125,9 @@ def run(
     if graph is None:
         graph = load_graph(config.graph) if config.graph else STAGE_GRAPH
     gpu_environment(os.environ)  # the Python API's callers too: see beam_pipeline.core.gpus
-    options = parse_beam_args(config.beam_args)
+    # Beam's options, built only once something asks more of them than the runner and its
+    # mode: a rerun that reuses every stage never imports Beam (beam_flags).
+    options = _beam_options(config.beam_args)
     # Each stage's own Beam flags, checked now: a bad one stops the run before anything runs.
     stage_options = _stage_options(config, graph)
     # What a stage's settings leave to the runner (the Tuner's schedule), decided now:
@@ -184,6 +192,9 @@ def run(
             # Its imports (seconds of CPU) overlap with the module's load and the data
             # stages instead of delaying the first stage that forks.
             warm_fork_server()
+        if not every_stage_reused:
+            # A stage will run: its hooks and its jobs get Beam's own options.
+            options = resolved(options)
         if user_code is not None and not every_stage_reused:
             # Loaded now, before any Beam work: a syntax error, a trainer_fn or a bad
             # run_fn signature stops the run now, not after the data stages.
@@ -377,6 +388,28 @@ def _start(
         started[stage.name] = Started(stack.enter_context(resource), stack)
 
 
+def _beam_options(args: Sequence[str]):
+    """The run's Beam options: :class:`DeferredOptions` where
+    :func:`~beam_pipeline.runtime.beam_flags.light_values` reads every flag (Beam imported
+    only when something needs more than the runner and its mode), else Beam's
+    ``PipelineOptions``, parsed and checked now.
+
+    Raises:
+      PipelineError: as :func:`~beam_pipeline.runtime.options.parse_beam_args`.
+    """
+    given = light_values(args)
+    if given is None:
+        return _parse_beam_args(args)
+    return DeferredOptions(args, given, _parse_beam_args)
+
+
+def _parse_beam_args(args: Sequence[str]):
+    """:func:`~beam_pipeline.runtime.options.parse_beam_args`, Beam imported now."""
+    from beam_pipeline.runtime.options import parse_beam_args
+
+    return parse_beam_args(args)
+
+
 def _stage_options(config: PipelineConfig, graph: Sequence[Stage]) -> dict[str, Any]:
     """The Beam options of each stage ``--stage_beam_args`` names: the run's flags, then
     the stage's (later flags win), as TFX's ``with_beam_pipeline_args``.
@@ -385,10 +418,12 @@ def _stage_options(config: PipelineConfig, graph: Sequence[Stage]) -> dict[str, 
       PipelineError: a stage that is none of the graph's (the Python API's configs are
         not checked by the flags), or a flag that is no Beam option.
     """
-    from beam_pipeline.runtime.options import unknown_beam_flags
-
     names = {s.name: s.name for s in graph}
     found: dict[str, Any] = {}
+    if not config.stage_beam_args:
+        return found
+    from beam_pipeline.runtime.options import parse_beam_args, unknown_beam_flags
+
     for stage, flags in config.stage_beam_args:
         if stage not in names:
             raise PipelineError(

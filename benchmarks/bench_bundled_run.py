@@ -2,9 +2,14 @@
 change), in the same sitting, alternating A B A B, each in a fresh pipeline root.
 
 Each run is ``python -m beam_pipeline --runner=DirectRunner`` plus ``--args`` (by default
-a short training without tuning), from the checkout's own tree. Recorded per run: the
-whole process's wall time, its CPU time, and each stage's time from the run's
-``summary.json``; written to ``benchmarks/results/bundled_run_<date>.json``.
+a short training without tuning; ``--args=""`` for the bundled pipeline with its tuning),
+from the checkout's own tree. Recorded per run: the whole process's wall time, the CPU
+time of every process of the run (``cpu_s``: the launcher, the fork server and its forks,
+the InfraValidator's sandbox, Beam's workers, sampled from /proc by
+:func:`_measure.run_measured`; ``cpu_s_waited``: the part the launcher waited for, which
+misses the fork server's tree), the load average before it, and each stage's time from
+the run's ``summary.json``; written to ``benchmarks/results/<--result_name>_<date>.json``
+(``bundled_run`` by default).
 
 Example::
 
@@ -27,7 +32,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from _measure import run_from_checkout  # noqa: E402
+from _measure import run_measured  # noqa: E402
 
 REPO = os.path.dirname(HERE)
 DEFAULT_ARGS = "--train_steps=20 --eval_steps=5 --no_tuner"
@@ -35,24 +40,22 @@ DEFAULT_ARGS = "--train_steps=20 --eval_steps=5 --no_tuner"
 
 def _run(checkout: str, args: list[str], root: str) -> dict:
     """One bundled run from ``checkout`` into ``root``: wall, CPU, stage times."""
-    proc, wall, cpu = run_from_checkout(
-        checkout,
-        [
-            "--runner=DirectRunner",
-            *args,
-            f"--pipeline_root={root}",
-            "--run_id=bench",
-            "--no_progress",
-        ],
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"{checkout}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    cmd = [sys.executable, "-m", "beam_pipeline", "--runner=DirectRunner", *args]
+    cmd += [f"--pipeline_root={root}", "--run_id=bench", "--no_progress"]
+    log = os.path.join(os.path.dirname(root), os.path.basename(root) + ".log")
+    env = dict(os.environ, PYTHONPATH=checkout)
+    measured = run_measured(cmd, log_path=log, env=env, cwd=checkout)
+    if measured["rc"] != 0:
+        with open(log, errors="replace") as f:
+            raise SystemExit(f"{checkout}: exit {measured['rc']}\n{f.read()[-3000:]}")
     with open(os.path.join(root, "runs", "bench", "summary.json")) as f:
         rows = json.load(f)["stages"]
     return {
-        "wall_s": round(wall, 2),
-        "cpu_s": round(cpu, 2),
-        "load_average_1min": round(os.getloadavg()[0], 2),
+        "wall_s": measured["wall_s"],
+        "cpu_s": measured["cpu_s"],
+        "cpu_s_waited": measured["cpu_s_wait4"],
+        "load_average_1min_before": measured["machine"]["loadavg_before"][0],
+        "other_cpu_share_of_one_core": measured["machine"]["other_cpu_share_of_one_core"],
         "stage_s": {r["stage"]: r.get("seconds", 0.0) for r in rows},
     }
 
@@ -75,6 +78,7 @@ def main() -> None:
     p.add_argument("--before", required=True, help="a checkout of the version to compare with")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--args", default=DEFAULT_ARGS, help="the run's flags besides the runner")
+    p.add_argument("--result_name", default="bundled_run", help="the results file's name")
     args = p.parse_args()
     flags = shlex.split(args.args)
     runs: dict[str, list[dict]] = {"before": [], "after": []}
@@ -99,8 +103,13 @@ def main() -> None:
         "runs": runs,
         "wall_s_median": {v: statistics.median(r["wall_s"] for r in rs) for v, rs in runs.items()},
         "cpu_s_median": {v: statistics.median(r["cpu_s"] for r in rs) for v, rs in runs.items()},
+        "reproduce": (
+            f"python benchmarks/bench_bundled_run.py --before <checkout> --repeats {args.repeats} "
+            f"--args={shlex.quote(args.args)} --result_name {args.result_name}"
+        ),
     }
-    path = os.path.join(HERE, "results", f"bundled_run_{now.strftime('%Y%m%d-%H%M')}.json")
+    stamp = now.strftime("%Y%m%d-%H%M")
+    path = os.path.join(HERE, "results", f"{args.result_name}_{stamp}.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=2)
     print(json.dumps({k: out[k] for k in ("wall_s_median", "cpu_s_median")}))

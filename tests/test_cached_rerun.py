@@ -1,8 +1,8 @@
 """A rerun that reuses every stage is bookkeeping only (issue 45): the CLI run again into
 the same pipeline root, in a fresh interpreter, loads no module file (so imports neither
-TensorFlow, keras-tuner nor tf.Transform) and starts no fork server (the Tuner's pool
-and the user-code processes fork from it); once the module file is edited, the stages
-that run its code run again.
+TensorFlow, keras-tuner nor tf.Transform), imports no Beam and starts no fork server (the
+Tuner's pool and the user-code processes fork from it); once the module file is edited,
+the stages that run its code run again.
 
 The first run is a fork of the warm fork server (cheap); the rerun under test is a fresh
 interpreter, whose ``sys.modules`` and fork server are its own, seen by a small wrapper
@@ -38,8 +38,16 @@ ARGS = [
     "--no_evaluator",
     "--no_infra_validator",
 ]
-# What the rerun must not import: the module file's libraries and the model stages'.
-HEAVY = ("tensorflow", "keras", "keras_tuner", "tensorflow_transform", "tensorflow_model_analysis")
+# What the rerun must not import: the module file's libraries, the model stages', and Beam
+# (the input check, the flags' check and the look-ahead need none of it).
+HEAVY = (
+    "tensorflow",
+    "keras",
+    "keras_tuner",
+    "tensorflow_transform",
+    "tensorflow_model_analysis",
+    "apache_beam",
+)
 
 # `python -m beam_pipeline ARGS` as a user's command, then what the process holds at its
 # end: its exit code, the heavy modules it imported, whether it started a fork server.

@@ -52,14 +52,23 @@ def file_digest(path: str, *, sha256: bool = False) -> str:
     """
     import hashlib
 
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
     digest = hashlib.sha256() if sha256 else _hasher()
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with _open_stored(path) as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _open_stored(path: str):
+    """``path``'s stored bytes: a local file opened as it is (the same bytes Beam's
+    LocalFileSystem reads, without importing Beam, which a rerun that reuses every stage
+    would import for this alone: issue 45); another scheme through Beam's filesystems."""
+    if "://" not in path:
+        return open(path, "rb")  # noqa: SIM115  the caller's with closes it
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def files_digest(paths: Iterable[str]) -> str:

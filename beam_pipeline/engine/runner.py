@@ -70,6 +70,7 @@ from beam_pipeline.engine.stage import (
     StageResult,
 )
 from beam_pipeline.engine.summary import RunSummary, StageReport, StageStatus
+from beam_pipeline.runtime.beam_flags import resolved
 
 __all__ = ["dependencies", "resolve", "run_order", "run_stages"]
 
@@ -294,6 +295,8 @@ class _Scheduler:
         used = tuple(
             a for a, _ in (self.available[i.type] for i in stage.inputs if i.type in self.available)
         ) + tuple(a for a in inputs.values() if a.type_name in built_from.get("resolved", {}))
+        # It runs: its executor gets Beam's own options (deferred until now: beam_flags).
+        ctx = dataclasses.replace(ctx, options=resolved(ctx.options))
         return _Running(
             index, stage, ctx, inputs, key, built_from, used, damaged, datetime.datetime.now()
         )

@@ -24,6 +24,8 @@ import shutil
 import subprocess
 from typing import Optional
 
+from beam_pipeline.runtime.beam_flags import option
+
 __all__ = [
     "SPARE_NAME",
     "ZYGOTE_NAME",
@@ -58,13 +60,10 @@ def environment_of(options) -> tuple[str, str]:
 
     Dataflow's image comes from ``--sdk_container_image``.
     """
-    from apache_beam.options import pipeline_options as po
-
-    portable = options.view_as(po.PortableOptions)
-    kind = (portable.environment_type or "DOCKER").upper()
+    kind = (option(options, "PortableOptions", "environment_type") or "DOCKER").upper()
     kind = kind.removeprefix("BEAM:ENV:").removesuffix(":V1")
-    config = portable.environment_config or ""
-    image = getattr(options.view_as(po.WorkerOptions), "sdk_container_image", None)
+    config = option(options, "PortableOptions", "environment_config") or ""
+    image = option(options, "WorkerOptions", "sdk_container_image")
     if kind == "DOCKER" and not config and image:
         config = image
     return kind, config

@@ -34,6 +34,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.runtime.background import BackgroundCall
+from beam_pipeline.runtime.beam_flags import DIRECT_NAMES as _DIRECT_NAMES
+from beam_pipeline.runtime.beam_flags import is_direct, is_multi_processing, resolved
 from beam_pipeline.runtime.watchdog import DEFAULT_WORKER_START_TIMEOUT, watch
 
 __all__ = [
@@ -50,8 +52,6 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
-
-_DIRECT_NAMES = {None, "", "DirectRunner", "direct", "SwitchingDirectRunner"}
 
 
 def _all_option_classes() -> list[type]:
@@ -332,12 +332,9 @@ def parse_beam_args(args: Sequence[str]) -> PipelineOptions:
     return options
 
 
-def is_direct(options: PipelineOptions) -> bool:
-    return options.view_as(po.StandardOptions).runner in _DIRECT_NAMES
-
-
 def create_pipeline(options: PipelineOptions) -> beam.Pipeline:
     """A ``beam.Pipeline`` for ``options``; the DirectRunner skips the Prism attempt."""
+    options = resolved(options)  # Beam's own, where the run's were deferred (beam_flags)
     _install_beam_caches()
     if not is_direct(options):
         return beam.Pipeline(options=options)
@@ -369,12 +366,6 @@ _GRACE_S = 2.0  # a job whose worker died as it shut down may still end on its o
 # Held for a whole multi_processing job: its watch replaces threading.excepthook, which is
 # the process's, so two such jobs of stages running at once run one after the other.
 _hook_lock = threading.Lock()
-
-
-def is_multi_processing(options: PipelineOptions) -> bool:
-    """Whether ``options`` run on the DirectRunner's worker processes (multi_processing)."""
-    direct = options.view_as(po.DirectOptions)
-    return is_direct(options) and direct.direct_running_mode == "multi_processing"
 
 
 def run_pipeline(

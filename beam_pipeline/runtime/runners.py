@@ -49,6 +49,7 @@ import re
 from typing import Any, Optional
 
 from beam_pipeline.core.errors import PipelineError, first_line
+from beam_pipeline.runtime.beam_flags import option
 
 __all__ = [
     "JobInfo",
@@ -94,9 +95,7 @@ _SPARK_LOCAL = re.compile(r"^local(\[.+\])?$")  # Beam's SparkRunner LOCAL_MASTE
 
 
 def _runner_name(options) -> str:
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    runner = options.view_as(StandardOptions).runner
+    runner = option(options, "StandardOptions", "runner")
     if runner is None:
         return ""
     if not isinstance(runner, str):  # a runner instance
@@ -201,8 +200,6 @@ def remote_runner_reason(options) -> Optional[str]:
       None when the workers share this machine's disk; otherwise a phrase for an error
       message, such as ``"--runner=DataflowRunner runs on Google Cloud workers"``.
     """
-    from apache_beam.options import pipeline_options as po
-
     name = _runner_name(options)
     kind, family = name.lower(), runner_family(options)
     if family is RunnerFamily.IN_PROCESS:
@@ -211,6 +208,7 @@ def remote_runner_reason(options) -> Optional[str]:
         return f"--runner={name} runs on Google Cloud workers"
     if family is not RunnerFamily.PORTABLE:
         return f"--runner={name} is not a runner known to run on this machine"
+    from apache_beam.options import pipeline_options as po
 
     portable = options.view_as(po.PortableOptions)
     env = (portable.environment_type or "").upper()

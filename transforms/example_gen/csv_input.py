@@ -15,7 +15,7 @@ numbers), and all typing and parsing is vectorized with pyarrow compute per chun
 
 Example::
 
-    header = CsvInput().read_columns(files, ReadSettings())
+    header = read_csv_header(files, CsvFormat())
     with beam.Pipeline() as p:
         result = p | ReadCsvExamples(files, header, CsvFormat(), HashSplitter())
 """
@@ -33,7 +33,6 @@ import pyarrow.compute as pc
 
 from beam_pipeline.core.errors import PipelineError
 from transforms.example_gen.csv_chunks import PlanChunkedFile, PlanChunks, ScanChunk
-from transforms.example_gen.csv_header import read_csv_header
 from transforms.example_gen.csv_ranges import ScanCsvRanges
 from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile
 from transforms.example_gen.csv_typing import (
@@ -42,17 +41,16 @@ from transforms.example_gen.csv_typing import (
     ColumnType,
     CountFileTypes,
     InferCsvColumnTypes,
-    column_types_of_schema,
     int64_mask,
     string_array,
 )
-from transforms.example_gen.input_format import ExampleGenResult, InputFormat
-from transforms.example_gen.settings import CsvFormat, ReadSettings
+from transforms.example_gen.input_format import ExampleGenResult
+from transforms.example_gen.settings import CsvFormat
 from transforms.example_gen.splitting import HashSplitter, split_batch, split_counters
 from transforms.metrics import NAMESPACE
 from transforms.rows import RejectedRow
 
-__all__ = ["CsvInput", "ReadCsvExamples"]
+__all__ = ["ReadCsvExamples"]
 
 
 class _ParseChunk(beam.DoFn):
@@ -210,21 +208,3 @@ class ReadCsvExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]):
         ).with_outputs("rejected", main="batches")
         rejected = (read.rejected, parsed.rejected) | "AllRejected" >> beam.Flatten()
         return ExampleGenResult(parsed.batches, rejected)
-
-
-class CsvInput(InputFormat):
-    """CSV files (``.csv``, ``.tsv``, ``.txt``, optionally compressed) with a header row."""
-
-    title = "CSV"
-    suffix = ".csv"
-
-    def claims(self, name: str) -> bool:
-        return name.endswith((".csv", ".tsv", ".txt"))
-
-    def read_columns(self, files: Sequence[str], settings: ReadSettings) -> tuple[str, ...]:
-        return read_csv_header(files, settings.csv)
-
-    def read(self, files, columns, splitter, settings) -> ReadCsvExamples:
-        """:meth:`InputFormat.read` (the arguments' types are the base's)."""
-        types = column_types_of_schema(settings.schema) if settings.schema is not None else None
-        return ReadCsvExamples(files, columns, settings.csv, splitter, types)

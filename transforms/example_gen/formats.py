@@ -2,9 +2,13 @@
 
 :data:`FORMATS` is the plug-in point: an immutable table from ``DataFormat`` to the
 :class:`~transforms.example_gen.input_format.InputFormat` that reads it. A new format is
-one module with an ``InputFormat`` subclass and one line here. Functions that choose a
-format take the table as an argument (default :data:`FORMATS`), so a caller (or a test)
-can pass a table with formats of its own instead of changing a global.
+an ``InputFormat`` subclass here (its names and its check of the files on the launcher)
+whose ``read`` returns the PTransform of its own module, and one line in the table.
+Beam is imported by those modules alone, when a job reads the files: the launcher's
+checks (which format, the CSV header) import nothing of it, and a rerun that reuses
+every stage needs nothing more (issue 45). Functions that choose a format take the table
+as an argument (default :data:`FORMATS`), so a caller (or a test) can pass a table with
+formats of its own instead of changing a global.
 
 Example::
 
@@ -19,16 +23,64 @@ import enum
 import posixpath
 import types
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import DataFormat
 from transforms.example_gen.compressed import COMPRESSION_SUFFIXES
-from transforms.example_gen.csv_input import CsvInput
+from transforms.example_gen.csv_header import read_csv_header
 from transforms.example_gen.input_files import basename
 from transforms.example_gen.input_format import InputFormat
-from transforms.example_gen.tfrecord_input import TFRecordInput
+from transforms.example_gen.settings import ReadSettings
 
-__all__ = ["FORMATS", "detect_format"]
+if TYPE_CHECKING:
+    from transforms.example_gen.csv_input import ReadCsvExamples
+    from transforms.example_gen.tfrecord_input import ReadTFRecordExamples
+
+__all__ = ["FORMATS", "CsvInput", "TFRecordInput", "detect_format"]
+
+
+class CsvInput(InputFormat):
+    """CSV files (``.csv``, ``.tsv``, ``.txt``, optionally compressed) with a header row,
+    read by :class:`~transforms.example_gen.csv_input.ReadCsvExamples`."""
+
+    title = "CSV"
+    suffix = ".csv"
+
+    def claims(self, name: str) -> bool:
+        return name.endswith((".csv", ".tsv", ".txt"))
+
+    def read_columns(self, files: Sequence[str], settings: ReadSettings) -> tuple[str, ...]:
+        return read_csv_header(files, settings.csv)
+
+    def read(self, files, columns, splitter, settings) -> ReadCsvExamples:
+        """:meth:`InputFormat.read` (the arguments' types are the base's)."""
+        from transforms.example_gen.csv_input import ReadCsvExamples
+        from transforms.example_gen.csv_typing import column_types_of_schema
+
+        types = column_types_of_schema(settings.schema) if settings.schema is not None else None
+        return ReadCsvExamples(files, columns, settings.csv, splitter, types)
+
+
+class TFRecordInput(InputFormat):
+    """TFRecord files of tf.Example (``*.tfrecord*``, ``.tfr``, ``.rio``; optionally gzip),
+    read by :class:`~transforms.example_gen.tfrecord_input.ReadTFRecordExamples`."""
+
+    title = "TFRecord"
+    suffix = ".tfrecord"
+
+    def claims(self, name: str) -> bool:
+        return ".tfrecord" in name or name.endswith((".tfr", ".rio"))
+
+    def read(self, files, columns, splitter, settings) -> ReadTFRecordExamples:
+        """:meth:`InputFormat.read` (the arguments' types are the base's)."""
+        from transforms.example_gen.tfrecord_input import ReadTFRecordExamples
+
+        schema = settings.schema
+        return ReadTFRecordExamples(
+            files, splitter, schema.SerializeToString() if schema is not None else None
+        )
+
 
 # In the order detect_format asks them: the first format that claims a name has it.
 FORMATS: Mapping[DataFormat, InputFormat] = types.MappingProxyType(

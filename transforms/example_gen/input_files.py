@@ -8,13 +8,9 @@ Example::
 from __future__ import annotations
 
 import datetime
+import os
 import re
 from typing import NamedTuple, Optional
-
-# Beam's FileSystems, not beam_pipeline.core.fileio (tf.io.gfile): --data is a Beam glob
-# (``**`` matches across folders, which gfile's glob does not), and one Beam listing gives
-# every match's size, where gfile needs a call per file; Beam's IOs read the same patterns.
-from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.core.errors import PipelineError
 
@@ -78,17 +74,91 @@ def _listed(pattern: str, glob: str, flag: str = "data") -> tuple[list[str], dic
       PipelineError: the glob cannot be listed.
     """
     try:
-        metadata = FileSystems.match([glob])[0].metadata_list
+        matched = _match(glob)
     except Exception as e:  # noqa: BLE001  Beam raises a bare BeamIOError for no match
         raise PipelineError(
             f"--{flag} {pattern!r} cannot be listed ({e}); pass an existing file, folder or glob."
         ) from e
     files = sorted(
-        m.path
-        for m in metadata
-        if not basename(m.path).startswith((".", "_")) and not _is_dir(m.path)
+        path
+        for path, _ in matched
+        if not basename(path).startswith((".", "_")) and not _is_dir(path)
     )
-    return files, {m.path: m.size_in_bytes for m in metadata}
+    return files, dict(matched)
+
+
+# --data is a Beam glob (``**`` matches across folders, which tf.io.gfile's glob does not),
+# read by Beam's IOs with Beam's FileSystems. A local one is matched here as Beam's
+# LocalFileSystem matches it (FileSystem.match: the folder above the first wildcard walked,
+# every path tested against translate_pattern's expression), without importing Beam, which
+# a rerun that reuses every stage otherwise imports for this check alone (issue 45);
+# tests/test_input_files.py compares the two. Other schemes (gs://...) are Beam's.
+
+
+def _match(glob: str) -> list[tuple[str, int]]:
+    """(path, size) of every file ``glob`` matches, as Beam's ``FileSystems.match``."""
+    if "://" in glob:
+        from apache_beam.io.filesystems import FileSystems
+
+        return [(m.path, m.size_in_bytes) for m in FileSystems.match([glob])[0].metadata_list]
+    if glob.endswith(("/", "\\")):
+        glob += "*"
+    prefix = re.match(r"^[^[*?]*", glob).group(0)
+    if prefix == glob:  # no wildcard: the path itself
+        return [(glob, os.path.getsize(glob))] if os.path.exists(glob) else []
+    folder = os.path.dirname(prefix)
+    if not os.path.exists(folder):
+        return []
+    matches = re.compile(_beam_glob_regex(glob)).match
+    found = []
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(parent, name)
+            try:
+                size = os.path.getsize(path)
+            except OSError:  # gone since it was listed
+                continue
+            if matches(path):
+                found.append((path, size))
+    return found
+
+
+def _beam_glob_regex(glob: str) -> str:
+    """The regular expression of Beam's ``FileSystem.translate_pattern``: fnmatch's, except
+    that ``*`` stays within a folder and ``**`` crosses folders."""
+    i, n, out = 0, len(glob), ""
+    while i < n:
+        c = glob[i]
+        i += 1
+        if c == "*":
+            if i < n and glob[i] == "*":
+                out += ".*"
+                i += 1
+            else:
+                out += r"[^/\\]*"
+        elif c == "?":
+            out += "."
+        elif c == "[":
+            j = i
+            if j < n and glob[j] == "!":
+                j += 1
+            if j < n and glob[j] == "]":
+                j += 1
+            while j < n and glob[j] != "]":
+                j += 1
+            if j >= n:
+                out += r"\["
+            else:
+                chars = glob[i:j].replace("\\", "\\\\")
+                i = j + 1
+                if chars[0] == "!":
+                    chars = "^" + chars[1:]
+                elif chars[0] == "^":
+                    chars = "\\" + chars
+                out += f"[{chars}]"
+        else:
+            out += re.escape(c)
+    return r"(?ms)" + out + r"\Z"
 
 
 def _check_not_empty(files: list[str], sizes: dict[str, int], flag: str = "data") -> None:
@@ -106,10 +176,10 @@ def basename(path: str) -> str:
 
 
 def _is_dir(path: str) -> bool:
-    import os
-
     if "://" not in path:
         return os.path.isdir(path)
+    from apache_beam.io.filesystems import FileSystems
+
     return FileSystems.exists(path.rstrip("/") + "/") and not FileSystems.exists(path)
 
 

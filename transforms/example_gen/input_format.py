@@ -28,15 +28,14 @@ import abc
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-import apache_beam as beam
-
 from transforms.example_gen.settings import ReadSettings
-from transforms.rows import RejectedRow, SplitBatch
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # Beam (and Arrow) by the formats' readers, not by the launcher's checks
+    import apache_beam as beam
+
     from transforms.example_gen.splitting import HashSplitter
 
-__all__ = ["CHUNK_ROWS", "ExampleGenResult", "InputFormat", "RejectedRow", "SplitBatch"]
+__all__ = ["CHUNK_ROWS", "ExampleGenResult", "InputFormat"]
 
 # Rows per RecordBatch a reader emits (CSV chunks, TFRecord batches).
 CHUNK_ROWS = 8192

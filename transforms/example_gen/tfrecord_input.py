@@ -25,16 +25,12 @@ from typing import Optional
 
 import apache_beam as beam
 
-from transforms.example_gen.input_format import (
-    CHUNK_ROWS,
-    ExampleGenResult,
-    InputFormat,
-    RejectedRow,
-)
+from transforms.example_gen.input_format import CHUNK_ROWS, ExampleGenResult
 from transforms.example_gen.splitting import HashSplitter, split_batch, split_counters
 from transforms.metrics import NAMESPACE
+from transforms.rows import RejectedRow
 
-__all__ = ["ReadTFRecordExamples", "TFRecordInput"]
+__all__ = ["ReadTFRecordExamples"]
 
 
 class _DecodeExamples(beam.DoFn):
@@ -150,20 +146,3 @@ class ReadTFRecordExamples(beam.PTransform[beam.pvalue.PBegin, ExampleGenResult]
             )
         )
         return ExampleGenResult(decoded.batches, decoded.rejected)
-
-
-class TFRecordInput(InputFormat):
-    """TFRecord files of tf.Example (``*.tfrecord*``, ``.tfr``, ``.rio``; optionally gzip)."""
-
-    title = "TFRecord"
-    suffix = ".tfrecord"
-
-    def claims(self, name: str) -> bool:
-        return ".tfrecord" in name or name.endswith((".tfr", ".rio"))
-
-    def read(self, files, columns, splitter, settings) -> ReadTFRecordExamples:
-        """:meth:`InputFormat.read` (the arguments' types are the base's)."""
-        schema = settings.schema
-        return ReadTFRecordExamples(
-            files, splitter, schema.SerializeToString() if schema is not None else None
-        )

@@ -39,7 +39,20 @@ def _check_outputs(result, declared, n, problems):
             problems.append(f"output {name} of a {n}-example request is not finite")
 
 
+def _without_scikit_learn() -> None:
+    """Leaves scikit-learn out of this process, as a model server has none.
+
+    Keras 3 imports it with TensorFlow wherever it is installed (``keras.wrappers``' estimators;
+    this project installs it for keras-tuner's BayesianOptimization): scipy's and
+    scikit-learn's imports, about a CPU second and a fifth of the sandbox's, which nothing
+    here uses: a SavedModel's functions cannot call them. ``None`` in ``sys.modules``
+    makes ``import sklearn`` raise ImportError, which Keras takes as not installed.
+    """
+    sys.modules.setdefault("sklearn", None)
+
+
 def main(model_dir: str, requests_path: str, repeats: int, load_timeout: float) -> dict:
+    _without_scikit_learn()  # before TensorFlow's import, which would import it
     import numpy as np
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2

@@ -31,7 +31,7 @@ class TunerSchedule(str, enum.Enum):
     compare-and-swap per ask and report), runs it and reports it; a lost worker's trial is
     re-issued when its lease (``lease_seconds``) runs out. No job start-up per trial.
 
-    Left unset, the runner decides (:func:`beam_pipeline.stages.tuner.tuning.default_schedule`):
+    Left unset, the runner decides (:func:`beam_pipeline.stages.tuner.schedule.default_schedule`):
     SEARCH_JOB where every job starts workers of its own (Dataflow, Flink, Spark, a portable
     job server), ROLLING on the DirectRunner and Beam's embedded job service.
     """

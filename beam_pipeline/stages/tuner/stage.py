@@ -49,7 +49,7 @@ class TunerStage(Stage):
     publishes_itself = True
 
     def configure(self, config: PipelineConfig, options: Any) -> PipelineConfig:
-        from beam_pipeline.stages.tuner.tuning import with_schedule
+        from beam_pipeline.stages.tuner.schedule import with_schedule
 
         # The runner's schedule when none was given: recorded in the run's identity.
         return with_schedule(config, options)

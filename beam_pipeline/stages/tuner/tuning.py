@@ -56,7 +56,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import time
@@ -77,10 +76,10 @@ from beam_pipeline.engine.run_dir import RunDirectory
 from beam_pipeline.engine.summary import StageReport, StageStatus
 from beam_pipeline.runtime.options import is_direct
 from beam_pipeline.runtime.pool import LocalWorkerPool, local_pool_size
-from beam_pipeline.runtime.runners import RunnerFamily, runner_family
 from beam_pipeline.stages.common.model_job import model_job_fields
 from beam_pipeline.stages.tuner.rolling import TIMED_OUT, run_rolling
 from beam_pipeline.stages.tuner.rounds import run_rounds
+from beam_pipeline.stages.tuner.schedule import default_schedule, with_schedule
 from beam_pipeline.stages.tuner.search import Search, TrialJobs
 from beam_pipeline.stages.tuner.search_job import run_search_job
 from beam_pipeline.stages.tuner.settings import TunerSchedule
@@ -157,37 +156,6 @@ def build_tuning_job(
         search_space=search_space,
         early_stopping=tuner.early_stopping_rule,
     )
-
-
-def default_schedule(options: PipelineOptions, pipeline_root: str) -> TunerSchedule:
-    """The schedule of a search whose ``--tuner_schedule`` was left unset.
-
-    SEARCH_JOB where each job starts workers of its own (Dataflow, Flink, Spark, a portable
-    job server): a job per trial would pay that start-up per trial, minutes on Dataflow
-    (benchmarks/dataflow_cost.py's model). ROLLING on the DirectRunner and the other
-    runners in this process, whose warm pool makes a trial's job cheap to start and where
-    rolling was not measured slower (benchmarks/README.md), and on Beam's embedded
-    job service (``--job_endpoint=embed``), which gives a job one
-    worker process, so a search job's loops would run one after another there while
-    rolling's trial jobs run side by side. Also ROLLING where the search job's state has
-    no compare-and-swap store (a pipeline root that is neither local nor ``gs://``).
-    """
-    if runner_family(options) is RunnerFamily.IN_PROCESS:  # the DirectRunner among them
-        return TunerSchedule.ROLLING
-    if options.view_as(po.PortableOptions).job_endpoint == "embed":
-        return TunerSchedule.ROLLING
-    if fileio.is_remote(pipeline_root) and not pipeline_root.startswith("gs://"):
-        return TunerSchedule.ROLLING
-    return TunerSchedule.SEARCH_JOB
-
-
-def with_schedule(config: PipelineConfig, options: PipelineOptions) -> PipelineConfig:
-    """``config`` with its tuner schedule decided (the runner's default when unset), so that
-    the run's identity and its records name the schedule that runs."""
-    if config.tuner.schedule is not None:
-        return config
-    schedule = default_schedule(options, config.pipeline_root)
-    return dataclasses.replace(config, tuner=dataclasses.replace(config.tuner, schedule=schedule))
 
 
 def _schedule(
