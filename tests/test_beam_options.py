@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
 
 import apache_beam as beam
@@ -71,6 +72,25 @@ def test_dofn_specs_are_beams_own_answer_and_a_stateful_dofn_still_runs():
     )
     assert_that(out, equal_to([("a", 3), ("b", 5)]))
     p.run().wait_until_finish()
+
+
+def test_method_signatures_are_beams_own_answer_asked_once_per_function():
+    from apache_beam.transforms import core
+    from apache_beam.typehints import decorators
+
+    make_pipeline("--runner=DirectRunner")  # installs the cache
+    assert getattr(decorators.get_signature, "beam_pipeline_cached", False)
+    assert core.get_signature is decorators.get_signature
+    one, two = _Count(), _Count()
+    signature = decorators.get_signature(one.process)
+    assert str(signature) == str(inspect.signature(_Count().process))  # self left out
+    # Another instance's method: the function's signature, asked of Beam once.
+    assert decorators.get_signature(two.process) is signature
+    # What Beam reads from it: the argument names and the state parameter's default.
+    args, defaults = core.get_function_args_defaults(two.process)
+    assert args == ["kv", "total"] and defaults[0].state_spec is _Count.TOTAL
+    # A plain function is Beam's own answer, not a method's.
+    assert list(decorators.get_signature(lambda a, b=1: a).parameters) == ["a", "b"]
 
 
 def test_every_job_stages_the_launchers_package_list_made_by_one_pip_freeze(tmp_path, monkeypatch):

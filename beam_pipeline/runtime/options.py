@@ -239,6 +239,48 @@ def _install_dofn_spec_cache() -> None:
         userstate.get_dofn_specs = _dofn_specs_cached(userstate.get_dofn_specs)
 
 
+def _signatures_cached(get_signature):
+    """Beam's ``typehints.decorators.get_signature``, remembered per method's function.
+
+    Beam asks for the ``inspect`` signature of each DoFn method (``process``,
+    ``setup``, ...) of every DoFn instance it meets while a job is built and run: tens of
+    thousands of ``inspect.signature`` calls for one Transform job, most of them for the
+    same few classes' methods, a sixth of a small Transform job's CPU. A bound method's
+    signature is its function's, less the bound first argument, whatever the instance,
+    so it is kept per function (weakly). Other callables (functions, builtins, partials,
+    callable objects) go to Beam each time. Beam offers no switch for this either.
+    """
+    import functools
+    import types
+    import weakref
+
+    cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @functools.wraps(get_signature)
+    def cached(func):
+        if type(func) is not types.MethodType or type(func.__func__) is not types.FunctionType:
+            return get_signature(func)
+        signature = cache.get(func.__func__)
+        if signature is None:
+            signature = cache[func.__func__] = get_signature(func)
+        return signature
+
+    cached.beam_pipeline_cached = True
+    return cached
+
+
+def _install_signature_cache() -> None:
+    # Beam's modules that call it imported the name itself: each gets the cached one.
+    from apache_beam.transforms import core, ptransform, util
+    from apache_beam.typehints import decorators
+
+    if getattr(decorators.get_signature, "beam_pipeline_cached", False):
+        return
+    cached = _signatures_cached(decorators.get_signature)
+    for module in (decorators, core, ptransform, util):
+        module.get_signature = cached
+
+
 def _environment_list_made_once(create):
     """Beam stager's list of the launcher's packages, made once per process.
 
@@ -288,11 +330,13 @@ _CACHES_LOCK = threading.Lock()
 
 
 def _install_beam_caches() -> None:
-    """The DoFn spec cache, and the package list made once (see their functions)."""
+    """The DoFn spec and signature caches, and the package list made once (see their
+    functions)."""
     from apache_beam.runners.portability.stager import Stager
 
     with _CACHES_LOCK:
         _install_dofn_spec_cache()
+        _install_signature_cache()
         create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
         if not getattr(create, "beam_pipeline_cached", False):
             Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
@@ -303,7 +347,8 @@ def _install_beam_caches() -> None:
 def new_options(flags: Sequence[str] = (), **overrides) -> PipelineOptions:
     """``PipelineOptions(flags, **overrides)`` whose views are built once (see ``_Options``).
 
-    It also installs the DoFn spec cache and the stager's package list made once, so that
+    It also installs the DoFn spec and signature caches and the stager's package list made
+    once, so that
     every pipeline built from options of this project (``create_pipeline``'s, and the local
     pool's trial jobs) gets them.
     """
