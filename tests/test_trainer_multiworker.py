@@ -277,7 +277,8 @@ def test_a_keras3_run_fn_on_two_workers_stops_with_one_sentence(tmp_path):
         "trains a Keras 3 model under --train_workers=2's MultiWorkerMirroredStrategy, whose "
         "fit Keras 3 cannot run (TensorFlow: Attempt to convert a value (PerReplica...) to a "
         "Tensor); build and fit the model with Keras 2 (import tf_keras as keras) in the "
-        "module, or pass --train_workers=1, or train with a TrainSpec.\n"
+        "module, or pass --train_workers=1, or train with a TrainSpec (--trainer_entry_point=<its "
+        "class>).\n"
     )
     run = root / "runs" / "keras3"
     assert not (run / "model_run" / "training_result.json").exists()

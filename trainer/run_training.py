@@ -312,7 +312,8 @@ def _run_user_code(loaded: TrainerModule, fn_args: FnArgs, doing: Callable[[str]
                 "MultiWorkerMirroredStrategy, whose fit Keras 3 cannot run (TensorFlow: "
                 "Attempt to convert a value (PerReplica...) to a Tensor); build and fit the "
                 "model with Keras 2 (import tf_keras as keras) in the module, or pass "
-                "--train_workers=1, or train with a TrainSpec."
+                "--train_workers=1, or train with a TrainSpec (--trainer_entry_point=<its "
+                "class>)."
             ) from None
         if _is_keras_save(e):
             fix = (
