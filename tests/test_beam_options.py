@@ -93,6 +93,27 @@ def test_method_signatures_are_beams_own_answer_asked_once_per_function():
     assert list(decorators.get_signature(lambda a, b=1: a).parameters) == ["a", "b"]
 
 
+def test_the_state_cache_weighs_values_as_beam_does_without_scanning_module_globals():
+    import numpy as np
+    from apache_beam.runners.worker import statecache
+
+    make_pipeline("--runner=DirectRunner")  # installs it
+    ours, beams = statecache.get_deep_size, statecache.get_deep_size.__wrapped__
+    assert ours is not beams
+    # What the stages cache: analyzer results, vocabularies, arrays: the same weight.
+    for value in ([np.arange(100.0), np.arange(10)], {"a": [b"x"] * 50}, [("k", 1.5)] * 20):
+        assert ours(value) == beams(value) > 0
+    # A value holding a module's namespace: counted (the scan that skipped every loaded
+    # module's namespace is gone), so a weight is never below Beam's.
+    held = [{"namespace": globals()}]
+    assert ours(held) > beams(held) + 1000
+    # The in-process runner's cache uses it.
+    cache = statecache.StateCache(1 << 20)
+    cache.get("key", lambda key: held)
+    assert cache.describe_stats()  # Beam's own accounting still works
+    assert cache.size() == 1
+
+
 def test_every_job_stages_the_launchers_package_list_made_by_one_pip_freeze(tmp_path, monkeypatch):
     import sys
 

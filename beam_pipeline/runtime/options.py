@@ -269,6 +269,44 @@ def _signatures_cached(get_signature):
     return cached
 
 
+def _state_weight_without_module_scan(statecache):
+    """Beam's state cache weight (``statecache.get_deep_size``) without objsize's scan of
+    every loaded module's globals.
+
+    Beam weighs each side input and state value it caches (a 100 MB budget for the
+    in-process runner's worker) with ``objsize.get_deep_size``, whose default first
+    collects the globals dict of every module in ``sys.modules`` as objects not to
+    traverse: a walk of thousands of modules once TensorFlow is imported, at every cached
+    value, a tenth of a small run's launcher CPU. It only keeps a module's namespace out
+    of a weight, and Beam's filter already stops at modules, types and functions, the ways
+    a value reaches one; a value that holds a namespace dict itself now counts it, so a
+    weight can only grow and the cache evict sooner, never hold more than Beam's budget.
+    The values the stages cache (analyzer results, vocabularies, statistics) weighed the
+    same with and without it. Beam's own size, referent and filter functions are kept.
+    """
+    import functools
+
+    @functools.wraps(statecache.get_deep_size)
+    def get_deep_size(*objs) -> int:
+        return statecache.objsize.get_deep_size(
+            *objs,
+            get_size_func=statecache._size_func,  # noqa: SLF001  Beam's own, as it passes them
+            get_referents_func=statecache._get_referents_func,  # noqa: SLF001
+            filter_func=statecache._filter_func,  # noqa: SLF001
+            exclude_modules_globals=False,
+        )
+
+    get_deep_size.beam_pipeline_cached = True
+    return get_deep_size
+
+
+def _install_state_weight() -> None:
+    from apache_beam.runners.worker import statecache
+
+    if not getattr(statecache.get_deep_size, "beam_pipeline_cached", False):
+        statecache.get_deep_size = _state_weight_without_module_scan(statecache)
+
+
 def _install_signature_cache() -> None:
     # Beam's modules that call it imported the name itself: each gets the cached one.
     from apache_beam.transforms import core, ptransform, util
@@ -330,13 +368,14 @@ _CACHES_LOCK = threading.Lock()
 
 
 def _install_beam_caches() -> None:
-    """The DoFn spec and signature caches, and the package list made once (see their
-    functions)."""
+    """The DoFn spec and signature caches, the state cache's weight without the module
+    scan, and the package list made once (see their functions)."""
     from apache_beam.runners.portability.stager import Stager
 
     with _CACHES_LOCK:
         _install_dofn_spec_cache()
         _install_signature_cache()
+        _install_state_weight()
         create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
         if not getattr(create, "beam_pipeline_cached", False):
             Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
