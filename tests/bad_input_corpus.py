@@ -97,6 +97,14 @@ CASES: tuple[Case, ...] = (
         r"--data '{d}/nope\*\.csv' matches no file; pass an existing CSV/TFRecord file",
     ),
     Case(
+        "data-scheme-without-file-system",
+        {},
+        ("--data=foo://bucket/x.csv",),
+        2,
+        r"--data 'foo://bucket/x\.csv' cannot be listed \(Unable to get filesystem from "
+        r"specified path.*\); pass an existing file, folder or glob\.$",
+    ),
+    Case(
         "data-file-missing",
         {},
         ("--data={d}/missing.csv",),

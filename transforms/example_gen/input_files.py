@@ -40,7 +40,13 @@ def resolve_input_files(pattern: str, flag: str = "data") -> list[str]:
     if not pattern:
         raise PipelineError(f"--{flag} is empty; pass a CSV/TFRecord file, a folder or a glob.")
     glob = pattern
-    if not any(ch in pattern for ch in "*?[") and _is_dir(pattern):
+    try:
+        folder = not any(ch in pattern for ch in "*?[") and _is_dir(pattern)
+    except Exception as e:  # noqa: BLE001  a file system Beam has no client for, or cannot reach
+        raise PipelineError(
+            f"--{flag} {pattern!r} cannot be listed ({e}); pass an existing file, folder or glob."
+        ) from e
+    if folder:
         glob = pattern.rstrip("/") + "/*"
     files, sizes = _listed(pattern, glob, flag)
     if not files:
