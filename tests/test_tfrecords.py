@@ -266,9 +266,7 @@ def test_tensorflow_parser_gives_the_batches_of_tfx_bsl_decoder(tmp_path, n, bat
     finally:
         decode.teardown()
     decoder = example_coder.ExamplesToRecordBatchDecoder(schema.SerializeToString())
-    theirs = [
-        decoder.DecodeBatch(records[i : i + batch_size]) for i in range(0, n, batch_size)
-    ]
+    theirs = [decoder.DecodeBatch(records[i : i + batch_size]) for i in range(0, n, batch_size)]
     assert [b.num_rows for b in ours] == [b.num_rows for b in theirs]
     for a, b in zip(ours, theirs):
         assert a.schema.equals(b.schema), (a.schema, b.schema)

@@ -345,6 +345,8 @@ class _DecodeFile(beam.DoFn):
 
     def teardown(self):
         self._ahead.shutdown(wait=True)
+
+
 def _fast_parse_spec(schema_bytes: bytes):
     """The ``tf.io.parse_example`` features that give exactly the RecordBatches of tfx-bsl's
     decoder for this schema, with its Arrow schema; None where only that decoder does.
