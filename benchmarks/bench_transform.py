@@ -43,12 +43,12 @@ def _build(run_dir: str, module_file: str, beam_args: list[str], root: str, anal
 
     from beam_pipeline.core.types import Split
     from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
+    from beam_pipeline.engine.artifacts import Schema
     from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
-    from beam_pipeline.stages.schema.inference import read_schema
     from beam_pipeline.stages.transform.executor import build_transform_pipeline
     from transforms.transform import TransformExamples
 
-    schema = read_schema(os.path.join(run_dir, "schema", "schema.pbtxt"))
+    schema = Schema.read_file(os.path.join(run_dir, "schema", "schema.pbtxt"))
     fn = get_preprocessing_fn(load_module(module_file), module_file)
     examples = {
         s: os.path.join(run_dir, "examples", s.value, "*")

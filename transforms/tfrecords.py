@@ -12,8 +12,10 @@ or retried attempts are never seen) are renamed to ``data-SSSSS-of-NNNNN.tfrecor
 leftovers of failed attempts are deleted.
 
 :class:`ReadExampleBatches` is the reading side: gzip TFRecords of tf.Example to Arrow
-RecordBatches typed by a schema, read with TensorFlow's C++ reader in batches and decoded
-by tfx-bsl's decoder, the one TFXIO's ``TFExampleRecord`` uses. Why not TFXIO's
+RecordBatches typed by a schema, read with TensorFlow's C++ reader in batches and parsed
+by TensorFlow's example parser into the RecordBatches tfx-bsl's decoder (the one TFXIO's
+``TFExampleRecord`` uses) makes, or decoded by that decoder where the schema needs it
+(``_fast_parse_spec``). Why not TFXIO's
 ``BeamSource``: it reads through Beam's ``ReadFromTFRecord``, which frames every record in
 Python, a large share of a Transform's time on large inputs (figures in benchmarks/).
 
@@ -279,12 +281,15 @@ class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
 class _DecodeFile(beam.DoFn):
     """One gzip TFRecord file of tf.Examples -> RecordBatches of up to ``batch_size`` rows.
 
-    Decoding runs ahead, ``_DECODERS`` batches at a time, each on a thread of its own with
-    its own decoder (a decoder is not thread-safe): tfx-bsl's ``DecodeBatch`` releases the
-    GIL, so on the DirectRunner (one Python thread per worker) the next batches are decoded
-    on the other cores while the steps after this one (tf.Transform's TensorFlow graphs)
-    work on the current one. TensorFlow's reader reads and gunzips one batch ahead of that
-    on its own threads. The batches come out in the file's order.
+    Where the schema allows (:func:`_fast_parse_spec`), TensorFlow's parser makes them
+    inside tf.data, ``_DECODERS`` batches at a time on tf.data's threads, and only the
+    assembly of the Arrow arrays (numpy, no object per value) runs on the DirectRunner's
+    Python thread. Else tfx-bsl's decoder runs ahead, ``_DECODERS`` batches at a time, each
+    on a thread of its own with its own decoder (a decoder is not thread-safe):
+    ``DecodeBatch`` releases the GIL, so the next batches are decoded on the other cores
+    while the steps after this one (tf.Transform's TensorFlow graphs) work on the current
+    one. Either way TensorFlow's reader reads and gunzips ahead on its own threads, and the
+    batches come out in the file's order.
     """
 
     def __init__(self, schema_bytes: bytes, batch_size: int):
@@ -294,11 +299,15 @@ class _DecodeFile(beam.DoFn):
     def setup(self):
         self._local = threading.local()
         self._ahead = ThreadPoolExecutor(max_workers=_DECODERS, thread_name_prefix="decode")
+        self._fast = _fast_parse_spec(self._schema_bytes)
 
     def process(self, path: str):
         import tensorflow as tf
 
         dataset = tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=8 << 20)
+        if self._fast is not None:
+            yield from self._parse(dataset.batch(self._batch_size))
+            return
         batches = dataset.batch(self._batch_size).prefetch(1).as_numpy_iterator()
         pending: collections.deque = collections.deque()
 
@@ -314,6 +323,15 @@ class _DecodeFile(beam.DoFn):
             submit()
             yield batch
 
+    def _parse(self, batches):
+        import pyarrow as pa
+
+        spec, arrow_schema = self._fast
+        parsed_batches = batches.map(_parse_fn(spec), num_parallel_calls=_DECODERS).prefetch(1)
+        for num_rows, parsed in parsed_batches.as_numpy_iterator():
+            columns = [_list_array(f, int(num_rows), parsed[f.name]) for f in arrow_schema]
+            yield pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
     def _decode(self, records):
         """One RecordBatch of serialized tf.Examples (on a decoding thread, its decoder)."""
         decoder = getattr(self._local, "decoder", None)
@@ -327,6 +345,92 @@ class _DecodeFile(beam.DoFn):
 
     def teardown(self):
         self._ahead.shutdown(wait=True)
+
+
+def _fast_parse_spec(schema_bytes: bytes):
+    """The ``tf.io.parse_example`` features that give exactly the RecordBatches of tfx-bsl's
+    decoder for this schema, with its Arrow schema; None where only that decoder does.
+
+    TensorFlow's parser reads each record's wire format once, takes only the schema's
+    features and runs on tf.data's threads; tfx-bsl's decoder builds every record as a full
+    protobuf first, which made it the largest single cost of a Transform (about three times
+    the parser's CPU on the taxi data, ``benchmarks/bench_transform.py --profile``). The
+    parser cannot tell a feature absent from a record from one present with no values: both
+    come out as a null list here, as absence does from tfx-bsl. tf.Transform's tensors
+    (sparse and ragged features) treat the two alike; a schema whose tensor
+    representations could tell them apart (a dense tensor with a default value), or with
+    sparse, weighted or struct features, keeps tfx-bsl's decoder.
+    """
+    import pyarrow as pa
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx_bsl.coders import example_coder
+
+    schema = schema_pb2.Schema.FromString(schema_bytes)
+    if schema.tensor_representation_group or schema.sparse_feature or schema.weighted_feature:
+        return None
+    import tensorflow as tf
+
+    dtypes = {
+        pa.large_list(pa.int64()): tf.int64,
+        pa.large_list(pa.float32()): tf.float32,
+        pa.large_list(pa.large_binary()): tf.string,
+    }
+    arrow_schema = example_coder.ExamplesToRecordBatchDecoder(schema_bytes).ArrowSchema()
+    if not all(field.type in dtypes for field in arrow_schema):
+        return None
+    spec = {field.name: tf.io.VarLenFeature(dtypes[field.type]) for field in arrow_schema}
+    return spec, arrow_schema
+
+
+def _parse_fn(spec):
+    """serialized records -> (their count, per feature: the row of each value and the
+    values; strings as their lengths and one joined string, so that no Python object is
+    made per value)."""
+    import tensorflow as tf
+
+    def parse(serialized):
+        out = {}
+        for name, sparse in tf.io.parse_example(serialized, spec).items():
+            rows = sparse.indices[:, 0]
+            if sparse.dtype == tf.string:
+                out[name] = (
+                    rows,
+                    tf.strings.length(sparse.values),
+                    tf.strings.reduce_join(sparse.values),
+                )
+            else:
+                out[name] = (rows, sparse.values)
+        return tf.shape(serialized, out_type=tf.int64)[0], out
+
+    return parse
+
+
+def _list_array(field, num_rows: int, parsed):
+    """One feature's parsed values -> the LargeListArray tfx-bsl's decoder makes."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = parsed[0]
+    counts = np.bincount(rows, minlength=num_rows)
+    offsets = np.zeros(num_rows + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    present = counts > 0
+    nulls = int(num_rows - np.count_nonzero(present))
+    validity = pa.py_buffer(np.packbits(present, bitorder="little")) if nulls else None
+    if len(parsed) == 3:  # strings: lengths and the joined bytes
+        lengths, joined = parsed[1], parsed[2]
+        value_offsets = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=value_offsets[1:])
+        values = pa.Array.from_buffers(
+            pa.large_binary(),
+            len(lengths),
+            [None, pa.py_buffer(value_offsets), pa.py_buffer(joined)],
+        )
+    else:
+        values = pa.array(parsed[1], type=field.type.value_type)
+    return pa.Array.from_buffers(
+        field.type, num_rows, [validity, pa.py_buffer(offsets)], nulls, children=[values]
+    )
 
 
 class ReadExampleBatches(beam.PTransform[beam.pvalue.PBegin, beam.PCollection]):

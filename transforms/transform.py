@@ -140,7 +140,8 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         adapter_config = train_io.TensorAdapterConfig()
         # The train split is read twice, once to analyze and once to transform: a single
         # read would make the runner hold every train row in memory until the analysis
-        # finishes (the transform waits for it as a side input); two reads keep memory flat.
+        # finishes (the transform waits for it as a side input); two reads keep memory flat
+        # (measured: see the note on tf.Transform's limits below).
         raw = {
             split: pbegin | f"Read[{split.value}]" >> self._read(split) for split in self._examples
         }
@@ -163,6 +164,20 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
                 adapter_config,
             ) | "Analyze" >> tft_beam.AnalyzeDataset(self._preprocessing_fn)
             output_cache = None
+        # Where tf.Transform itself is the limit (bench_transform.py --profile, in_memory,
+        # 1M taxi rows, after this package's reader and sink were cut down): its batch to
+        # tensor conversion (impl._RunMetaGraphDoFn._make_feed_dict, tfx-bsl's
+        # TensorAdapter.ToBatchTensors: one SparseTensor per feature and batch) about 15% of
+        # the profile; its TensorFlow graphs (saved_transform_io_v2.apply_transform_model)
+        # about 9%; tracing and saving the graphs (impl._create_v2_saved_model, twice) about
+        # 12%. tft.vocabulary without weights hands every token to Python
+        # (tf_utils.reduce_batch_weighted_counts returns them unreduced) and counts them
+        # one by one with beam.combiners.Count.PerElement: 1.1M calls of
+        # CountCombineFn.add_input for the taxi module's two vocabularies, plus Beam's
+        # per-element steps around each, which cProfile does not see. Larger batches do not
+        # help (65,536 rows: the same CPU, 1 GB more memory), and one read of the train
+        # split for both passes saves its parsing but holds the decoded rows in the runner
+        # (about 700 MB more at 1M rows), so the split is read twice.
         transformed = {}
         for split, data in raw.items():
             batches, _ = (
