@@ -39,16 +39,7 @@ def resolve_input_files(pattern: str, flag: str = "data") -> list[str]:
     """
     if not pattern:
         raise PipelineError(f"--{flag} is empty; pass a CSV/TFRecord file, a folder or a glob.")
-    glob = pattern
-    try:
-        folder = not any(ch in pattern for ch in "*?[") and _is_dir(pattern)
-    except Exception as e:  # noqa: BLE001  a file system Beam has no client for, or cannot reach
-        raise PipelineError(
-            f"--{flag} {pattern!r} cannot be listed ({e}); pass an existing file, folder or glob."
-        ) from e
-    if folder:
-        glob = pattern.rstrip("/") + "/*"
-    files, sizes = _listed(pattern, glob, flag)
+    glob, files, sizes = _listed(pattern, flag=flag)
     if not files:
         raise PipelineError(
             f"--{flag} {pattern!r} matches no file; pass an existing CSV/TFRecord file, folder "
@@ -72,14 +63,21 @@ def resolve_input_files(pattern: str, flag: str = "data") -> list[str]:
     return files
 
 
-def _listed(pattern: str, glob: str, flag: str = "data") -> tuple[list[str], dict[str, int]]:
-    """The files ``glob`` matches (sorted, hidden ones and folders left out), and every
+def _listed(
+    pattern: str, glob: Optional[str] = None, flag: str = "data"
+) -> tuple[str, list[str], dict[str, int]]:
+    """The glob listed (``glob``; when None, ``pattern``, or its files when it names a
+    folder), the files it matches (sorted, hidden ones and folders left out), and every
     match's size.
 
     Raises:
-      PipelineError: the glob cannot be listed.
+      PipelineError: the pattern cannot be listed (the folder probe included: a file system
+        Beam has no client for, or cannot reach, fails there first).
     """
     try:
+        if glob is None:
+            folder = not any(ch in pattern for ch in "*?[") and _is_dir(pattern)
+            glob = pattern.rstrip("/") + "/*" if folder else pattern
         matched = _match(glob)
     except Exception as e:  # noqa: BLE001  Beam raises a bare BeamIOError for no match
         raise PipelineError(
@@ -90,7 +88,7 @@ def _listed(pattern: str, glob: str, flag: str = "data") -> tuple[list[str], dic
         for path, _ in matched
         if not basename(path).startswith((".", "_")) and not _is_dir(path)
     )
-    return files, dict(matched)
+    return glob, files, dict(matched)
 
 
 # --data is a Beam glob (``**`` matches across folders, which tf.io.gfile's glob does not),
@@ -286,7 +284,7 @@ def resolve_spans(
     """
     _check_specs(pattern)
     try:
-        files, sizes = _listed(pattern, _SPECS.sub("*", pattern))
+        _, files, sizes = _listed(pattern, _SPECS.sub("*", pattern))
     except PipelineError:
         files, sizes = [], {}  # no match: said below, naming the spec
     specs: list[str] = []
