@@ -228,15 +228,7 @@ def _dofn_specs_cached(get_dofn_specs):
             cache[dofn] = specs
         return specs
 
-    cached.beam_pipeline_cached = True
     return cached
-
-
-def _install_dofn_spec_cache() -> None:
-    from apache_beam.transforms import userstate
-
-    if not getattr(userstate.get_dofn_specs, "beam_pipeline_cached", False):
-        userstate.get_dofn_specs = _dofn_specs_cached(userstate.get_dofn_specs)
 
 
 def _signatures_cached(get_signature):
@@ -265,11 +257,10 @@ def _signatures_cached(get_signature):
             signature = cache[func.__func__] = get_signature(func)
         return signature
 
-    cached.beam_pipeline_cached = True
     return cached
 
 
-def _state_weight_without_module_scan(statecache):
+def _state_weight_without_module_scan(get_deep_size):
     """Beam's state cache weight (``statecache.get_deep_size``) without objsize's scan of
     every loaded module's globals.
 
@@ -286,8 +277,10 @@ def _state_weight_without_module_scan(statecache):
     """
     import functools
 
-    @functools.wraps(statecache.get_deep_size)
-    def get_deep_size(*objs) -> int:
+    from apache_beam.runners.worker import statecache
+
+    @functools.wraps(get_deep_size)
+    def weight(*objs) -> int:
         return statecache.objsize.get_deep_size(
             *objs,
             get_size_func=statecache._size_func,  # noqa: SLF001  Beam's own, as it passes them
@@ -296,27 +289,20 @@ def _state_weight_without_module_scan(statecache):
             exclude_modules_globals=False,
         )
 
-    get_deep_size.beam_pipeline_cached = True
-    return get_deep_size
+    return weight
 
 
-def _install_state_weight() -> None:
-    from apache_beam.runners.worker import statecache
-
-    if not getattr(statecache.get_deep_size, "beam_pipeline_cached", False):
-        statecache.get_deep_size = _state_weight_without_module_scan(statecache)
-
-
-def _install_signature_cache() -> None:
-    # Beam's modules that call it imported the name itself: each gets the cached one.
-    from apache_beam.transforms import core, ptransform, util
-    from apache_beam.typehints import decorators
-
-    if getattr(decorators.get_signature, "beam_pipeline_cached", False):
+def _replace_once(wrap, module, name: str, *importers) -> None:
+    """``module.name`` replaced by ``wrap(module.name)``, marked so that a second call
+    leaves it; ``importers``: Beam's modules that imported the name themselves, which get
+    the replacement too."""
+    current = getattr(module, name)
+    if getattr(current, "beam_pipeline_cached", False):
         return
-    cached = _signatures_cached(decorators.get_signature)
-    for module in (decorators, core, ptransform, util):
-        module.get_signature = cached
+    replacement = wrap(current)
+    replacement.beam_pipeline_cached = True
+    for owner in (module, *importers):
+        setattr(owner, name, replacement)
 
 
 def _environment_list_made_once(create):
@@ -371,11 +357,14 @@ def _install_beam_caches() -> None:
     """The DoFn spec and signature caches, the state cache's weight without the module
     scan, and the package list made once (see their functions)."""
     from apache_beam.runners.portability.stager import Stager
+    from apache_beam.runners.worker import statecache
+    from apache_beam.transforms import core, ptransform, userstate, util
+    from apache_beam.typehints import decorators
 
     with _CACHES_LOCK:
-        _install_dofn_spec_cache()
-        _install_signature_cache()
-        _install_state_weight()
+        _replace_once(_dofn_specs_cached, userstate, "get_dofn_specs")
+        _replace_once(_signatures_cached, decorators, "get_signature", core, ptransform, util)
+        _replace_once(_state_weight_without_module_scan, statecache, "get_deep_size")
         create = Stager._create_stage_submission_env_dependencies  # noqa: SLF001
         if not getattr(create, "beam_pipeline_cached", False):
             Stager._create_stage_submission_env_dependencies = staticmethod(  # noqa: SLF001
