@@ -75,16 +75,27 @@ def _train(penguin_run_dir, root, workers: int, module=None, entry="PenguinSpec"
     return run_dir, report
 
 
+def _served_accuracy(run_dir) -> float:
+    return conftest_trainer.classify_accuracy(
+        run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
+    )
+
+
+def _assert_two_workers_trained_as_one(one, two) -> None:
+    """What the summaries of a 1-worker and a 2-worker training say of their strategy."""
+    assert two.details["strategy"] == "MultiWorkerMirroredStrategy"
+    assert two.details["workers"] == 2 and two.details["num_replicas"] == 2
+    assert "on 2 replica(s) over 2 workers (MultiWorkerMirroredStrategy)" in two.note
+    assert one.details["workers"] == 1 and " over " not in one.note.split("; model:")[0]
+
+
 @pytest.fixture(scope="module")
 def one_and_two(penguin_run_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("workers")
     runs = {}
     for workers in (1, 2):
         run_dir, report = _train(penguin_run_dir, tmp / str(workers), workers, train_steps=100)
-        accuracy = conftest_trainer.classify_accuracy(
-            run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
-        )
-        runs[workers] = (run_dir, report, accuracy)
+        runs[workers] = (run_dir, report, _served_accuracy(run_dir))
     return runs
 
 
@@ -93,10 +104,7 @@ def test_two_workers_train_to_one_workers_accuracy(one_and_two):
     _, one, one_accuracy = one_and_two[1]
     run_dir, two, two_accuracy = one_and_two[2]
     assert two.status is StageStatus.OK
-    assert two.details["strategy"] == "MultiWorkerMirroredStrategy"
-    assert two.details["workers"] == 2 and two.details["num_replicas"] == 2
-    assert "on 2 replica(s) over 2 workers (MultiWorkerMirroredStrategy)" in two.note
-    assert one.details["workers"] == 1 and " over " not in one.note.split("; model:")[0]
+    _assert_two_workers_trained_as_one(one, two)
     assert abs(two_accuracy - one_accuracy) <= SAME_ACCURACY, (one_accuracy, two_accuracy)
     assert one_accuracy >= ACCURACY_FLOOR and two_accuracy >= ACCURACY_FLOOR
     assert two.details["final_step"] == 100
@@ -152,10 +160,7 @@ def test_a_lost_worker_fails_the_attempt_and_the_next_resumes_from_the_checkpoin
     # are too few for an accuracy floor: 0.78 and 0.87 were measured).
     checkpoints = tf.train.latest_checkpoint(os.path.join(model_run, "checkpoints"))
     assert checkpoints.endswith("-30")
-    served = conftest_trainer.classify_accuracy(
-        run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
-    )
-    assert 0.0 <= served <= 1.0
+    assert 0.0 <= _served_accuracy(run_dir) <= 1.0
 
 
 @pytest.mark.slow
@@ -224,10 +229,7 @@ def run_fn_one_and_two(penguin_run_dir, tmp_path_factory):
             run_dir, report = _train(
                 penguin_run_dir, tmp / str(workers), workers, RUN_FN_MODULE, None, train_steps=100
             )
-        accuracy = conftest_trainer.classify_accuracy(
-            run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
-        )
-        runs[workers] = (run_dir, report, accuracy, temp)
+        runs[workers] = (run_dir, report, _served_accuracy(run_dir), temp)
     return runs
 
 
@@ -236,10 +238,7 @@ def test_a_run_fn_module_trains_on_two_workers_to_one_workers_accuracy(run_fn_on
     _, one, one_accuracy, _ = run_fn_one_and_two[1]
     run_dir, two, two_accuracy, temp = run_fn_one_and_two[2]
     assert two.status is StageStatus.OK and two.details["module_kind"] == "run_fn"
-    assert two.details["strategy"] == "MultiWorkerMirroredStrategy"
-    assert two.details["workers"] == 2 and two.details["num_replicas"] == 2
-    assert "on 2 replica(s) over 2 workers (MultiWorkerMirroredStrategy)" in two.note
-    assert one.details["workers"] == 1 and " over " not in one.note.split("; model:")[0]
+    _assert_two_workers_trained_as_one(one, two)
     assert abs(two_accuracy - one_accuracy) <= SAME_RUN_FN_ACCURACY, (one_accuracy, two_accuracy)
     assert one_accuracy >= ACCURACY_FLOOR and two_accuracy >= ACCURACY_FLOOR
     model_run = run_dir.path(Artifact.MODEL_RUN)
@@ -311,10 +310,7 @@ def test_a_lost_run_fn_worker_fails_the_attempt_and_the_next_restores_the_keras_
     backup = os.path.join(model_run, "backup")
     assert report.details["start_epoch"] == 1 and report.details["resumed_from"] == backup
     assert f"resumed after epoch 1 from {backup}" in report.note
-    served = conftest_trainer.classify_accuracy(
-        run_dir.path(Artifact.MODEL), conftest_trainer.read_raw_examples(run_dir)
-    )
-    assert 0.0 <= served <= 1.0
+    assert 0.0 <= _served_accuracy(run_dir) <= 1.0
 
 
 def test_the_dataflow_job_of_four_workers_has_a_worker_vm_per_rank_with_the_hints(
