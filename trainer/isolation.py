@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -50,12 +51,25 @@ class UserCodeAborted(PipelineError):
     """The caller's ``abort`` check gave a reason, and the process was killed."""
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown"
+
+
 def _ended(what: str, code: Optional[int]) -> str:
     """One sentence: how the process running ``what`` ended, and the fix."""
-    if code is not None and code < 0:
+    if code == -signal.SIGKILL:  # what the kernel's out-of-memory killer sends
         return (
             f"{what} was killed by signal {-code} before it returned (out of memory, most "
             "likely); give it more memory, or make the model or its batches smaller."
+        )
+    if code is not None and code < 0:
+        return (
+            f"{what} was ended by signal {-code} ({_signal_name(-code)}) before it returned "
+            "(a crash in native code, or a signal sent to it); see the run's log for its "
+            "last lines."
         )
     return (
         f"{what} ended its process with exit code {code} (an os._exit or sys.exit call, or a "

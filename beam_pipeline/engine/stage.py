@@ -321,8 +321,8 @@ class Stage:
         settings; what it needs of another stage's is declared here, where the reader
         sees it (``tests/test_layers.py`` holds that nothing else is read). They are not
         in its cache key by themselves: :meth:`parameters` keys what changes its outputs.
-      worker_modules: modules its Beam workers import (a local worker pool imports them
-        once, before it forks a worker per job).
+      worker_modules: modules its Beam workers, or the processes it forks from the fork
+        server, import (the fork server imports them once, before it forks each one).
       executor: the module that does its work, whose ``run(stage, ctx, inputs, out)``
         :meth:`run` calls: a module name beside the declaration's (default ``executor``:
         ``<the stage's package>.executor``) or a full module path. Its hooks import it when

@@ -1,17 +1,17 @@
 """The InfraValidator stage: the exported model loaded and queried as a model server would.
 
 One concept: a serving check in a sandbox process. TFX's InfraValidator starts TF Serving
-on the model; TF Serving's binary cannot be installed here, so the sandbox is a fresh
-Python process (``python -I``: no working directory, no PYTHONPATH, no user site) that
-imports only TensorFlow and TF Serving's request protos (``tensorflow-serving-api``),
-never this package or the module file: what it needs must be in the SavedModel, as for a
-server. The requests are TF Serving's own format: ``PredictionLog`` records holding
-``PredictRequest`` protos for ``serving_default``, built from raw eval examples in
-batches of 1, 8 and 32. The process checks that the model loads within the time limit and
-that every request is answered with finite outputs of the signature's declared shapes,
-and times each batch size (p50/p99 over the repeats). The same records are TF Serving's
-warm-up file: on success they are written into the validated model as
-``assets.extra/tf_serving_warmup_requests`` (the file TF Serving replays at load).
+on the model; TF Serving's binary cannot be installed here, so the sandbox is a process of
+its own forked from the warm fork server, which has never loaded a module file
+(:mod:`beam_pipeline.stages.infra_validator.sandbox` says why it is as clean as a fresh
+interpreter): what the model needs must be in the SavedModel, as for a server. The
+requests are TF Serving's own format: ``PredictionLog`` records holding ``PredictRequest``
+protos for ``serving_default``, built from raw eval examples in batches of 1, 8 and 32.
+The process checks that the model loads within the time limit and that every request is
+answered with finite outputs of the signature's declared shapes, and times each batch size
+(p50/p99 over the repeats). The same records are TF Serving's warm-up file: on success
+they are written into the validated model as ``assets.extra/tf_serving_warmup_requests``
+(the file TF Serving replays at load).
 With an endpoint (``--serving_endpoint``) the same requests and checks go to a running TF
 Serving server instead (:mod:`beam_pipeline.stages.infra_validator.endpoint`).
 
@@ -23,16 +23,12 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.gpus import gpu_environment
 from beam_pipeline.engine.artifacts import InfraResult
 
 __all__ = [
@@ -52,10 +48,6 @@ _REPEATS = 20
 # The model name TF Serving's Docker image serves by default (its MODEL_NAME).
 DEFAULT_MODEL_NAME = "model"
 _SERVING_SIGNATURE = "serving_default"
-
-# The sandbox script, run by path with ``python -I`` (it imports only TensorFlow and TF
-# Serving's protos; as a script it is not imported as part of this package).
-_SANDBOX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox.py")
 
 
 def _signature_input(model_dir: str) -> tuple[Optional[str], Optional[str]]:
@@ -171,43 +163,34 @@ def validate_model(
                 _write_requests(path, input_name, examples)
                 _install_warmup(path, model_dir)
         return result
+    from beam_pipeline.stages.infra_validator.sandbox import serve
+    from trainer.isolation import UserCodeExit, UserCodeTimeout, run_isolated
+
+    limit = load_timeout + 120  # TensorFlow's first calls and the requests on top of the load
     with tempfile.TemporaryDirectory(prefix="infra-") as tmp:
         requests = os.path.join(tmp, "tf_serving_warmup_requests")
         _write_requests(requests, input_name, examples)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        gpu_environment(env)  # a GPU serving host: the sandbox takes what it needs only
-        # The sandbox runs in a folder of its own: a relative model path (the default
+        # The sandbox works in a folder of its own: a relative model path (the default
         # pipeline root is relative) is made absolute first.
         served = model_dir if fileio.is_remote(model_dir) else os.path.abspath(model_dir)
-        cmd = [sys.executable, "-I", _SANDBOX, served, requests, str(repeats)]
-        cmd.append(str(load_timeout))
         try:
-            proc = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                cwd=tmp,
-                env=env,
-                # TensorFlow's import and the requests on top of the load limit.
-                timeout=load_timeout + 120,
+            out = run_isolated(
+                serve,
+                (served, requests, repeats, load_timeout, tmp),
+                what="The InfraValidator's sandbox",
+                timeout=limit,
+                name="infra-sandbox",
             )
-        except subprocess.TimeoutExpired:
+        except UserCodeTimeout:
             return InfraResult(
-                False, (f"the sandbox did not finish within {load_timeout + 120:.0f} s",), None, {}
+                False, (f"the sandbox did not finish within {limit:.0f} s",), None, {}
             )
-        lines = proc.stdout.strip().splitlines()
-        if proc.returncode != 0 or not lines:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return InfraResult(
-                False, (f"the sandbox process failed (exit {proc.returncode}): {tail}",), None, {}
-            )
-        out = json.loads(lines[-1])
-        problems = list(out["problems"])
-        if out.get("foreign_modules"):
-            problems.append(f"the sandbox imported {out['foreign_modules']}")
-        latency = {int(k): v for k, v in out.get("latency_ms", {}).items()}
-        result = InfraResult(not problems, tuple(problems), out.get("load_seconds"), latency)
+        except UserCodeExit as e:  # the model's load or a request crashed the process
+            return InfraResult(False, (f"the sandbox process failed: {e}",), None, {})
+        latency = {int(k): v for k, v in out["latency_ms"].items()}
+        result = InfraResult(
+            not out["problems"], tuple(out["problems"]), out.get("load_seconds"), latency
+        )
         if result.blessed:
             _install_warmup(requests, model_dir)
     return result

@@ -1,22 +1,30 @@
 """The InfraValidator's sandbox: loads a SavedModel and replays TF Serving requests to it.
 
-Run as a script in a fresh ``python -I`` process, as a model server would load the model:
-it imports only TensorFlow, NumPy and TF Serving's request protos, never this package or
-the user's module file (it is run by path, not imported). Arguments: the model folder, a
-TFRecord file of ``PredictionLog`` records (the warm-up file), the repeats per request and
-the load time limit in seconds. It prints one JSON object: ``load_seconds``,
-``latency_ms`` (batch size -> p50/p99 over the repeats, after one untimed call, as TF
-Serving's warm-up), ``problems`` (the loader's or a request's message, a wrong shape, a
-non-finite output) and ``foreign_modules`` (any of this project's packages it imported).
+:func:`serve` runs in a process of its own, forked from the warm fork server
+(:func:`trainer.isolation.run_isolated`, as the user's training code is), and loads the
+model there as a model server would. Why a fork and not a fresh ``python -I`` interpreter
+(which this was): the fresh one paid TensorFlow's import, seconds of CPU, for a load that
+takes a fraction of one. The fork is as clean for this check: the server imported
+TensorFlow, Keras, tf.Transform, Beam and this package's stage modules, never a module
+file, and those imports register no TensorFlow op beyond TensorFlow's own (the op registry
+after them equals a bare ``import tensorflow``'s), while a SavedModel's load reaches
+Python code only through registered ops. What the model needs must be in the SavedModel,
+as for a server. A model whose load crashes its process ends the fork, not the run.
 
-Usage::
+It reads the model folder and a TFRecord file of ``PredictionLog`` records (the warm-up
+file) and returns ``load_seconds``, ``latency_ms`` (batch size -> p50/p99 over the
+repeats, after one untimed call, as TF Serving's warm-up) and ``problems`` (the loader's or
+a request's message, a wrong shape, a non-finite output).
 
-    python -I sandbox.py MODEL_DIR REQUESTS.tfrecord 20 60
+Example::
+
+    report = run_isolated(serve, (model_dir, requests, 20, 60.0, folder), what="...")
 """
 
-import json
-import sys
+import os
 import time
+
+from beam_pipeline.core.gpus import gpu_environment
 
 
 def _first_line(e: BaseException) -> str:
@@ -39,20 +47,14 @@ def _check_outputs(result, declared, n, problems):
             problems.append(f"output {name} of a {n}-example request is not finite")
 
 
-def _without_scikit_learn() -> None:
-    """Leaves scikit-learn out of this process, as a model server has none.
-
-    Keras 3 imports it with TensorFlow wherever it is installed (``keras.wrappers``' estimators;
-    this project installs it for keras-tuner's BayesianOptimization): scipy's and
-    scikit-learn's imports, about a CPU second and a fifth of the sandbox's, which nothing
-    here uses: a SavedModel's functions cannot call them. ``None`` in ``sys.modules``
-    makes ``import sklearn`` raise ImportError, which Keras takes as not installed.
-    """
-    sys.modules.setdefault("sklearn", None)
-
-
-def main(model_dir: str, requests_path: str, repeats: int, load_timeout: float) -> dict:
-    _without_scikit_learn()  # before TensorFlow's import, which would import it
+def serve(
+    model_dir: str, requests_path: str, repeats: int, load_timeout: float, folder: str, *, doing
+) -> dict:
+    """The report on ``model_dir`` (the module's docstring), in ``folder`` as working
+    directory. ``doing`` is :func:`trainer.isolation.run_isolated`'s callback (unused: the
+    sandbox does one thing)."""
+    os.chdir(folder)
+    gpu_environment(os.environ)  # a GPU serving host: read when TensorFlow first uses one
     import numpy as np
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_log_pb2
@@ -89,11 +91,4 @@ def main(model_dir: str, requests_path: str, repeats: int, load_timeout: float) 
             "p50": float(np.percentile(times, 50)),
             "p99": float(np.percentile(times, 99)),
         }
-    ours = ("beam_pipeline", "trainer", "transforms")
-    out["foreign_modules"] = sorted(m for m in ours if m in sys.modules)
     return out
-
-
-if __name__ == "__main__":
-    model, requests, reps, limit = sys.argv[1:5]
-    print(json.dumps(main(model, requests, int(reps), float(limit))))

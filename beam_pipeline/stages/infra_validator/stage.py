@@ -72,7 +72,7 @@ class InfraValidatorStage(Stage):
     name = "InfraValidator"
     description = (
         "the model loaded and queried as TF Serving would, in a sandbox or a real server: "
-        "launcher's subprocess"
+        "a fork of the launcher's fork server"
     )
     Config = InfraValidatorConfig
     config_key = "infra_validator"
@@ -82,6 +82,8 @@ class InfraValidatorStage(Stage):
     )
     outputs = (InfraBlessing,)
     reads = ("evaluator.eval_split",)  # it queries the model with the evaluated split
+    # The sandbox's process, forked from the fork server (warmed early when this will run).
+    worker_modules = ("beam_pipeline.stages.infra_validator.sandbox",)
 
     def check_settings(self, config: PipelineConfig, options: Any) -> None:
         settings = config.infra_validator
