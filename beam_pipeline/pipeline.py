@@ -326,16 +326,22 @@ def _has_store(config: PipelineConfig) -> bool:
 def _forks(graph: Sequence[Stage], config: PipelineConfig, options, reused) -> bool:
     """Whether a stage that will run (one not in ``reused``) works in processes forked from
     the fork server, which only the DirectRunner's runs start: in multi_processing mode any
-    stage (its Beam workers are forks), else a stage whose work runs in worker processes
-    (it declares the modules they import: the Tuner's pool and oracle, the Trainer's
-    user-code process). Transform declares its workers' modules too, which fork only in
-    multi_processing: a run whose first stage to run is Transform warms the server in vain
-    only where the Trainer is off (an edit of preprocessing_fn changes the module digest
-    in the Trainer's key too), or where Transform's key was not remembered."""
-    will_run = [s for s in _switched_on(graph, config) if s.name not in reused]
+    stage (its Beam workers are forks), else a stage that declares ``forks`` (the Tuner's
+    pool and oracle, the Trainer's user-code process, the InfraValidator's sandbox) and
+    whose inputs it cannot run without some stage switched on makes (the InfraValidator
+    of a run without the Trainer is skipped: no model). A data-only in_memory run starts
+    no fork server: its imports would cost a core's seconds and about 600 MiB for
+    nothing."""
+    switched_on = _switched_on(graph, config)
+    will_run = [s for s in switched_on if s.name not in reused]
     if not will_run or not is_direct(options):
         return False
-    return is_multi_processing(options) or any(s.worker_modules for s in will_run)
+    if is_multi_processing(options):
+        return True
+    made = {t for s in switched_on for t in s.outputs}
+    return any(
+        s.forks and all(i.type in made for i in s.inputs if i.skip_without) for s in will_run
+    )
 
 
 def _load_module(config: PipelineConfig, options, loaded: dict[str, Any]):

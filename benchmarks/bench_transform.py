@@ -14,7 +14,8 @@ after (the machine may be shared: a figure means little without it). ``--profile
 writes cProfile statistics of the launcher process (with ``time.process_time``, so
 others' load does not inflate them; meaningful on ``in_memory``, where the job runs in
 this process). ``--analyze_only`` builds only the analysis (the transform graph), to
-split the job's time into its analysis and transform passes.
+split the job's time into its analysis and transform passes. In ``multi_processing``
+mode the fork server is warmed first, as a CLI run does: the workers are its forks.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ import os
 import resource
 import shlex
 import shutil
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def _cpu_seconds() -> float:
@@ -74,6 +78,49 @@ def _build(run_dir: str, module_file: str, beam_args: list[str], root: str, anal
     return p
 
 
+def _record(args, wall: float, build_s: float, load0: float) -> None:
+    """Appends one repeat to ``benchmarks/results/<--result_name>.json``: the job's wall
+    time (in multi_processing its workers' CPU is not this process's, so CPU is left out)."""
+    import datetime
+    import json
+
+    import _measure
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    path = os.path.join(path, f"{args.result_name}.json")
+    runs = []
+    if os.path.exists(path):
+        with open(path) as f:
+            runs = json.load(f)["runs"]
+    runs.append(
+        {
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "beam_args": args.beam_args,
+            "analyze_only": args.analyze_only,
+            "wall_s": round(wall, 2),
+            "build_s": round(build_s, 2),
+            "loadavg_before": round(load0, 2),
+            "machine": _measure.machine_info(),
+        }
+    )
+    with open(path, "w") as f:
+        json.dump({"benchmark": "transform_job", "runs": runs}, f, indent=1)
+
+
+def _warm_fork_server() -> None:
+    """As a CLI run in multi_processing mode does before its Transform job: the workers
+    then start as forks of the warm fork server (Transform's modules imported once), not
+    as fresh interpreters that import TensorFlow and tf.Transform each (which a CLI run's
+    workers would only be while the server is still warming)."""
+    from beam_pipeline.core.forked import WORKER_MODULES_ENV, fork_server_warm, warm_fork_server
+
+    os.environ[WORKER_MODULES_ENV] = "transforms.transform"
+    warm_fork_server()
+    deadline = time.monotonic() + 300
+    while not fork_server_warm() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -84,10 +131,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--profile", default=None, help="write cProfile stats here")
     ap.add_argument("--analyze_only", action="store_true")
+    ap.add_argument(
+        "--result_name",
+        default=None,
+        help="also append each repeat to benchmarks/results/<this>.json (a list of runs)",
+    )
     args = ap.parse_args()
 
     import tensorflow_transform.beam as tft_beam
 
+    if "multi_processing" in args.beam_args:
+        _warm_fork_server()
     for i in range(args.repeat):
         root = tempfile.mkdtemp(prefix="bench_tft_")
         try:
@@ -119,6 +173,8 @@ def main() -> None:
                 f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
+            if args.result_name:
+                _record(args, wall, build_s, load0)
         finally:
             shutil.rmtree(root, ignore_errors=True)
 

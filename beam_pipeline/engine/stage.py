@@ -321,8 +321,13 @@ class Stage:
         settings; what it needs of another stage's is declared here, where the reader
         sees it (``tests/test_layers.py`` holds that nothing else is read). They are not
         in its cache key by themselves: :meth:`parameters` keys what changes its outputs.
-      worker_modules: modules its Beam workers, or the processes it forks from the fork
-        server, import (the fork server imports them once, before it forks each one).
+      worker_modules: modules its Beam workers import (a local worker pool's fork server
+        imports them once, before it forks a worker per job).
+      forks: on the DirectRunner its work runs in processes forked from the fork server
+        whatever the Beam mode (the Tuner's trials and oracle, the Trainer's user code,
+        the InfraValidator's sandbox): a run warms the server early when such a stage will
+        run. A stage whose only forks are Beam workers leaves it False (they are forks in
+        ``multi_processing`` mode only, which warms the server by itself).
       executor: the module that does its work, whose ``run(stage, ctx, inputs, out)``
         :meth:`run` calls: a module name beside the declaration's (default ``executor``:
         ``<the stage's package>.executor``) or a full module path. Its hooks import it when
@@ -341,6 +346,7 @@ class Stage:
     publishes_itself: ClassVar[bool] = False
     keeps_outputs_on_rerun: ClassVar[bool] = False
     worker_modules: ClassVar[tuple[str, ...]] = ()
+    forks: ClassVar[bool] = False
     executor: ClassVar[str] = "executor"
     reads_input_data: ClassVar[bool] = False
     reads: ClassVar[tuple[str, ...]] = ()

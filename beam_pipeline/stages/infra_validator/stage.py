@@ -82,8 +82,7 @@ class InfraValidatorStage(Stage):
     )
     outputs = (InfraBlessing,)
     reads = ("evaluator.eval_split",)  # it queries the model with the evaluated split
-    # The sandbox's process, forked from the fork server (warmed early when this will run).
-    worker_modules = ("beam_pipeline.stages.infra_validator.sandbox",)
+    forks = True  # its sandbox
 
     def check_settings(self, config: PipelineConfig, options: Any) -> None:
         settings = config.infra_validator

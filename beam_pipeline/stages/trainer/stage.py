@@ -173,6 +173,7 @@ class TrainerStage(Stage):
     config_key = "trainer"
     in_run_identity = True
     worker_modules = ("transforms.trainer",)
+    forks = True
     inputs = (
         *MODEL_INPUTS,
         Input(Schema, key="schema"),

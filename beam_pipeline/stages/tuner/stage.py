@@ -42,6 +42,7 @@ class TunerStage(Stage):
     config_key = "tuner"
     in_run_identity = True
     worker_modules = ("transforms.tuner",)
+    forks = True
     inputs = (*MODEL_INPUTS, Input(Schema, key=None))
     outputs = (Hyperparameters,)
     # Its trials run the Trainer's module as the Trainer will.
