@@ -245,3 +245,38 @@ def test_eval_labels_the_train_split_lacks_are_named_not_a_tensorflow_error(tmp_
         ),
         line,
     ), line
+
+
+def _runs_until_stopped(folder: str, *, doing) -> None:
+    """User code that never returns; on SIGTERM it notes that it got one, then ends."""
+    import signal
+    import time
+
+    def noted(signum, frame):
+        with open(os.path.join(folder, "terminated"), "w") as f:
+            f.write("SIGTERM")
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, noted)
+    with open(os.path.join(folder, "started"), "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
+
+
+def test_a_caller_that_stops_sends_its_user_code_process_sigterm_at_once(tmp_path):
+    """The launcher stopped alone (SIGTERM or Ctrl-C to its process only, as a container
+    runtime sends it) while user code runs in its process: that process gets SIGTERM at
+    once, not 30 s of waiting and then SIGKILL (which a 30 s grace period cuts short)."""
+    from trainer.isolation import run_isolated
+
+    def stop_once_started():
+        if (tmp_path / "started").exists():
+            raise KeyboardInterrupt  # as the runner raises it in the stage's thread
+        return None
+
+    with pytest.raises(KeyboardInterrupt):
+        run_isolated(
+            _runs_until_stopped, (str(tmp_path),), what="run_fn in m.py", abort=stop_once_started
+        )
+    assert (tmp_path / "terminated").read_text() == "SIGTERM"

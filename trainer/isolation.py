@@ -143,13 +143,18 @@ def _wait(
                 f"{what} ran past {timeout_flag}={timeout:g} s and was stopped; raise "
                 f"{timeout_flag}, or make it do less (fewer steps)."
             )
+        # Alive or not is read before the poll: a child that sent its answer and then
+        # ended between a poll that found nothing and this check would otherwise be taken
+        # for one that ended without answering (a model blessed in the sandbox reported
+        # "ended its process with exit code 0").
+        alive = process.is_alive()
         try:
             ready = conn.poll(_POLL_S if left is None else min(_POLL_S, left))
             message = conn.recv() if ready else None
         except (EOFError, OSError):  # the child is gone without an answer
             message = ("exit", None)
         if message is None:
-            if process.is_alive():
+            if alive:
                 continue
             message = ("exit", None)
         kind, value = message
@@ -161,6 +166,18 @@ def _wait(
             code = process.exitcode if value is None else value
             raise UserCodeExit(_ended(what, code))
         return kind, value, what
+
+
+def _stop(process, grace: float, *, terminate: bool) -> None:
+    """Ends ``process`` if it still runs: SIGTERM first where ``terminate``, then up to
+    ``grace`` seconds for it to end, then SIGKILL."""
+    if process.is_alive():
+        if terminate:
+            process.terminate()
+        process.join(timeout=grace)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def run_isolated(
@@ -201,13 +218,14 @@ def run_isolated(
     send.close()
     try:
         kind, value, _ = _wait(process, receive, what, timeout, timeout_flag, abort)
+    except BaseException:
+        # The caller stops (Ctrl-C or SIGTERM to this process alone, or its own error):
+        # the child's work is no longer wanted; it gets SIGTERM and a few seconds to end.
+        _stop(process, 5, terminate=True)
+        raise
     finally:
         receive.close()
-        if process.is_alive():
-            process.join(timeout=30)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        _stop(process, 30, terminate=False)  # it answered: its exit follows
     if kind == "raise":
         raise value
     return value

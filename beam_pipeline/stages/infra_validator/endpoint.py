@@ -90,7 +90,7 @@ def _problems(response, declared: dict[str, list[Optional[int]]], n: int) -> lis
     missing = sorted(set(declared) - set(response.outputs))
     if missing:
         problems.append(
-            f"the answer to a {n}-example request lacks output(s) {missing} that the model "
+            f"the answer to the {n}-example request lacks output(s) {missing} that the model "
             f"declares (it has {sorted(response.outputs)}): is the server serving this model?"
         )
     for name, proto in response.outputs.items():
@@ -101,10 +101,10 @@ def _problems(response, declared: dict[str, list[Optional[int]]], n: int) -> lis
         fits = fits and all(w is None or w == s for w, s in zip(want[1:], shape[1:]))
         if not fits:
             problems.append(
-                f"output {name} of a {n}-example request has shape {shape}, declared {want}"
+                f"output {name} of the {n}-example request has shape {shape}, declared {want}"
             )
         if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
-            problems.append(f"output {name} of a {n}-example request is not finite")
+            problems.append(f"output {name} of the {n}-example request is not finite")
     return problems
 
 

@@ -41,10 +41,10 @@ def _check_outputs(result, declared, n, problems):
         fits = fits and all(w is None or w == s for w, s in zip(want[1:], shape[1:]))
         if not fits:
             problems.append(
-                f"output {name} of a {n}-example request has shape {shape}, declared {want}"
+                f"output {name} of the {n}-example request has shape {shape}, declared {want}"
             )
         if value.dtype.is_floating and not np.all(np.isfinite(value.numpy())):
-            problems.append(f"output {name} of a {n}-example request is not finite")
+            problems.append(f"output {name} of the {n}-example request is not finite")
 
 
 def serve(
