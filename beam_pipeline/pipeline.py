@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -160,9 +161,19 @@ def run(
     bundle = None
     if config.module_file:
         bundle = bundle_module_file(config.module_file, config.max_module_folder_mib)
-    # What the module's workers run: the module file and its folder's Python files.
-    module_digest = bundle.archive_sha256 if bundle is not None else None
-    identity = run_identity(config, fingerprint, bundle.sha256 if bundle else None, module_digest)
+    # What the module's workers run: the module file and its folder's Python files, and
+    # which of those files is the module (two module files of one folder share the
+    # archive: without its name, the second would reuse the first's Tuner and Trainer).
+    module_digest = None
+    if bundle is not None:
+        named = f"{bundle.archive_sha256} {os.path.basename(config.module_file)}"
+        module_digest = hashlib.sha256(named.encode()).hexdigest()
+    identity = run_identity(
+        config,
+        fingerprint,
+        bundle.sha256 if bundle else None,
+        bundle.archive_sha256 if bundle else None,
+    )
     loaded: dict[str, Any] = {}  # the loaded module (trainer.UserModule), once it is
     user_code = None
     if config.module_file:

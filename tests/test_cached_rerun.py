@@ -159,3 +159,25 @@ def test_a_data_only_run_in_memory_starts_no_fork_server_and_a_training_run_does
         _WARMS, json.dumps(common), json.dumps(roots), log_dir=str(tmp_path / "logs")
     )
     assert warmed == [[0, False], [0, True]]
+
+
+def test_another_module_file_of_the_same_folder_trains_its_own_model(tmp_path):
+    """Two module files side by side share the folder's archive of Python files: a run with
+    the second must not reuse the Tuner and Trainer of a run with the first (it did: every
+    stage cached, the first module's model served as the second's)."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    with open(os.path.join(PENGUIN_DIR, "penguin_module.py")) as f:
+        code = f.read()
+    (folder / "first.py").write_text(code)
+    (folder / "second.py").write_text(code + "\n# another module, same preprocessing_fn\n")
+    root = str(tmp_path / "root")
+    args = [a for a in ARGS if not a.startswith("--tuner")] + ["--no_tuner"]
+    args += [f"--pipeline_root={root}"]
+    first = forked_cli([*args, f"--module_file={folder / 'first.py'}"])
+    assert first.returncode == 0, first.stderr[-4000:]
+    second = forked_cli([*args, f"--module_file={folder / 'second.py'}"])
+    assert second.returncode == 0, second.stderr[-4000:]
+    statuses = _statuses(root)
+    # Transform's key holds preprocessing_fn's code, the same in both: reused.
+    assert (statuses["Transform"], statuses["Trainer"]) == ("cached", "ok"), statuses

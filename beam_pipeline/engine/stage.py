@@ -106,7 +106,7 @@ class StageContext:
         settings sections enter the model stages' keys.
       user_code: the module file (:class:`~beam_pipeline.engine.user_code.UserCode`),
         loaded only when a stage needs its code; None without a module.
-      module_digest: the digest of the module and its folder's Python files, or None.
+      module_digest: the digest of the module, its name and its folder's Python files, or None.
       staged: the module file as staged in the run directory for the workers, or None.
       events: hears of each stage as it starts and ends (the CLI's progress display).
       stage: the stage this context was made for (the runner gives each stage its own,
