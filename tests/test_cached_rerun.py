@@ -181,3 +181,27 @@ def test_another_module_file_of_the_same_folder_trains_its_own_model(tmp_path):
     statuses = _statuses(root)
     # Transform's key holds preprocessing_fn's code, the same in both: reused.
     assert (statuses["Transform"], statuses["Trainer"]) == ("cached", "ok"), statuses
+
+
+def test_a_stage_rerun_under_no_cache_runs_the_stages_that_read_its_outputs_again(tmp_path):
+    """--no_cache=InfraValidator makes a new verdict under the same key: the Pusher that
+    reads it must not be reused (it was: a model the rerun's serving check failed was
+    reported pushed on the strength of the earlier verdict). The Evaluator, which reads
+    nothing the InfraValidator makes, is still reused."""
+    root = str(tmp_path / "root")
+    args = [a for a in ARGS if not a.startswith(("--tuner", "--no_evaluator", "--no_infra"))]
+    args += ["--no_tuner", f"--pipeline_root={root}", f"--push_destination={tmp_path / 'push'}"]
+    args += [f"--module_file={os.path.join(PENGUIN_DIR, 'penguin_module.py')}"]
+    first = forked_cli(args)
+    assert first.returncode == 0, first.stderr[-4000:]
+    # Two training steps: the Evaluator does not bless it, and the Pusher (it ran) says so.
+    assert _statuses(root)["Pusher"] == "skipped"
+    again = forked_cli([*args, "--no_cache=InfraValidator"])
+    assert again.returncode == 0, again.stderr[-4000:]
+    statuses = _statuses(root)
+    # The Pusher ran again ("skipped": it decided again), not "cached".
+    assert (statuses["Evaluator"], statuses["InfraValidator"], statuses["Pusher"]) == (
+        "cached",
+        "ok",
+        "skipped",
+    ), statuses

@@ -28,7 +28,16 @@ from beam_pipeline.engine.fingerprint import json_digest
 from beam_pipeline.engine.history_entry import HISTORY
 from beam_pipeline.engine.summary import StageReport
 
-__all__ = ["Execution", "ExecutionRecords", "cache_key"]
+__all__ = ["Execution", "ExecutionRecords", "cache_key", "output_key"]
+
+
+def output_key(key: str, artifact: Any) -> str:
+    """What a stage downstream of ``artifact`` keys itself by: the key of the execution
+    that made it and the folder it is in. An execution rerun under ``--no_cache`` keeps
+    its key but makes new outputs (another model, another verdict), so the stages that
+    read them run again: keyed by the key alone they were reused, and a model that failed
+    the serving check was reported pushed on the strength of an earlier verdict."""
+    return json_digest({"key": key, "uri": artifact.uri})
 
 
 def cache_key(stage: str, built_from: Mapping[str, Any]) -> str:

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
-from beam_pipeline.engine.execution import Execution, cache_key
+from beam_pipeline.engine.execution import Execution, cache_key, output_key
 from beam_pipeline.engine.reuse import reusable
 from beam_pipeline.engine.runner import resolve
 from beam_pipeline.engine.stage import Stage, StageContext
@@ -72,5 +72,5 @@ def reused_stages(
             return frozenset(reused), False
         reused.append(stage.name)
         for artifact in execution.outputs:
-            available[type(artifact)] = (artifact, key)
+            available[type(artifact)] = (artifact, output_key(key, artifact))
     return frozenset(reused), True

@@ -58,7 +58,7 @@ from beam_pipeline.core import fileio
 from beam_pipeline.core.errors import first_line, user_error
 from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.engine.artifacts import TypedArtifact
-from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key
+from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key, output_key
 from beam_pipeline.engine.failures import unexpected_error
 from beam_pipeline.engine.fingerprint import pipeline_code, stage_code
 from beam_pipeline.engine.reuse import cached_rows, noted, reusable, with_contents
@@ -355,7 +355,7 @@ class _Scheduler:
     def _made(self, index: int, execution: Execution, key: str, ctx: StageContext) -> None:
         """Stage ``index`` ended (or was reused): its outputs are available, its check runs."""
         for artifact in execution.outputs:
-            self.available[type(artifact)] = (artifact, key)
+            self.available[type(artifact)] = (artifact, output_key(key, artifact))
         self.done.add(index)
         try:
             self.graph[index].check(ctx, execution.outcome)
