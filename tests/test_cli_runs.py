@@ -233,9 +233,13 @@ def test_rerun_reuses_the_analyzer_cache_and_the_module_is_imported_once(default
     # tuner_fn or run_fn, so the Tuner and Trainer stages load it, find nothing to do and
     # skip: the launcher's three loads (the run's check, Tuner, Trainer) at no training cost.
     _, run_dir = default_run
-    root = os.path.dirname(os.path.dirname(os.path.abspath(run_dir)))
     first = _summary(run_dir)["Transform"]["details"]
     assert first["analyzer_cache"].startswith("written")
+    # A copy of the default run's root: the --no_cache run below makes newer executions
+    # under its stages' keys, after which the later tests' reruns of the default command
+    # would rightly train again (what they read is no longer what the first run made).
+    root = str(tmp_path / "pipeline_runs")
+    shutil.copytree(os.path.dirname(os.path.dirname(os.path.abspath(run_dir))), root)
     module_dir = tmp_path / "module"
     module_dir.mkdir()
     (module_dir / "bundled_penguin_helpers.py").write_bytes(open(MODULE, "rb").read())

@@ -135,10 +135,14 @@ def test_no_cache_changed_parameters_and_deleted_outputs_run_again(tmp_path):
 
     shutil.rmtree(os.path.join(root, "runs", "r1", "examples"))  # r1's output deleted
     _run(root, "r4", (make, double))
-    assert make.runs == 2  # a miss, not an error; Double's r1 or r2 output is still there
+    assert make.runs == 2  # a miss, not an error
+    # What it made again is a new artifact: the stage that reads it runs again too (Double's
+    # r1 and r2 outputs were made from the deleted one; a retrained model must not keep the
+    # deleted model's evaluation).
+    assert double.runs == 4
     assert [e.status for e in _executions(root, "r4")] == [
         ExecutionStatus.COMPLETE,
-        ExecutionStatus.CACHED,
+        ExecutionStatus.COMPLETE,
     ]
 
 

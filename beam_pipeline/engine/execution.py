@@ -20,9 +20,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Protocol
 
+from beam_pipeline.core import fileio
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.fingerprint import json_digest
 from beam_pipeline.engine.history_entry import HISTORY
@@ -33,11 +35,14 @@ __all__ = ["Execution", "ExecutionRecords", "cache_key", "output_key"]
 
 def output_key(key: str, artifact: Any) -> str:
     """What a stage downstream of ``artifact`` keys itself by: the key of the execution
-    that made it and the folder it is in. An execution rerun under ``--no_cache`` keeps
-    its key but makes new outputs (another model, another verdict), so the stages that
-    read them run again: keyed by the key alone they were reused, and a model that failed
-    the serving check was reported pushed on the strength of an earlier verdict."""
-    return json_digest({"key": key, "uri": artifact.uri})
+    that made it and the folder it is in (a reused execution keeps its folders). An
+    execution rerun under ``--no_cache``, or because its outputs were damaged, keeps its
+    key but makes new outputs (another model, another verdict), so the stages that read
+    them run again: keyed by the key alone they were reused, and a model that failed the
+    serving check was reported pushed on the strength of an earlier verdict."""
+    uri = artifact.uri  # as made (relative under a relative root) or as stored (absolute)
+    folder = uri if fileio.is_remote(uri) else os.path.abspath(uri)
+    return json_digest({"key": key, "folder": folder})
 
 
 def cache_key(stage: str, built_from: Mapping[str, Any]) -> str:
