@@ -305,6 +305,33 @@ def test_a_request_that_ends_the_sandbox_process_leaves_the_model_unblessed(tmp_
     assert not os.path.exists(os.path.join(model, WARMUP_FILE))
 
 
+def test_the_sandbox_names_non_finite_and_misshapen_outputs(tmp_path):
+    """A model that answers NaN in bfloat16 (NumPy does not count bfloat16 as floating) and
+    a scalar for a batch: not blessed, each output named per request size."""
+    import tensorflow as tf
+
+    class Bad(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+        def serve(self, examples):
+            n = tf.shape(examples)[0]
+            nan = tf.cast(tf.fill([n, 1], float("nan")), tf.bfloat16)
+            return {"nan": nan, "scalar": tf.cast(n, tf.float32)}
+
+    model, module = str(tmp_path / "model"), Bad()
+    tf.saved_model.save(module, model, signatures={"serving_default": module.serve})
+    result = validate_model(model, [b"x"], repeats=1)
+    assert not result.blessed
+    assert set(result.problems) == {
+        problem
+        for n in (1, 8, 32)
+        for problem in (
+            f"output nan of the {n}-example request is not finite",
+            f"output scalar of the {n}-example request has shape [], declared []",
+        )
+    }
+    assert not os.path.exists(os.path.join(model, WARMUP_FILE))
+
+
 def test_pusher_writes_increasing_versions_atomically(model, tmp_path):
     destination = str(tmp_path / "serving" / "penguin")
     assert next_version(destination) == 1

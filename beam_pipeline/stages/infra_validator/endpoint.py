@@ -81,10 +81,10 @@ def check_endpoint(endpoint: str) -> None:
 
 def _problems(response, declared: dict[str, list[Optional[int]]], n: int) -> list[str]:
     """What is wrong with a PredictResponse to an ``n``-example request (the sandbox's
-    checks: the declared outputs, of the declared shapes, finite). Written again rather
-    than shared: ``sandbox.py`` may import nothing of this package."""
-    import numpy as np
+    checks: the declared outputs, of the declared shapes, finite)."""
     import tensorflow as tf
+
+    from beam_pipeline.stages.infra_validator.sandbox import output_problems
 
     problems = []
     missing = sorted(set(declared) - set(response.outputs))
@@ -94,17 +94,7 @@ def _problems(response, declared: dict[str, list[Optional[int]]], n: int) -> lis
             f"declares (it has {sorted(response.outputs)}): is the server serving this model?"
         )
     for name, proto in response.outputs.items():
-        value = tf.make_ndarray(proto)
-        shape = list(value.shape)
-        want = declared.get(name, shape)
-        fits = len(want) == len(shape) and bool(shape) and shape[0] == n
-        fits = fits and all(w is None or w == s for w, s in zip(want[1:], shape[1:]))
-        if not fits:
-            problems.append(
-                f"output {name} of the {n}-example request has shape {shape}, declared {want}"
-            )
-        if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
-            problems.append(f"output {name} of the {n}-example request is not finite")
+        problems += output_problems(name, tf.make_ndarray(proto), declared, n)
     return problems
 
 

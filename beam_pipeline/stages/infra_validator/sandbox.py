@@ -31,20 +31,27 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
-def _check_outputs(result, declared, n, problems):
+def output_problems(name: str, value, declared: dict, n: int) -> list[str]:
+    """What is wrong with output ``name`` (a NumPy array) of the answer to an ``n``-example
+    request: a shape other than the declared one (``declared``: output -> shape, None for
+    any size) or non-finite values. The sandbox's answers and a TF Serving server's
+    (:mod:`beam_pipeline.stages.infra_validator.endpoint`) are checked alike."""
     import numpy as np
+    import tensorflow as tf
 
-    for name, value in result.items():
-        shape = value.shape.as_list()
-        want = declared.get(name, shape)
-        fits = len(want) == len(shape) and shape[0] == n
-        fits = fits and all(w is None or w == s for w, s in zip(want[1:], shape[1:]))
-        if not fits:
-            problems.append(
-                f"output {name} of the {n}-example request has shape {shape}, declared {want}"
-            )
-        if value.dtype.is_floating and not np.all(np.isfinite(value.numpy())):
-            problems.append(f"output {name} of the {n}-example request is not finite")
+    problems = []
+    shape = list(value.shape)
+    want = declared.get(name, shape)
+    fits = len(want) == len(shape) and bool(shape) and shape[0] == n
+    fits = fits and all(w is None or w == s for w, s in zip(want[1:], shape[1:]))
+    if not fits:
+        problems.append(
+            f"output {name} of the {n}-example request has shape {shape}, declared {want}"
+        )
+    # TensorFlow's dtype: NumPy does not count bfloat16 as floating.
+    if tf.as_dtype(value.dtype).is_floating and not np.all(np.isfinite(value)):
+        problems.append(f"output {name} of the {n}-example request is not finite")
+    return problems
 
 
 def serve(
@@ -86,7 +93,8 @@ def serve(
         except Exception as e:  # noqa: BLE001  the request's error is the report
             out["problems"].append(f"a request of {n} examples failed: {_first_line(e)}")
             continue
-        _check_outputs(result, declared, n, out["problems"])
+        for name, value in result.items():
+            out["problems"] += output_problems(name, value.numpy(), declared, n)
         out["latency_ms"][n] = {
             "p50": float(np.percentile(times, 50)),
             "p99": float(np.percentile(times, 99)),
