@@ -71,13 +71,14 @@ def _sample(seen: dict, stop: threading.Event, me: int) -> None:
                 if key in seen:
                     seen[key][2] = ticks
                     continue
+                ppid = fields[1]
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
                 with open(f"/proc/{pid}/comm") as f:
                     comm = f.read().strip()
                 # Ticks already spent before the run started are not the suite's.
                 base = ticks if not seen.get("started") else 0
-                seen[key] = [cmdline, comm, ticks, base]
+                seen[key] = [cmdline, comm, ticks, base, pid, ppid]
             except (OSError, IndexError, ValueError):
                 continue
         seen["started"] = True
@@ -102,10 +103,18 @@ def main(argv=None) -> int:
     seen.pop("started")
     by_kind: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
-    for cmdline, comm, ticks, base in seen.values():
+    by_pid = {v[4]: v for v in seen.values()}
+    for cmdline, comm, ticks, base, _pid, ppid in seen.values():
         seconds = (ticks - base) / _HZ
         if seconds > 0:
             kind = _kind(cmdline, comm)
+            parent = by_pid.get(ppid)
+            if kind == _KINDS[0][0] and (parent is None or parent[0] != cmdline):
+                # The server itself (its imports), told from its forks by its parent: the
+                # process that started it (a CLI run, a test process, a script).
+                kind += ": the servers themselves, started by " + (
+                    _kind(parent[0], parent[1]) if parent else "?"
+                )
             by_kind[kind] += seconds
             count[kind] += 1
     total = sum(by_kind.values())

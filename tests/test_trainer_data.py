@@ -204,3 +204,82 @@ def test_hyperparameters_file_accepts_a_tuner_config(tmp_path):
     path.write_text(json.dumps(hp.get_config()))
     loaded = keras_tuner.HyperParameters.from_config(load_hyperparameters(str(path)))
     assert loaded.get("learning_rate") == 1e-3
+
+
+def _transformed(run_dir, split: str) -> list[dict]:
+    import glob
+
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    spec = tft.TFTransformOutput(run_dir.path(Artifact.TRANSFORM_GRAPH)).transformed_feature_spec()
+    files = sorted(glob.glob(run_dir.path(Artifact.TRANSFORMED_EXAMPLES, split, "*.tfrecord.gz")))
+    records = [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+    parsed = tf.io.parse_example(records, spec)
+    return [
+        {k: tf.reshape(v[i], [-1]).numpy().tolist() for k, v in parsed.items()}
+        for i in range(len(records))
+    ]
+
+
+def _raw_through_the_graph(run_dir, split: str) -> list[dict]:
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    output = tft.TFTransformOutput(run_dir.path(Artifact.TRANSFORM_GRAPH))
+    records = conftest_trainer.read_raw_examples(run_dir, split)
+    raw = tf.io.parse_example(records, output.raw_feature_spec())
+    out = output.transform_raw_features(raw, drop_unused_features=True)
+    return [
+        {k: tf.reshape(v[i], [-1]).numpy().tolist() for k, v in out.items()}
+        for i in range(len(records))
+    ]
+
+
+@pytest.mark.parametrize("split,rows", [("train", TRAIN_ROWS), ("eval", EVAL_ROWS)])
+def test_each_splits_transformed_examples_are_its_own_rows_in_order(penguin_run_dir, split, rows):
+    # Both splits go through one tf.Transform step (one load of the graph), each batch
+    # tagged with its split: each split's file must hold that split's rows, in its order.
+    got = _transformed(penguin_run_dir, split)
+    want = _raw_through_the_graph(penguin_run_dir, split)
+    assert len(got) == len(want) == rows
+    for g, w in zip(got, want):
+        assert set(g) == set(w)
+        for key in g:
+            assert g[key] == pytest.approx(w[key], rel=1e-6), key
+
+
+def test_one_transform_job_loads_the_transform_graph_once_for_every_split(
+    penguin_run_dir, tmp_path
+):
+    import apache_beam as beam
+    import tensorflow_transform.beam as tft_beam
+    from apache_beam.metrics.metric import MetricsFilter
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from beam_pipeline.core.types import Split
+    from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
+    from transforms.transform import TransformExamples
+
+    schema = schema_pb2.Schema()
+    with open(penguin_run_dir.path(Artifact.SCHEMA, "schema.pbtxt")) as f:
+        text_format.Parse(f.read(), schema)
+    preprocessing_fn = get_preprocessing_fn(
+        load_module(conftest_trainer.PENGUIN_MODULE), conftest_trainer.PENGUIN_MODULE
+    )
+    examples = {
+        split: penguin_run_dir.path(Artifact.EXAMPLES, split.value, "*.tfrecord.gz")
+        for split in (Split.TRAIN, Split.EVAL)
+    }
+    p = beam.Pipeline(runner="DirectRunner", argv=["--direct_running_mode=in_memory"])
+    with tft_beam.Context(temp_dir=str(tmp_path / "tft")):
+        result = p | TransformExamples(examples, schema, preprocessing_fn)
+        for split, batches in result.transformed.items():
+            _ = batches | f"Rows[{split.value}]" >> beam.Map(len)
+    job = p.run()
+    job.wait_until_finish()
+    loads = job.metrics().query(MetricsFilter().with_name("graph_load_seconds"))["distributions"]
+    # One load for the analysis's phase, one for the transform of both splits (a step
+    # per split loaded it once more for each).
+    assert sum(d.committed.count for d in loads) == 2

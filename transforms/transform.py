@@ -178,16 +178,35 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         # help (65,536 rows: the same CPU, 1 GB more memory), and one read of the train
         # split for both passes saves its parsing but holds the decoded rows in the runner
         # (about 700 MB more at 1M rows), so the split is read twice.
-        transformed = {}
-        for split, data in raw.items():
-            batches, _ = (
-                (data, adapter_config),
-                transform_fn,
-            ) | f"Transform[{split.value}]" >> tft_beam.TransformDataset(output_record_batches=True)
-            transformed[split] = batches | f"DropPassthrough[{split.value}]" >> beam.Map(
-                lambda batch_and_passthrough: batch_and_passthrough[0]
-            )
+        transformed = self._transform(raw, adapter_config, transform_fn)
         return TransformResult(transform_fn, transformed, output_cache)
+
+    def _transform(self, raw, adapter_config, transform_fn) -> dict:
+        """Every split through one ``TransformDataset``, each batch tagged with its split.
+
+        tf.Transform loads the transform graph once per ``TransformDataset`` (each has its
+        own ``shared.Shared`` handle), and loading it is most of a small run's Transform
+        after the analysis: one step for all splits loads it once. The split travels as a
+        passthrough column (tf.Transform's own way to carry a key through, TFX's
+        Transform does the same), read back to send each batch to its split and dropped
+        before the batch is written."""
+        splits = list(raw)
+        tagged = [
+            raw[split] | f"Tag[{split.value}]" >> beam.Map(_with_split, index)
+            for index, split in enumerate(splits)
+        ]
+        flat = tagged | "FlattenSplits" >> beam.Flatten()
+        schema = adapter_config.arrow_schema.append(pa.field(_SPLIT_COLUMN, _SPLIT_TYPE))
+        tagged_config = tfxio.TensorAdapterConfig(schema, adapter_config.tensor_representations)
+        with tft_beam.Context(passthrough_keys={_SPLIT_COLUMN}):
+            batches, _ = ((flat, tagged_config), transform_fn) | "Transform" >> (
+                tft_beam.TransformDataset(output_record_batches=True)
+            )
+        parts = batches | "BySplit" >> beam.Partition(_split_of, len(splits))
+        return {
+            split: parts[index] | f"DropSplit[{split.value}]" >> beam.Map(_without_split)
+            for index, split in enumerate(splits)
+        }
 
     def _analyze_per_dataset(self, pbegin, train_io):
         """The analysis with one dataset key per span (TFX's Transform does the same with
@@ -238,6 +257,37 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
 
     def _read_files(self, files) -> ReadExampleBatches:
         return ReadExampleBatches(files, self._schema, self._batch_size)
+
+
+# The passthrough column that carries each batch's split through the transform (a
+# list<int64> of one value per row, as tf.Transform requires of passthrough columns).
+_SPLIT_COLUMN = "__beam_pipeline_split__"
+_SPLIT_TYPE = pa.list_(pa.int64())
+
+
+def _with_split(batch: pa.RecordBatch, index: int) -> pa.RecordBatch:
+    rows = batch.num_rows
+    column = pa.ListArray.from_arrays(
+        pa.array(range(rows + 1), pa.int32()), pa.array([index] * rows, pa.int64())
+    )
+    return batch.append_column(pa.field(_SPLIT_COLUMN, _SPLIT_TYPE), column)
+
+
+def _split_of(batch_and_passthrough, _count: int) -> int:
+    """The split index of a transformed batch: its passthrough column, or (where the
+    preprocessing_fn changed the batch's row count) the one value tf.Transform keeps aside."""
+    batch, unary = batch_and_passthrough
+    if _SPLIT_COLUMN in unary:
+        column = unary[_SPLIT_COLUMN]
+    else:
+        column = batch.column(batch.schema.get_field_index(_SPLIT_COLUMN))
+    return column.flatten()[0].as_py() if len(column) else 0
+
+
+def _without_split(batch_and_passthrough) -> pa.RecordBatch:
+    batch = batch_and_passthrough[0]
+    index = batch.schema.get_field_index(_SPLIT_COLUMN)
+    return batch if index < 0 else batch.remove_column(index)
 
 
 class _CountRows(beam.DoFn):
