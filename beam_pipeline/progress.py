@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO, Optional
 
+from beam_pipeline.core.forked import fork_gate, gated_thread
 from beam_pipeline.engine.events import RunEvents
 from beam_pipeline.engine.summary import StageReport
 
@@ -197,7 +198,9 @@ class ProgressDisplay:
             self._live = Live(
                 Text(""),
                 console=self._console,
-                refresh_per_second=4,
+                # Drawn by this display's own gated thread (_poll), not rich's refresh
+                # thread, which would draw while the launcher forks its fork server.
+                auto_refresh=False,
                 transient=True,
                 redirect_stdout=False,
                 redirect_stderr=False,
@@ -284,26 +287,34 @@ class ProgressDisplay:
         return job.rows
 
     def _poll(self) -> None:
-        while not self._stop.wait(min(_POLL_SECONDS, self._plain_every)):
-            lines = self._lines()
-            if self._live is not None:
-                from rich.console import Group
-                from rich.text import Text
+        # Gated (beam_pipeline.core.forked): the launcher may fork its fork server while
+        # this thread lives, never while it draws.
+        with gated_thread():
+            while not self._stop.wait(min(_POLL_SECONDS, self._plain_every)):
+                with fork_gate():
+                    self._draw()
 
-                for _, state, line in lines:
-                    # A Text, not a str: rich would read a str as markup (a "[" in a detail
-                    # would be mangled), and parsing it costs several times the CPU of the
-                    # rest of the display.
-                    if state.spinner is None:
-                        state.spinner = self._spinner_class("dots", text=Text(line))
-                    else:
-                        state.spinner.update(text=Text(line))
-                self._live.update(Group(*(s.spinner for _, s, _ in lines)) if lines else Text(""))
-                continue
+    def _draw(self) -> None:
+        lines = self._lines()
+        if self._live is not None:
+            from rich.console import Group
+            from rich.text import Text
+
             for _, state, line in lines:
-                if time.time() - state.last_plain >= self._plain_every:
-                    state.last_plain = time.time()
-                    self._print(PROGRESS_PREFIX + line)
+                # A Text, not a str: rich would read a str as markup (a "[" in a detail
+                # would be mangled), and parsing it costs several times the CPU of the
+                # rest of the display.
+                if state.spinner is None:
+                    state.spinner = self._spinner_class("dots", text=Text(line))
+                else:
+                    state.spinner.update(text=Text(line))
+            group = Group(*(s.spinner for _, s, _ in lines)) if lines else Text("")
+            self._live.update(group, refresh=True)
+            return
+        for _, state, line in lines:
+            if time.time() - state.last_plain >= self._plain_every:
+                state.last_plain = time.time()
+                self._print(PROGRESS_PREFIX + line)
 
     def _print(self, line: str) -> None:
         if self._live is not None:

@@ -81,7 +81,7 @@ _folder = os.environ.get("BP_TEST_PROCESS_RECORDS")
 if _folder:
     with open(os.path.join(_folder, f"{os.getpid()}.json"), "w") as _f:
         _env = {k: os.environ.get(k) for k in ("TF_FORCE_GPU_ALLOW_GROWTH", "CUDA_VISIBLE_DEVICES")}
-        json.dump({"cmdline": " ".join(sys.orig_argv), "env": _env}, _f)
+        json.dump({"cmdline": " ".join(sys.orig_argv), "env": _env, "ppid": os.getppid()}, _f)
 """
 
 
@@ -157,7 +157,8 @@ def watched_run(tmp_path_factory):
         "--train_steps=3",
         "--eval_steps=1",
         "--no_evaluator",
-        "--no_progress",
+        # The progress display's thread runs (gated): the launcher still forks its fork
+        # server from itself (test_the_launchers_fork_server_is_a_fork_of_the_launcher...).
         f"--custom_config={json.dumps({'env_dir': str(env_dir)})}",
     ]
     launcher = subprocess.run(
@@ -173,8 +174,8 @@ def watched_run(tmp_path_factory):
     started = {}  # pid: (command line, environment), the launcher's own left out
     for path in processes.iterdir():
         record = json.loads(path.read_text())
-        started[int(path.stem)] = (record["cmdline"], record["env"])
-    (launcher_pid,) = [pid for pid, (c, _) in started.items() if "-m beam_pipeline" in c]
+        started[int(path.stem)] = (record["cmdline"], record["env"], record["ppid"])
+    (launcher_pid,) = [pid for pid, (c, *_) in started.items() if "-m beam_pipeline" in c]
     # The test started the launcher without it.
     assert started.pop(launcher_pid)[1][ALLOW_GROWTH] is None
     records = {p.name: json.loads(p.read_text()) for p in env_dir.iterdir()}
@@ -185,14 +186,30 @@ def watched_run(tmp_path_factory):
 def test_every_process_the_run_starts_has_gpu_memory_growth_in_its_environment(watched_run):
     started, *_ = watched_run
     kinds = {}
-    for cmdline, env in started.values():
+    for cmdline, env, _ in started.values():
         kinds.setdefault(_kind(cmdline), []).append(env.get(ALLOW_GROWTH))
     # The launcher set it in its own environment before it imported TensorFlow, and each
     # process it started got it from there (the test started the launcher without it).
     # No fresh interpreter but Beam's SDK workers: the InfraValidator's sandbox is a fork of
     # the fork server too (its forks record nothing here: they start no interpreter).
-    assert "fork server" in kinds and set(kinds) <= {"fork server", "Beam SDK worker"}, kinds
+    assert set(kinds) <= {"fork server", "Beam SDK worker"}, kinds
     assert {k: set(v) for k, v in kinds.items()} == {k: {"true"} for k in kinds}
+
+
+def test_the_launchers_fork_server_is_a_fork_of_the_launcher_not_a_fresh_interpreter(
+    watched_run,
+):
+    # The launcher imports the ML stack once and forks its fork server from itself: no
+    # fresh ``multiprocessing.forkserver`` interpreter (seconds of imports again) is its
+    # child. (A Beam SDK worker that starts user code has threads, so it cannot fork
+    # itself: its own fork server is still a fresh interpreter.)
+    started, _, launcher_pid, _ = watched_run
+    fresh_servers = [
+        (pid, parent)
+        for pid, (cmdline, _, parent) in started.items()
+        if "multiprocessing.forkserver" in cmdline
+    ]
+    assert not [pid for pid, parent in fresh_servers if parent == launcher_pid], fresh_servers
 
 
 def test_each_trial_worker_sees_its_own_gpus_and_the_trainer_sees_all(watched_run):

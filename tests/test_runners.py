@@ -635,8 +635,9 @@ def dataflow_graphs(tmp_path_factory):
             [
                 "Transform/ReadForAnalysis",
                 "Transform/Analyze",
-                "Transform/Transform[train]",
-                "Transform/Transform[eval]",
+                # One tf.Transform step for both splits, then each batch to its split.
+                "Transform/Transform",
+                "Transform/BySplit",
                 "WriteTransformFn",
                 "Write[train]",
                 "Write[eval]",

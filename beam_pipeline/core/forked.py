@@ -15,12 +15,24 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import io
+import logging
 import multiprocessing
 import os
+import signal
+import sys
 import tempfile
 import threading
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing import (
+    forkserver,
+    popen_forkserver,
+    reduction,
+    resource_tracker,
+    spawn,
+    util,
+)
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from typing import Optional
 
@@ -150,18 +162,176 @@ _warm_up_started = threading.Event()
 
 
 def warm_fork_server() -> None:
-    """Starts the fork server's imports in the background (idempotent, returns at once).
+    """Starts the fork server, its imports done at once or in the background (idempotent).
 
-    A ``multi_processing`` run calls it first thing, so the server imports the ML stack on
-    a core the launcher's own imports leave free, and the workers of its Transform and
-    Evaluator jobs (which import TensorFlow, seconds of CPU each as fresh interpreters)
-    start as forks of it (:mod:`beam_pipeline.runtime.forked_sdk_worker`). Until the
-    server answers, workers start as Beam starts them: a job never waits for it.
+    A launcher with one thread and no TensorFlow runtime started (the CLI, early in a
+    run) imports the ML stack itself, as it would to run its stages, and forks the server
+    from itself (:func:`_fork_server_from_here`): the stack is imported once, not once
+    here and once more in a fresh server. Elsewhere (a caller's process with threads of
+    its own: a test runner, a notebook) the server is a fresh interpreter, started in the
+    background so that its imports run on a core the launcher's own imports leave free.
+    Either way the workers of a ``multi_processing`` run's Transform and Evaluator jobs
+    (which import TensorFlow, seconds of CPU each as fresh interpreters) start as forks of
+    it (:mod:`beam_pipeline.runtime.forked_sdk_worker`). Until the server answers,
+    workers start as Beam starts them: a job never waits for it.
     """
     if _server_warm.is_set() or _warm_up_started.is_set() or not hasattr(os, "fork"):
         return  # warm or warming; or no fork server on this platform (Beam's workers then)
     _warm_up_started.set()
+    if _fork_server_from_here():
+        _server_warm.set()
+        return
     threading.Thread(target=_warm_up, name="fork-server-warm-up", daemon=True).start()
+
+
+_STACK_IMPORTS = "beam_pipeline.runtime.stack_imports"  # a string: core imports no Beam
+_FORKSERVER_MAIN = "from multiprocessing.forkserver import main"
+# What a fork server forked from the launcher holds of the launcher's and must never free
+# (their descriptors are closed there and their numbers reused).
+_KEPT: list = []
+
+
+# Held by a launcher thread that may run when the fork server is forked (the progress
+# display's) while it does anything between its waits: the fork happens with it held, so
+# that thread holds no lock then (its stream's, rich's) that the fork would copy held.
+_GATE = threading.Lock()
+_gated: set = set()  # the idents of the threads that take the gate
+
+
+@contextlib.contextmanager
+def gated_thread():
+    """Declares the calling thread one that takes :func:`fork_gate` around its work, so a
+    fork server may be forked while it lives; for the duration of the ``with``."""
+    _gated.add(threading.get_ident())
+    try:
+        yield
+    finally:
+        _gated.discard(threading.get_ident())
+
+
+def fork_gate() -> threading.Lock:
+    """What a :func:`gated_thread` holds while it works (never while it waits)."""
+    return _GATE
+
+
+def _forkable_here() -> bool:
+    """The main thread, every other thread a gated one, and no TensorFlow runtime: a fork of
+    this process (made with the gate held) holds no lock another thread held and no
+    half-copied thread pool."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    me = threading.get_ident()
+    if any(t.ident not in _gated for t in threading.enumerate() if t.ident != me):
+        return False
+    if "tensorflow" in sys.modules:
+        from tensorflow.python.eager import context
+
+        ctx = context.context_safe()
+        if ctx is not None and getattr(ctx, "_initialized", True):
+            return False
+    return True
+
+
+def _fork_server_from_here() -> bool:
+    """Imports the ML stack here and starts multiprocessing's fork server as a fork of this
+    process instead of a fresh interpreter; False (nothing started) where this process
+    cannot be forked safely or an import fails (the fresh server then reports it).
+
+    multiprocessing has no hook for this: ``ForkServer.ensure_running`` starts the server
+    with ``util.spawnv_passfds`` running ``python -c "from multiprocessing.forkserver
+    import main; main(...)"``, so that one call is answered with a fork that runs the same
+    code (:func:`_spawn_by_fork`). Any other command, or a Python whose command differs,
+    is spawned as before."""
+    if not _forkable_here():
+        return False
+    try:
+        importlib.import_module(_STACK_IMPORTS).import_stack()
+    except Exception:  # noqa: BLE001 - the fresh server's preload fails the same way, and says so
+        return False
+    if not _forkable_here():  # an import that started a thread
+        return False
+    fork_context()
+    spawn_by_exec = util.spawnv_passfds
+    util.spawnv_passfds = _spawn_by_fork(spawn_by_exec)
+    try:
+        with _FORK_LOCK, _GATE:
+            forkserver.ensure_running()
+    finally:
+        util.spawnv_passfds = spawn_by_exec
+    return True
+
+
+def _spawn_by_fork(spawn_by_exec):
+    def spawn(path, args, passfds):
+        command = args[-1] if len(args) >= 2 and args[-2] == "-c" else ""
+        if not command.startswith(_FORKSERVER_MAIN):
+            return spawn_by_exec(path, args, passfds)
+        pid = os.fork()
+        if pid:
+            return pid
+        code = 1
+        try:
+            util.spawnv_passfds = spawn_by_exec  # this process's own forks spawn as before
+            _as_a_fresh_process(passfds)
+            exec(command, {"__name__": "__mp_forkserver__"})  # noqa: S102 - multiprocessing's own
+            code = 0
+        except SystemExit as e:  # the server's end: every client closed its pipe
+            code = e.code if isinstance(e.code, int) else 0
+        finally:
+            os._exit(code)  # never the launcher's atexit handlers, nor its frames unwound
+
+    return spawn
+
+
+def _as_a_fresh_process(passfds) -> None:
+    """In the forked server, before it serves: what a fresh interpreter would not have of
+    the launcher. Its signal handlers (a fresh one has Python's defaults; ignored signals
+    stay ignored, as across exec), its hooks, its logging handlers (on the launcher's log)
+    and every descriptor but 0, 1, 2 and ``passfds`` (as ``spawnv_passfds`` closes them)."""
+    global _FORK_LOCK, _GATE
+    _GATE = threading.Lock()
+    _gated.clear()
+    # Held by the launcher's thread that forked: a fresh process has them free, and
+    # multiprocessing's fork server and resource tracker of its own to start on first use
+    # (the launcher's are not this process's children, and their descriptors close below).
+    _FORK_LOCK = threading.Lock()
+    # (In place: the modules' functions are bound methods of these very objects.)
+    forkserver._forkserver.__init__()  # noqa: SLF001
+    resource_tracker._resource_tracker.__init__()  # noqa: SLF001
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+        if callable(handler) and handler is not signal.default_int_handler:
+            signal.signal(
+                sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            )
+    signal.set_wakeup_fd(-1)
+    sys.unraisablehook = sys.__unraisablehook__
+    sys.excepthook = sys.__excepthook__
+    threading.excepthook = threading.__excepthook__
+    loggers = [logging.getLogger()] + [
+        log for log in logging.Logger.manager.loggerDict.values() if isinstance(log, logging.Logger)
+    ]
+    for log in loggers:
+        _KEPT.extend(log.handlers)
+        log.handlers = []
+    logging.getLogger().setLevel(logging.WARNING)
+    tempfile.tempdir = None  # from the environment, as a fresh interpreter finds it
+    low = 3
+    for fd in sorted(set(passfds)):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, _max_fd())
+
+
+def _max_fd() -> int:
+    try:
+        return max(int(name) for name in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):
+        return os.sysconf("SC_OPEN_MAX")
 
 
 def _warm_up() -> None:

@@ -14,12 +14,11 @@ output to its log.
 """
 
 import gc
-import importlib
 import os
 
 from beam_pipeline.console import quiet_environment
-from beam_pipeline.core.forked import WORKER_MODULES_ENV
 from beam_pipeline.core.gpus import gpu_environment
+from beam_pipeline.runtime.stack_imports import import_stack
 
 
 def server_environment() -> None:
@@ -35,18 +34,8 @@ def server_environment() -> None:
 server_environment()
 
 try:
-    from apache_beam.runners.worker import sdk_worker  # noqa: F401
-    from apache_beam.runners.worker.worker_pool_main import (  # noqa: F401
-        BeamFnExternalWorkerPoolServicer,
-    )
-
-    from trainer.process import prewarm
-
-    prewarm()  # first, in the order a pool process always imported them (Keras before TFT)
-    # The stages' Beam steps, which DoFns unpickle: each stage declares its own
-    # (Stage.worker_modules); the launcher lists them here before it starts this process.
-    for _name in filter(None, os.environ.get(WORKER_MODULES_ENV, "").split(",")):
-        importlib.import_module(_name)
+    # A no-op where the server is a fork of a launcher that imported them already.
+    import_stack()
 except Exception:  # noqa: BLE001, S110
     # A broken import must not take the fork server down (every pool start would then fail
     # inside multiprocessing): each forked process imports again and fails in its own log,
