@@ -283,3 +283,59 @@ def test_one_transform_job_loads_the_transform_graph_once_for_every_split(
     # One load for the analysis's phase, one for the transform of both splits (a step
     # per split loaded it once more for each).
     assert sum(d.committed.count for d in loads) == 2
+
+
+def test_a_feature_named_like_the_transforms_split_column_is_transformed_as_any_other(tmp_path):
+    # Each batch's split travels through tf.Transform in a passthrough column: an input
+    # column and an output of that very name (__beam_pipeline_split__) failed the
+    # Transform (tf.Transform's "passthrough_keys overlap with schema keys", blamed on the
+    # preprocessing_fn; an AssertionError in its record batch encoder).
+    import apache_beam as beam
+    import tensorflow as tf
+    import tensorflow_transform as tft
+    import tensorflow_transform.beam as tft_beam
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from beam_pipeline.core.types import Split
+    from transforms.transform import TransformExamples, WriteTransformedExamples
+
+    name = "__beam_pipeline_split__"
+    rows = {Split.TRAIN: [(i, float(i)) for i in range(1, 8)], Split.EVAL: [(100, 1.0), (200, 2.0)]}
+    examples = {}
+    for split, values in rows.items():
+        path = tmp_path / "examples" / split.value / "data.tfrecord.gz"
+        path.parent.mkdir(parents=True)
+        with tf.io.TFRecordWriter(str(path), options="GZIP") as writer:
+            for tag, v in values:
+                example = tf.train.Example()
+                example.features.feature[name].int64_list.value.append(tag)
+                example.features.feature["v"].float_list.value.append(v)
+                writer.write(example.SerializeToString())
+        examples[split] = str(path.parent / "*.tfrecord.gz")
+    schema = text_format.Parse(
+        f'feature {{ name: "{name}" type: INT presence {{ min_fraction: 1 }}'
+        " shape { dim { size: 1 } } }"
+        ' feature { name: "v" type: FLOAT presence { min_fraction: 1 } shape { dim { size: 1 } } }',
+        schema_pb2.Schema(),
+    )
+
+    def preprocessing_fn(inputs):
+        return {name: inputs[name] * 10, "v_z": tft.scale_to_z_score(inputs["v"])}
+
+    out = tmp_path / "transformed"
+    with beam.Pipeline(runner="DirectRunner", argv=["--direct_running_mode=in_memory"]) as p:
+        with tft_beam.Context(temp_dir=str(tmp_path / "tft")):
+            result = p | TransformExamples(examples, schema, preprocessing_fn)
+            for split, batches in result.transformed.items():
+                _ = batches | f"Write[{split.value}]" >> WriteTransformedExamples(str(out), split)
+    for split, values in rows.items():
+        files = sorted((out / split.value).glob("*"))
+        got = [
+            tf.train.Example.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset([str(f) for f in files], compression_type="GZIP")
+        ]
+        assert [sorted(e.features.feature) for e in got] == [[name, "v_z"]] * len(values)
+        assert [e.features.feature[name].int64_list.value[0] for e in got] == [
+            tag * 10 for tag, _ in values
+        ]

@@ -191,20 +191,21 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         Transform does the same), read back to send each batch to its split and dropped
         before the batch is written."""
         splits = list(raw)
+        column = _split_column(adapter_config, transform_fn)
         tagged = [
-            raw[split] | f"Tag[{split.value}]" >> beam.Map(_with_split, index)
+            raw[split] | f"Tag[{split.value}]" >> beam.Map(_with_split, index, column)
             for index, split in enumerate(splits)
         ]
         flat = tagged | "FlattenSplits" >> beam.Flatten()
-        schema = adapter_config.arrow_schema.append(pa.field(_SPLIT_COLUMN, _SPLIT_TYPE))
+        schema = adapter_config.arrow_schema.append(pa.field(column, _SPLIT_TYPE))
         tagged_config = tfxio.TensorAdapterConfig(schema, adapter_config.tensor_representations)
-        with tft_beam.Context(passthrough_keys={_SPLIT_COLUMN}):
+        with tft_beam.Context(passthrough_keys={column}):
             batches, _ = ((flat, tagged_config), transform_fn) | "Transform" >> (
                 tft_beam.TransformDataset(output_record_batches=True)
             )
-        parts = batches | "BySplit" >> beam.Partition(_split_of, len(splits))
+        parts = batches | "BySplit" >> beam.Partition(_split_of, len(splits), column)
         return {
-            split: parts[index] | f"DropSplit[{split.value}]" >> beam.Map(_without_split)
+            split: parts[index] | f"DropSplit[{split.value}]" >> beam.Map(_without_split, column)
             for index, split in enumerate(splits)
         }
 
@@ -260,33 +261,48 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
 
 
 # The passthrough column that carries each batch's split through the transform (a
-# list<int64> of one value per row, as tf.Transform requires of passthrough columns).
+# list<int64> of one value per row, as tf.Transform requires of passthrough columns),
+# named so that it is neither an input column nor an output of the preprocessing_fn
+# (tf.Transform refuses the first and its record batch encoder fails on the second).
 _SPLIT_COLUMN = "__beam_pipeline_split__"
 _SPLIT_TYPE = pa.list_(pa.int64())
 
 
-def _with_split(batch: pa.RecordBatch, index: int) -> pa.RecordBatch:
+def _split_column(adapter_config, transform_fn) -> str:
+    taken = set(adapter_config.arrow_schema.names)
+    # The outputs' names, known when the analysis was wired (tf.Transform traced the
+    # preprocessing_fn then).
+    schema = transform_fn[1].dataset_metadata.schema
+    taken.update(f.name for f in schema.feature)
+    taken.update(f.name for f in schema.sparse_feature)
+    name = _SPLIT_COLUMN
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _with_split(batch: pa.RecordBatch, index: int, column: str) -> pa.RecordBatch:
     rows = batch.num_rows
-    column = pa.ListArray.from_arrays(
+    values = pa.ListArray.from_arrays(
         pa.array(range(rows + 1), pa.int32()), pa.array([index] * rows, pa.int64())
     )
-    return batch.append_column(pa.field(_SPLIT_COLUMN, _SPLIT_TYPE), column)
+    return batch.append_column(pa.field(column, _SPLIT_TYPE), values)
 
 
-def _split_of(batch_and_passthrough, _count: int) -> int:
+def _split_of(batch_and_passthrough, _count: int, column: str) -> int:
     """The split index of a transformed batch: its passthrough column, or (where the
     preprocessing_fn changed the batch's row count) the one value tf.Transform keeps aside."""
     batch, unary = batch_and_passthrough
-    if _SPLIT_COLUMN in unary:
-        column = unary[_SPLIT_COLUMN]
+    if column in unary:
+        values = unary[column]
     else:
-        column = batch.column(batch.schema.get_field_index(_SPLIT_COLUMN))
-    return column.flatten()[0].as_py() if len(column) else 0
+        values = batch.column(batch.schema.get_field_index(column))
+    return values.flatten()[0].as_py() if len(values) else 0
 
 
-def _without_split(batch_and_passthrough) -> pa.RecordBatch:
+def _without_split(batch_and_passthrough, column: str) -> pa.RecordBatch:
     batch = batch_and_passthrough[0]
-    index = batch.schema.get_field_index(_SPLIT_COLUMN)
+    index = batch.schema.get_field_index(column)
     return batch if index < 0 else batch.remove_column(index)
 
 
