@@ -264,6 +264,48 @@ def _runs_until_stopped(folder: str, *, doing) -> None:
         time.sleep(0.05)
 
 
+def _returns_once_told(folder: str, *, doing) -> str:
+    import time
+
+    with open(os.path.join(folder, "started.tmp"), "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(os.path.join(folder, "started.tmp"), os.path.join(folder, "started"))
+    while not os.path.exists(os.path.join(folder, "go")):
+        time.sleep(0.02)
+    return "done"
+
+
+def test_ctrl_c_to_the_process_group_is_left_to_the_caller_not_raised_in_user_code(tmp_path):
+    """A terminal's Ctrl-C reaches every process of its group: run_fn got it first and its
+    KeyboardInterrupt came back as the Trainer's "unexpected error" (exit 2, "report it as
+    a bug") instead of an interrupted run (exit 130). The user-code process ignores it; the
+    caller, interrupted too, stops that process (the test above)."""
+    import signal
+
+    from trainer.isolation import run_isolated
+
+    sent = []
+
+    def interrupt_the_child_then_let_it_return():
+        started = tmp_path / "started"
+        if started.exists() and not sent:
+            os.kill(int(started.read_text()), signal.SIGINT)
+            sent.append(True)
+            (tmp_path / "go").write_text("")
+        return None
+
+    try:
+        value = run_isolated(
+            _returns_once_told,
+            (str(tmp_path),),
+            what="run_fn in m.py",
+            abort=interrupt_the_child_then_let_it_return,
+        )
+    except KeyboardInterrupt:  # not pytest's own: the user code's, sent back
+        pytest.fail("the user-code process raised the group's Ctrl-C back to its caller")
+    assert sent and value == "done"
+
+
 def test_a_caller_that_stops_sends_its_user_code_process_sigterm_at_once(tmp_path):
     """The launcher stopped alone (SIGTERM or Ctrl-C to its process only, as a container
     runtime sends it) while user code runs in its process: that process gets SIGTERM at

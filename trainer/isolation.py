@@ -78,7 +78,12 @@ def _ended(what: str, code: Optional[int]) -> str:
 
 
 def _child_setup(stderr: int, env: dict) -> None:
-    """In the child: output to the caller's standard error, the caller's environment."""
+    """In the child: output to the caller's standard error, the caller's environment, and
+    Ctrl-C left to the caller. A terminal's Ctrl-C reaches the whole process group: user
+    code that got it first answered with its KeyboardInterrupt, which the caller reported
+    as the stage's unexpected error instead of an interrupted run; the caller, interrupted
+    too, stops this process itself (SIGTERM, see :func:`_stop`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(stderr, 1)
     os.dup2(stderr, 2)
     os.close(stderr)
