@@ -373,3 +373,40 @@ def test_gpus_per_trial_on_a_host_without_gpus_is_refused_before_anything_is_wri
         "tune on CPUs, or run the trials on a runner whose workers have GPUs."
     )
     assert not root.exists()
+
+
+_STREAMS_REPLACED = """
+import os, sys, tempfile
+# As pytest's capture does: sys.stdout writes to a file of its own, on another descriptor.
+sys.stdout = tempfile.TemporaryFile(mode="w+")
+from beam_pipeline.core.forked import start_forked, warm_fork_server
+
+warm_fork_server()  # one thread: the server is a fork of this process
+code = (
+    "import os, sys\\n"
+    "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)\\n"
+    "os.dup2(fd, 1)\\n"
+    "print('printed in the fork')\\n"
+    "sys.stdout.flush()\\n"
+)
+sys.argv = ["-c", sys.argv[1]]
+process = start_forked(exec, (code,))
+process.join()
+sys.__stderr__.write(f"exit {process.exitcode}\\n")
+"""
+
+
+def test_a_fork_prints_to_its_own_descriptors_whatever_its_launcher_did_to_sys_stdout(tmp_path):
+    # A fork server forked from a process whose sys.stdout writes elsewhere (pytest's
+    # capture, a notebook's) gave its forks that stream, on a descriptor the server had
+    # closed: forked test launches printed nothing (their JSON lines, their one sentence).
+    out = tmp_path / "out.txt"
+    done = subprocess.run(
+        [sys.executable, "-c", _STREAMS_REPLACED, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert "exit 0" in done.stderr, done.stderr[-3000:]
+    assert out.read_text() == "printed in the fork\n"

@@ -319,6 +319,13 @@ def _as_a_fresh_process(passfds) -> None:
         log.handlers = []
     logging.getLogger().setLevel(logging.WARNING)
     tempfile.tempdir = None  # from the environment, as a fresh interpreter finds it
+    # The standard streams on descriptors 1 and 2, as a fresh interpreter has them: the
+    # caller may have replaced them (pytest's capture writes to a file of its own, whose
+    # descriptor closes below, so a fork's prints went nowhere).
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the process's own, never closed
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    _KEPT.extend((sys.__stdout__, sys.__stderr__))
+    sys.__stdout__, sys.__stderr__ = sys.stdout, sys.stderr
     low = 3
     for fd in sorted(set(passfds)):
         if fd >= low:
