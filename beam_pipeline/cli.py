@@ -210,17 +210,6 @@ def _refuse_unknown_flags(config: PipelineConfig) -> None:
     refuse_unknown_flags(config.beam_args, own_flags=own)
 
 
-def _is_interrupt(error: BaseException) -> bool:
-    """Whether ``error`` is a KeyboardInterrupt re-raised wrapped (by Beam's runner)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, KeyboardInterrupt) or str(error).startswith("KeyboardInterrupt"):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
 def _ended_well(running: list[str], row) -> None:
     """A stage's row: one that did not fail ends it in ``running``."""
     from beam_pipeline.engine.summary import StageStatus
@@ -350,7 +339,9 @@ def _run(argv: Sequence[str], events: RunEvents, log: RunLog) -> tuple[int, Opti
     except KeyboardInterrupt:
         return _interrupted(events, running, received)
     except Exception as e:
-        if _is_interrupt(e):
+        from beam_pipeline.engine.failures import is_interrupt
+
+        if is_interrupt(e):
             # Ctrl-C caught in a Beam thread and raised again wrapped, user code's
             # file in its traceback: an interrupt all the same, not an error to fix.
             return _interrupted(events, running, received)

@@ -322,3 +322,30 @@ def test_a_caller_that_stops_sends_its_user_code_process_sigterm_at_once(tmp_pat
             _runs_until_stopped, (str(tmp_path),), what="run_fn in m.py", abort=stop_once_started
         )
     assert (tmp_path / "terminated").read_text() == "SIGTERM"
+
+
+class _Interrupted:
+    """A DoFn's process that gets the Ctrl-C (the launcher's main thread runs in-memory
+    Beam steps, a Trainer's among them)."""
+
+    def process(self, element):
+        raise KeyboardInterrupt
+
+
+def test_a_ctrl_c_that_beam_re_raised_wrapped_is_an_interrupt_not_a_stages_error():
+    # Beam's DoFn invoker re-raises a KeyboardInterrupt without arguments as a RuntimeError
+    # ("KeyboardInterrupt [while running 'X']"): the runner reported a Ctrl-C during the
+    # Trainer as its unexpected error (exit 2, "report it as a bug"), not an interrupt.
+    import apache_beam as beam
+
+    from beam_pipeline.engine.failures import is_interrupt
+
+    fn = type("InterruptedFn", (_Interrupted, beam.DoFn), {})
+    raised = None
+    try:
+        with beam.Pipeline(runner="DirectRunner", argv=["--direct_running_mode=in_memory"]) as p:
+            _ = p | beam.Create([1]) | "Step" >> beam.ParDo(fn())
+    except Exception as e:  # noqa: BLE001 - what Beam makes of it; a bare one fails below
+        raised = e
+    assert raised is not None and not isinstance(raised, KeyboardInterrupt), raised
+    assert is_interrupt(raised)

@@ -30,6 +30,19 @@ __all__ = ["unexpected_error"]
 _MAX_QUOTE = 300
 
 
+def is_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` is a Ctrl-C (or a stop signal the CLI raises as one), also when
+    re-raised wrapped: Beam's DoFn invoker re-raises a KeyboardInterrupt without arguments
+    as a RuntimeError ("KeyboardInterrupt [while running 'X']") chained to it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyboardInterrupt) or str(error).startswith("KeyboardInterrupt"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def unexpected_error(
     stage: Stage, ctx: StageContext, error: BaseException
 ) -> Optional[PipelineError]:
@@ -39,7 +52,7 @@ def unexpected_error(
     :func:`~beam_pipeline.core.errors.user_error` finds, which the CLI words as before) and
     for an interrupt. So every stage's failure ends the same way (exit 2, the summary and
     the report written), whichever stage raised it."""
-    if not isinstance(error, Exception) or isinstance(error, PipelineError):
+    if not isinstance(error, Exception) or isinstance(error, PipelineError) or is_interrupt(error):
         return None
     root = ctx.config.pipeline_root if ctx.config is not None else None
     if root is not None and user_error(error, root) is not None:

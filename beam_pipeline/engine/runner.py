@@ -59,7 +59,7 @@ from beam_pipeline.core.errors import first_line, user_error
 from beam_pipeline.core.launcher_exit import exit_refused
 from beam_pipeline.engine.artifacts import TypedArtifact
 from beam_pipeline.engine.execution import Execution, ExecutionRecords, cache_key, output_key
-from beam_pipeline.engine.failures import unexpected_error
+from beam_pipeline.engine.failures import is_interrupt, unexpected_error
 from beam_pipeline.engine.fingerprint import pipeline_code, stage_code
 from beam_pipeline.engine.reuse import cached_rows, noted, reusable, with_contents
 from beam_pipeline.engine.stage import (
@@ -453,7 +453,7 @@ def _failed_row(
 ) -> StageReport:
     """The summary row of a stage that failed without one: its error in one line (the
     sentence the CLI prints for it, when it has one)."""
-    if isinstance(error, KeyboardInterrupt):
+    if is_interrupt(error):
         note = "interrupted"
     else:
         root = ctx.config.pipeline_root if ctx.config is not None else None
