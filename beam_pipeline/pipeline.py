@@ -139,9 +139,9 @@ def run(
     modules = dict.fromkeys(m for stage in graph for m in stage.worker_modules)
     os.environ[WORKER_MODULES_ENV] = ",".join(modules)
     if not _has_store(config) and _forks(graph, config, options, frozenset()):
-        # A first run into this root reuses nothing: the fork server's imports start now,
-        # beside the checks below and the module's load (see the look-ahead below).
-        warm_fork_server()
+        # A first run into this root reuses nothing: a fresh fork server's imports start
+        # now, beside the checks below and the module's load (see the look-ahead below).
+        warm_fork_server(early=True)
     # First, before any file or job is created: remote workers cannot use local paths.
     check_remote_paths(config, options)
     for stage in _switched_on(graph, config):  # e.g. the serving check's server must

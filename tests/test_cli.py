@@ -694,3 +694,32 @@ def test_the_installed_command_is_not_shadowed_by_the_working_directory(tmp_path
         [command, "--help"], capture_output=True, text=True, cwd=str(tmp_path), timeout=120
     )
     assert proc.returncode == 0 and "usage: beam-pipeline" in proc.stdout, proc.stderr
+
+
+def test_a_bad_data_flag_on_a_first_run_is_refused_before_tensorflow_is_imported(tmp_path):
+    # A first run warms its fork server before its checks; a launcher that forks the
+    # server from itself imports TensorFlow for it, which must wait until the checks pass:
+    # a mistyped --data took seconds of imports before its one sentence.
+    code = (
+        "import runpy, sys; sys.argv = ['beam_pipeline', *sys.argv[1:]]\n"
+        "try:\n"
+        "    runpy.run_module('beam_pipeline', run_name='__main__')\n"
+        "finally:\n"
+        "    print('tensorflow' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            f"--data={tmp_path / 'missing.csv'}",
+            f"--pipeline_root={tmp_path / 'root'}",
+            "--no_progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "matches no file" in proc.stderr, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout[-2000:]

@@ -161,8 +161,12 @@ def fork_server_warm() -> bool:
 _warm_up_started = threading.Event()
 
 
-def warm_fork_server() -> None:
+def warm_fork_server(early: bool = False) -> None:
     """Starts the fork server, its imports done at once or in the background (idempotent).
+
+    ``early``: called before the run's checks, to overlap a fresh server's imports with
+    them; a launcher that can fork the server from itself leaves it for a later call
+    (its own imports would only delay the checks, and a bad flag's one sentence).
 
     A launcher with one thread and no TensorFlow runtime started (the CLI, early in a
     run) imports the ML stack itself, as it would to run its stages, and forks the server
@@ -177,6 +181,8 @@ def warm_fork_server() -> None:
     """
     if _server_warm.is_set() or _warm_up_started.is_set() or not hasattr(os, "fork"):
         return  # warm or warming; or no fork server on this platform (Beam's workers then)
+    if early and _forkable_here():
+        return
     _warm_up_started.set()
     if _fork_server_from_here():
         _server_warm.set()
