@@ -386,7 +386,9 @@ code = (
     "import os, sys\\n"
     "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)\\n"
     "os.dup2(fd, 1)\\n"
-    "print('printed in the fork')\\n"
+    "from beam_pipeline.core import forked\\n"
+    "warm = forked._server_warm.is_set(), forked._warm_up_started.is_set()\\n"
+    "print('printed in the fork', *warm)\\n"
     "sys.stdout.flush()\\n"
 )
 sys.argv = ["-c", sys.argv[1]]
@@ -400,6 +402,8 @@ def test_a_fork_prints_to_its_own_descriptors_whatever_its_launcher_did_to_sys_s
     # A fork server forked from a process whose sys.stdout writes elsewhere (pytest's
     # capture, a notebook's) gave its forks that stream, on a descriptor the server had
     # closed: forked test launches printed nothing (their JSON lines, their one sentence).
+    # And its forks knew of no server of their own yet took the launcher's "warm" flags
+    # (a run in one then warmed nothing and said it had).
     out = tmp_path / "out.txt"
     done = subprocess.run(
         [sys.executable, "-c", _STREAMS_REPLACED, str(out)],
@@ -409,4 +413,4 @@ def test_a_fork_prints_to_its_own_descriptors_whatever_its_launcher_did_to_sys_s
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
     assert "exit 0" in done.stderr, done.stderr[-3000:]
-    assert out.read_text() == "printed in the fork\n"
+    assert out.read_text() == "printed in the fork False False\n"

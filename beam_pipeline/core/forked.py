@@ -304,6 +304,9 @@ def _as_a_fresh_process(passfds) -> None:
     # (In place: the modules' functions are bound methods of these very objects.)
     forkserver._forkserver.__init__()  # noqa: SLF001
     resource_tracker._resource_tracker.__init__()  # noqa: SLF001
+    # Set by the launcher just before it forked this: here no server is warm or warming.
+    _server_warm.clear()
+    _warm_up_started.clear()
     for sig in signal.valid_signals():
         try:
             handler = signal.getsignal(sig)
