@@ -1,9 +1,9 @@
 """Serving export and its checks: a SavedModel whose ``serving_default`` takes serialized
 tf.Examples, applies the tf.Transform graph and runs the model; warm start from one.
 
-The tf.Transform layer (``tft.TFTransformOutput.transform_features_layer()``, a tf_keras
-layer) is attached to the Keras 3 model so ``tf.saved_model.save`` tracks its assets and
-variables, as TFX's module files do with ``model.tft_layer``.
+The tf.Transform graph is attached to the Keras 3 model as ``model.tft_layer`` so
+``tf.saved_model.save`` tracks its assets and tables, as TFX's module files do; here as a
+plain ``tf.Module`` (:func:`_transform_graph`), not tf.Transform's tf_keras layer.
 
 Example::
 
@@ -117,16 +117,21 @@ def export_serving_model(
     names = model_input_names(model)
     to_outputs = outputs or (lambda y: {"outputs": y})
     # Attached as an attribute so the SavedModel tracks the transform graph's assets.
-    model.tft_layer = tf_transform_output.transform_features_layer()
+    model.tft_layer = _transform_graph(tf_transform_output)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    # autograph=False: these bodies have no control flow on tensors, and autograph would
+    # transpile them and every function they call (the tf.Transform layer's, Keras')
+    # from source, in each training process: most of the export's CPU.
+    examples = [tf.TensorSpec([None], tf.string, name="examples")]
+
+    @tf.function(input_signature=examples, autograph=False)
     def serve(serialized):
         parsed = tf.io.parse_example(serialized, spec)
         transformed = model.tft_layer(parsed)
         inputs = {k: transformed[k] for k in names} if names is not None else transformed
         return {k: _float32(v) for k, v in to_outputs(model(inputs, training=False)).items()}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
+    @tf.function(input_signature=examples, autograph=False)
     def transform_features(serialized):
         transformed = model.tft_layer(tf.io.parse_example(serialized, full_spec))
         # Signature outputs must be dense tensors.
@@ -152,6 +157,30 @@ def export_serving_model(
         signatures={SERVING_SIGNATURE: serve, TRANSFORM_FEATURES_SIGNATURE: transform_features},
     )
     return serving_model_dir
+
+
+def _transform_graph(tf_transform_output: tft.TFTransformOutput) -> tf.Module:
+    """The transform graph as a ``tf.Module`` called as tf.Transform's layer is called.
+
+    Why not ``transform_features_layer()``: it is a tf_keras Model, and tf_keras saves the
+    first of its models that it meets as the root of a Keras model: it traces the layer's
+    call once more, with autograph transpiling tf.Transform's code from source, for a
+    default signature nothing reads (most of an export's CPU). This module does what that
+    layer does in eager mode: one ``SavedModelLoader``, its attributes tracked."""
+    import tensorflow as tf
+    from tensorflow_transform.saved import saved_transform_io_v2
+
+    class TransformGraph(tf.Module):
+        def __init__(self, transform_savedmodel_dir: str) -> None:
+            super().__init__(name="transform_graph")
+            self._loader = saved_transform_io_v2.SavedModelLoader(transform_savedmodel_dir)
+            # Tracked as the layer tracks them: the loaded graph's tables and assets.
+            self._saved_model_loader_tracked_dict = self._loader.__dict__
+
+        def __call__(self, features):
+            return self._loader.apply_transform_model(features)
+
+    return TransformGraph(tf_transform_output.transform_savedmodel_dir)
 
 
 def _label_key(
