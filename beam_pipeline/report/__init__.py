@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -46,13 +47,13 @@ def _fragment_source(name: str) -> Optional[str]:
     return importlib.resources.files(package).joinpath(file).read_text(encoding="utf-8")
 
 
-def render_report(run_dir: str, graph: Optional[Sequence[Any]] = None) -> str:
-    """The report of ``run_dir`` with the sections of ``graph``'s stages (default: the
-    bundled graph) as one HTML string (raises only on a template bug)."""
+@functools.lru_cache(maxsize=1)
+def _environment():
+    """One Jinja environment per process: it keeps the templates it compiled (each
+    report of a process that runs several, a notebook's or a test's, compiled them
+    again)."""
     import jinja2
-    from markupsafe import Markup
 
-    data = collect(run_dir, graph)
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(
             [
@@ -64,6 +65,16 @@ def render_report(run_dir: str, graph: Optional[Sequence[Any]] = None) -> str:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["num"] = _format_number
+    return env
+
+
+def render_report(run_dir: str, graph: Optional[Sequence[Any]] = None) -> str:
+    """The report of ``run_dir`` with the sections of ``graph``'s stages (default: the
+    bundled graph) as one HTML string (raises only on a template bug)."""
+    from markupsafe import Markup
+
+    data = collect(run_dir, graph)
+    env = _environment()
 
     def fragment(part) -> Any:
         template = env.get_template(f"{part.package}:{part.name}")
