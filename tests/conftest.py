@@ -127,54 +127,66 @@ def feature_value(example, name: str):
 # below. Only the order depends on these figures: stale ones cost balance, never a result;
 # but a long file missing here runs after all of these and holds its process to the end.
 _FILE_SECONDS = {
-    "test_user_code.py": 102,
-    "test_tuner_stage.py": 92,
-    "test_metadata_server.py": 90,
-    "test_cli_runs.py": 84,
-    "test_continuous_training.py": 78,
-    "test_damaged_artifacts.py": 72,
-    "test_gpu_env.py": 72,
-    "test_spans.py": 72,
-    "test_interrupted_runs.py": 67,
-    "test_docs.py": 61,
-    "test_user_code_staging.py": 58,
-    "test_cli_trust.py": 56,
-    "test_evaluator_defaults.py": 54,
-    "test_stage_switches.py": 53,
-    "test_evaluator_kinds.py": 48,
-    "test_trainer_multiworker.py": 47,
-    "test_unclear_endings.py": 47,
-    "test_tuner_early_stopping.py": 42,
-    "test_runners.py": 42,
-    "test_tuner.py": 37,
-    "test_cli.py": 37,
-    "test_tfx_portable.py": 35,
-    "test_parallel_stages.py": 35,
-    "test_trainer_distributed.py": 35,
-    "test_tfx_modules.py": 34,
-    "test_trainer_stage.py": 33,
-    "test_csv_ranges.py": 30,
-    "test_resume.py": 29,
-    "test_mixed_precision.py": 28,
-    "test_cached_rerun.py": 27,
+    "test_user_code.py": 93,
+    "test_trainer_multiworker.py": 87,
+    "test_tuner_stage.py": 83,
+    "test_cached_rerun.py": 82,
+    "test_continuous_training.py": 81,
+    "test_cli_runs.py": 72,
+    "test_spans.py": 69,
+    "test_damaged_artifacts.py": 64,
+    "test_metadata_server.py": 61,
+    "test_interrupted_runs.py": 58,
+    "test_gpu_env.py": 56,
+    "test_tfx_portable.py": 48,
+    "test_user_code_staging.py": 47,
+    "test_docs.py": 45,
+    "test_tuner_early_stopping.py": 43,
+    "test_cli_trust.py": 42,
+    "test_evaluator_defaults.py": 42,
+    "test_stage_switches.py": 37,
+    "test_tfx_modules.py": 36,
+    "test_unclear_endings.py": 35,
+    "test_runners.py": 34,
+    "test_evaluator_kinds.py": 31,
+    "test_tuner.py": 31,
+    "test_trainer_stage.py": 30,
+    "test_resume.py": 30,
+    "test_cli.py": 30,
+    "test_csv_ranges.py": 27,
+    "test_stage_declarations.py": 27,
     "test_evaluator.py": 26,
-    "test_stage_declarations.py": 25,
-    "test_python_api_output.py": 25,
-    "test_watchdog.py": 23,
-    "test_runs_commands.py": 23,
-    "test_metadata_secrets.py": 17,
-    "test_exact_string_stats.py": 14,
-    "test_example_gen.py": 13,
+    "test_python_api_output.py": 23,
+    "test_parallel_stages.py": 22,
+    "test_watchdog.py": 21,
+    "test_runs_commands.py": 20,
+    "test_trainer_distributed.py": 19,
+    "test_example_gen.py": 16,
+    "test_history_columns.py": 14,
+    "test_mixed_precision.py": 14,
+    "test_metadata_secrets.py": 13,
     "test_trainer_resume.py": 12,
     "test_worker_errors.py": 12,
-    "test_history_columns.py": 12,
-    "test_drift.py": 11,
-    "test_tfrecords.py": 9,
-    "test_statistics.py": 9,
-    "test_run_records.py": 8,
+    "test_exact_string_stats.py": 10,
+    "test_trainer_data.py": 9,
+    "test_drift.py": 9,
     "test_ci_services.py": 8,
+    "test_tfrecords.py": 8,
     "test_bad_tfrecords.py": 7,
 }
+
+
+def pytest_sessionstart(session):
+    """In a pytest-xdist process, before any test: the fork server of the DirectRunner's
+    pool and of the runs' user code, forked from this process while it has one thread
+    (beam_pipeline.core.forked.warm_fork_server). A test's run started it later, when
+    Beam's thread pools of an earlier test were still alive: a fresh interpreter that
+    imported the ML stack a second time. (Only in pytest-xdist's processes: a run of one
+    light test file in one process does not import the stack for nothing.)"""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from beam_pipeline.core.forked import warm_fork_server
+
+        warm_fork_server()
 
 
 def pytest_collection_modifyitems(items):
