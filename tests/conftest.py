@@ -183,7 +183,9 @@ def pytest_sessionstart(session):
     Beam's thread pools of an earlier test were still alive: a fresh interpreter that
     imported the ML stack a second time. (Only in pytest-xdist's processes: a run of one
     light test file in one process does not import the stack for nothing.)"""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    # (workerinput, not the PYTEST_XDIST_WORKER variable: a pytest that a test starts
+    # inherits the variable.)
+    if hasattr(session.config, "workerinput"):
         from beam_pipeline.core.forked import warm_fork_server
 
         warm_fork_server()

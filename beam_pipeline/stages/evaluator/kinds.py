@@ -26,8 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError
-from beam_pipeline.engine.artifacts import Model
+from beam_pipeline.core.errors import PipelineError, first_line
 
 if TYPE_CHECKING:
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -69,27 +68,57 @@ class ModelFacts:
 
 
 def model_facts(model_dir: str) -> ModelFacts:
-    """Loads the SavedModel once and reads its signatures, outputs and recorded label.
+    """Reads the SavedModel's signatures, outputs and recorded label from its files
+    (``saved_model.pb`` and its variables' checkpoint), without loading it: TFMA loads it
+    for the job, and a load here took as long again (its functions rebuilt, for names
+    and shapes that the file states).
 
     Raises:
-      PipelineError: the folder holds no SavedModel that loads.
+      PipelineError: the folder holds no SavedModel that these can be read from.
     """
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
     from trainer.export import SERVING_SIGNATURE, TRANSFORM_FEATURES_SIGNATURE
 
-    loaded = Model(model_dir).load_serving()
-    signatures = tuple(sorted(loaded.signatures.keys()))
+    try:
+        saved = saved_model_pb2.SavedModel.FromString(
+            fileio.read_file(fileio.join(model_dir, "saved_model.pb"), binary=True)
+        )
+        (meta,) = [m for m in saved.meta_graphs if "serve" in m.meta_info_def.tags]
+        nodes = meta.object_graph_def.nodes  # (none in a TF1 SavedModel)
+        recorded = {c.local_name for c in nodes[0].children} if nodes else set()
+        reader = None
+        if recorded & {"evaluation_label_key", "evaluation_raw_label_keys"}:
+            reader = tf.train.load_checkpoint(fileio.join(model_dir, "variables", "variables"))
+        values = {
+            name: reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+            for name in ("evaluation_label_key", "evaluation_raw_label_keys")
+            if name in recorded
+        }
+    except Exception as e:  # noqa: BLE001  any read failure is the same user-facing problem
+        raise PipelineError(
+            f"The model in {model_dir} does not load ({type(e).__name__}: {first_line(e)}); "
+            "rerun the Trainer (a new --run_id) so that it exports a SavedModel."
+        ) from None
+    signature_defs = meta.signature_def
+    # (A TF2 SavedModel lists its initializer among them, which a load does not show.)
+    signatures = tuple(sorted(s for s in signature_defs if not s.startswith("__saved_model")))
     outputs: dict[str, tuple[Optional[int], ...]] = {}
-    if SERVING_SIGNATURE in loaded.signatures:
-        for name, spec in loaded.signatures[SERVING_SIGNATURE].structured_outputs.items():
-            outputs[name] = tuple(spec.shape.as_list())
+    if SERVING_SIGNATURE in signature_defs:
+        for name, info in signature_defs[SERVING_SIGNATURE].outputs.items():
+            outputs[name] = tuple(tf.TensorShape(info.tensor_shape).as_list())
     transformed: dict = {}
-    if TRANSFORM_FEATURES_SIGNATURE in loaded.signatures:
-        transformed = dict(loaded.signatures[TRANSFORM_FEATURES_SIGNATURE].structured_outputs)
-    label = getattr(loaded, "evaluation_label_key", None)
-    label_key = label.numpy().decode() if label is not None else None
-    raw = getattr(loaded, "evaluation_raw_label_keys", None)
-    raw_label_keys = tuple(k.decode() for k in raw.numpy()) if raw is not None else ()
-    dtype = transformed[label_key].dtype if label_key in transformed else None
+    if TRANSFORM_FEATURES_SIGNATURE in signature_defs:
+        transformed = {
+            name: tf.dtypes.as_dtype(info.dtype)
+            for name, info in signature_defs[TRANSFORM_FEATURES_SIGNATURE].outputs.items()
+        }
+    label = values.get("evaluation_label_key")
+    label_key = label.decode() if label is not None else None
+    raw = values.get("evaluation_raw_label_keys")
+    raw_label_keys = tuple(k.decode() for k in raw) if raw is not None else ()
+    dtype = transformed.get(label_key)
     if dtype is None:
         label_dtype = None
     elif dtype.is_integer or dtype.is_bool:
