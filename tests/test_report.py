@@ -179,3 +179,41 @@ def test_sections_come_from_the_graphs_stages_in_order_merged_and_placed(tmp_pat
     assert "<tr><td>b</td><td>-</td></tr>" in html
     assert "<figcaption>a &lt;plot&gt;</figcaption>" in html
     assert "Broken&#39;s report sections: could not be read (ValueError: a file is damaged)" in html
+
+
+def test_a_stages_template_edited_between_two_reports_of_one_process_shows_the_edit(
+    tmp_path, monkeypatch
+):
+    # The process keeps its compiled templates (one Jinja environment), but a stage's own
+    # template that its author edits (a notebook's session) is read again.
+    import sys
+
+    from beam_pipeline.engine.report_sections import Fragment, ReportSection
+    from beam_pipeline.engine.stage import Stage
+
+    package = tmp_path / "my_stage_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    template = package / "part.html"
+    template.write_text("<p>first {{ n }}</p>")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_stage_pkg", raising=False)
+
+    class _Mine(Stage):
+        name = "Mine"
+
+        def run(self, ctx, inputs, out):
+            raise AssertionError("not run here")
+
+        def report_sections(self, view):
+            part = Fragment("my_stage_pkg", "part.html", {"n": 1})
+            return [ReportSection("mine", "Mine", parts=[part])]
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = open(write_report(str(tmp_path / "a"), (_Mine(),)), encoding="utf-8").read()
+    assert "<p>first 1</p>" in first
+    template.write_text("<p>second {{ n }}</p>")
+    os.utime(template, ns=(0, os.stat(template).st_mtime_ns + 1_000_000_000))
+    second = open(write_report(str(tmp_path / "b"), (_Mine(),)), encoding="utf-8").read()
+    assert "<p>second 1</p>" in second and "first" not in second

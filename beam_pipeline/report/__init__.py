@@ -36,15 +36,23 @@ def _number(x) -> Optional[float]:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
 
 
-def _fragment_source(name: str) -> Optional[str]:
+def _fragment_source(name: str):
     """A stage's template (:class:`~beam_pipeline.engine.report_sections.Fragment`),
-    named ``<package>:<file>``; None for any other name."""
+    named ``<package>:<file>``: its source, file name and whether the compiled one is
+    still up to date (its file's modification time unchanged: a stage's author edits it
+    between two reports of one process, a notebook's); None for any other name."""
     import importlib.resources
 
     package, sep, file = name.partition(":")
     if not sep:
         return None
-    return importlib.resources.files(package).joinpath(file).read_text(encoding="utf-8")
+    resource = importlib.resources.files(package).joinpath(file)
+    source = resource.read_text(encoding="utf-8")
+    if not isinstance(resource, os.PathLike):
+        return source, None, lambda: False  # not a file (a zipped package): read each time
+    path = os.fspath(resource)
+    mtime = os.path.getmtime(path)
+    return source, path, lambda: os.path.exists(path) and os.path.getmtime(path) == mtime
 
 
 @functools.lru_cache(maxsize=1)
