@@ -9,10 +9,9 @@ finding them by folder layout. An artifact is JSON-able, so a run's manifest (an
 metadata store) can record it and give it back on a resume.
 
 The types several stages read are all here, and each reads itself (``Schema.read()``,
-``Statistics.read(split)``, ``ModelBlessing.read()``, ``InfraBlessing.read()``,
-``Model.load_serving()``), importing what it parses with only when called: every command
-imports this module. A type only its own stage reads lives in that stage's home
-(docs/add-a-stage.md).
+``Statistics.read(split)``, ``ModelBlessing.read()``, ``InfraBlessing.read()``),
+importing what it parses with only when called: every command imports this module. A
+type only its own stage reads lives in that stage's home (docs/add-a-stage.md).
 
 Example::
 
@@ -30,7 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from beam_pipeline.core import fileio
-from beam_pipeline.core.errors import PipelineError, first_line
+from beam_pipeline.core.errors import PipelineError
 from beam_pipeline.core.types import PUBLISHED_MARKER, Artifact, Split
 
 # The readers' return types, for annotations only: --help imports this module, and the
@@ -277,22 +276,6 @@ class Model(TypedArtifact):
     # The InfraValidator writes TF Serving's warm-up requests into the model it checked
     # (assets.extra holds files the server reads beside the graph, not part of it).
     ADDED_LATER = ("assets.extra/tf_serving_warmup_requests",)
-
-    def load_serving(self) -> Any:
-        """The SavedModel, loaded (``tf.saved_model.load``; TensorFlow is imported now).
-
-        Raises:
-          PipelineError: the folder holds no SavedModel that loads.
-        """
-        import tensorflow as tf
-
-        try:
-            return tf.saved_model.load(self.uri)
-        except Exception as e:  # noqa: BLE001  any load failure is the same user-facing problem
-            raise PipelineError(
-                f"The model in {self.uri} does not load ({type(e).__name__}: {first_line(e)}); "
-                "rerun the Trainer (a new --run_id) so that it exports a SavedModel."
-            ) from None
 
 
 class ModelRun(TypedArtifact):
