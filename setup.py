@@ -64,5 +64,5 @@ setuptools.setup(
     },
     include_package_data=True,
     install_requires=REQUIRED,
-    entry_points={"console_scripts": ["beam-pipeline=beam_pipeline.cli:main"]},
+    entry_points={"console_scripts": ["beam-pipeline=beam_pipeline.cli:console_main"]},
 )

@@ -19,6 +19,6 @@ if __name__ == "__main__":
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
-    from beam_pipeline.cli import main  # imports trainer and transforms when it runs
+    from beam_pipeline.cli import console_main  # imports trainer and transforms when it runs
 
-    sys.exit(main())
+    console_main()

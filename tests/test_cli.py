@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import glob
 import json
 import os
@@ -647,6 +648,39 @@ def test_python_dash_m_exit_code_and_message(tmp_path):
     )
     assert proc.returncode == EXIT_USER_ERROR
     assert "matches no file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# Imported at start-up (site imports a sitecustomize on the path): at the process's end, after
+# every atexit handler registered later, prints whether the collector's objects are frozen.
+_AT_EXIT = (
+    "import atexit, gc\n"
+    "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+)
+
+
+@pytest.mark.parametrize("entry", ["python_dash_m", "installed_command"])
+def test_the_cli_process_ends_with_its_code_and_without_the_collectors_teardown(tmp_path, entry):
+    # The interpreter's teardown would run the cyclic collector over every object of
+    # TensorFlow, Keras and Beam left at the end of a run: seconds after the run's last line.
+    (tmp_path / "sitecustomize.py").write_text(_AT_EXIT)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    if entry == "python_dash_m":
+        command = [sys.executable, "-m", "beam_pipeline"]
+    else:
+        command = [os.path.join(os.path.dirname(sys.executable), "beam-pipeline")]
+    for args, code in (
+        (["--version"], 0),
+        ([f"--data={tmp_path / 'none.csv'}", f"--pipeline_root={tmp_path / 'root'}"], 2),
+    ):
+        proc = subprocess.run(
+            [*command, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
+        )
+        assert proc.returncode == code, proc.stderr
+        assert proc.stdout.splitlines()[-1] == "frozen at exit: True", proc.stdout
+    # A caller of main() in its own process (this test's) keeps its collector.
+    frozen = gc.get_freeze_count()
+    assert cli.main(["--version"]) == 0
+    assert gc.get_freeze_count() == frozen
 
 
 @pytest.mark.parametrize(

@@ -247,11 +247,13 @@ def test_wheel_holds_the_three_packages_the_example_and_the_entry_point(built):
     assert "beam_pipeline/stages/evaluator/report.html" in stage_templates
     assert set(stage_templates) <= set(names), set(stage_templates) - set(names)
     assert re.search(
-        r"^\[console_scripts\]\s*\nbeam-pipeline\s*=\s*beam_pipeline\.cli:main", entry_text, re.M
+        r"^\[console_scripts\]\s*\nbeam-pipeline\s*=\s*beam_pipeline\.cli:console_main",
+        entry_text,
+        re.M,
     )
     from beam_pipeline import cli
 
-    assert callable(cli.main)
+    assert callable(cli.console_main)
     # What pip installs from the wheel is what the lock pins.
     lock = _lock()
     requires = re.findall(
