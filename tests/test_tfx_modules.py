@@ -199,3 +199,30 @@ def test_tfx_penguin_module_tunes_and_trains_on_the_direct_runners_pool(
     pusher = stages["Pusher"]
     assert pusher["status"] == "ok" and pusher["artifact"] == os.path.join(serving, "1"), pusher
     assert os.path.exists(os.path.join(serving, "1", "saved_model.pb"))
+
+
+# Run in a fork of the fork server, where trials and run_fn run: what AutoGraph decides for
+# tf.Transform's functions that a TFX module's serving signature calls.
+_AUTOGRAPH_DECIDES = """
+import json
+import tensorflow_transform as tft
+from tensorflow.python.autograph.impl import conversion
+from tensorflow_transform.output_wrapper import TransformFeaturesLayer
+
+called = [TransformFeaturesLayer.call, tft.TFTransformOutput.transform_raw_features]
+with open({path!r}, "w") as f:
+    json.dump([conversion.is_allowlisted(fn) for fn in called], f)
+"""
+
+
+def test_user_code_processes_leave_tf_transform_unconverted_by_autograph(tmp_path):
+    # TFX's make_serving_signatures calls tf.Transform's layer in a tf.function: AutoGraph
+    # transpiled tf.Transform's code from source in every process that exported, seconds
+    # of a Trainer's CPU. Allowlisted: called as written, as TensorFlow's own functions are.
+    from beam_pipeline.core.forked import start_forked
+
+    path = tmp_path / "allowlisted.json"
+    process = start_forked(exec, (_AUTOGRAPH_DECIDES.format(path=str(path)), {}))
+    process.join(timeout=120)
+    assert process.exitcode == 0
+    assert json.loads(path.read_text()) == [True, True]

@@ -34,7 +34,7 @@ from trainer.fn_args import FnArgs
 from trainer.job import ModelJob, common_fn_args
 from trainer.module_loader import ModuleKind, TrainerModule, error_place
 from trainer.precision import policy_scope
-from trainer.process import worker_name
+from trainer.process import tf_transform_unconverted, worker_name
 from trainer.spec import CHECKPOINT_SUBDIR, run_spec
 from trainer.strategy import choose_strategy, describe
 
@@ -419,6 +419,7 @@ def run_trainer(
     """
     import tensorflow as tf
 
+    tf_transform_unconverted()  # a process not forked from the warm fork server (a worker)
     previous = read_result(job.model_run_dir)
     if previous is not None and tf.saved_model.contains_saved_model(job.serving_model_dir):
         _LOG.info("Training in %s already finished; not redone.", job.model_run_dir)
