@@ -13,7 +13,6 @@ import-time lines would reach the launcher's terminal); each forked process send
 output to its log.
 """
 
-import gc
 import os
 
 from beam_pipeline.console import quiet_environment
@@ -34,19 +33,11 @@ def server_environment() -> None:
 server_environment()
 
 try:
-    # A no-op where the server is a fork of a launcher that imported them already.
+    # A no-op where the server is a fork of a launcher that imported them already; its
+    # objects frozen either way (see import_stack), and every fork inherits that.
     import_stack()
 except Exception:  # noqa: BLE001, S110
     # A broken import must not take the fork server down (every pool start would then fail
     # inside multiprocessing): each forked process imports again and fails in its own log,
     # which the pool's error names.
     pass
-
-# The imports' objects go to the collector's permanent generation, which collections skip;
-# every fork inherits that. keras-tuner runs two full collections before every trial
-# (``Tuner._try_build``: ``keras.backend.clear_session()`` and ``gc.collect()``), and each
-# walks the hundreds of thousands of objects these imports made, a large share of a short
-# trial's time. Frozen objects
-# are also never written by the collector, so the forks keep sharing their pages. (The
-# standard recipe for pre-fork servers: Python's gc.freeze documentation.)
-gc.freeze()

@@ -6,6 +6,7 @@ Only imports: no TensorFlow op, no thread (a process forked after them must not 
 half-started runtimes).
 """
 
+import gc
 import importlib
 import os
 
@@ -15,7 +16,29 @@ from beam_pipeline.core.forked import WORKER_MODULES_ENV
 def import_stack() -> None:
     """TensorFlow, Keras, keras-tuner, tf.Transform, tfx-bsl, Beam's SDK harness and the
     stages' Beam steps (their ``worker_modules``, listed in the environment by the
-    launcher before the server starts). Raises what an import raises."""
+    launcher before the server starts). Raises what an import raises.
+
+    The cyclic collector is off while they run, and their objects go to its permanent
+    generation after (``gc.freeze``), which collections skip; a process forked after
+    inherits both. Imports make few cycles, but each full collection walks every object
+    made so far: the launcher ran eight during these imports (about a second of its
+    start), later ones a few tenths of a second each, and keras-tuner runs two before
+    every trial (``Tuner._try_build``: ``clear_session()`` and ``gc.collect()``). Frozen
+    objects are also never written by the collector, so forks keep sharing their pages.
+    (The standard recipe for pre-fork servers: Python's gc.freeze documentation.) The
+    collector is left on or off as it was found.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _import_stack()
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
+
+
+def _import_stack() -> None:
     from apache_beam.runners.worker import sdk_worker  # noqa: F401
     from apache_beam.runners.worker.worker_pool_main import (  # noqa: F401
         BeamFnExternalWorkerPoolServicer,
