@@ -5,6 +5,8 @@ ratio between them on the same workload.
   python benchmarks/compare.py [--results_dir benchmarks/results] [--all]
       [--since YYYYMMDD-HHMMSS]
   python benchmarks/compare.py --sittings [--workload taxi_1000000] [--mode in_memory]
+  python benchmarks/compare.py --pairs tfx_penguin [--since YYYYMMDD-HHMM]
+  python benchmarks/compare.py --pairs bundled_first_run_vs_cb43dda [--since ...]
 
 --sittings pairs every TFX anchor result with our result of the same workload and Beam
 mode taken nearest to it (within --within_min minutes: one sitting), prints each
@@ -15,6 +17,11 @@ Ratios are "TFX seconds / our seconds" (above 1: we are faster), per stage and f
 whole process wall time; they only mean something when both runs were taken in the same
 sitting on a quiet machine (see the "others' CPU" column and the results' loadavg).
 --since keeps only results started at or after that stamp (one sitting).
+
+--pairs NAME reads the results files NAME_*.json of a benchmark that alternates two
+commands in each sitting (bench_tfx_penguin.py: TFX against ours; bench_bundled_run.py:
+before against after) and prints each sitting's ratios and the median of every pair
+with the range: the headline figure over the sittings kept (--since).
 """
 
 from __future__ import annotations
@@ -88,7 +95,11 @@ def main() -> None:
     ap.add_argument("--workload", default="taxi_1000000")
     ap.add_argument("--mode", default="in_memory")
     ap.add_argument("--within_min", type=float, default=30.0)
+    ap.add_argument("--pairs", default=None)
     a = ap.parse_args()
+    if a.pairs:
+        print_pairs(a.results_dir, a.pairs, a.since)
+        return
     if a.sittings:
         print_sittings(load(a.results_dir, True, a.since), a.workload, a.mode, a.within_min)
         return
@@ -214,6 +225,36 @@ def print_sittings(rs: list[dict], workload: str, mode: str, within_min: float) 
                 f"peak tree RSS, {name}: median {statistics.median(rss):,.0f} MiB "
                 f"(range {min(rss):,.0f}-{max(rss):,.0f})"
             )
+
+
+def print_pairs(results_dir: str, name: str, since: str | None) -> None:
+    """Each sitting of an alternating benchmark and the median over all its pairs: TFX's
+    wall over ours (``tfx_wall_s``/``ours_wall_s``), or after's wall over before's
+    (``runs``: ``{"before": [{"wall_s": ...}, ...], "after": [...]}``, in the order they
+    ran, alternated)."""
+    import statistics
+
+    pairs = []
+    for path in sorted(glob.glob(os.path.join(results_dir, f"{name}_*.json"))):
+        stamp = os.path.basename(path)[len(name) + 1 : -len(".json")].split("_")[-1]
+        if since and stamp < since:
+            continue
+        with open(path) as f:
+            r = json.load(f)
+        if "tfx_wall_s" in r:
+            ratios = [t / o for t, o in zip(r["tfx_wall_s"], r["ours_wall_s"])]
+        else:
+            before = [x["wall_s"] for x in r["runs"]["before"]]
+            after = [x["wall_s"] for x in r["runs"]["after"]]
+            ratios = [a_ / b for b, a_ in zip(before, after)]
+        pairs += ratios
+        shown = ", ".join(f"{x:.3f}" for x in ratios)
+        print(f"{os.path.basename(path)}: {shown} (median {statistics.median(ratios):.3f})")
+    if pairs:
+        print(
+            f"median of {len(pairs)} pairs: {statistics.median(pairs):.3f} "
+            f"(range {min(pairs):.3f}-{max(pairs):.3f})"
+        )
 
 
 def print_memory_scaling(rs: list[dict]) -> None:
