@@ -149,7 +149,7 @@ def console_main() -> NoReturn:
     Before the exit, ``gc.freeze()`` moves every object left to the collector's permanent
     generation. The interpreter's teardown would otherwise run the cyclic collector over
     all of them (TensorFlow's, Keras's and Beam's modules: hundreds of thousands of
-    objects), a second or two of CPU at the end of every run, after its last line. What
+    objects), at the end of every run, after its last line. What
     the teardown still does: threads joined, ``atexit`` handlers (the pools', logging's),
     every object freed by its reference count. What it leaves: objects held only by a
     reference cycle are not finalized, as at a crash; :func:`main` has closed the run's

@@ -661,7 +661,7 @@ _AT_EXIT = (
 @pytest.mark.parametrize("entry", ["python_dash_m", "installed_command"])
 def test_the_cli_process_ends_with_its_code_and_without_the_collectors_teardown(tmp_path, entry):
     # The interpreter's teardown would run the cyclic collector over every object of
-    # TensorFlow, Keras and Beam left at the end of a run: seconds after the run's last line.
+    # TensorFlow, Keras and Beam left at the end of a run, after the run's last line.
     (tmp_path / "sitecustomize.py").write_text(_AT_EXIT)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     if entry == "python_dash_m":

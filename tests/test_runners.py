@@ -974,9 +974,9 @@ with open({out!r}, "w") as f:
 
 
 def test_the_stack_import_runs_no_collection_and_leaves_its_objects_frozen(tmp_path):
-    # Each full collection walks every object made so far: the launcher ran eight while it
-    # imported TensorFlow and Beam, about a second of its start, and later ones cost a few
-    # tenths of a second each until the imports' objects were frozen.
+    # Each full collection walks every object made so far: the launcher ran several while
+    # it imported TensorFlow and Beam, and every later one walked all of the imports'
+    # objects until they were frozen.
     from beam_pipeline.core.forked import start_forked
 
     (tmp_path / "makes_cycles.py").write_text(

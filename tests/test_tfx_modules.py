@@ -217,8 +217,8 @@ with open({path!r}, "w") as f:
 
 def test_user_code_processes_leave_tf_transform_unconverted_by_autograph(tmp_path):
     # TFX's make_serving_signatures calls tf.Transform's layer in a tf.function: AutoGraph
-    # transpiled tf.Transform's code from source in every process that exported, seconds
-    # of a Trainer's CPU. Allowlisted: called as written, as TensorFlow's own functions are.
+    # transpiled tf.Transform's code from source in every process that exported, most of
+    # the export's CPU. Allowlisted: called as written, as TensorFlow's own functions are.
     from beam_pipeline.core.forked import start_forked
 
     path = tmp_path / "allowlisted.json"

@@ -72,8 +72,8 @@ def tf_transform_unconverted() -> None:
     modules call tf.Transform's layer in it (``make_serving_signatures``: ``model.tft_layer
     = tf_transform_output.transform_features_layer()``). AutoGraph then transpiles from
     source every function of tf.Transform that the trace calls, its SavedModel loader and
-    what that calls: seconds of CPU in each process that exports (TFX's penguin module's
-    save, 3.2 -> 0.8 CPU s). None of it needs converting: tf.Transform's code has no Python
+    what that calls, in each process that exports: most of the CPU of TFX's penguin
+    module's save. None of it needs converting: tf.Transform's code has no Python
     control flow on tensors, as it also runs in ``tf.compat.v1`` graphs
     (``force_tf_compat_v1``), where there is no AutoGraph. The user's own functions (the
     serving function, a ``preprocessing_fn``) are converted as before. TensorFlow's own

@@ -21,8 +21,8 @@ def import_stack() -> None:
     The cyclic collector is off while they run, and their objects go to its permanent
     generation after (``gc.freeze``), which collections skip; a process forked after
     inherits both. Imports make few cycles, but each full collection walks every object
-    made so far: the launcher ran eight during these imports (about a second of its
-    start), later ones a few tenths of a second each, and keras-tuner runs two before
+    made so far: the launcher ran several during these imports, each longer than the
+    last, and a walk of all of them at every later one; keras-tuner runs two before
     every trial (``Tuner._try_build``: ``clear_session()`` and ``gc.collect()``). Frozen
     objects are also never written by the collector, so forks keep sharing their pages.
     (The standard recipe for pre-fork servers: Python's gc.freeze documentation.) The
