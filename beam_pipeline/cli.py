@@ -85,14 +85,15 @@ class _HandledWorkerErrors(logging.Filter):
         return True
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, *, events: Optional[RunEvents] = None) -> int:
     """Entry point; returns the process exit code.
 
     Quiet by default (see :mod:`beam_pipeline.console`): the terminal gets the progress
     lines (:mod:`beam_pipeline.progress`), the summary, the user's warnings and errors;
     the full log goes to the run directory's ``run.log``. The run's ``report.html`` is
     written at the end of every run that got a run directory, also a failed one, and its
-    path is the last line printed.
+    path is the last line printed. ``events``: the run's events, with a caller's listeners
+    (:func:`console_main`'s); a new one by default.
     """
     argv = sys.argv[1:] if argv is None else argv
     # GPU memory growth for this process and every one it starts, set before TensorFlow is
@@ -115,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     output = parse_output(argv)
     if not output.verbose:
         sys.unraisablehook = _log_unraisable
-    events = RunEvents()
+    events = events if events is not None else RunEvents()
     report = None
     with RunLog(output) as log:
         # The terminal (log.stdout): sys.stdout is the log while the run goes, so that a
@@ -144,21 +145,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def console_main() -> NoReturn:
     """The ``beam-pipeline`` script and ``python -m beam_pipeline``: :func:`main`, then the
-    process's exit with its code.
+    process's exit with its code; the collector as a process of its own allows.
 
-    Before the exit, ``gc.freeze()`` moves every object left to the collector's permanent
-    generation. The interpreter's teardown would otherwise run the cyclic collector over
-    all of them (TensorFlow's, Keras's and Beam's modules: hundreds of thousands of
-    objects), at the end of every run, after its last line. What
-    the teardown still does: threads joined, ``atexit`` handlers (the pools', logging's),
-    every object freed by its reference count. What it leaves: objects held only by a
-    reference cycle are not finalized, as at a crash; :func:`main` has closed the run's
-    log, store and report before it returns, so the run relies on none. Only here, at the
-    process's end: a caller of :func:`main` (a test, a notebook) keeps its collector.
+    A run's start-up (the flags, the store, the module's and the ML stack's imports) runs
+    with the cyclic collector off, and its objects go to the collector's permanent
+    generation when the stages start (:func:`_collect_from_here`): each full collection
+    walks every object made so far, several during the imports, and in the stages one
+    every few seconds of a large input's parsing, each walking every object of
+    TensorFlow, Keras and Beam again. Before the exit the objects left are frozen too:
+    the interpreter's teardown would otherwise run the collector over all of them after
+    the run's last line. What the teardown still does: threads joined, ``atexit``
+    handlers (the pools', logging's), every object freed by its reference count. What it
+    leaves: objects held only by a reference cycle are not finalized, as at a crash;
+    :func:`main` has closed the run's log, store and report before it returns, so the run
+    relies on none. Only here, in a process of its own: a caller of :func:`main` (a test,
+    a notebook) keeps its collector. (``runs`` commands keep it on: they import no stack.)
     """
-    code = main()
+    events = RunEvents()
+    if sys.argv[1:2] != ["runs"]:
+        gc.disable()
+        events.subscribe(run_started=_collect_from_here)
+    code = main(events=events)
     gc.freeze()
     sys.exit(code)
+
+
+def _collect_from_here(run_dir: str) -> None:
+    """The run's stages start: what the start-up made, frozen; the collector on again."""
+    gc.freeze()
+    gc.enable()
 
 
 def _log_unraisable(unraisable) -> None:

@@ -650,19 +650,32 @@ def test_python_dash_m_exit_code_and_message(tmp_path):
     assert "matches no file" in proc.stderr and "Traceback" not in proc.stderr
 
 
-# Imported at start-up (site imports a sitecustomize on the path): at the process's end, after
-# every atexit handler registered later, prints whether the collector's objects are frozen.
-_AT_EXIT = (
-    "import atexit, gc\n"
-    "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
-)
+# Imported at start-up (site imports a sitecustomize on the path): counts the collector's
+# full collections before anything was frozen and its collections of any generation after,
+# and at the process's end (after every atexit handler registered later) prints them and
+# whether the objects left are frozen.
+_COLLECTIONS = """
+import atexit, gc
+seen = {"full before a freeze": 0, "after": 0}
+frozen = []  # get_freeze_count() walks the frozen objects: asked until it is not 0
+def count(phase, info):
+    if phase != "start":
+        return
+    if frozen or gc.get_freeze_count():
+        frozen[:] = [True]
+        seen["after"] += 1
+    elif info["generation"] == 2:
+        seen["full before a freeze"] += 1
+gc.callbacks.append(count)
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0, seen))
+"""
 
 
 @pytest.mark.parametrize("entry", ["python_dash_m", "installed_command"])
 def test_the_cli_process_ends_with_its_code_and_without_the_collectors_teardown(tmp_path, entry):
     # The interpreter's teardown would run the cyclic collector over every object of
     # TensorFlow, Keras and Beam left at the end of a run, after the run's last line.
-    (tmp_path / "sitecustomize.py").write_text(_AT_EXIT)
+    (tmp_path / "sitecustomize.py").write_text(_COLLECTIONS)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     if entry == "python_dash_m":
         command = [sys.executable, "-m", "beam_pipeline"]
@@ -676,11 +689,31 @@ def test_the_cli_process_ends_with_its_code_and_without_the_collectors_teardown(
             [*command, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
         )
         assert proc.returncode == code, proc.stderr
-        assert proc.stdout.splitlines()[-1] == "frozen at exit: True", proc.stdout
+        assert proc.stdout.splitlines()[-1].startswith("frozen at exit: True"), proc.stdout
     # A caller of main() in its own process (this test's) keeps its collector.
     frozen = gc.get_freeze_count()
     assert cli.main(["--version"]) == 0
     assert gc.get_freeze_count() == frozen
+
+
+def test_a_cli_run_starts_up_without_full_collections_and_collects_in_its_stages(tmp_path):
+    # Each full collection walks every object made so far: several while the start-up
+    # imports TensorFlow and Beam, and one every few seconds of a large input's parsing
+    # that walked all of TensorFlow's objects again, until the start-up's were frozen.
+    (tmp_path / "sitecustomize.py").write_text(_COLLECTIONS)
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", f"--pipeline_root={tmp_path / 'root'}"]
+        + ["--no_trainer", "--no_tuner", "--no_progress"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith("frozen at exit: True {'full before a freeze': 0, 'after': "), last
+    assert int(last.split("'after': ")[1].rstrip("}")) > 0, last  # the collector back on
 
 
 @pytest.mark.parametrize(
