@@ -440,17 +440,35 @@ class ReadExampleBatches(beam.PTransform[beam.pvalue.PBegin, beam.PCollection]):
     its ``TensorAdapterConfig`` describes them (tf.Transform's input).
     """
 
-    def __init__(self, files, schema, batch_size: int = 4096):
+    def __init__(self, files, schema, batch_size: int = 4096, tag=None):
+        """``tag``: with ``files`` given as ``(key, path)`` pairs, each batch of a file goes
+        out as ``tag(batch, key)`` (a column naming its split, say): one read of several
+        inputs, where a ``Flatten`` of one read each would make the runner hold every
+        read's batches until the step after it can run."""
         super().__init__()
         if not files:
             raise ValueError("ReadExampleBatches needs at least one file.")
         self._files = list(files)
         self._schema_bytes = schema.SerializeToString()
         self._batch_size = batch_size
+        self._tag = tag
 
     def expand(self, pbegin):
-        return (
-            pbegin
-            | "ListFiles" >> beam.Create(self._files)
-            | "Decode" >> beam.ParDo(_DecodeFile(self._schema_bytes, self._batch_size))
-        )
+        if self._tag is None:
+            decode = _DecodeFile(self._schema_bytes, self._batch_size)
+        else:
+            decode = _DecodeTaggedFile(self._schema_bytes, self._batch_size, self._tag)
+        return pbegin | "ListFiles" >> beam.Create(self._files) | "Decode" >> beam.ParDo(decode)
+
+
+class _DecodeTaggedFile(_DecodeFile):
+    """A ``(key, path)`` pair's batches, each as ``tag(batch, key)``."""
+
+    def __init__(self, schema_bytes: bytes, batch_size: int, tag):
+        super().__init__(schema_bytes, batch_size)
+        self._tag = tag
+
+    def process(self, key_and_path):
+        key, path = key_and_path
+        for batch in super().process(path):
+            yield self._tag(batch, key)

@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Optional
@@ -142,9 +143,6 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         # read would make the runner hold every train row in memory until the analysis
         # finishes (the transform waits for it as a side input); two reads keep memory flat
         # (measured: see the note on tf.Transform's limits below).
-        raw = {
-            split: pbegin | f"Read[{split.value}]" >> self._read(split) for split in self._examples
-        }
         if self._train_datasets:
             transform_fn, output_cache = self._analyze_per_dataset(pbegin, train_io)
         elif self._cache_dir is not None:
@@ -178,10 +176,10 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         # help (65,536 rows: the same CPU, 1 GB more memory), and one read of the train
         # split for both passes saves its parsing but holds the decoded rows in the runner
         # (about 700 MB more at 1M rows), so the split is read twice.
-        transformed = self._transform(raw, adapter_config, transform_fn)
+        transformed = self._transform(pbegin, adapter_config, transform_fn)
         return TransformResult(transform_fn, transformed, output_cache)
 
-    def _transform(self, raw, adapter_config, transform_fn) -> dict:
+    def _transform(self, pbegin, adapter_config, transform_fn) -> dict:
         """Every split through one ``TransformDataset``, each batch tagged with its split.
 
         tf.Transform loads the transform graph once per ``TransformDataset`` (each has its
@@ -189,14 +187,15 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         after the analysis: one step for all splits loads it once. The split travels as a
         passthrough column (tf.Transform's own way to carry a key through, TFX's
         Transform does the same), read back to send each batch to its split and dropped
-        before the batch is written."""
-        splits = list(raw)
+        before the batch is written. One read of every split's files tags the batches: a
+        ``Flatten`` of one read per split made the runner hold all their batches until
+        the analysis was done (the transform waits for it), about a gigabyte more at 1M
+        taxi rows in memory; one read is fused with the transform and streams."""
+        splits = list(self._examples)
         column = _split_column(adapter_config, transform_fn)
-        tagged = [
-            raw[split] | f"Tag[{split.value}]" >> beam.Map(_with_split, index, column)
-            for index, split in enumerate(splits)
-        ]
-        flat = tagged | "FlattenSplits" >> beam.Flatten()
+        files = [(index, f) for index, split in enumerate(splits) for f in self._files[split]]
+        tag = functools.partial(_with_split, column=column)
+        flat = pbegin | "Read" >> ReadExampleBatches(files, self._schema, self._batch_size, tag)
         schema = adapter_config.arrow_schema.append(pa.field(column, _SPLIT_TYPE))
         tagged_config = tfxio.TensorAdapterConfig(schema, adapter_config.tensor_representations)
         with tft_beam.Context(passthrough_keys={column}):
