@@ -99,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None, *, events: Optional[RunEvents] = 
     # GPU memory growth for this process and every one it starts, set before TensorFlow is
     # imported (the ``beam-pipeline`` script enters here, not through ``__main__``).
     gpu_environment(os.environ)
-    if argv and argv[0] == "runs":  # the run history (beam_pipeline.history), not a run
+    if _runs_command(argv):  # the run history (beam_pipeline.history), not a run
         from beam_pipeline.history import main as runs_main
 
         return runs_main(argv[1:])
@@ -162,12 +162,17 @@ def console_main() -> NoReturn:
     a notebook) keeps its collector. (``runs`` commands keep it on: they import no stack.)
     """
     events = RunEvents()
-    if sys.argv[1:2] != ["runs"]:
+    if not _runs_command(sys.argv[1:]):
         gc.disable()
         events.subscribe(run_started=_collect_from_here)
     code = main(events=events)
     gc.freeze()
     sys.exit(code)
+
+
+def _runs_command(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` is a ``runs`` command (the run history), not a run."""
+    return bool(argv) and argv[0] == "runs"
 
 
 def _collect_from_here(run_dir: str) -> None:
