@@ -334,3 +334,33 @@ def test_a_span_folder_deleted_mid_run_is_one_sentence(tmp_path, capsys, monkeyp
     # Nothing half-written: no span unit, no examples.
     assert not os.listdir(root / "cache" / "spans")
     assert not (root / "runs" / "r" / "examples").exists()
+
+
+def test_a_window_analyzed_without_the_analyzer_cache_transforms_as_with_it(tmp_path):
+    # Without the cache the window's spans are analyzed together, by one read of every
+    # span's files; with it, span by span and merged. Either way the analyzers see every
+    # row of the window, so the transformed examples are the same.
+    from conftest import read_examples
+
+    spans = tmp_path / "spans"
+    _write_span(spans, 1)
+    _write_span(spans, 2)
+    pattern = str(spans / "span-{SPAN}" / "*.csv")
+    transformed = {}
+    for name, flags in (("cached", ()), ("uncached", ("--no_analyzer_cache",))):
+        root = str(tmp_path / name)
+        summary = _run(root, "a", pattern, "--span_window=2", f"--module_file={MODULE}", *flags)
+        assert (
+            summary["Transform"]["rows_out"]["train"] == summary["ExampleGen"]["rows_out"]["train"]
+        )
+        examples = read_examples(
+            os.path.join(root, "runs", "a", "transformed_examples", "train", "*.gz")
+        )
+        transformed[name] = [_as_dict(e) for e in examples]
+    _close(transformed["cached"], transformed["uncached"])
+
+
+def _as_dict(example) -> dict:
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(example)

@@ -195,11 +195,11 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         column = _split_column(adapter_config, transform_fn)
         files = [(index, f) for index, split in enumerate(splits) for f in self._files[split]]
         tag = functools.partial(_with_split, column=column)
-        flat = pbegin | "Read" >> ReadExampleBatches(files, self._schema, self._batch_size, tag)
+        tagged = pbegin | "Read" >> ReadExampleBatches(files, self._schema, self._batch_size, tag)
         schema = adapter_config.arrow_schema.append(pa.field(column, _SPLIT_TYPE))
         tagged_config = tfxio.TensorAdapterConfig(schema, adapter_config.tensor_representations)
         with tft_beam.Context(passthrough_keys={column}):
-            batches, _ = ((flat, tagged_config), transform_fn) | "Transform" >> (
+            batches, _ = ((tagged, tagged_config), transform_fn) | "Transform" >> (
                 tft_beam.TransformDataset(output_record_batches=True)
             )
         parts = batches | "BySplit" >> beam.Partition(_split_of, len(splits), column)
@@ -217,12 +217,11 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         adapter_config = train_io.TensorAdapterConfig()
         keys = list(self._train_datasets)
         if self._cache_dir is None:
-            data = [
-                pbegin | f"ReadForAnalysis[{key.key}]" >> self._read_files(files)
-                for key, files in self._train_datasets.items()
-            ]
-            flat = data | "FlattenForAnalysis" >> beam.Flatten()
-            transform_fn = (flat, adapter_config) | "Analyze" >> tft_beam.AnalyzeDataset(
+            # Every span's files in one read, as _transform reads every split's: a Flatten
+            # of one read per span would make the runner hold all their batches.
+            files = [f for span_files in self._train_datasets.values() for f in span_files]
+            data = pbegin | "ReadForAnalysis" >> self._read_files(files)
+            transform_fn = (data, adapter_config) | "Analyze" >> tft_beam.AnalyzeDataset(
                 self._preprocessing_fn
             )
             return transform_fn, None
