@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -458,6 +460,74 @@ def test_a_stage_that_turns_ctrl_c_into_its_own_error_or_ends_after_it_is_record
             return {}  # ends as if nothing happened
 
     _interrupted_siblings(tmp_path, evaluator, infra)
+
+
+def test_ctrl_c_waits_for_a_stage_inside_an_import_and_leaves_the_import_lock_free(tmp_path):
+    # A stage thread waiting for the interpreter's import lock when Ctrl-C comes (another
+    # thread is importing): raised there, the KeyboardInterrupt would land right after the
+    # thread gets the lock, before importlib's ``try``, and the lock would stay held by a
+    # thread that has ended; every later import in the process would wait for ever. Run
+    # in a process of its own: that is a process this test must be able to leave hung.
+    (tmp_path / "bp_fresh_module.py").write_text("")
+    (tmp_path / "bp_later_module.py").write_text("")
+    try:
+        child = subprocess.run(
+            [sys.executable, "-c", _STAGE_IMPORTING_AT_CTRL_C, os.path.dirname(__file__)]
+            + [str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"the process hung after the Ctrl-C (an import waits for ever): {hung}")
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split() == ["import-lock-held:", "False", "imported"], child.stdout
+
+
+_STAGE_IMPORTING_AT_CTRL_C = """
+import _imp, importlib, os, pathlib, signal, sys, threading, time
+sys.path[:0] = sys.argv[1:]
+import test_stage_runner
+
+def stack(name):  # the code names of thread ``name``'s frames, innermost first
+    ident = next(t.ident for t in threading.enumerate() if t.name == name)
+    frame, names = sys._current_frames().get(ident), []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return names
+
+both = threading.Barrier(2, timeout=60)
+
+def evaluator(ctx):
+    _imp.acquire_lock()  # as a thread importing holds it
+    try:
+        both.wait()
+        while stack("bp-InfraValidator")[0] != "_get_module_lock":
+            time.sleep(0.001)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        while True:  # until the main thread waits for the stages it has interrupted
+            try:
+                while not {"_interrupt", "join"} <= set(stack("MainThread")):
+                    time.sleep(0.01)
+                break
+            except KeyboardInterrupt:
+                continue
+    finally:
+        _imp.release_lock()
+
+def infra(ctx):
+    both.wait()
+    importlib.import_module("bp_fresh_module")  # waits for the import lock
+    while True:
+        time.sleep(0.01)
+
+test_stage_runner._interrupted_siblings(pathlib.Path(sys.argv[2]), evaluator, infra)
+print("import-lock-held:", _imp.lock_held(), flush=True)
+import bp_later_module
+print("imported", flush=True)
+os._exit(0)
+"""
 
 
 def _interrupted_siblings(tmp_path, evaluator, infra):

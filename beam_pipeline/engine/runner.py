@@ -49,6 +49,7 @@ import datetime
 import importlib
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -384,13 +385,12 @@ class _Scheduler:
         """Ctrl-C reached this thread while stages ran on theirs: each gets a
         KeyboardInterrupt too, as a stage on this thread would, and is waited for and
         recorded (a second Ctrl-C stops the waiting)."""
-        for run in self.running.values():
-            if run.thread is not None:
-                with run.lock:
-                    if run.ended is None:
-                        run.interrupted = True
-                        _raise_in(run.thread, KeyboardInterrupt)
+        unraised = [run for run in self.running.values() if run.thread is not None]
         try:
+            while unraised:
+                unraised = [run for run in unraised if not _interrupted(run)]
+                if unraised:  # a thread inside the import machinery: let it leave it
+                    unraised[0].thread.join(0.01)
             for run in list(self.running.values()):
                 if run.thread is not None:
                     run.thread.join()
@@ -434,18 +434,52 @@ def _work(run: _Running, ended: Optional[queue.Queue]) -> None:
         ended.put(run.index)
 
 
-def _raise_in(thread: threading.Thread, error: type[BaseException]) -> None:
-    """Raises ``error`` in ``thread`` at its next Python instruction.
+def _interrupted(run: _Running) -> bool:
+    """Raises a KeyboardInterrupt in ``run``'s thread unless it has ended (see _work):
+    whether that is done; False while the thread is inside the import machinery."""
+    with run.lock:
+        if run.ended is not None:
+            return True
+        if not _raise_in(run.thread, KeyboardInterrupt):
+            return False
+        run.interrupted = True
+        return True
+
+
+# importlib's own code takes the interpreter's import lock and its modules' locks without
+# guarding the instruction after each acquisition (``_imp.acquire_lock()`` before its
+# ``try``): an exception raised there leaves the lock held by a thread that then ends, and
+# every later import in the process waits for it forever.
+_IMPORT_MACHINERY = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+
+
+def _raise_in(thread: threading.Thread, error: type[BaseException]) -> bool:
+    """Raises ``error`` in ``thread`` at its next Python instruction, unless the thread is
+    inside the import machinery (False: try again once it has left it).
 
     Python delivers a Ctrl-C to the main thread only; a stage on a thread of its own
     would run on to its end. CPython's ``PyThreadState_SetAsyncExc`` is the one way to
     stop it where a stage on the main thread would stop (its code unwinds: its Beam job
     and its processes are stopped by their own ``finally`` blocks); a thread blocked in a
-    system call gets it when the call returns.
+    system call gets it when the call returns. That may be in importlib's code, which is
+    not safe against it (_IMPORT_MACHINERY): the thread's innermost frame is looked at
+    before and after (the thread may have run in between: then the error is withdrawn
+    before it can run again in most cases; only a switch of threads between these three
+    calls and one inside the machinery is left to chance).
     """
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread.ident), ctypes.py_object(error)
-    )
+    if _importing(thread):
+        return False
+    raise_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    raise_async(ctypes.c_ulong(thread.ident), ctypes.py_object(error))
+    if _importing(thread):
+        raise_async(ctypes.c_ulong(thread.ident), None)  # withdrawn
+        return False
+    return True
+
+
+def _importing(thread: threading.Thread) -> bool:
+    frame = sys._current_frames().get(thread.ident)
+    return frame is not None and frame.f_code.co_filename in _IMPORT_MACHINERY
 
 
 def _failed_row(
