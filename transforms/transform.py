@@ -19,12 +19,14 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
-from collections.abc import Callable, Mapping
-from typing import NamedTuple, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, Optional
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
@@ -169,10 +171,9 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         # the profile; its TensorFlow graphs (saved_transform_io_v2.apply_transform_model)
         # about 9%; tracing and saving the graphs (impl._create_v2_saved_model, twice) about
         # 12%. tft.vocabulary without weights hands every token to Python
-        # (tf_utils.reduce_batch_weighted_counts returns them unreduced) and counts them
-        # one by one with beam.combiners.Count.PerElement: 1.1M calls of
-        # CountCombineFn.add_input for the taxi module's two vocabularies, plus Beam's
-        # per-element steps around each, which cProfile does not see. Larger batches do not
+        # (tf_utils.reduce_batch_weighted_counts returns them unreduced), where its own
+        # step counted them one Beam element each: this module's step counts them per batch
+        # first (_VocabularyAccumulate, at the end of this module). Larger batches do not
         # help (65,536 rows: the same CPU, 1 GB more memory), and one read of the train
         # split for both passes saves its parsing but holds the decoded rows in the runner
         # (about 700 MB more at 1M rows), so the split is read twice.
@@ -281,8 +282,8 @@ def _split_column(adapter_config, transform_fn) -> str:
 
 def _with_split(batch: pa.RecordBatch, index: int, column: str) -> pa.RecordBatch:
     rows = batch.num_rows
-    values = pa.ListArray.from_arrays(
-        pa.array(range(rows + 1), pa.int32()), pa.array([index] * rows, pa.int64())
+    values = pa.ListArray.from_arrays(  # from numpy: no Python int per row
+        pa.array(np.arange(rows + 1, dtype=np.int32)), pa.array(np.full(rows, index, np.int64))
     )
     return batch.append_column(pa.field(column, _SPLIT_TYPE), values)
 
@@ -355,3 +356,41 @@ class WriteTransformedExamples(
             )
         )
         return beam.pvalue.PDone(batches.pipeline)
+
+
+# tf.Transform's own step for an unweighted tft.vocabulary (analyzer_impls.
+# _VocabularyAccumulateImpl) hands every token of every batch to Beam as an element of its
+# own and counts them with beam.combiners.Count.PerElement: at 1M taxi rows, 1.1M elements
+# for the taxi module's two vocabularies, each through a FlatMap's output, a Map to
+# (token, None) and the combiner's add_input. Counting each batch's tokens first
+# (collections.Counter, in C) hands Beam one (token, count) pair per distinct token of a
+# batch, which CombinePerKey(sum) adds up: the same (token, count) pairs as Count.PerElement
+# makes, so the vocabulary, its frequencies and the analyzer cache's accumulators are the
+# same (tests/test_transform_vocabulary.py compares them with tf.Transform's own step).
+# Every other ordering (weights, labels, mutual information) is tf.Transform's step as it is.
+# Registered when this module is imported: the step is chosen as tf.Transform builds the
+# analysis, in the process that builds the job.
+from tensorflow_transform import analyzer_nodes  # noqa: E402
+from tensorflow_transform.beam import analyzer_impls, common  # noqa: E402
+
+
+def _token_counts(batch_values) -> Iterable[tuple]:
+    """A batch of tokens (tf.Transform's analyzer input) as (token, count) pairs."""
+    (batch_value,) = batch_values
+    return collections.Counter(batch_value.tolist()).items()
+
+
+@common.register_ptransform(analyzer_nodes.VocabularyAccumulate)
+class _VocabularyAccumulate(analyzer_impls._VocabularyAccumulateImpl):
+    """tf.Transform's vocabulary accumulation, an unweighted one counted per batch first."""
+
+    def expand(self, inputs):
+        if self._vocab_ordering_type != analyzer_impls._VocabOrderingType.FREQUENCY:
+            return super().expand(inputs)
+        (pcoll,) = inputs
+        return (
+            pcoll
+            | "CountTokensPerBatch" >> beam.FlatMap(_token_counts)
+            | "CountPerToken"
+            >> beam.CombinePerKey(sum).with_input_types(Any).with_output_types(Any)
+        )
