@@ -8,9 +8,9 @@ ratio between them on the same workload.
   python benchmarks/compare.py --pairs tfx_penguin [--since YYYYMMDD-HHMM]
   python benchmarks/compare.py --pairs bundled_first_run_vs_cb43dda [--since ...]
 
---sittings pairs every TFX anchor result with our result of the same workload and Beam
-mode taken nearest to it (within --within_min minutes: one sitting), prints each
-sitting's ratios and their median with the range: the headline figures.
+--sittings pairs every TFX anchor result with our first result of the same workload and
+Beam mode started after it (within --within_min minutes: a sitting runs TFX, then ours),
+prints each sitting's ratios and their median with the range: the headline figures.
 
 Takes the latest successful result of each (system, workload, Beam mode) unless --all.
 Ratios are "TFX seconds / our seconds" (above 1: we are faster), per stage and for the
@@ -191,10 +191,12 @@ def print_sittings(rs: list[dict], workload: str, mode: str, within_min: float) 
     tfx = [r for r in rs if r["system"].startswith("tfx") and r["workload"] == workload]
     rows = []
     for t in sorted(tfx, key=when):
-        near = [o for o in ours if abs((when(o) - when(t)).total_seconds()) <= within_min * 60]
+        # A sitting runs TFX first, then ours (run_sitting.sh): the first of ours that
+        # started after this TFX run, not the nearest, which may be the sitting before's.
+        near = [o for o in ours if 0 <= (when(o) - when(t)).total_seconds() <= within_min * 60]
         if not near:
             continue
-        o = min(near, key=lambda o: abs((when(o) - when(t)).total_seconds()))
+        o = min(near, key=when)
         data_t, data_o = seconds(t, STAGES), seconds(o, STAGES)
         tr_t, tr_o = seconds(t, ("Transform",)), seconds(o, ("Transform",))
         read = ("ExampleGen", "Statistics")

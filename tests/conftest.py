@@ -161,6 +161,7 @@ _FILE_SECONDS = {
     "test_watchdog.py": 21,
     "test_runs_commands.py": 20,
     "test_trainer_distributed.py": 19,
+    "test_transform_vocabulary.py": 17,
     "test_example_gen.py": 16,
     "test_history_columns.py": 14,
     "test_mixed_precision.py": 14,
