@@ -31,6 +31,8 @@ import pyarrow as pa
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 from tensorflow_metadata.proto.v0 import schema_pb2
+from tensorflow_transform import analyzer_nodes
+from tensorflow_transform.beam import analyzer_impls, common
 from tfx_bsl.public import tfxio
 
 from beam_pipeline.core import fileio
@@ -370,8 +372,6 @@ class WriteTransformedExamples(
 # Every other ordering (weights, labels, mutual information) is tf.Transform's step as it is.
 # Registered when this module is imported: the step is chosen as tf.Transform builds the
 # analysis, in the process that builds the job.
-from tensorflow_transform import analyzer_nodes  # noqa: E402
-from tensorflow_transform.beam import analyzer_impls, common  # noqa: E402
 
 
 def _token_counts(batch_values) -> Iterable[tuple]:
