@@ -130,9 +130,6 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         if empty:
             raise ValueError(f"TransformExamples: no train examples for dataset {empty[0]}.")
 
-    def _read(self, split: Split) -> ReadExampleBatches:
-        return ReadExampleBatches(self._files[split], self._schema, self._batch_size)
-
     def _tfxio(self, split: Split) -> tfxio.TFExampleRecord:
         return tfxio.TFExampleRecord(
             file_pattern=self._examples[split],
@@ -150,7 +147,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         if self._train_datasets:
             transform_fn, output_cache = self._analyze_per_dataset(pbegin, train_io)
         elif self._cache_dir is not None:
-            analysis_data = pbegin | "ReadForAnalysis" >> self._read(Split.TRAIN)
+            analysis_data = pbegin | "ReadForAnalysis" >> self._read_files(self._files[Split.TRAIN])
             input_cache = pbegin | "ReadCache" >> tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(
                 self._cache_dir, [self._dataset_key]
             )
@@ -160,7 +157,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
                 adapter_config,
             ) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(self._preprocessing_fn)
         else:
-            analysis_data = pbegin | "ReadForAnalysis" >> self._read(Split.TRAIN)
+            analysis_data = pbegin | "ReadForAnalysis" >> self._read_files(self._files[Split.TRAIN])
             transform_fn = (
                 analysis_data,
                 adapter_config,
@@ -198,7 +195,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         column = _split_column(adapter_config, transform_fn)
         files = [(index, f) for index, split in enumerate(splits) for f in self._files[split]]
         tag = functools.partial(_with_split, column=column)
-        tagged = pbegin | "Read" >> ReadExampleBatches(files, self._schema, self._batch_size, tag)
+        tagged = pbegin | "Read" >> self._read_files(files, tag)
         schema = adapter_config.arrow_schema.append(pa.field(column, _SPLIT_TYPE))
         tagged_config = tfxio.TensorAdapterConfig(schema, adapter_config.tensor_representations)
         with tft_beam.Context(passthrough_keys={column}):
@@ -257,8 +254,8 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
             self._preprocessing_fn
         )
 
-    def _read_files(self, files) -> ReadExampleBatches:
-        return ReadExampleBatches(files, self._schema, self._batch_size)
+    def _read_files(self, files, tag=None) -> ReadExampleBatches:
+        return ReadExampleBatches(files, self._schema, self._batch_size, tag)
 
 
 # The passthrough column that carries each batch's split through the transform (a
