@@ -26,7 +26,7 @@ from beam_pipeline.core.types import DataFormat, Split
 from transforms import example_gen as eg
 from transforms.example_gen.csv_input import _to_list_array
 from transforms.example_gen.csv_ranges import CsvRange
-from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile
+from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile, arrow_rows
 from transforms.example_gen.csv_typing import CountFileTypes
 
 MESSY = os.path.join(TESTDATA, "messy.csv")
@@ -232,6 +232,50 @@ def test_compressed_csv_reads_exactly_like_the_plain_file(tmp_path, suffix):
     # Both are read whole: one is compressed, the other has quoted newlines.
     assert [o.value for o in ranges] == [CsvRange(files[0])]
     assert [o.value for o in plain_ranges] == [CsvRange(MESSY)]
+
+
+# Range bodies (after the header "id,x,s\r\n") that pyarrow's reader reads: CRLF and LF
+# lines, empty lines of both kinds, spaces kept, an oversized field, non-ASCII text and no
+# final newline; and those it leaves to Python's reader.
+_PLAIN_BODY = "1,10,a\r\n\r\n2, 20 ,b\n\n3,,\r\n4,40," + "y" * 30 + "\n5,50,é€\n6,60,last"
+_PYTHONS_BODIES = {
+    "quoted field": '1,"10",a\n2,20,b\n',
+    "quoted newline": '1,10,"a\nb"\n2,20,b\n',
+    "lone carriage return": "1,10,a\r2,20,b\n",
+    "NUL byte": "1,10,a\x00\n2,20,b\n",
+    "wrong width": "1,10\n2,20,b\n",
+    "whitespace line": "1,10,a\n  \n2,20,b\n",
+}
+
+
+@pytest.mark.parametrize("body", [_PLAIN_BODY, *_PYTHONS_BODIES.values()])
+def test_a_range_reads_as_the_whole_file_does_whichever_reader_reads_it(tmp_path, body):
+    # A byte range of a file is read by pyarrow's C++ reader where that reads it exactly as
+    # Python's csv module does, and by Python's otherwise; a whole file always by Python's.
+    path = str(tmp_path / "data.csv")
+    head = b"id,x,s\r\n"
+    with open(path, "wb") as f:
+        f.write(head + body.encode())
+    header = ("id", "x", "s")
+    fmt = eg.CsvFormat(max_field_bytes=20)
+    reader = ReadCsvFile(header, fmt, None)
+    part = CsvRange(path, len(head), os.path.getsize(path), 2)
+    ranged = _without_file(reader.process(part))
+    assert ranged == _without_file(reader.process(path))
+    fast = arrow_rows(body.encode(), header, ",", 2)
+    if body is _PLAIN_BODY:
+        assert fast is not None
+        assert [o[1] for o in ranged if o[0] == "rows"] == [[2, 4, 6, 8, 9]]
+        assert [o[1].line for o in ranged if o[0] == "rejected"] == [7]
+        assert ranged[1][3] == [
+            b"1,10,a",
+            b"2, 20 ,b",
+            b"3,,",
+            b"5,50,\xc3\xa9\xe2\x82\xac",
+            b"6,60,last",
+        ]
+    else:
+        assert fast is None
 
 
 @pytest.mark.parametrize("suffix", sorted(_COMPRESSORS))

@@ -11,7 +11,8 @@ Why not tfx-bsl's CSV decoder: ``tfx_bsl.coders.csv_decoder`` works on lines (it
 read quoted fields that contain newlines, which CSV allows), reports no file/line for a bad
 row, and infers a column holding one stray word as a string column instead of rejecting
 the row. Reading uses Python's C ``csv`` module per file (it tracks physical line
-numbers), and all typing and parsing is vectorized with pyarrow compute per chunk.
+numbers), or pyarrow's C++ reader for a byte range both read alike (:mod:`.csv_rows`), and
+all typing and parsing is vectorized with pyarrow compute per chunk.
 
 Example::
 

@@ -1,7 +1,8 @@
 """CSV rows as column-major string chunks with their physical line numbers.
 
 :class:`ReadCsvFile` reads one file with Python's C ``csv`` module (it handles quoted
-newlines and tracks physical line numbers) into :class:`RawChunk` s of up to
+newlines and tracks physical line numbers), or a byte range that pyarrow's C++ reader
+reads alike with that reader (:func:`arrow_rows`), into :class:`RawChunk` s of up to
 ``CHUNK_ROWS`` well-formed rows, and rejects rows of the wrong width or with an oversized
 field, with file, line and reason. Typing the strings is :mod:`.csv_typing`'s concern.
 
@@ -48,6 +49,7 @@ class RawChunk(NamedTuple):
 # raised to what a C long holds everywhere; --csv_max_field_bytes is enforced per row on
 # the parsed fields instead, so an oversized row is rejected and the file read on.
 _CSV_MODULE_FIELD_LIMIT = 2**31 - 1
+_NL, _CR = 10, 13
 
 
 def _allow_long_csv_fields() -> None:
@@ -72,11 +74,8 @@ def _clip(field: str, limit: int) -> str:
     return field if len(field.encode("utf-8")) <= limit else field[:200] + "…"
 
 
-def _open_range(part: CsvRange):
-    """The text of a range: a whole file (decompressed, a byte-order mark dropped), or
-    bytes ``[start, end)`` of an uncompressed one, which begin at a line start."""
-    if part.end is None:
-        return open_text(part.file)
+def _range_bytes(part: CsvRange) -> bytes:
+    """Bytes ``[start, end)`` of an uncompressed file; they begin at a line start."""
     with open_input(part.file) as f:
         f.seek(part.start)
         data = f.read(part.end - part.start)
@@ -85,7 +84,57 @@ def _open_range(part: CsvRange):
             f"Input file {part.file} is shorter than when it was scanned (bytes "
             f"{part.start}-{part.end}); do not change input files while a run reads them."
         )
-    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="")
+    return data
+
+
+def arrow_rows(data: bytes, header: Sequence[str], delim: str, first_line: int):
+    """``(line numbers, pa.Table of strings)`` of the rows in ``data`` (bytes that begin at
+    line ``first_line``'s start), read by pyarrow's C++ reader; None where that reader
+    might not read them exactly as Python's ``csv`` module does.
+
+    Why both readers: Python's reader (the general path) keeps physical line numbers
+    through quoted newlines and reads lenient quoting, but it builds a Python list per row.
+    Bytes with no quote, no NUL and no carriage return outside a CRLF are read the same by
+    both (fields are the text between delimiters; a line is a row; an empty line is none),
+    and their line numbers are where the newlines are, so pyarrow reads those. Anything
+    else, or a row of the wrong width or text that is not UTF-8 (pyarrow refuses the whole
+    range), is left to Python's reader, which rejects or names it with its line.
+    """
+    import pyarrow.csv as pa_csv
+
+    if (
+        not delim.isascii()
+        or delim in '"\r\n'
+        or b'"' in data
+        or b"\x00" in data
+        or data.count(b"\r") != data.count(b"\r\n")
+    ):
+        return None
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _NL)
+    starts = np.concatenate([[0], ends + 1])
+    ends = np.append(ends, len(data))  # the last line, empty when the data ends in \n
+    lengths = ends - starts
+    if len(data) and lengths.any():
+        # A CRLF's \r is part of the line end (every \r here is one's).
+        crlf = (lengths > 0) & (np.frombuffer(data, dtype=np.uint8)[ends - 1] == _CR)
+        lengths = lengths - crlf
+    lines = first_line + np.flatnonzero(lengths > 0)
+    try:
+        table = pa_csv.read_csv(
+            pa.BufferReader(data),
+            read_options=pa_csv.ReadOptions(column_names=list(header), block_size=8 << 20),
+            parse_options=pa_csv.ParseOptions(delimiter=delim, quote_char=False),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={h: pa.string() for h in header},
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except pa.ArrowInvalid:
+        return None
+    if table.num_rows != len(lines):
+        return None
+    return lines.tolist(), table
 
 
 class ReadCsvFile(beam.DoFn):
@@ -115,10 +164,26 @@ class ReadCsvFile(beam.DoFn):
     def process(self, part: CsvRange | str) -> Iterator:
         if isinstance(part, str):
             part = CsvRange(part)
+        if part.end is None:
+            yield from self._python_rows(part, open_text(part.file))
+            return
+        data = _range_bytes(part)
+        fast = arrow_rows(data, self._header, self._fmt.delimiter, part.first_line)
+        if fast is None:
+            text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", newline="")
+            yield from self._python_rows(part, text)
+            return
+        lines, table = fast
+        for i in range(0, table.num_rows, CHUNK_ROWS):
+            rows = table.slice(i, CHUNK_ROWS)
+            columns = [c.combine_chunks() for c in rows.columns]
+            yield from self._chunk(part.file, lines[i : i + CHUNK_ROWS], columns)
+
+    def _python_rows(self, part: CsvRange, text) -> Iterator:
+        """The rows of ``text`` (the range's text) read with Python's ``csv`` module."""
         path = part.file
         width = len(self._header)
         delim = self._fmt.delimiter
-        key_col = self._key_col
         lines: list[int] = []
         rows: list[list[str]] = []
         _allow_long_csv_fields()
@@ -126,7 +191,7 @@ class ReadCsvFile(beam.DoFn):
         first = part.first_line - 1
         last_line = part.first_line
         try:
-            with _open_range(part) as f:
+            with text as f:
                 reader = csv.reader(f, delimiter=delim, strict=False)
                 if part.end is None:
                     next(reader, None)  # header, checked by read_csv_header
@@ -138,7 +203,7 @@ class ReadCsvFile(beam.DoFn):
                         lines.append(start)
                         rows.append(row)
                         if len(rows) >= CHUNK_ROWS:
-                            yield from self._chunk(path, lines, rows, key_col, delim)
+                            yield from self._chunk(path, lines, _columns(rows))
                             lines, rows = [], []
                     elif row:  # a blank line is no row
                         self._read.inc()
@@ -170,12 +235,12 @@ class ReadCsvFile(beam.DoFn):
                 "compression."
             ) from e
         if rows:
-            yield from self._chunk(path, lines, rows, key_col, delim)
+            yield from self._chunk(path, lines, _columns(rows))
 
-    def _chunk(self, path, lines, rows, key_col, delim) -> Iterator:
+    def _chunk(self, path: str, lines: list[int], columns: list[pa.Array]) -> Iterator:
         """Yields the rows with an oversized field as rejected, then the others' chunk."""
-        self._read.inc(len(rows))
-        columns = [pa.array(c, type=pa.string()) for c in zip(*rows)]
+        self._read.inc(len(lines))
+        delim = self._fmt.delimiter
         limit = self._fmt.max_field_bytes
         oversized = oversized_fields(columns, limit)
         if oversized:
@@ -188,20 +253,26 @@ class ReadCsvFile(beam.DoFn):
                         lines[i],
                         f"field of {size} bytes at line {lines[i]} exceeds "
                         f"--csv_max_field_bytes={limit}",
-                        delim.join(_clip(f, limit) for f in rows[i]),
+                        delim.join(_clip(c[i].as_py(), limit) for c in columns),
                     ),
                 )
-            keep = np.ones(len(rows), dtype=bool)
+            keep = np.ones(len(lines), dtype=bool)
             keep[list(oversized)] = False
             if not keep.any():
                 return
             columns = [c.filter(pa.array(keep)) for c in columns]
             lines = [n for n, k in zip(lines, keep) if k]
-            rows = [r for r, k in zip(rows, keep) if k]
         if self._typing_pass:
             keys = []
-        elif key_col is None:
-            keys = [delim.join(r).encode("utf-8") for r in rows]
+        elif self._key_col is None:
+            # The whole row's text, its fields joined as they were read (the hash split's key).
+            joined = pc.binary_join_element_wise(*columns, delim)
+            keys = joined.cast(pa.binary()).to_pylist()
         else:
-            keys = [r[key_col].encode("utf-8") for r in rows]
+            keys = columns[self._key_col].cast(pa.binary()).to_pylist()
         yield RawChunk(path, lines, columns, keys)
+
+
+def _columns(rows: list[list[str]]) -> list[pa.Array]:
+    """Row-major Python rows -> one Arrow string array per column."""
+    return [pa.array(c, type=pa.string()) for c in zip(*rows)]
