@@ -12,6 +12,7 @@ import gzip
 import json
 import lzma
 import os
+import re
 import types
 import zlib
 
@@ -27,7 +28,15 @@ from transforms import example_gen as eg
 from transforms.example_gen.csv_input import _to_list_array
 from transforms.example_gen.csv_ranges import CsvRange
 from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile, arrow_rows
-from transforms.example_gen.csv_typing import CountFileTypes
+from transforms.example_gen.csv_typing import (
+    FLOAT_RE,
+    INT_RE,
+    INTEGRAL_RE,
+    CountFileTypes,
+    TypeCounts,
+    _count_types,
+    int64_mask,
+)
 
 MESSY = os.path.join(TESTDATA, "messy.csv")
 PENGUINS = os.path.join(PENGUIN_DIR, "penguins.csv")
@@ -276,6 +285,35 @@ def test_a_range_reads_as_the_whole_file_does_whichever_reader_reads_it(tmp_path
         ]
     else:
         assert fast is None
+
+
+_NUMBER_TEXTS = {
+    "short integers": ["0", "-7", "+12", " 42 ", "123456789012345678", ""],
+    "int64's bounds": ["9223372036854775807", "-9223372036854775808", "5"],
+    "beyond int64": ["9223372036854775808", "-9223372036854775809", "12"],
+    "19 digits beyond int64": ["9223372036854775808", "12"],
+    "20 digits": ["00000000000000000001", "3"],
+    "numbers": ["1.5", "-2", "1e5", "inf", "-NaN", ".5", "7."],
+    "words": ["x", "12a", "--1", "1e", "", "0x1F"],
+}
+
+
+@pytest.mark.parametrize("texts", list(_NUMBER_TEXTS.values()), ids=list(_NUMBER_TEXTS))
+def test_type_counts_are_what_the_patterns_say_of_each_value(texts):
+    # The typing pass counts per column the present values that are int64 integers, numbers
+    # and integers beyond int64, in arrow's kernels with shortcuts (short text, a column of
+    # integers only); each count must be what the patterns say of each value one by one.
+    def full(pattern, v):
+        return re.fullmatch(pattern.strip("^$"), v, re.ASCII) is not None
+
+    present = [v.strip() for v in texts if v.strip()]
+    ints = [v for v in present if full(INT_RE, v) and -(2**63) <= int(v) < 2**63]
+    integral = [v for v in present if full(INTEGRAL_RE, v)]
+    floats = [v for v in present if full(FLOAT_RE, v)]
+    want = TypeCounts(len(present), len(ints), len(floats), len(integral) - len(ints))
+    assert _count_types([pa.array(texts)], ("",)) == [want]
+    mask = int64_mask(pa.array(present)).to_pylist()
+    assert [v for v, ok in zip(present, mask) if ok] == ints
 
 
 @pytest.mark.parametrize("suffix", sorted(_COMPRESSORS))

@@ -114,14 +114,23 @@ def int64_mask(trimmed: pa.Array) -> pa.Array:
 
     A 19-digit number may be beyond int64's range: it is compared with the bound as text
     (equal lengths of digits compare as the numbers do), in arrow's kernels, not per value.
+    Where every value is shorter than 19 bytes none can be, and that comparison (most of
+    the cost) is skipped.
     """
     ok = pc.match_substring_regex(trimmed, INT_RE)
+    if not _may_have_19_digits(trimmed):
+        return ok
     digits = pc.replace_substring_regex(trimmed, r"^[+-]", "")
     negative = pc.starts_with(trimmed, "-")
     long = pc.equal(pc.utf8_length(digits), 19)
     bound = pc.if_else(negative, _INT64_MIN_DIGITS, _INT64_MAX_DIGITS)
     beyond = pc.and_(long, pc.greater(digits, bound))
     return pc.and_(ok, pc.invert(beyond))
+
+
+def _may_have_19_digits(values: pa.Array) -> bool:
+    """Whether a value is 19 bytes or longer (shorter text holds at most 18 digits)."""
+    return len(values) > 0 and pc.max(pc.binary_length(values)).as_py() >= 19
 
 
 class TypeCounts(NamedTuple):
@@ -143,15 +152,20 @@ def _count_types(columns, null_values: tuple[str, ...]) -> list[TypeCounts]:
         if not len(present):
             out.append(TypeCounts(0, 0, 0))
             continue
+        n = len(present)
         ints = pc.sum(int64_mask(present)).as_py()
-        out.append(
-            TypeCounts(
-                len(present),
-                ints,
-                pc.sum(pc.match_substring_regex(present, FLOAT_RE)).as_py(),
-                pc.sum(pc.match_substring_regex(present, INTEGRAL_RE)).as_py() - ints,
-            )
+        if ints == n:
+            # Every int64 integer is also a number, and none is beyond int64.
+            out.append(TypeCounts(n, n, n, 0))
+            continue
+        floats = pc.sum(pc.match_substring_regex(present, FLOAT_RE)).as_py()
+        # Text shorter than 19 bytes that is integral is an int64 integer (int64_mask).
+        integral = (
+            pc.sum(pc.match_substring_regex(present, INTEGRAL_RE)).as_py()
+            if _may_have_19_digits(present)
+            else ints
         )
+        out.append(TypeCounts(n, ints, floats, integral - ints))
     return out
 
 
