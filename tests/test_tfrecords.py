@@ -238,10 +238,13 @@ def _mixed_example(i: int) -> bytes:
 
 
 @pytest.mark.parametrize("n, batch_size", [(0, 10), (1, 10), (1003, 64)])
-def test_tensorflow_parser_gives_the_batches_of_tfx_bsl_decoder(tmp_path, n, batch_size):
-    """Where the schema allows it, the reader parses with TensorFlow inside tf.data; its
-    RecordBatches equal tfx-bsl's decoder's, batch by batch: types, nulls for absent
-    features, several values per row, strings of any bytes, features not in the schema left."""
+def test_tensorflow_parser_gives_the_batches_of_tfx_bsl_decoder(
+    tmp_path, monkeypatch, n, batch_size
+):
+    """Where the schema allows it, the reader parses with TensorFlow; its RecordBatches
+    equal tfx-bsl's decoder's, batch by batch: types, nulls for absent features, several
+    values per row, strings of any bytes, features not in the schema left. The parser is
+    traced once for every file a DoFn reads (a trace per file cost more than a small file)."""
     import numpy as np
     import tensorflow as tf
     from tensorflow_metadata.proto.v0 import schema_pb2
@@ -254,6 +257,14 @@ def test_tensorflow_parser_gives_the_batches_of_tfx_bsl_decoder(tmp_path, n, bat
     with tf.io.TFRecordWriter(path, options=tfrecords._options()) as writer:
         for record in records:
             writer.write(record)
+    traces = []
+    parse_fn = tfrecords._parse_fn
+
+    def counted_parse_fn(spec):  # the Python body runs once per trace
+        parse = parse_fn(spec)
+        return lambda serialized: traces.append(1) or parse(serialized)
+
+    monkeypatch.setattr(tfrecords, "_parse_fn", counted_parse_fn)
     schema = schema_pb2.Schema()
     schema.feature.add(name="i", type=schema_pb2.INT)
     schema.feature.add(name="f", type=schema_pb2.FLOAT)
@@ -263,11 +274,13 @@ def test_tensorflow_parser_gives_the_batches_of_tfx_bsl_decoder(tmp_path, n, bat
     try:
         assert decode._fast is not None, "this schema is parsed by TensorFlow"
         ours = list(decode.process(path))
+        assert [b.num_rows for b in decode.process(path)] == [b.num_rows for b in ours]
     finally:
         decode.teardown()
     decoder = example_coder.ExamplesToRecordBatchDecoder(schema.SerializeToString())
     theirs = [decoder.DecodeBatch(records[i : i + batch_size]) for i in range(0, n, batch_size)]
     assert [b.num_rows for b in ours] == [b.num_rows for b in theirs]
+    assert len(traces) == 1, "the second file traced the parser again"
     for a, b in zip(ours, theirs):
         assert a.schema.equals(b.schema), (a.schema, b.schema)
         # NaN != NaN in Arrow's equality: compare the float column's bits.

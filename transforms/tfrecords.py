@@ -281,15 +281,15 @@ class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
 class _DecodeFile(beam.DoFn):
     """One gzip TFRecord file of tf.Examples -> RecordBatches of up to ``batch_size`` rows.
 
-    Where the schema allows (:func:`_fast_parse_spec`), TensorFlow's parser makes them
-    inside tf.data, ``_DECODERS`` batches at a time on tf.data's threads, and only the
-    assembly of the Arrow arrays (numpy, no object per value) runs on the DirectRunner's
-    Python thread. Else tfx-bsl's decoder runs ahead, ``_DECODERS`` batches at a time, each
-    on a thread of its own with its own decoder (a decoder is not thread-safe):
-    ``DecodeBatch`` releases the GIL, so the next batches are decoded on the other cores
-    while the steps after this one (tf.Transform's TensorFlow graphs) work on the current
-    one. Either way TensorFlow's reader reads and gunzips ahead on its own threads, and the
-    batches come out in the file's order.
+    TensorFlow's reader reads and gunzips ahead on its own threads; each batch of records
+    is then decoded on a thread of this DoFn's pool, ``_DECODERS`` batches at a time, while
+    the steps after this one (tf.Transform's TensorFlow graphs) work on the current one,
+    and the batches come out in the file's order. Where the schema allows
+    (:func:`_fast_parse_spec`), TensorFlow's parser decodes them (one function, traced once
+    per DoFn instance: tracing one per file, as a ``tf.data`` map does, cost more than
+    reading a small file) and only the assembly of the Arrow arrays (numpy, no object per
+    value) runs in Python; else tfx-bsl's decoder does, one per thread (a decoder is not
+    thread-safe). Both release the GIL.
     """
 
     def __init__(self, schema_bytes: bytes, batch_size: int):
@@ -300,21 +300,26 @@ class _DecodeFile(beam.DoFn):
         self._local = threading.local()
         self._ahead = ThreadPoolExecutor(max_workers=_DECODERS, thread_name_prefix="decode")
         self._fast = _fast_parse_spec(self._schema_bytes)
+        if self._fast is not None:
+            import tensorflow as tf
+
+            spec, self._arrow_schema = self._fast
+            self._parse_records = tf.function(
+                _parse_fn(spec), input_signature=[tf.TensorSpec([None], tf.string)]
+            ).get_concrete_function()
 
     def process(self, path: str):
         import tensorflow as tf
 
         dataset = tf.data.TFRecordDataset(path, compression_type="GZIP", buffer_size=8 << 20)
-        if self._fast is not None:
-            yield from self._parse(dataset.batch(self._batch_size))
-            return
-        batches = dataset.batch(self._batch_size).prefetch(1).as_numpy_iterator()
+        batches = iter(dataset.batch(self._batch_size).prefetch(1))
+        decode = self._decode if self._fast is None else self._parse
         pending: collections.deque = collections.deque()
 
         def submit() -> None:
             records = next(batches, None)
             if records is not None:
-                pending.append(self._ahead.submit(self._decode, records))
+                pending.append(self._ahead.submit(decode, records))
 
         for _ in range(_DECODERS):
             submit()
@@ -323,14 +328,17 @@ class _DecodeFile(beam.DoFn):
             submit()
             yield batch
 
-    def _parse(self, batches):
+    def _parse(self, records):
+        """One RecordBatch of serialized tf.Examples, by TensorFlow's parser."""
         import pyarrow as pa
 
-        spec, arrow_schema = self._fast
-        parsed_batches = batches.map(_parse_fn(spec), num_parallel_calls=_DECODERS).prefetch(1)
-        for num_rows, parsed in parsed_batches.as_numpy_iterator():
-            columns = [_list_array(f, int(num_rows), parsed[f.name]) for f in arrow_schema]
-            yield pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+        num_rows, parsed = self._parse_records(records)
+        num_rows = int(num_rows)
+        columns = [
+            _list_array(f, num_rows, [t.numpy() for t in parsed[f.name]])
+            for f in self._arrow_schema
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=self._arrow_schema)
 
     def _decode(self, records):
         """One RecordBatch of serialized tf.Examples (on a decoding thread, its decoder)."""
@@ -341,7 +349,7 @@ class _DecodeFile(beam.DoFn):
             decoder = self._local.decoder = example_coder.ExamplesToRecordBatchDecoder(
                 self._schema_bytes
             )
-        return decoder.DecodeBatch(list(records))
+        return decoder.DecodeBatch(list(records.numpy()))
 
     def teardown(self):
         self._ahead.shutdown(wait=True)
