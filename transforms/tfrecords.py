@@ -44,7 +44,13 @@ from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-__all__ = ["WriteTFRecordBatches", "ReadExampleBatches", "SHARD_BYTES", "SHARD_SUFFIX"]
+__all__ = [
+    "ReadExampleBatches",
+    "SHARD_BYTES",
+    "SHARD_SUFFIX",
+    "WriteTFRecordBatches",
+    "encode_examples",
+]
 
 SHARD_SUFFIX = ".tfrecord.gz"
 # zlib level 1: much faster than the default level (6) for somewhat larger files; the
@@ -245,6 +251,16 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
     if FileSystems.exists(tmp_dir):
         FileSystems.delete([tmp_dir])
     return final
+
+
+def encode_examples(batch) -> list[bytes]:
+    """RecordBatch -> serialized tf.Examples, by tfx-bsl's C++ encoder: the ``encode`` of
+    :class:`WriteTFRecordBatches` for ExampleGen's and Transform's outputs, so that they
+    are encoded on its encoding threads (the encoder releases the GIL), off the thread that
+    runs the steps before. An encoder takes its feature types from the batch it encodes."""
+    from tfx_bsl.coders import example_coder
+
+    return example_coder.RecordBatchToExamplesEncoder().encode(batch)
 
 
 class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Optional
 
@@ -38,7 +37,7 @@ from tfx_bsl.public import tfxio
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Split
 from transforms.metrics import NAMESPACE
-from transforms.tfrecords import ReadExampleBatches, WriteTFRecordBatches
+from transforms.tfrecords import ReadExampleBatches, WriteTFRecordBatches, encode_examples
 
 __all__ = [
     "TransformResult",
@@ -313,28 +312,6 @@ class _CountRows(beam.DoFn):
         yield batch
 
 
-class _ExamplesEncoder:
-    """RecordBatch -> serialized tf.Examples (tfx-bsl's encoder), one per thread, made on
-    first use: the sink calls it on its encoding threads."""
-
-    def __init__(self):
-        self._local = threading.local()
-
-    def __getstate__(self):
-        return {}
-
-    def __setstate__(self, state):
-        self._local = threading.local()
-
-    def __call__(self, batch: pa.RecordBatch) -> list[bytes]:
-        encoder = getattr(self._local, "encoder", None)
-        if encoder is None:
-            from tfx_bsl.coders import example_coder
-
-            encoder = self._local.encoder = example_coder.RecordBatchToExamplesEncoder()
-        return encoder.encode(batch)
-
-
 class WriteTransformedExamples(
     beam.PTransform[beam.PCollection[pa.RecordBatch], beam.pvalue.PDone]
 ):
@@ -351,7 +328,7 @@ class WriteTransformedExamples(
             | "Count" >> beam.ParDo(_CountRows(self._split))
             | "EncodeAndWrite"
             >> WriteTFRecordBatches(
-                FileSystems.join(self._out_dir, self._split.value), encode=_ExamplesEncoder()
+                FileSystems.join(self._out_dir, self._split.value), encode=encode_examples
             )
         )
         return beam.pvalue.PDone(batches.pipeline)

@@ -8,27 +8,16 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import apache_beam as beam
-import pyarrow as pa
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Split
 from transforms.rows import RejectedRow, SplitBatch
-from transforms.tfrecords import WriteTFRecordBatches
+from transforms.tfrecords import WriteTFRecordBatches, encode_examples
 
 __all__ = ["WriteRejectedRows", "WriteSplitExamples"]
-
-
-class _EncodeExamples(beam.DoFn):
-    """RecordBatch -> list of serialized tf.Examples (tfx-bsl's C++ encoder)."""
-
-    def process(self, batch: pa.RecordBatch) -> Iterator[list[bytes]]:
-        from tfx_bsl.coders import example_coder
-
-        # The encoder takes its feature types from the batch, so one per batch schema.
-        yield example_coder.RecordBatchToExamplesEncoder().encode(batch)
 
 
 class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pvalue.PDone]):
@@ -47,9 +36,10 @@ class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pval
             _ = (
                 part
                 | f"Batch[{split.value}]" >> beam.Map(lambda sb: sb.batch)
-                | f"Encode[{split.value}]" >> beam.ParDo(_EncodeExamples())
                 | f"Write[{split.value}]"
-                >> WriteTFRecordBatches(fileio.join(self._out_dir, split.value))
+                >> WriteTFRecordBatches(
+                    fileio.join(self._out_dir, split.value), encode=encode_examples
+                )
             )
         return beam.pvalue.PDone(batches.pipeline)
 
