@@ -316,6 +316,21 @@ def test_type_counts_are_what_the_patterns_say_of_each_value(texts):
     assert [v for v, ok in zip(present, mask) if ok] == ints
 
 
+@pytest.mark.parametrize("how", ["whole", "gz", "range"])
+def test_a_byte_that_is_not_utf8_is_named_by_its_line(tmp_path, how):
+    # The text reader decodes thousands of bytes ahead of the rows it has read: the line it
+    # had reached is hundreds of lines before the bad byte.
+    lines = [b"id,text"] + [b"%d,row %d" % (i, i) for i in range(5000)]
+    lines[3000] = b"2999,caf\xe9"  # line 3001, Latin-1
+    raw = b"\n".join(lines) + b"\n"
+    path = tmp_path / ("data.csv.gz" if how == "gz" else "data.csv")
+    path.write_bytes(gzip.compress(raw) if how == "gz" else raw)
+    header = ("id", "text")
+    part = CsvRange(str(path), 8, len(raw), 2) if how == "range" else CsvRange(str(path))
+    with pytest.raises(PipelineError, match=r"data\.csv(\.gz)?:3001 is not UTF-8 .*re-encode"):
+        list(ReadCsvFile(header, eg.CsvFormat(), None).process(part))
+
+
 @pytest.mark.parametrize("suffix", sorted(_COMPRESSORS))
 def test_truncated_compressed_csv_fails_instead_of_losing_rows(tmp_path, suffix):
     # A copy cut short (a failed download) used to read as a shorter file, with no error,

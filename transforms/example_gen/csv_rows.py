@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 from collections.abc import Iterator, Sequence
@@ -25,7 +26,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_pipeline.core.errors import PipelineError
-from transforms.example_gen.compressed import is_decompression_error, open_input, open_text
+from transforms.example_gen.compressed import (
+    is_decompression_error,
+    open_binary,
+    open_input,
+    open_text,
+)
 from transforms.example_gen.csv_ranges import CsvRange
 from transforms.example_gen.input_format import CHUNK_ROWS
 from transforms.example_gen.settings import CsvFormat
@@ -85,6 +91,27 @@ def _range_bytes(part: CsvRange) -> bytes:
             f"{part.start}-{part.end}); do not change input files while a run reads them."
         )
     return data
+
+
+def _line_of_bad_utf8(part: CsvRange) -> int:
+    """The line (counted by newlines) of the first byte of ``part`` that is not UTF-8.
+
+    The error path only: the text reader decodes ahead of the rows it has read by its
+    buffer, so its line count is some hundreds of lines short of the bad byte.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line = part.first_line  # the line of the next byte
+    with open_binary(part.file) if part.end is None else io.BytesIO(_range_bytes(part)) as f:
+        while True:
+            block = f.read(1 << 20)
+            held = len(decoder.getstate()[0])  # a character's first bytes: no newline
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as e:
+                return line + block.count(b"\n", 0, max(0, e.start - held))
+            if not block:
+                return line
+            line += block.count(b"\n")
 
 
 def arrow_rows(data: bytes, header: Sequence[str], delim: str, first_line: int):
@@ -223,8 +250,8 @@ class ReadCsvFile(beam.DoFn):
             ) from e
         except UnicodeDecodeError as e:
             raise PipelineError(
-                f"Input file {path} near line {last_line} is not UTF-8 ({e.reason}); re-encode "
-                "it as UTF-8."
+                f"Input file {path}:{_line_of_bad_utf8(part)} is not UTF-8 ({e.reason}); "
+                "re-encode it as UTF-8."
             ) from e
         except Exception as e:
             if not is_decompression_error(e):
