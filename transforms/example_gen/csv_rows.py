@@ -38,7 +38,7 @@ from transforms.example_gen.settings import CsvFormat
 from transforms.metrics import NAMESPACE
 from transforms.rows import RejectedRow
 
-__all__ = ["RawChunk", "ReadCsvFile", "oversized_fields"]
+__all__ = ["RawChunk", "ReadCsvFile", "arrow_rows", "as_strings", "oversized_fields"]
 
 
 class RawChunk(NamedTuple):
@@ -114,6 +114,17 @@ def _line_of_bad_utf8(part: CsvRange) -> int:
             line += block.count(b"\n")
 
 
+def as_strings(header: Sequence[str]):
+    """pyarrow CSV options that keep every field as its text ("" stays "", never null)."""
+    import pyarrow.csv as pa_csv
+
+    return pa_csv.ConvertOptions(
+        column_types={h: pa.string() for h in header},
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
+
+
 def arrow_rows(data: bytes, header: Sequence[str], delim: str, first_line: int):
     """``(line numbers, pa.Table of strings)`` of the rows in ``data`` (bytes that begin at
     line ``first_line``'s start), read by pyarrow's C++ reader; None where that reader
@@ -137,25 +148,21 @@ def arrow_rows(data: bytes, header: Sequence[str], delim: str, first_line: int):
         or data.count(b"\r") != data.count(b"\r\n")
     ):
         return None
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == _NL)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buf == _NL)
     starts = np.concatenate([[0], ends + 1])
     ends = np.append(ends, len(data))  # the last line, empty when the data ends in \n
     lengths = ends - starts
-    if len(data) and lengths.any():
+    if len(data):
         # A CRLF's \r is part of the line end (every \r here is one's).
-        crlf = (lengths > 0) & (np.frombuffer(data, dtype=np.uint8)[ends - 1] == _CR)
-        lengths = lengths - crlf
+        lengths = lengths - ((lengths > 0) & (buf[ends - 1] == _CR))
     lines = first_line + np.flatnonzero(lengths > 0)
     try:
         table = pa_csv.read_csv(
             pa.BufferReader(data),
             read_options=pa_csv.ReadOptions(column_names=list(header), block_size=8 << 20),
             parse_options=pa_csv.ParseOptions(delimiter=delim, quote_char=False),
-            convert_options=pa_csv.ConvertOptions(
-                column_types={h: pa.string() for h in header},
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
+            convert_options=as_strings(header),
         )
     except pa.ArrowInvalid:
         return None

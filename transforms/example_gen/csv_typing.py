@@ -39,7 +39,7 @@ from transforms.example_gen.csv_ranges import (
     emit_ranges,
     is_splittable_name,
 )
-from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile, oversized_fields
+from transforms.example_gen.csv_rows import RawChunk, ReadCsvFile, as_strings, oversized_fields
 from transforms.example_gen.settings import CsvFormat
 
 __all__ = [
@@ -199,11 +199,7 @@ def count_stream_types(
             newlines_in_values=True,
             invalid_row_handler=lambda row: "skip",
         ),
-        convert_options=pa_csv.ConvertOptions(
-            column_types={h: pa.string() for h in header},
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        ),
+        convert_options=as_strings(header),
     )
     for batch in reader:
         columns = batch.columns
