@@ -8,6 +8,7 @@ import apache_beam as beam
 import pytest
 from conftest import make_pipeline
 
+from transforms.example_encoding import frame_records
 from transforms.tfrecords import WriteTFRecordBatches, _GzipRecordWriter
 
 
@@ -74,8 +75,8 @@ def test_the_writer_without_tensorflow_writes_what_tensorflow_reads(tmp_path, n)
     records = [f"{i:06d}".encode() * (1 + i % 30) for i in range(n)]
     path = str(tmp_path / "data.tfrecord.gz")
     writer = _GzipRecordWriter(path)
-    for record in records:
-        writer.write(record)
+    for start in range(0, n, 7000):  # several blocks
+        writer.write(frame_records(records[start : start + 7000]))
     writer.close()
     assert _read(path)[1] == records
 
@@ -166,8 +167,7 @@ def test_batches_are_decoded_on_several_threads_and_come_out_in_the_files_order(
 
     path = str(tmp_path / "data.tfrecord.gz")
     writer = _GzipRecordWriter(path)
-    for i in range(1003):
-        writer.write(_example(i))
+    writer.write(frame_records([_example(i) for i in range(1003)]))
     writer.close()
     schema = schema_pb2.Schema()
     schema.feature.add(name="i", type=schema_pb2.INT)
@@ -254,9 +254,9 @@ def test_tensorflow_parser_gives_the_batches_of_tfx_bsl_decoder(
 
     records = [_mixed_example(i) for i in range(n)]
     path = str(tmp_path / "data.tfrecord.gz")
-    with tf.io.TFRecordWriter(path, options=tfrecords._options()) as writer:
+    with tf.io.TFRecordWriter(path, options=tf.io.TFRecordOptions(compression_type="GZIP")) as w:
         for record in records:
-            writer.write(record)
+            w.write(record)
     traces = []
     parse_fn = tfrecords._parse_fn
 

@@ -1,11 +1,11 @@
 """Writing batches of serialized records as sharded gzip TFRecord files.
 
 Why not Beam's ``WriteToTFRecord``: it takes one element per record and frames each one
-in Python, which becomes most of ExampleGen's time on large inputs. This sink
-takes *lists* of records (one per RecordBatch) and writes them with TensorFlow's C++
-``TFRecordWriter`` where TensorFlow is imported already (else with Beam's record framing
-and zlib: a data-stage worker never imports TensorFlow for it), a new file every
-``SHARD_BYTES`` (shards scale with the data). It
+in Python, which becomes most of ExampleGen's time on large inputs. This sink takes
+*lists* of records, or elements with an ``encode`` that makes them (ExampleGen's and
+Transform's RecordBatches, encoded and framed a batch at a time by
+:mod:`transforms.example_encoding`), and compresses each batch's framed records with one
+zlib call, a new file every ``SHARD_BYTES`` (shards scale with the data). It
 keeps Beam's safety: each bundle writes its own temporary file,
 and only the files of committed bundles (gathered after a combine, so outputs of failed
 or retried attempts are never seen) are renamed to ``data-SSSSS-of-NNNNN.tfrecord.gz``;
@@ -28,8 +28,6 @@ Example::
 from __future__ import annotations
 
 import collections
-import struct
-import sys
 import threading
 import uuid
 import zlib
@@ -40,9 +38,10 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.tfrecordio import _TFRecordUtil
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
+
+from transforms.example_encoding import FramedRecords, encode_framed, frame_records
 
 __all__ = [
     "ReadExampleBatches",
@@ -66,61 +65,26 @@ _DECODERS = 2
 _IN_FLIGHT = 2
 
 
-def _options():
-    import tensorflow as tf
-
-    return tf.io.TFRecordOptions(compression_type="GZIP", compression_level=_GZIP_LEVEL)
-
-
 class _GzipRecordWriter:
-    """A gzip TFRecord file written without TensorFlow, read as TensorFlow's own are.
+    """A gzip TFRecord file of blocks of framed records (:class:`FramedRecords`), read as
+    TensorFlow's own are.
 
-    Records are framed by Beam's ``_TFRecordUtil`` (the framing ``WriteToTFRecord`` uses,
-    with google-crc32c's C checksum) and compressed with zlib in 1 MiB pieces. It costs
-    more CPU per record than TensorFlow's C++ writer, which is why a process that already
-    imported TensorFlow uses that one; a data-stage worker that did not saves the import
-    (seconds of CPU and hundreds of MB) instead.
+    Why not TensorFlow's ``TFRecordWriter``: it frames and compresses one record per Python
+    call, which cost more than the encoding itself on a Transform's output; the records
+    come framed a batch at a time (:mod:`transforms.example_encoding`), so writing is one
+    zlib call per batch (it releases the GIL), and a data-stage worker needs no TensorFlow.
     """
-
-    _FLUSH_BYTES = 1 << 20
 
     def __init__(self, path: str):
         self._file = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
         self._zip = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-        self._parts: list[bytes] = []
-        self._pending = 0
 
-    def write(self, record: bytes) -> None:
-        length = struct.pack("<Q", len(record))
-        crc = _TFRecordUtil._masked_crc32c
-        self._parts += (
-            length,
-            struct.pack("<I", crc(length)),
-            record,
-            struct.pack("<I", crc(record)),
-        )
-        self._pending += len(record)
-        if self._pending >= self._FLUSH_BYTES:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._parts:
-            self._file.write(self._zip.compress(b"".join(self._parts)))
-            self._parts, self._pending = [], 0
+    def write(self, framed: FramedRecords) -> None:
+        self._file.write(self._zip.compress(framed.data))
 
     def close(self) -> None:
-        self._flush()
         self._file.write(self._zip.flush())
         self._file.close()
-
-
-def _open_writer(path: str):
-    """TensorFlow's C++ writer where TensorFlow is imported already, else ours (no import)."""
-    if "tensorflow" in sys.modules:
-        import tensorflow as tf
-
-        return tf.io.TFRecordWriter(path, options=_options())
-    return _GzipRecordWriter(path)
 
 
 def _makedirs(path: str) -> None:
@@ -140,8 +104,8 @@ class _WriteBundleFiles(beam.DoFn):
     stages that read them (one reader per file) read in parallel.
 
     The writing runs on a thread of its own, behind the steps before this one, and
-    ``encode`` (element -> records, when given) on ``_IN_FLIGHT`` threads ahead of it:
-    framing, compressing and encoding are C++ that releases the GIL, so on the
+    ``encode`` (element -> records or FramedRecords, when given) on ``_IN_FLIGHT`` threads
+    ahead of it: compressing and most of encoding release the GIL, so on the
     DirectRunner, where a worker runs a bundle's fused steps one element at a time on one
     Python thread, they use the other cores while that thread makes the next element
     (tf.Transform's graphs, ExampleGen's parsing). The elements are written in the order
@@ -191,14 +155,12 @@ class _WriteBundleFiles(beam.DoFn):
         if self._writer is None:
             _makedirs(self._tmp_dir)
             self._path = FileSystems.join(self._tmp_dir, f"{uuid.uuid4().hex}{SHARD_SUFFIX}")
-            self._writer = _open_writer(self._path)
+            self._writer = _GzipRecordWriter(self._path)
             self._bytes = 0
-        write = self._writer.write
-        written = 0
-        for record in records:
-            write(record)
-            written += len(record)
-        self._bytes += written
+        if not isinstance(records, FramedRecords):
+            records = frame_records(list(records))
+        self._writer.write(records)
+        self._bytes += records.payload_bytes
         if self._bytes >= self._shard_bytes:
             self._writer.close()
             self._writer = None
@@ -235,7 +197,7 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
     if not paths:
         # An empty split still gets one (empty) file so readers' globs match.
         empty = FileSystems.join(out_dir, f"data-00000-of-00001{SHARD_SUFFIX}")
-        _open_writer(empty).close()
+        _GzipRecordWriter(empty).close()
         paths, final = [], [empty]
     else:
         final = [
@@ -253,14 +215,11 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
     return final
 
 
-def encode_examples(batch) -> list[bytes]:
-    """RecordBatch -> serialized tf.Examples, by tfx-bsl's C++ encoder: the ``encode`` of
-    :class:`WriteTFRecordBatches` for ExampleGen's and Transform's outputs, so that they
-    are encoded on its encoding threads (the encoder releases the GIL), off the thread that
-    runs the steps before. An encoder takes its feature types from the batch it encodes."""
-    from tfx_bsl.coders import example_coder
-
-    return example_coder.RecordBatchToExamplesEncoder().encode(batch)
+def encode_examples(batch) -> FramedRecords:
+    """RecordBatch -> framed serialized tf.Examples (:func:`encode_framed`): the ``encode``
+    of :class:`WriteTFRecordBatches` for ExampleGen's and Transform's outputs, so that they
+    are encoded on its encoding threads, off the thread that runs the steps before."""
+    return encode_framed(batch)
 
 
 class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
