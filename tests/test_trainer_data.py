@@ -249,19 +249,37 @@ def test_each_splits_transformed_examples_are_its_own_rows_in_order(penguin_run_
             assert g[key] == pytest.approx(w[key], rel=1e-6), key
 
 
-def test_one_transform_job_loads_the_transform_graph_once_for_every_split(
-    penguin_run_dir, tmp_path
+def test_one_transform_job_loads_the_transform_graph_once_and_pickles_no_batch(
+    penguin_run_dir, tmp_path, monkeypatch
 ):
+    """Also: no RecordBatch is pickled on its way from the reader to the writer. Beam sizes
+    sampled elements of every PCollection for its metrics by encoding them; the batches'
+    PCollections are typed, so tfrecords.RecordBatchCoder sizes them by their buffers."""
+    import pickle
+
     import apache_beam as beam
+    import pyarrow as pa
     import tensorflow_transform.beam as tft_beam
+    from apache_beam.coders import coders
     from apache_beam.metrics.metric import MetricsFilter
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
 
     from beam_pipeline.core.types import Split
     from beam_pipeline.core.user_module import get_preprocessing_fn, load_module
-    from transforms.transform import TransformExamples
+    from transforms.transform import TransformExamples, WriteTransformedExamples
 
+    pickled = []  # per pickling by Beam's coders: was it a RecordBatch
+
+    class CountingPickle:
+        HIGHEST_PROTOCOL, loads = pickle.HIGHEST_PROTOCOL, staticmethod(pickle.loads)
+
+        @staticmethod
+        def dumps(value, *args, **kwargs):
+            pickled.append(isinstance(value, pa.RecordBatch))
+            return pickle.dumps(value, *args, **kwargs)
+
+    monkeypatch.setattr(coders, "pickle", CountingPickle)
     schema = schema_pb2.Schema()
     with open(penguin_run_dir.path(Artifact.SCHEMA, "schema.pbtxt")) as f:
         text_format.Parse(f.read(), schema)
@@ -276,9 +294,10 @@ def test_one_transform_job_loads_the_transform_graph_once_for_every_split(
     with tft_beam.Context(temp_dir=str(tmp_path / "tft")):
         result = p | TransformExamples(examples, schema, preprocessing_fn)
         for split, batches in result.transformed.items():
-            _ = batches | f"Rows[{split.value}]" >> beam.Map(len)
+            _ = batches | f"Write[{split.value}]" >> WriteTransformedExamples(str(tmp_path), split)
     job = p.run()
     job.wait_until_finish()
+    assert pickled and not any(pickled), "RecordBatches were pickled (sized by Beam's fallback)"
     loads = job.metrics().query(MetricsFilter().with_name("graph_load_seconds"))["distributions"]
     # One load for the analysis's phase, one for the transform of both splits (a step
     # per split loaded it once more for each).

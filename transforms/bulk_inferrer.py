@@ -299,7 +299,7 @@ class ScoreExamples(beam.PTransform):
     def expand(self, read) -> ScoreResult:
         examples = (
             read.batches
-            | "Batches" >> beam.Map(lambda sb: sb.batch)
+            | "Batches" >> beam.Map(lambda sb: sb.batch).with_output_types(pa.RecordBatch)
             | "EncodeExamples" >> beam.ParDo(_EncodeRows())
         )
         main, failed = (

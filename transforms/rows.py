@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+import apache_beam as beam
 import pyarrow as pa
 
 from beam_pipeline.core.types import Split
 
-__all__ = ["RejectedRow", "SplitBatch"]
+__all__ = ["RejectedRow", "SplitBatch", "batches_of"]
 
 
 class RejectedRow(NamedTuple):
@@ -38,3 +39,13 @@ class SplitBatch(NamedTuple):
 
     split: Split
     batch: pa.RecordBatch
+
+
+def batches_of(split: Split) -> beam.PTransform:
+    """SplitBatches -> the RecordBatches of ``split``, typed: Beam sizes the elements of an
+    untyped PCollection for its metrics by pickling them (tfrecords.RecordBatchCoder)."""
+    return beam.FlatMap(_batch_of, split).with_output_types(pa.RecordBatch)
+
+
+def _batch_of(split_batch: SplitBatch, split: Split) -> list[pa.RecordBatch]:
+    return [split_batch.batch] if split_batch.split is split else []

@@ -201,11 +201,11 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
             batches, _ = ((tagged, tagged_config), transform_fn) | "Transform" >> (
                 tft_beam.TransformDataset(output_record_batches=True)
             )
-        parts = batches | "BySplit" >> beam.Partition(_split_of, len(splits), column)
-        return {
-            split: parts[index] | f"DropSplit[{split.value}]" >> beam.Map(_without_split, column)
-            for index, split in enumerate(splits)
-        }
+        tags = [str(index) for index in range(len(splits))]
+        parts = batches | "BySplit" >> beam.FlatMap(_by_split, column).with_output_types(
+            pa.RecordBatch, **dict.fromkeys(tags, pa.RecordBatch)
+        ).with_outputs(*tags)
+        return {split: parts[tag] for split, tag in zip(splits, tags)}
 
     def _analyze_per_dataset(self, pbegin, train_io):
         """The analysis with one dataset key per span (TFX's Transform does the same with
@@ -286,21 +286,19 @@ def _with_split(batch: pa.RecordBatch, index: int, column: str) -> pa.RecordBatc
     return batch.append_column(pa.field(column, _SPLIT_TYPE), values)
 
 
-def _split_of(batch_and_passthrough, _count: int, column: str) -> int:
-    """The split index of a transformed batch: its passthrough column, or (where the
-    preprocessing_fn changed the batch's row count) the one value tf.Transform keeps aside."""
+def _by_split(batch_and_passthrough, column: str):
+    """A transformed batch, without its split column, to its split's output. The split is
+    the passthrough column, or (where the preprocessing_fn changed the batch's row count)
+    the one value tf.Transform keeps aside. Typed outputs: Beam sizes the elements of
+    untyped ones for its metrics by pickling them (see tfrecords.RecordBatchCoder)."""
     batch, unary = batch_and_passthrough
     if column in unary:
         values = unary[column]
     else:
         values = batch.column(batch.schema.get_field_index(column))
-    return values.flatten()[0].as_py() if len(values) else 0
-
-
-def _without_split(batch_and_passthrough, column: str) -> pa.RecordBatch:
-    batch = batch_and_passthrough[0]
+    split = values.flatten()[0].as_py() if len(values) else 0
     index = batch.schema.get_field_index(column)
-    return batch if index < 0 else batch.remove_column(index)
+    yield beam.pvalue.TaggedOutput(str(split), batch if index < 0 else batch.remove_column(index))
 
 
 class _CountRows(beam.DoFn):
@@ -325,7 +323,7 @@ class WriteTransformedExamples(
     def expand(self, batches):
         _ = (
             batches
-            | "Count" >> beam.ParDo(_CountRows(self._split))
+            | "Count" >> beam.ParDo(_CountRows(self._split)).with_output_types(pa.RecordBatch)
             | "EncodeAndWrite"
             >> WriteTFRecordBatches(
                 FileSystems.join(self._out_dir, self._split.value), encode=encode_examples

@@ -14,7 +14,7 @@ import apache_beam as beam
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Split
-from transforms.rows import RejectedRow, SplitBatch
+from transforms.rows import RejectedRow, SplitBatch, batches_of
 from transforms.tfrecords import WriteTFRecordBatches, encode_examples
 
 __all__ = ["WriteRejectedRows", "WriteSplitExamples"]
@@ -29,13 +29,10 @@ class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pval
         self._splits = tuple(splits)
 
     def expand(self, batches):
-        parts = batches | "BySplit" >> beam.Partition(
-            lambda sb, n, order: order.index(sb.split), len(self._splits), self._splits
-        )
-        for split, part in zip(self._splits, parts):
+        for split in self._splits:
             _ = (
-                part
-                | f"Batch[{split.value}]" >> beam.Map(lambda sb: sb.batch)
+                batches
+                | f"Batch[{split.value}]" >> batches_of(split)
                 | f"Write[{split.value}]"
                 >> WriteTFRecordBatches(
                     fileio.join(self._out_dir, split.value), encode=encode_examples

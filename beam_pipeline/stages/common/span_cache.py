@@ -214,9 +214,9 @@ def build_span_pipeline(
     span is read, typed and split as ExampleGen reads a whole input (the hash split of a row
     does not depend on the span it came in), into the span's unit folder.
     """
-    import apache_beam as beam
 
     from transforms import example_gen as eg
+    from transforms.rows import batches_of
     from transforms.statistics_files import WriteStatisticsState
 
     splits = data_settings.splits
@@ -242,8 +242,7 @@ def build_span_pipeline(
         for split in splits:
             _ = (
                 batches
-                | f"Select[{tag}][{split.value}]"
-                >> beam.FlatMap(lambda sb, s: [sb.batch] if sb.split is s else [], split)
+                | f"Select[{tag}][{split.value}]" >> batches_of(split)
                 | f"StatisticsState[{tag}][{split.value}]"
                 >> WriteStatisticsState(fileio.join(work, "statistics", split.value))
             )

@@ -198,6 +198,7 @@ def build_data_pipeline(
     import apache_beam as beam
 
     from transforms import example_gen as eg
+    from transforms.rows import batches_of
     from transforms.statistics import GenerateStatistics
     from transforms.statistics_files import write_statistics
 
@@ -225,8 +226,7 @@ def build_data_pipeline(
     for split in splits:
         _ = (
             batches
-            | f"Select[{split.value}]"
-            >> beam.FlatMap(lambda sb, s: [sb.batch] if sb.split is s else [], split)
+            | f"Select[{split.value}]" >> batches_of(split)
             | f"Statistics[{split.value}]" >> GenerateStatistics(split.value)
             | f"WriteStatistics[{split.value}]" >> beam.Map(write_statistics, stats_path[split])
         )
