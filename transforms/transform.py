@@ -162,19 +162,23 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
                 adapter_config,
             ) | "Analyze" >> tft_beam.AnalyzeDataset(self._preprocessing_fn)
             output_cache = None
-        # Where tf.Transform itself is the limit (bench_transform.py --profile, in_memory,
-        # 1M taxi rows, after this package's reader and sink were cut down): its batch to
-        # tensor conversion (impl._RunMetaGraphDoFn._make_feed_dict, tfx-bsl's
-        # TensorAdapter.ToBatchTensors: one SparseTensor per feature and batch) about 15% of
-        # the profile; its TensorFlow graphs (saved_transform_io_v2.apply_transform_model)
-        # about 9%; tracing and saving the graphs (impl._create_v2_saved_model, twice) about
-        # 12%. tft.vocabulary without weights hands every token to Python
-        # (tf_utils.reduce_batch_weighted_counts returns them unreduced), where its own
-        # step counted them one Beam element each: this module's step counts them per batch
-        # first (_VocabularyAccumulate, at the end of this module). Larger batches do not
-        # help (65,536 rows: the same CPU, 1 GB more memory), and one read of the train
-        # split for both passes saves its parsing but holds the decoded rows in the runner
-        # (about 700 MB more at 1M rows), so the split is read twice.
+        # Where tf.Transform itself is the limit (py-spy of the job in_memory, 1M taxi rows,
+        # after this package's reader, encoder and sink were cut down; shares of the thread
+        # that runs the steps, which the job waits on): its batch to tensor conversion
+        # (impl._RunMetaGraphDoFn._make_feed_dict, tfx-bsl's TensorAdapter.ToBatchTensors:
+        # one SparseTensor per feature and batch, string columns through numpy object
+        # arrays) about a third; tracing and saving the graphs (impl._create_v2_saved_model,
+        # twice) about a sixth; its TensorFlow graphs (saved_transform_io_v2.
+        # apply_transform_model) about an eighth. tft.vocabulary without weights hands every
+        # token to Python (tf_utils.reduce_batch_weighted_counts returns them unreduced),
+        # where its own step counted them one Beam element each: this module's step counts
+        # them per batch first (_VocabularyAccumulate, at the end of this module). Larger
+        # batches do not help (65,536 rows: the same CPU, 1 GB more memory); one read of
+        # the train split for both passes saves its parsing but holds the decoded rows in
+        # the runner (about 700 MB more at 1M rows), so the split is read twice; an analysis
+        # reading only its analyzers' columns (tft.get_analyze_input_columns, as TFX
+        # projects) costs another trace of the preprocessing_fn and was slower in each of
+        # 3 alternated pairs.
         transformed = self._transform(pbegin, adapter_config, transform_fn)
         return TransformResult(transform_fn, transformed, output_cache)
 

@@ -20,7 +20,8 @@ statistics) is the same for every format. One module per concern:
 - :mod:`.tfrecord_input`: tf.Example TFRecords.
 - :mod:`.sinks`: the tf.Example and rejected-rows writers.
 
-Encoding to tf.Example uses tfx-bsl's C++ ``RecordBatchToExamplesEncoder``.
+Encoding to tf.Example: :mod:`transforms.example_encoding` (a batch at a time, framed as
+TFRecords; tfx-bsl's ``RecordBatchToExamplesEncoder`` for what its layout does not take).
 
 Example::
 
