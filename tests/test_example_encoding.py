@@ -134,6 +134,19 @@ def test_batches_the_layout_does_not_take_are_encoded_as_tfx_bsl_does(tmp_path, 
     _same_examples(_read_back(tmp_path, encode_framed(batch)), _tfx_bsl(batch))
 
 
+def test_a_wide_batch_is_laid_out_a_slice_of_rows_at_a_time(tmp_path, monkeypatch):
+    """Past the layout's size, slices of rows (here 3: 100, 100 and 50 rows of 50 features,
+    some named in UTF-8), which together are the batch."""
+    from transforms import example_encoding
+
+    columns, rows = 50, 250
+    monkeypatch.setattr(example_encoding, "_LAYOUT_BYTES", 100 * columns * 64)
+    values = pa.array([[i] for i in range(rows)], pa.list_(pa.int64()))
+    names = [f"f{j}" if j % 7 else f"é{j}" for j in range(columns)]
+    batch = pa.RecordBatch.from_arrays([values] * columns, names)
+    _same_examples(_read_back(tmp_path, encode_framed(batch)), _tfx_bsl(batch))
+
+
 def test_a_column_tfx_bsl_cannot_encode_fails_with_its_error():
     batch = pa.RecordBatch.from_arrays([pa.array([["a"]], pa.list_(pa.string()))], ["s"])
     with pytest.raises(RuntimeError, match='feature "s": Bad field type'):

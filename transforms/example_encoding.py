@@ -38,6 +38,12 @@ __all__ = ["FramedRecords", "encode_framed", "frame_records"]
 _MAX_PADDING = 4
 _PADDING_SLACK = 64
 
+# The padded layout of a batch is kept to about this many bytes (a feature's fields take a
+# few dozen bytes a row): a wide batch is laid out a slice of rows at a time.
+_LAYOUT_BYTES = 64 << 20
+_BYTES_PER_FEATURE = 64
+_MIN_SLICE_ROWS = 64
+
 # Wire-format tags (field number << 3 | wire type 2, length-delimited).
 _TAG_1, _TAG_2, _TAG_3 = 0x0A, 0x12, 0x1A
 # tf.train.Feature's field per Arrow value type: bytes_list = 1, float_list = 2, int64_list = 3.
@@ -324,6 +330,14 @@ def encode_framed(batch: pa.RecordBatch) -> FramedRecords:
         RuntimeError: tfx-bsl's error, for a column neither encoder takes (e.g. a list of
             strings or of float64).
     """
+    rows = max(_MIN_SLICE_ROWS, _LAYOUT_BYTES // (_BYTES_PER_FEATURE * max(1, batch.num_columns)))
+    if batch.num_rows > rows:  # a wide batch: its layout a slice of rows at a time
+        parts = [encode_framed(batch.slice(at, rows)) for at in range(0, batch.num_rows, rows)]
+        return FramedRecords(
+            np.concatenate([p.data for p in parts]),
+            sum(p.count for p in parts),
+            sum(p.payload_bytes for p in parts),
+        )
     n = batch.num_rows
     columns = [_column(batch.column(i)) for i in range(batch.num_columns)]
     if n == 0 or not columns or any(c is None for c in columns) or _sparse(columns, n):
