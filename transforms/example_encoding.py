@@ -89,6 +89,14 @@ def _length_crcs(lengths_le: np.ndarray) -> np.ndarray:
     return crc ^ np.uint32(0xFFFFFFFF)
 
 
+def _header(record: np.ndarray) -> np.ndarray:
+    """Each record's TFRecord header: its length (8 bytes, little-endian) and the masked
+    CRC32C of those 8 bytes, (n, 12) bytes."""
+    length = record.astype("<u8").view(np.uint8).reshape(-1, 8)
+    crc = _masked(_length_crcs(length)).view(np.uint8).reshape(-1, 4)
+    return np.concatenate([length, crc], axis=1)
+
+
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
     """Bytes of each value's varint (values as uint64: a negative int64 takes ten)."""
     values = values.astype(np.uint64, copy=False)
@@ -140,7 +148,7 @@ class _Column(NamedTuple):
     present: np.ndarray | None  # rows whose list is not null; None: all of them
     counts: np.ndarray  # values per row (0 for a null list)
     offsets: np.ndarray  # counts' running sum, from 0
-    values: Any  # numpy values (int64, float32) or the flattened BinaryArray
+    values: Any  # numpy values (int64, float32), or a binary column's (bounds, heap)
 
 
 def _column(array) -> _Column | None:
@@ -299,14 +307,16 @@ def _pack(fields, n: int) -> np.ndarray:
     """Lays the fields side by side in each row and keeps each row's used bytes, in order.
     Runs of fields the same in every row are joined first: a row is then a few wide
     copies, and with no mask at all the layout is the records as they are."""
+
+    def constant(field) -> bool:
+        return field[1] is None and field[0].shape[0] == 1
+
     merged: list = []
-    for data, mask in fields:
-        if merged and mask is None and data.shape[0] == 1 and merged[-1][1] is None:
-            last = merged[-1][0]
-            if last.shape[0] == 1:
-                merged[-1] = (np.concatenate([last, data], axis=1), None)
-                continue
-        merged.append((data, mask))
+    for field in fields:
+        if merged and constant(field) and constant(merged[-1]):
+            merged[-1] = (np.concatenate([merged[-1][0], field[0]], axis=1), None)
+        else:
+            merged.append(field)
     width = sum(d.shape[1] for d, _ in merged)
     out = np.empty((n, width), dtype=np.uint8)
     used = None if all(m is None for _, m in merged) else np.ones((n, width), dtype=bool)
@@ -348,10 +358,8 @@ def encode_framed(batch: pa.RecordBatch) -> FramedRecords:
         fields += column_fields
         sizes += entry_sizes
     record = 1 + _varint_sizes(sizes.astype(np.uint64)) + sizes
-    length = record.astype("<u8").view(np.uint8).reshape(n, 8)
     head = [
-        (length, None),
-        (_masked(_length_crcs(length)).view(np.uint8).reshape(n, 4), None),
+        (_header(record), None),
         _const(bytes([_TAG_1])),
         _varint_field(sizes),
     ]
@@ -384,13 +392,10 @@ def frame_records(records: list[bytes]) -> FramedRecords:
     """Serialized records -> one buffer of them framed as TFRecords."""
     n = len(records)
     record = np.fromiter(map(len, records), dtype=np.int64, count=n)
-    length = record.astype("<u8").view(np.uint8).reshape(n, 8)
-    crc = _masked(_length_crcs(length)).view(np.uint8).reshape(n, 4)
     ends = np.cumsum(record + 16)
     out = np.empty(int(ends[-1]) if n else 0, dtype=np.uint8)
     starts = ends - record - 16
-    out[starts[:, None] + np.arange(8)] = length
-    out[starts[:, None] + np.arange(8, 12)] = crc
+    out[starts[:, None] + np.arange(12)] = _header(record)
     body = np.frombuffer(b"".join(records), dtype=np.uint8)
     before = np.cumsum(record) - record  # where each record starts in body
     out[np.arange(len(body)) + np.repeat(starts + 12 - before, record)] = body

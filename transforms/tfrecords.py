@@ -43,14 +43,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.example_encoding import FramedRecords, encode_framed, frame_records
+from transforms.example_encoding import FramedRecords, frame_records
 
 __all__ = [
     "ReadExampleBatches",
     "SHARD_BYTES",
     "SHARD_SUFFIX",
     "WriteTFRecordBatches",
-    "encode_examples",
 ]
 
 SHARD_SUFFIX = ".tfrecord.gz"
@@ -215,13 +214,6 @@ def _finalize(paths: list[str], out_dir: str, tmp_dir: str) -> list[str]:
     if FileSystems.exists(tmp_dir):
         FileSystems.delete([tmp_dir])
     return final
-
-
-def encode_examples(batch) -> FramedRecords:
-    """RecordBatch -> framed serialized tf.Examples (:func:`encode_framed`): the ``encode``
-    of :class:`WriteTFRecordBatches` for ExampleGen's and Transform's outputs, so that they
-    are encoded on its encoding threads, off the thread that runs the steps before."""
-    return encode_framed(batch)
 
 
 class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):

@@ -36,8 +36,9 @@ from tfx_bsl.public import tfxio
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Split
+from transforms.example_encoding import encode_framed
 from transforms.metrics import NAMESPACE
-from transforms.tfrecords import ReadExampleBatches, WriteTFRecordBatches, encode_examples
+from transforms.tfrecords import ReadExampleBatches, WriteTFRecordBatches
 
 __all__ = [
     "TransformResult",
@@ -296,12 +297,9 @@ def _by_split(batch_and_passthrough, column: str):
     the one value tf.Transform keeps aside. Typed outputs: Beam sizes the elements of
     untyped ones for its metrics by pickling them (see tfrecords.RecordBatchCoder)."""
     batch, unary = batch_and_passthrough
-    if column in unary:
-        values = unary[column]
-    else:
-        values = batch.column(batch.schema.get_field_index(column))
-    split = values.flatten()[0].as_py() if len(values) else 0
     index = batch.schema.get_field_index(column)
+    values = unary[column] if column in unary else batch.column(index)
+    split = values.flatten()[0].as_py() if len(values) else 0
     yield beam.pvalue.TaggedOutput(str(split), batch if index < 0 else batch.remove_column(index))
 
 
@@ -330,7 +328,7 @@ class WriteTransformedExamples(
             | "Count" >> beam.ParDo(_CountRows(self._split)).with_output_types(pa.RecordBatch)
             | "EncodeAndWrite"
             >> WriteTFRecordBatches(
-                FileSystems.join(self._out_dir, self._split.value), encode=encode_examples
+                FileSystems.join(self._out_dir, self._split.value), encode=encode_framed
             )
         )
         return beam.pvalue.PDone(batches.pipeline)

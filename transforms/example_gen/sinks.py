@@ -14,8 +14,9 @@ import apache_beam as beam
 
 from beam_pipeline.core import fileio
 from beam_pipeline.core.types import Split
+from transforms.example_encoding import encode_framed
 from transforms.rows import RejectedRow, SplitBatch, batches_of
-from transforms.tfrecords import WriteTFRecordBatches, encode_examples
+from transforms.tfrecords import WriteTFRecordBatches
 
 __all__ = ["WriteRejectedRows", "WriteSplitExamples"]
 
@@ -35,7 +36,7 @@ class WriteSplitExamples(beam.PTransform[beam.PCollection[SplitBatch], beam.pval
                 | f"Batch[{split.value}]" >> batches_of(split)
                 | f"Write[{split.value}]"
                 >> WriteTFRecordBatches(
-                    fileio.join(self._out_dir, split.value), encode=encode_examples
+                    fileio.join(self._out_dir, split.value), encode=encode_framed
                 )
             )
         return beam.pvalue.PDone(batches.pipeline)
