@@ -20,6 +20,8 @@ REQUIRED = [
     "tensorboard==2.21.0",
     # The run report reads TensorBoard event files (TFRecords) without TensorFlow.
     "google-crc32c==1.9.0",
+    # The gzip of the TFRecords the data stages write: ISA-L's deflate (transforms/tfrecords.py).
+    "isal==1.9.1",
     "pyarrow",
     "pyyaml",
     # The metadata store (beam_pipeline/metadata): SQL through SQLAlchemy, its schema's

@@ -20,7 +20,7 @@ of the features, which a proto map does not fix (tfx-bsl's order varies from row
 Example::
 
     framed = encode_framed(record_batch)   # FramedRecords(data, count, payload_bytes)
-    gzip_stream.write(zlib_compressor.compress(framed.data))
+    gzip_stream.write(compressor.compress(framed.data))
 """
 
 from __future__ import annotations
