@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 
 import apache_beam as beam
 import pytest
@@ -291,3 +293,99 @@ def test_tensorflow_parser_gives_the_batches_of_tfx_bsl_decoder(
         assert np.array_equal(
             fa.flatten().to_numpy().view(np.uint32), fb.flatten().to_numpy().view(np.uint32)
         )
+
+
+def _tf_batches(path: str, batch_size: int) -> list[list[bytes]]:
+    import tensorflow as tf
+
+    dataset = tf.data.TFRecordDataset(path, compression_type="GZIP").batch(batch_size)
+    return [list(b.numpy()) for b in dataset]
+
+
+def _our_batches(path: str, batch_size: int) -> list[list[bytes]]:
+    from transforms.tfrecords import _framed_batches
+
+    return [list(b.numpy()) for b in _framed_batches(path, batch_size)]
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 5000])
+def test_the_reader_gives_tensorflow_readers_batches(tmp_path, monkeypatch, batch_size):
+    """Records of 0 bytes to several chunks long, chunks that end inside headers and
+    records, two gzip members in one file (two writers' output, concatenated): the same
+    batches of the same records as TensorFlow's reader."""
+    from transforms import tfrecords
+
+    monkeypatch.setattr(tfrecords, "_READ_CHUNK", 997)
+    records = [bytes([i % 251]) * (i * 37 % 2100) for i in range(400)] + [b"x" * 50_000]
+    parts = []
+    for half in (records[:150], records[150:]):
+        path = str(tmp_path / f"part{len(parts)}.gz")
+        writer = _GzipRecordWriter(path)
+        writer.write(frame_records(half))
+        writer.close()
+        parts.append(open(path, "rb").read())
+    path = str(tmp_path / "data.tfrecord.gz")
+    with open(path, "wb") as f:
+        f.write(b"".join(parts))
+    ours = _our_batches(path, batch_size)
+    assert ours == _tf_batches(path, batch_size)
+    assert [r for b in ours for r in b] == records
+
+
+def test_the_reader_reads_an_empty_file_and_an_empty_gzip_as_no_records(tmp_path):
+    empty = tmp_path / "empty.gz"
+    empty.write_bytes(b"")
+    no_records = str(tmp_path / "none.gz")
+    _GzipRecordWriter(no_records).close()
+    for path in (str(empty), no_records):
+        assert _our_batches(path, 10) == [] == _tf_batches(path, 10)
+
+
+def _framed_file(tmp_path, records, corrupt=None) -> tuple[str, bytes]:
+    framed = frame_records(records)
+    data = bytearray(framed.data.tobytes())
+    if corrupt is not None:
+        data[corrupt] ^= 0xFF
+    path = str(tmp_path / "data.tfrecord.gz")
+    with open(path, "wb") as f:
+        f.write(gzip.compress(bytes(data)))
+    return path, bytes(data)
+
+
+def test_a_truncated_or_corrupt_file_fails_naming_the_file(tmp_path):
+    records = [f"record {i}".encode() * 20 for i in range(300)]
+    path, _ = _framed_file(tmp_path, records)
+    whole = open(path, "rb").read()
+    # Cut inside the gzip data: the gzip stream ends early.
+    with open(path, "wb") as f:
+        f.write(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: the gzip data ends early"):
+        _our_batches(path, 50)
+    # A complete gzip member whose records end inside one.
+    with open(path, "wb") as f:
+        f.write(gzip.compress(frame_records(records).data.tobytes()[:-5]))
+    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: ends inside a record"):
+        _our_batches(path, 50)
+    # A flipped byte in a record's data (stored, not deflated, so the inflate goes on):
+    # gzip's CRC-32 of the member catches it, where TensorFlow's reader checks the record's.
+    data = frame_records(records).data.tobytes()
+    stored = zlib.compressobj(0, zlib.DEFLATED, 31)
+    member = bytearray(stored.compress(data) + stored.flush())
+    member[len(member) // 2] ^= 1
+    with open(path, "wb") as f:
+        f.write(bytes(member))
+    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: not readable as gzip .*checksum"):
+        _our_batches(path, 50)
+    # Not gzip at all.
+    with open(path, "wb") as f:
+        f.write(b"id,value\n1,2\n")
+    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: not readable as gzip"):
+        _our_batches(path, 50)
+
+
+def test_a_record_header_that_fails_its_crc_fails_naming_the_record(tmp_path):
+    records = [f"record {i}".encode() for i in range(100)]
+    header_57 = sum(len(r) + 16 for r in records[:57]) + 9  # a byte of its length's CRC
+    path, _ = _framed_file(tmp_path, records, corrupt=header_57)
+    with pytest.raises(ValueError, match="the header of record 57 fails its CRC check"):
+        _our_batches(path, 10)

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Times the reading of gzip TFRecord files of tf.Examples into batches of serialized
+records, alternated: TensorFlow's reader (``TFRecordDataset(..., "GZIP").batch(n)``, what
+``ReadExampleBatches`` used) against ``transforms.tfrecords._framed_batches`` (ISA-L's
+inflate and the framing in numpy: what it uses), then the same with the parse into Arrow
+RecordBatches that follows (the reader's whole step), on the examples of a finished run.
+
+  python benchmarks/bench_read_examples.py RUN_DIR [--files 3] [--repeat 3]
+
+RUN_DIR is ``<pipeline_root>/runs/<run_id>`` with ``examples/train/`` and ``schema/``
+(e.g. from ``bench_data_stages.py --keep``). Prints CPU and wall seconds per side and
+repeat, and checks that both sides give the same batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--files", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch_size", type=int, default=16384)
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    from beam_pipeline.engine.artifacts import Schema
+    from transforms.tfrecords import _DecodeFile, _framed_batches
+
+    files = sorted(glob.glob(os.path.join(args.run_dir, "examples", "train", "*")))
+    files = files[: args.files]
+    schema = Schema.read_file(os.path.join(args.run_dir, "schema", "schema.pbtxt"))
+    decode = _DecodeFile(schema.SerializeToString(), args.batch_size)
+    decode.setup()
+    parse = decode._parse if decode._fast is not None else decode._decode
+
+    def tensorflow_reader(path):
+        return tf.data.TFRecordDataset(path, compression_type="GZIP").batch(args.batch_size)
+
+    def ours(path):
+        return _framed_batches(path, args.batch_size)
+
+    sides = (("tensorflow", tensorflow_reader), ("ours", ours))
+    for then_parse in (False, True):
+        what = "records + parse" if then_parse else "records"
+        for repeat in range(args.repeat):
+            for name, read in sides:
+                cpu, wall = time.process_time(), time.perf_counter()
+                for path in files:
+                    for records in read(path):
+                        if then_parse:
+                            parse(records)
+                print(
+                    f"{what}, repeat {repeat + 1}, {name}: cpu "
+                    f"{time.process_time() - cpu:.2f} s, wall {time.perf_counter() - wall:.2f} s"
+                )
+    same = all(
+        [b.numpy().tolist() for b in tensorflow_reader(path)]
+        == [b.numpy().tolist() for b in ours(path)]
+        for path in files
+    )
+    print(f"files {len(files)}, same batches: {same}")
+    decode.teardown()
+
+
+if __name__ == "__main__":
+    main()
