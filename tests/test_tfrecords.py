@@ -309,13 +309,15 @@ def _our_batches(path: str, batch_size: int) -> list[list[bytes]]:
 
 
 @pytest.mark.parametrize("batch_size", [1, 7, 5000])
-def test_the_reader_gives_tensorflow_readers_batches(tmp_path, monkeypatch, batch_size):
+@pytest.mark.parametrize("chunk", [997, "first member"])
+def test_the_reader_gives_tensorflow_readers_batches(tmp_path, monkeypatch, batch_size, chunk):
     """Records of 0 bytes to several chunks long, chunks that end inside headers and
-    records, two gzip members in one file (two writers' output, concatenated): the same
-    batches of the same records as TensorFlow's reader."""
+    records (or exactly at the end of a gzip member), inflated a few KB at a time, two gzip
+    members in one file (two writers' output, concatenated): the same batches of the same
+    records as TensorFlow's reader."""
     from transforms import tfrecords
 
-    monkeypatch.setattr(tfrecords, "_READ_CHUNK", 997)
+    monkeypatch.setattr(tfrecords, "_INFLATE_STEP", 4096)
     records = [bytes([i % 251]) * (i * 37 % 2100) for i in range(400)] + [b"x" * 50_000]
     parts = []
     for half in (records[:150], records[150:]):
@@ -327,6 +329,7 @@ def test_the_reader_gives_tensorflow_readers_batches(tmp_path, monkeypatch, batc
     path = str(tmp_path / "data.tfrecord.gz")
     with open(path, "wb") as f:
         f.write(b"".join(parts))
+    monkeypatch.setattr(tfrecords, "_READ_CHUNK", len(parts[0]) if chunk != 997 else chunk)
     ours = _our_batches(path, batch_size)
     assert ours == _tf_batches(path, batch_size)
     assert [r for b in ours for r in b] == records

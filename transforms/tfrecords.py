@@ -28,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import functools
 import pickle
 import threading
 import uuid
@@ -251,8 +252,10 @@ class WriteTFRecordBatches(beam.PTransform[beam.PCollection, beam.PCollection]):
         )
 
 
-# Bytes of a gzip TFRecord file read (compressed) per step of _framed_batches.
+# Bytes of a gzip TFRecord file read (compressed) per step of _framed_batches, and the
+# most bytes inflated from it at once.
 _READ_CHUNK = 4 << 20
+_INFLATE_STEP = 64 << 20
 
 
 def _framed_batches(path: str, batch_size: int):
@@ -300,47 +303,51 @@ def _framed_batches(path: str, batch_size: int):
         blob = tf.constant(bytes(buf[first:pos]))
         return tf.strings.substr(blob, at - first, length)
 
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        inflate = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
-        read_any = False
-        while True:
-            chunk = f.read(_READ_CHUNK)
-            if not chunk:
+    for piece in _inflated(path):
+        buf += piece
+        while len(buf) - pos >= 12:
+            (length,) = unpack(buf, pos)
+            if len(buf) - pos < 16 + length:
                 break
+            starts.append(pos + 12)
+            lengths.append(length)
+            pos += 16 + length
+            if len(starts) == batch_size:
+                yield batch()
+                del buf[:pos]
+                done += len(starts)
+                pos = 0
+                starts, lengths = [], []
+    if pos != len(buf):
+        raise ValueError(
+            f"{path}: ends inside a record (truncated, or not a TFRecord file); write it again."
+        )
+    if starts:
+        yield batch()
+
+
+def _inflated(path: str):
+    """The gunzipped bytes of a file, in pieces of at most ``_INFLATE_STEP`` bytes (a chunk of
+    very compressible data would inflate to many times its size in one piece)."""
+    new = functools.partial(isal_zlib.decompressobj, 16 + isal_zlib.MAX_WBITS)
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        inflate = new()
+        read_any = False
+        while chunk := f.read(_READ_CHUNK):
             read_any = True
             while chunk:
+                if inflate.eof:  # the next gzip member
+                    inflate = new()
                 try:
-                    buf += inflate.decompress(chunk)
+                    yield inflate.decompress(chunk, _INFLATE_STEP)
                 except isal_zlib.error as e:
                     raise ValueError(
                         f"{path}: not readable as gzip ({e}); write it again as a gzip "
                         "TFRecord file."
                     ) from e
-                chunk = b""
-                if inflate.eof and inflate.unused_data:  # the next gzip member
-                    chunk = inflate.unused_data
-                    inflate = isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
-            while len(buf) - pos >= 12:
-                (length,) = unpack(buf, pos)
-                if len(buf) - pos < 16 + length:
-                    break
-                starts.append(pos + 12)
-                lengths.append(length)
-                pos += 16 + length
-                if len(starts) == batch_size:
-                    yield batch()
-                    del buf[:pos]
-                    done += len(starts)
-                    pos = 0
-                    starts, lengths = [], []
+                chunk = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
         if read_any and not inflate.eof:
             raise ValueError(f"{path}: the gzip data ends early (truncated); write it again.")
-        if pos != len(buf):
-            raise ValueError(
-                f"{path}: ends inside a record (truncated, or not a TFRecord file); write it again."
-            )
-        if starts:
-            yield batch()
 
 
 class _DecodeFile(beam.DoFn):
