@@ -7,7 +7,9 @@
 # On the offline GPU machine of ../shared/device-kit (README there), after its parts are
 # set up: this script sources .devkit/scripts/env.sh itself when it is there, and puts
 # the wheels of GPU_CHECK_WHEELS (default .devkit/extra: the packages the kit lacks,
-# SQLAlchemy, Alembic, Mako, Jinja2, pytest, pluggy, iniconfig) on the path.
+# SQLAlchemy, Alembic, Mako, Jinja2, pytest, pluggy, iniconfig, isal; e.g. `pip download
+# --no-deps --only-binary=:all: --python-version 3.12 -d .devkit/extra isal==1.9.1`) on
+# the path.
 #
 # It prints, and writes under $OUT (else ./gpu_check_out):
 #   1. each process's GPU memory through the bundled run with tuning (nvidia-smi's
@@ -55,7 +57,7 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 missing=$("$PY" - <<'PY'
 import importlib.util
 need = ["tensorflow", "apache_beam", "tensorflow_transform", "keras_tuner", "sqlalchemy",
-        "alembic", "mako", "jinja2", "pytest"]
+        "alembic", "mako", "jinja2", "pytest", "isal"]
 print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
 PY
 )

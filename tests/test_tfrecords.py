@@ -355,40 +355,80 @@ def _framed_file(tmp_path, records, corrupt=None) -> tuple[str, bytes]:
     return path, bytes(data)
 
 
-def test_a_truncated_or_corrupt_file_fails_naming_the_file(tmp_path):
+_DAMAGED = r"Examples file \S*data\.tfrecord\.gz is damaged: "
+_FIX = r"; write the examples again with --no_cache=ExampleGen"
+
+
+def test_a_truncated_or_corrupt_file_fails_naming_the_file_and_the_fix(tmp_path):
+    from beam_pipeline.core.errors import PipelineError
+
     records = [f"record {i}".encode() * 20 for i in range(300)]
     path, _ = _framed_file(tmp_path, records)
     whole = open(path, "rb").read()
-    # Cut inside the gzip data: the gzip stream ends early.
-    with open(path, "wb") as f:
-        f.write(whole[: len(whole) // 2])
-    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: the gzip data ends early"):
-        _our_batches(path, 50)
+
+    def fails(content: bytes, what: str) -> None:
+        with open(path, "wb") as f:
+            f.write(content)
+        with pytest.raises(PipelineError, match=_DAMAGED + what + ".*" + _FIX):
+            _our_batches(path, 50)
+
+    # Cut inside the gzip data, or followed by bytes that are not gzip.
+    fails(whole[: len(whole) // 2], "its gzip data ends early")
+    fails(whole + b"\0junk\0\0\0", "its gzip data ends early .* or is followed by other bytes")
     # A complete gzip member whose records end inside one.
-    with open(path, "wb") as f:
-        f.write(gzip.compress(frame_records(records).data.tobytes()[:-5]))
-    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: ends inside a record"):
-        _our_batches(path, 50)
+    fails(gzip.compress(frame_records(records).data.tobytes()[:-5]), "it ends inside record 299")
     # A flipped byte in a record's data (stored, not deflated, so the inflate goes on):
     # gzip's CRC-32 of the member catches it, where TensorFlow's reader checks the record's.
     data = frame_records(records).data.tobytes()
     stored = zlib.compressobj(0, zlib.DEFLATED, 31)
     member = bytearray(stored.compress(data) + stored.flush())
     member[len(member) // 2] ^= 1
-    with open(path, "wb") as f:
-        f.write(bytes(member))
-    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: not readable as gzip .*checksum"):
-        _our_batches(path, 50)
+    fails(bytes(member), r"it cannot be read as gzip \(.*checksum")
     # Not gzip at all.
-    with open(path, "wb") as f:
-        f.write(b"id,value\n1,2\n")
-    with pytest.raises(ValueError, match=r"data\.tfrecord\.gz: not readable as gzip"):
-        _our_batches(path, 50)
+    fails(b"id,value\n1,2\n", r"it cannot be read as gzip")
 
 
 def test_a_record_header_that_fails_its_crc_fails_naming_the_record(tmp_path):
+    from beam_pipeline.core.errors import PipelineError
+
     records = [f"record {i}".encode() for i in range(100)]
     header_57 = sum(len(r) + 16 for r in records[:57]) + 9  # a byte of its length's CRC
     path, _ = _framed_file(tmp_path, records, corrupt=header_57)
-    with pytest.raises(ValueError, match="the header of record 57 fails its CRC check"):
+    with pytest.raises(
+        PipelineError, match=_DAMAGED + "the header of record 57 fails its checksum"
+    ):
         _our_batches(path, 10)
+
+
+def test_a_gzip_file_that_is_not_tfrecords_fails_at_its_first_header(tmp_path, monkeypatch):
+    """Its first bytes would make a length of petabytes: the header is checked before the
+    reader waits for that much (it would have buffered the whole file, then failed)."""
+    from beam_pipeline.core.errors import PipelineError
+    from transforms import tfrecords
+
+    monkeypatch.setattr(tfrecords, "_READ_CHUNK", 1000)
+    path = str(tmp_path / "data.tfrecord.gz")
+    with open(path, "wb") as f:
+        f.write(gzip.compress(b"id,name,value\n" + b"1,a,2.5\n" * 200_000))
+    batches = tfrecords._framed_batches(path, 10)
+    with pytest.raises(PipelineError, match=_DAMAGED + "the header of record 0 fails its checksum"):
+        next(batches)
+
+
+def test_a_damaged_file_read_in_a_beam_job_ends_in_the_readers_sentence(tmp_path):
+    """What the CLI shows: the sentence of the worker's PipelineError, through Beam."""
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    from beam_pipeline.core.errors import user_error
+    from transforms.tfrecords import ReadExampleBatches
+
+    path, _ = _framed_file(tmp_path, [_example(i) for i in range(100)])
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    schema = schema_pb2.Schema()
+    schema.feature.add(name="i", type=schema_pb2.INT)
+    with pytest.raises(Exception) as raised:
+        with make_pipeline() as p:
+            _ = p | ReadExampleBatches([path], schema, batch_size=10)
+    error = user_error(raised.value, str(tmp_path))
+    assert error is not None and str(error).startswith(f"Examples file {path} is damaged: ")

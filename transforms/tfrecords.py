@@ -44,6 +44,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 from isal import isal_zlib
 
+from beam_pipeline.core.errors import PipelineError
 from transforms.example_encoding import FramedRecords, frame_records
 
 __all__ = [
@@ -258,6 +259,15 @@ _READ_CHUNK = 4 << 20
 _INFLATE_STEP = 64 << 20
 
 
+def _damaged(path: str, what: str) -> PipelineError:
+    """The sentence for an examples file that cannot be read: the files are a run's own
+    (ExampleGen's), so writing them again is the fix; a resume alone would reuse them."""
+    return PipelineError(
+        f"Examples file {path} is damaged: {what}; write the examples again with "
+        "--no_cache=ExampleGen (the same --run_id resumes the run)."
+    )
+
+
 def _framed_batches(path: str, batch_size: int):
     """The serialized records of a gzip TFRecord file, ``batch_size`` at a time, as 1-D
     ``tf.string`` tensors (what ``TFRecordDataset(...).batch(batch_size)`` yields).
@@ -296,10 +306,7 @@ def _framed_batches(path: str, batch_size: int):
         expected = _header(length)
         if not np.array_equal(headers, expected):
             bad = done + int(np.flatnonzero((headers != expected).any(axis=1))[0])
-            raise ValueError(
-                f"{path}: the header of record {bad} fails its CRC check (a corrupt file, or "
-                "not a TFRecord file); write it again."
-            )
+            raise _damaged(path, f"the header of record {bad} fails its checksum")
         blob = tf.constant(bytes(buf[first:pos]))
         return tf.strings.substr(blob, at - first, length)
 
@@ -308,6 +315,14 @@ def _framed_batches(path: str, batch_size: int):
         while len(buf) - pos >= 12:
             (length,) = unpack(buf, pos)
             if len(buf) - pos < 16 + length:
+                # A record not all here yet: its header is checked now, so that bytes that
+                # are not a record's header are not taken for a length to wait for.
+                if not np.array_equal(
+                    np.frombuffer(buf, np.uint8, 12, pos), _header(np.array([length]))[0]
+                ):
+                    raise _damaged(
+                        path, f"the header of record {done + len(starts)} fails its checksum"
+                    )
                 break
             starts.append(pos + 12)
             lengths.append(length)
@@ -319,9 +334,7 @@ def _framed_batches(path: str, batch_size: int):
                 pos = 0
                 starts, lengths = [], []
     if pos != len(buf):
-        raise ValueError(
-            f"{path}: ends inside a record (truncated, or not a TFRecord file); write it again."
-        )
+        raise _damaged(path, f"it ends inside record {done + len(starts)} (a truncated copy?)")
     if starts:
         yield batch()
 
@@ -341,13 +354,12 @@ def _inflated(path: str):
                 try:
                     yield inflate.decompress(chunk, _INFLATE_STEP)
                 except isal_zlib.error as e:
-                    raise ValueError(
-                        f"{path}: not readable as gzip ({e}); write it again as a gzip "
-                        "TFRecord file."
-                    ) from e
+                    raise _damaged(path, f"it cannot be read as gzip ({e})") from None
                 chunk = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
         if read_any and not inflate.eof:
-            raise ValueError(f"{path}: the gzip data ends early (truncated); write it again.")
+            raise _damaged(
+                path, "its gzip data ends early (a truncated copy?) or is followed by other bytes"
+            )
 
 
 class _DecodeFile(beam.DoFn):
