@@ -291,24 +291,29 @@ def _framed_batches(path: str, batch_size: int):
     from transforms.example_encoding import _header
 
     unpack = struct.Struct("<Q").unpack_from
+    # The batch being gathered starts at buf's first byte (what came before is cut off).
     buf = bytearray()
     pos = 0  # where the next record's header starts in buf
     starts: list[int] = []  # this batch's records: where their data starts in buf
     lengths: list[int] = []
     done = 0  # records of the batches before this one
 
-    def batch():
-        first = starts[0] - 12
-        length = np.array(lengths, dtype=np.int64)
-        at = np.array(starts, dtype=np.int64)
-        raw = np.frombuffer(buf, dtype=np.uint8, count=pos)
-        headers = raw[(at - 12)[:, None] + np.arange(12)]
+    def check(at: np.ndarray, length: np.ndarray, record: int) -> None:
+        """The headers at ``at`` (offsets in buf; the first is record ``record`` of the
+        file) against the CRC32C of their lengths."""
+        raw = np.frombuffer(buf, dtype=np.uint8, count=int(at[-1]) + 12)
+        headers = raw[at[:, None] + np.arange(12)]
         expected = _header(length)
         if not np.array_equal(headers, expected):
-            bad = done + int(np.flatnonzero((headers != expected).any(axis=1))[0])
+            bad = record + int(np.flatnonzero((headers != expected).any(axis=1))[0])
             raise _damaged(path, f"the header of record {bad} fails its checksum")
-        blob = tf.constant(bytes(buf[first:pos]))
-        return tf.strings.substr(blob, at - first, length)
+
+    def batch():
+        length = np.array(lengths, dtype=np.int64)
+        at = np.array(starts, dtype=np.int64)
+        check(at - 12, length, done)
+        blob = tf.constant(bytes(memoryview(buf)[:pos]))
+        return tf.strings.substr(blob, at, length)
 
     for piece in _inflated(path):
         buf += piece
@@ -317,12 +322,7 @@ def _framed_batches(path: str, batch_size: int):
             if len(buf) - pos < 16 + length:
                 # A record not all here yet: its header is checked now, so that bytes that
                 # are not a record's header are not taken for a length to wait for.
-                if not np.array_equal(
-                    np.frombuffer(buf, np.uint8, 12, pos), _header(np.array([length]))[0]
-                ):
-                    raise _damaged(
-                        path, f"the header of record {done + len(starts)} fails its checksum"
-                    )
+                check(np.array([pos]), np.array([length]), done + len(starts))
                 break
             starts.append(pos + 12)
             lengths.append(length)
