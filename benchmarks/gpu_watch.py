@@ -54,23 +54,35 @@ def process_tree(root: int) -> dict[int, tuple[int, str]]:
     return tree
 
 
+def _is_timeout(cmdline: str) -> bool:
+    return os.path.basename(cmdline.split(" ", 1)[0]) == "timeout"
+
+
 def kind(pid: int, root: int, tree: dict[int, tuple[int, str]]) -> str:
+    """A process's kind by its place in the tree, not by its command line alone: the
+    launcher forks the fork server from itself (``beam_pipeline.core.forked``), and the
+    server's children are its forks, so all three show the launcher's command line."""
     if pid not in tree:
         return "not this run"
     ppid, cmdline = tree[pid]
-    if os.path.basename(cmdline.split(" ", 1)[0]) == "timeout":
+    if _is_timeout(cmdline):
         return "timeout (the launcher's wrapper)"
-    if " -m beam_pipeline" in cmdline:
-        return "launcher"
+    if "multiprocessing.resource_tracker" in cmdline:
+        return "resource tracker"
     if "infra_validator/sandbox.py" in cmdline:
         return "InfraValidator sandbox"
     if "sdk_worker_main" in cmdline:
         return "Beam SDK worker"
-    if "multiprocessing.forkserver" in cmdline or "multiprocessing" in cmdline:
-        parent = tree.get(ppid, (0, ""))[1]
-        if "multiprocessing" in parent:
-            return "fork-server child (tuner pool worker or forked SDK worker)"
-        return "fork server"
+    if " -m beam_pipeline" in cmdline or "multiprocessing.forkserver" in cmdline:
+        # The launcher: the run's root, or the root's child where the root is a timeout.
+        launcher = root
+        if _is_timeout(tree.get(root, (0, ""))[1]):
+            launcher = next((p for p, (up, _) in tree.items() if up == root), root)
+        if pid == launcher:
+            return "launcher"
+        if ppid == launcher:
+            return "fork server"
+        return "fork-server child (tuner pool worker, trainer or forked SDK worker)"
     return cmdline.split(" ", 1)[0] or "?"
 
 
