@@ -364,3 +364,34 @@ def _as_dict(example) -> dict:
     from google.protobuf import json_format
 
     return json_format.MessageToDict(example)
+
+
+def test_a_preprocessing_fn_without_analyzers_is_not_said_to_write_the_analyzer_cache(tmp_path):
+    # tf.Transform caches nothing for it: the note says so, with spans and without,
+    # where it said "spans 1-2 analyzed and written to ..." over an empty cache folder.
+    module = tmp_path / "no_analyzers.py"
+    module.write_text(
+        "import tensorflow as tf\n\n\n"
+        "def preprocessing_fn(inputs):\n"
+        '    return {"mass_x2": tf.cast(inputs["body_mass_g"], tf.float32) * 2}\n'
+    )
+    spans = tmp_path / "spans"
+    _write_span(spans, 1)
+    _write_span(spans, 2)
+    inputs = {
+        "spans": (str(spans / "span-{SPAN}" / "*.csv"), "--span_window=2"),
+        "plain": (str(spans / "span-1" / "*.csv"), "--span_window=1"),
+    }
+    for name, (data, window) in inputs.items():
+        root = tmp_path / name
+        flags = [f"--module_file={module}"] + ([window] if name == "spans" else [])
+        transform = _run(str(root), "a", data, *flags)["Transform"]
+        assert transform["status"] == "ok", name
+        assert transform["details"]["analyzer_cache"] == (
+            "unused: the preprocessing_fn has no analyzers"
+        ), name
+        assert "analyzer cache unused: the preprocessing_fn has no analyzers" in transform["note"]
+        assert not os.listdir(root / "cache" / "transform"), name
+        if name == "spans":
+            assert transform["details"]["analyzer_cache_spans_analyzed"] == []
+            assert transform["details"]["analyzer_cache_spans_reused"] == []

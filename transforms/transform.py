@@ -120,8 +120,6 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         self._preprocessing_fn = preprocessing_fn
         self._cache_dir = cache_dir
         self._dataset_key = dataset_cache_key(dataset_fingerprint)
-        # The dataset keys analyzed (not all read from the cache), known once expanded.
-        self.analyzed_datasets: tuple[str, ...] = ()
         self._train_datasets = {
             tft_beam.analyzer_cache.DatasetKey(key): sorted(fileio.glob(pattern))
             for key, pattern in (train_datasets or {}).items()
@@ -239,7 +237,6 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
             input_cache,
             tft_beam.Context.get_use_tf_compat_v1(),
         )
-        self.analyzed_datasets = tuple(k.key for k in keys if k in needed)
         if not needed:
             # Every span's analyzers are cached (a preprocessing_fn changed outside its
             # analyzers): tf.Transform still needs one dataset to build the analysis

@@ -52,7 +52,7 @@ def build_transform_pipeline(
     graph_dir: str,
     examples_dir: str,
     train_datasets: Optional[Mapping[str, str]] = None,
-) -> tuple[str, ...]:
+) -> None:
     """Wires the Transform phase into ``p`` without running it (inside a tft_beam.Context).
 
     Args:
@@ -66,10 +66,6 @@ def build_transform_pipeline(
       graph_dir / examples_dir: where the transform graph and transformed examples go.
       train_datasets: with a ``{SPAN}`` input, each span's analyzer-cache dataset key ->
         its train examples (:func:`span_datasets`).
-
-    Returns:
-      The dataset keys whose analysis runs (those of ``train_datasets`` the analyzer
-      cache does not hold).
 
     Raises:
       PipelineError: ``preprocessing_fn`` raised while tf.Transform traced it.
@@ -105,7 +101,6 @@ def build_transform_pipeline(
         _ = result.analyzer_cache | "WriteCache" >> tft_beam.analyzer_cache.WriteAnalysisCacheToFS(
             p, cache_dir
         )
-    return transform.analyzed_datasets
 
 
 def span_datasets(examples: Examples) -> dict[str, str]:
@@ -161,7 +156,7 @@ def run(
         cache_dir = cache.open() if cache is not None else None
         with tft_beam.Context(temp_dir=fileio.join(run_dir.root, ".staging", "tft-tmp")):
             p = create_pipeline(ctx.options)
-            analyzed = build_transform_pipeline(
+            build_transform_pipeline(
                 p,
                 {s: examples.file_pattern(s) for s in splits},
                 schema,
@@ -196,11 +191,13 @@ def run(
     cache_note = "off"
     details: dict = {}
     if cache is not None and datasets:
-        cache_note, details = _span_cache_note(cache, datasets, analyzed)
+        cache_note, details = _span_cache_note(cache, datasets)
     elif cache is not None:
         (key,) = cache.keys
         before, after = cache.before.get(key), cache.after.get(key)
-        if not before:
+        if not before and not after:
+            cache_note = _NOTHING_CACHED
+        elif not before:
             cache_note = f"written to {cache.cache_dir}"
         elif cache.reused(key):
             cache_note = "reused (no analyzer recomputed)"
@@ -237,22 +234,29 @@ def run(
     return StageResult([report], outputs=(graph, transformed))
 
 
-def _span_cache_note(
-    cache: AnalyzerCache, datasets: Mapping[str, str], analyzed: tuple[str, ...]
-) -> tuple[str, dict]:
-    """The analyzer cache's note with one dataset per span: which spans' analyzers were
-    read from the cache and which were computed."""
+# A preprocessing_fn without analyzers: tf.Transform writes no cache entry.
+_NOTHING_CACHED = "unused: the preprocessing_fn has no analyzers"
+
+
+def _span_cache_note(cache: AnalyzerCache, datasets: Mapping[str, str]) -> tuple[str, dict]:
+    """The analyzer cache's note with one dataset per span: the spans whose entries the job
+    added files to were analyzed; those whose entry it left as it was were reused. Read
+    from the entries themselves, not from the spans tf.Transform planned to read: with
+    every span's analyzers cached it still reads the newest span (and computes nothing),
+    and without analyzers it reads every span and caches nothing."""
     from beam_pipeline.stages.common.span_cache import span_label
 
     def span(key: str) -> int:
         return int(key[len("span") :].split("-", 1)[0])
 
-    reused = [span(k) for k in datasets if k not in analyzed and cache.before.get(k)]
-    computed = [span(k) for k in datasets if k in analyzed or not cache.before.get(k)]
+    before = {k: cache.before.get(k, frozenset()) for k in datasets}
+    added = {k: cache.after.get(k, frozenset()) - before[k] for k in datasets}
+    reused = [span(k) for k in datasets if before[k] and not added[k]]
+    computed = [span(k) for k in datasets if added[k]]
     parts = []
     if reused:
         parts.append(f"{span_label(reused)} reused (not analyzed again)")
     if computed:
         parts.append(f"{span_label(computed)} analyzed and written to {cache.cache_dir}")
     details = {"analyzer_cache_spans_reused": reused, "analyzer_cache_spans_analyzed": computed}
-    return "; ".join(parts), details
+    return "; ".join(parts) or _NOTHING_CACHED, details
