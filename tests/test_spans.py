@@ -395,3 +395,11 @@ def test_a_preprocessing_fn_without_analyzers_is_not_said_to_write_the_analyzer_
         if name == "spans":
             assert transform["details"]["analyzer_cache_spans_analyzed"] == []
             assert transform["details"]["analyzer_cache_spans_reused"] == []
+        # Another module's analyzers cached in the same root: the entries are there and
+        # the job leaves them as they were, which is not a reuse by this module.
+        assert _run(str(root), "b", data, f"--module_file={MODULE}", *flags[1:])
+        transform = _run(str(root), "c", data, *flags, "--no_cache=Transform")["Transform"]
+        assert transform["status"] == "ok", name
+        assert transform["details"]["analyzer_cache"] == (
+            "unused: the preprocessing_fn has no analyzers"
+        ), name

@@ -203,6 +203,10 @@ def run(
             cache_note = "reused (no analyzer recomputed)"
         else:
             cache_note = f"partly reused ({len(after - before)} entries added)"
+    if "reused" in cache_note and not _has_analyzers(ctx.preprocessing_fn, schema):
+        # An entry the job left as it was served the analyzers, or a preprocessing_fn
+        # without any (the entry is another module's): its files cannot tell, a trace can.
+        cache_note, details = _NOTHING_CACHED, dict.fromkeys(details, [])
     if cache is not None and cache.removed:
         removed = "; ".join(cache.removed.values())
         cache_note = f"{cache_note} (a damaged entry removed: {removed})"
@@ -236,6 +240,20 @@ def run(
 
 # A preprocessing_fn without analyzers: tf.Transform writes no cache entry.
 _NOTHING_CACHED = "unused: the preprocessing_fn has no analyzers"
+
+
+def _has_analyzers(preprocessing_fn: Callable, schema) -> bool:
+    """Whether ``preprocessing_fn`` calls a tf.Transform analyzer (one more trace of it, as
+    ``tft.get_analyze_input_columns`` makes; that function's answer, the analyzers' input
+    columns, would be empty for an analyzer of constants)."""
+    from tensorflow_transform import analyzer_nodes, impl_helper
+    from tfx_bsl.public import tfxio
+
+    specs = tfxio.TFExampleRecord("unused", schema=schema).TensorAdapter().OriginalTypeSpecs()
+    graph, _, _ = impl_helper.trace_preprocessing_function(
+        preprocessing_fn, specs, use_tf_compat_v1=False
+    )
+    return bool(graph.get_collection(analyzer_nodes.TENSOR_REPLACEMENTS))
 
 
 def _span_cache_note(cache: AnalyzerCache, datasets: Mapping[str, str]) -> tuple[str, dict]:
