@@ -190,8 +190,11 @@ def run(
     rows = {s.value: counter(beam_result, f"transform.rows_out.{s.value}") for s in splits}
     cache_note = "off"
     details: dict = {}
+    left_as_was = False  # every entry the job read, none it added to
     if cache is not None and datasets:
         cache_note, details = _span_cache_note(cache, datasets)
+        analyzed = details["analyzer_cache_spans_analyzed"]
+        left_as_was = bool(details["analyzer_cache_spans_reused"]) and not analyzed
     elif cache is not None:
         (key,) = cache.keys
         before, after = cache.before.get(key), cache.after.get(key)
@@ -200,10 +203,10 @@ def run(
         elif not before:
             cache_note = f"written to {cache.cache_dir}"
         elif cache.reused(key):
-            cache_note = "reused (no analyzer recomputed)"
+            cache_note, left_as_was = "reused (no analyzer recomputed)", True
         else:
             cache_note = f"partly reused ({len(after - before)} entries added)"
-    if "reused" in cache_note and not _has_analyzers(ctx.preprocessing_fn, schema):
+    if left_as_was and not _has_analyzers(ctx.preprocessing_fn, schema):
         # An entry the job left as it was served the analyzers, or a preprocessing_fn
         # without any (the entry is another module's): its files cannot tell, a trace can.
         cache_note, details = _NOTHING_CACHED, dict.fromkeys(details, [])
