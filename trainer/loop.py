@@ -172,9 +172,13 @@ def train_loop(
         values = {"loss": total / (stop - current)}
         values.update({m.name: float(m.result()) for m in metrics})
         current = stop
-        save(current)
-        # Step = the interval's index, as Keras's TensorBoard logs fit's epochs.
+        # Logged (and flushed) before the checkpoint: a worker lost right after the
+        # checkpoint gets the attempt's processes stopped, and the chief's interval would
+        # be trained, saved and never logged; lost between the two, the next attempt
+        # trains the interval again and logs it again, which is what happened. Step = the
+        # interval's index, as Keras's TensorBoard logs fit's epochs.
         _log(writer, values, (current + interval - 1) // interval - 1)
+        save(current)
     if writer is not None:
         writer.close()
     return int(optimizer.iterations.numpy())
