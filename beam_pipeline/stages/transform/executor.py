@@ -190,11 +190,8 @@ def run(
     rows = {s.value: counter(beam_result, f"transform.rows_out.{s.value}") for s in splits}
     cache_note = "off"
     details: dict = {}
-    left_as_was = False  # every entry the job read, none it added to
     if cache is not None and datasets:
         cache_note, details = _span_cache_note(cache, datasets)
-        analyzed = details["analyzer_cache_spans_analyzed"]
-        left_as_was = bool(details["analyzer_cache_spans_reused"]) and not analyzed
     elif cache is not None:
         (key,) = cache.keys
         before, after = cache.before.get(key), cache.after.get(key)
@@ -203,12 +200,14 @@ def run(
         elif not before:
             cache_note = f"written to {cache.cache_dir}"
         elif cache.reused(key):
-            cache_note, left_as_was = "reused (no analyzer recomputed)", True
+            cache_note = "reused (no analyzer recomputed)"
         else:
             cache_note = f"partly reused ({len(after - before)} entries added)"
-    if left_as_was and not _has_analyzers(ctx.preprocessing_fn, schema):
-        # An entry the job left as it was served the analyzers, or a preprocessing_fn
-        # without any (the entry is another module's): its files cannot tell, a trace can.
+    reused = cache is not None and all(map(cache.reused, cache.keys))
+    if reused and not _has_analyzers(ctx.preprocessing_fn, schema):
+        # Every entry the job left as it was served the analyzers, or a preprocessing_fn
+        # without any (the entries are another module's): their files cannot tell, a
+        # trace can.
         cache_note, details = _NOTHING_CACHED, dict.fromkeys(details, [])
     if cache is not None and cache.removed:
         removed = "; ".join(cache.removed.values())
@@ -270,10 +269,8 @@ def _span_cache_note(cache: AnalyzerCache, datasets: Mapping[str, str]) -> tuple
     def span(key: str) -> int:
         return int(key[len("span") :].split("-", 1)[0])
 
-    before = {k: cache.before.get(k, frozenset()) for k in datasets}
-    added = {k: cache.after.get(k, frozenset()) - before[k] for k in datasets}
-    reused = [span(k) for k in datasets if before[k] and not added[k]]
-    computed = [span(k) for k in datasets if added[k]]
+    reused = [span(k) for k in datasets if cache.reused(k)]
+    computed = [span(k) for k in datasets if cache.after.get(k, frozenset()) - cache.before[k]]
     parts = []
     if reused:
         parts.append(f"{span_label(reused)} reused (not analyzed again)")
