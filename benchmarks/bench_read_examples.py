@@ -10,6 +10,12 @@ RecordBatches that follows (the reader's whole step), on the examples of a finis
 RUN_DIR is ``<pipeline_root>/runs/<run_id>`` with ``examples/train/`` and ``schema/``
 (e.g. from ``bench_data_stages.py --keep``). Prints CPU and wall seconds per side and
 repeat, and checks that both sides give the same batches.
+
+  python benchmarks/bench_read_examples.py RUN_DIR --spill [--files 3] [--repeat 3]
+
+times what Transform's two passes pay per file instead: the analysis's read, decoding the
+files and spilling their batches (``ReadExampleBatches(spill_dir=...)``), against the
+transform pass's read of those spills; CPU seconds include the reader's threads.
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=16384)
+    parser.add_argument("--spill", action="store_true")
     args = parser.parse_args()
+    if args.spill:
+        _spill(args)
+        return
 
     import tensorflow as tf
 
@@ -70,6 +80,57 @@ def main() -> None:
     )
     print(f"files {len(files)}, same batches: {same}")
     decode.teardown()
+
+
+def _spill(args) -> None:
+    import resource
+    import shutil
+    import tempfile
+
+    from beam_pipeline.engine.artifacts import Schema
+    from transforms.tfrecords import SPILLED, _DecodeFile, _read_spill
+
+    def cpu() -> float:  # every thread of this process
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    files = sorted(glob.glob(os.path.join(args.run_dir, "examples", "train", "*")))
+    files = files[: args.files]
+    schema = Schema.read_file(os.path.join(args.run_dir, "schema", "schema.pbtxt"))
+    for repeat in range(args.repeat):
+        spill_dir = tempfile.mkdtemp(prefix="bench_spill_")
+        try:
+            decode = _DecodeFile(schema.SerializeToString(), args.batch_size, spill_dir)
+            decode.setup()
+            cpu0, wall = cpu(), time.perf_counter()
+            decoded, spills = [], {}
+            for path in files:
+                for out in decode.process(path):
+                    if getattr(out, "tag", None) == SPILLED:
+                        spills[out.value[0]] = out.value[1]
+                    else:
+                        decoded.append(out)
+            print(
+                f"repeat {repeat + 1}, decode and spill: cpu {cpu() - cpu0:.2f} s, "
+                f"wall {time.perf_counter() - wall:.2f} s, "
+                f"{sum(b.num_rows for b in decoded)} rows"
+            )
+            cpu0, wall = cpu(), time.perf_counter()
+            again = [b for path in files for b in _read_spill(spills[path])]
+            print(
+                f"repeat {repeat + 1}, read the spill: cpu {cpu() - cpu0:.2f} s, "
+                f"wall {time.perf_counter() - wall:.2f} s, "
+                f"{sum(os.path.getsize(p) for p in spills.values()) / 1e6:.0f} MB spilled"
+            )
+            decode.teardown()
+            assert len(again) == len(decoded) and all(map(pa_equal, again, decoded))
+        finally:
+            shutil.rmtree(spill_dir, ignore_errors=True)
+    print(f"files {len(files)}, same batches: True")
+
+
+def pa_equal(a, b) -> bool:
+    return a.equals(b)
 
 
 if __name__ == "__main__":

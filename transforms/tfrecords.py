@@ -34,7 +34,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple, Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -46,6 +46,7 @@ from isal import isal_zlib
 
 from beam_pipeline.core.errors import PipelineError
 from transforms.example_encoding import FramedRecords, frame_records
+from transforms.metrics import NAMESPACE
 
 __all__ = [
     "ReadExampleBatches",
@@ -376,9 +377,12 @@ class _DecodeFile(beam.DoFn):
     thread-safe). Inflating, parsing and decoding release the GIL.
     """
 
-    def __init__(self, schema_bytes: bytes, batch_size: int):
+    def __init__(self, schema_bytes: bytes, batch_size: int, spill_dir: str | None = None):
         self._schema_bytes = schema_bytes
         self._batch_size = batch_size
+        self._spill_dir = spill_dir
+        self._files_decoded = beam.metrics.Metrics.counter(NAMESPACE, "read.files_decoded")
+        self._files_from_spill = beam.metrics.Metrics.counter(NAMESPACE, "read.files_from_spill")
 
     def setup(self):
         self._local = threading.local()
@@ -393,7 +397,29 @@ class _DecodeFile(beam.DoFn):
                 _parse_fn(spec), input_signature=[tf.TensorSpec([None], tf.string)]
             ).get_concrete_function()
 
-    def process(self, path: str):
+    def process(self, path: str, spilled=None):
+        """``spilled``: the side input of an earlier read's spill (file -> its spill file);
+        a file it names is read from there, already decoded."""
+        if spilled and path in spilled:
+            self._files_from_spill.inc()
+            yield from _read_spill(spilled[path])
+            return
+        self._files_decoded.inc()
+        if self._spill_dir is None:
+            yield from self._decoded(path)
+        else:
+            writer = _SpillWriter(
+                FileSystems.join(self._spill_dir, f"{uuid.uuid4().hex}{SPILL_SUFFIX}")
+            )
+            try:
+                for batch in self._decoded(path):
+                    writer.write(batch)
+                    yield batch
+            finally:  # also when a later step failed, which ends this generator
+                writer.close()
+            yield beam.pvalue.TaggedOutput(SPILLED, (path, writer.path))
+
+    def _decoded(self, path: str):
         batches = _framed_batches(path, self._batch_size)
         decode = self._decode if self._fast is None else self._parse
         pending: collections.deque = collections.deque()
@@ -557,18 +583,48 @@ class RecordBatchCoder(beam.coders.Coder):
 beam.coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)
 
 
+class SpilledBatches(NamedTuple):
+    """What :class:`ReadExampleBatches` with a ``spill_dir`` gives: the batches, and one
+    ``(file, spill file)`` pair per file read (the ``spilled`` of a later read)."""
+
+    batches: beam.PCollection
+    spilled: beam.PCollection
+
+
 class ReadExampleBatches(beam.PTransform[beam.pvalue.PBegin, beam.PCollection]):
     """Reads gzip TFRecord files of tf.Example as RecordBatches typed by ``schema``.
 
     The batches have the Arrow schema of ``tfxio.TFExampleRecord(..., schema=schema)``, so
     its ``TensorAdapterConfig`` describes them (tf.Transform's input).
+
+    Args:
+      files: the files, or ``(key, path)`` pairs with ``tag``.
+      schema: the examples' schema.
+      batch_size: rows per RecordBatch.
+      tag: with ``files`` given as ``(key, path)`` pairs, each batch of a file goes out as
+        ``tag(batch, key)`` (a column naming its split, say): one read of several inputs,
+        where a ``Flatten`` of one read each would make the runner hold every read's
+        batches until the step after it can run.
+      spill_dir: also write each file's batches, as read, to an Arrow IPC file (LZ4) in
+        this folder; the read then gives :class:`SpilledBatches`. For a job that reads the
+        same files twice, one pass after the other (tf.Transform's analysis, then its
+        transform): decoding and spilling taxi examples takes about nine times the CPU
+        of reading the spill back (benchmarks/bench_read_examples.py --spill), and the
+        batches wait on disk, not in the runner's memory. The folder is the caller's to
+        delete once the later read is done.
+      spilled: a later read's ``SpilledBatches.spilled``: a file it names is read from its
+        spill file.
     """
 
-    def __init__(self, files, schema, batch_size: int = 4096, tag=None):
-        """``tag``: with ``files`` given as ``(key, path)`` pairs, each batch of a file goes
-        out as ``tag(batch, key)`` (a column naming its split, say): one read of several
-        inputs, where a ``Flatten`` of one read each would make the runner hold every
-        read's batches until the step after it can run."""
+    def __init__(
+        self,
+        files,
+        schema,
+        batch_size: int = 4096,
+        tag=None,
+        spill_dir: str | None = None,
+        spilled: beam.PCollection | None = None,
+    ):
         super().__init__()
         if not files:
             raise ValueError("ReadExampleBatches needs at least one file.")
@@ -576,27 +632,77 @@ class ReadExampleBatches(beam.PTransform[beam.pvalue.PBegin, beam.PCollection]):
         self._schema_bytes = schema.SerializeToString()
         self._batch_size = batch_size
         self._tag = tag
+        self._spill_dir = spill_dir
+        self._spilled = spilled
 
     def expand(self, pbegin):
         if self._tag is None:
-            decode = _DecodeFile(self._schema_bytes, self._batch_size)
+            decode = _DecodeFile(self._schema_bytes, self._batch_size, self._spill_dir)
         else:
-            decode = _DecodeTaggedFile(self._schema_bytes, self._batch_size, self._tag)
-        return (
-            pbegin
-            | "ListFiles" >> beam.Create(self._files)
-            | "Decode" >> beam.ParDo(decode).with_output_types(pa.RecordBatch)
-        )
+            decode = _DecodeTaggedFile(
+                self._schema_bytes, self._batch_size, self._tag, self._spill_dir
+            )
+        side = {} if self._spilled is None else {"spilled": beam.pvalue.AsDict(self._spilled)}
+        read = pbegin | "ListFiles" >> beam.Create(self._files)
+        if self._spill_dir is None:
+            return read | "Decode" >> beam.ParDo(decode, **side).with_output_types(pa.RecordBatch)
+        outputs = read | "Decode" >> beam.ParDo(decode, **side).with_output_types(
+            pa.RecordBatch, **{SPILLED: tuple[str, Optional[str]]}
+        ).with_outputs(SPILLED, main="batches")
+        return SpilledBatches(outputs.batches, outputs[SPILLED])
+
+
+# The tagged output of a spilling read, and its files' suffix.
+SPILLED = "spilled"
+SPILL_SUFFIX = ".arrow"
+
+
+class _SpillWriter:
+    """One file's RecordBatches as an Arrow IPC stream, LZ4 compressed (about half the
+    bytes of the plain stream for a few times its small CPU cost: the spill of a large
+    dataset is written to the pipeline's temporary location, perhaps over a network).
+    ``path`` is None until a batch is written: a file without rows spills nothing."""
+
+    def __init__(self, path: str):
+        self._target = path
+        self.path: str | None = None
+        self._file = None
+        self._writer = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None:
+            _makedirs(FileSystems.split(self._target)[0])
+            self._file = FileSystems.create(
+                self._target, compression_type=CompressionTypes.UNCOMPRESSED
+            )
+            self.path = self._target
+            options = pa.ipc.IpcWriteOptions(compression="lz4")
+            self._writer = pa.ipc.new_stream(self._file, batch.schema, options=options)
+        self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._file.close()
+            self._writer = None
+
+
+def _read_spill(path: str | None):
+    """The RecordBatches of a spill file (:class:`_SpillWriter`), one at a time."""
+    if path is None:
+        return
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        yield from pa.ipc.open_stream(f)
 
 
 class _DecodeTaggedFile(_DecodeFile):
     """A ``(key, path)`` pair's batches, each as ``tag(batch, key)``."""
 
-    def __init__(self, schema_bytes: bytes, batch_size: int, tag):
-        super().__init__(schema_bytes, batch_size)
+    def __init__(self, schema_bytes: bytes, batch_size: int, tag, spill_dir=None):
+        super().__init__(schema_bytes, batch_size, spill_dir)
         self._tag = tag
 
-    def process(self, key_and_path):
+    def process(self, key_and_path, spilled=None):
         key, path = key_and_path
-        for batch in super().process(path):
-            yield self._tag(batch, key)
+        for batch in super().process(path, spilled):
+            yield batch if isinstance(batch, beam.pvalue.TaggedOutput) else self._tag(batch, key)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Optional
 
@@ -138,29 +139,39 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
     def expand(self, pbegin):
         train_io = self._tfxio(Split.TRAIN)
         adapter_config = train_io.TensorAdapterConfig()
-        # The train split is read twice, once to analyze and once to transform: a single
-        # read would make the runner hold every train row in memory until the analysis
-        # finishes (the transform waits for it as a side input); two reads keep memory flat
-        # (measured: see the note on tf.Transform's limits below).
+        # The analysis decodes the train split once and spills its batches (Arrow IPC, in
+        # tf.Transform's temporary folder); the transform pass reads them from there, not
+        # from the examples: decoding is most of a read's CPU, the spill's read is a small
+        # part of it. Holding the decoded rows in the runner instead (one read feeding both
+        # passes) grew its memory by about 700 MB at 1M taxi rows: the transform waits for
+        # the analysis as a side input.
+        self.spill_dir = fileio.join(
+            tft_beam.Context.create_base_temp_dir(), f"spill-{uuid.uuid4().hex[:8]}"
+        )
         if self._train_datasets:
-            transform_fn, output_cache = self._analyze_per_dataset(pbegin, train_io)
-        elif self._cache_dir is not None:
-            analysis_data = pbegin | "ReadForAnalysis" >> self._read_files(self._files[Split.TRAIN])
-            input_cache = pbegin | "ReadCache" >> tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(
-                self._cache_dir, [self._dataset_key]
-            )
-            transform_fn, output_cache = (
-                {self._dataset_key: analysis_data},
-                input_cache,
-                adapter_config,
-            ) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(self._preprocessing_fn)
+            transform_fn, output_cache, spilled = self._analyze_per_dataset(pbegin, train_io)
         else:
-            analysis_data = pbegin | "ReadForAnalysis" >> self._read_files(self._files[Split.TRAIN])
-            transform_fn = (
-                analysis_data,
-                adapter_config,
-            ) | "Analyze" >> tft_beam.AnalyzeDataset(self._preprocessing_fn)
-            output_cache = None
+            read = pbegin | "ReadForAnalysis" >> self._read_files(
+                self._files[Split.TRAIN], spill=True
+            )
+            spilled = read.spilled
+            if self._cache_dir is not None:
+                input_cache = pbegin | "ReadCache" >> (
+                    tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(
+                        self._cache_dir, [self._dataset_key]
+                    )
+                )
+                transform_fn, output_cache = (
+                    {self._dataset_key: read.batches},
+                    input_cache,
+                    adapter_config,
+                ) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(self._preprocessing_fn)
+            else:
+                transform_fn = (
+                    read.batches,
+                    adapter_config,
+                ) | "Analyze" >> tft_beam.AnalyzeDataset(self._preprocessing_fn)
+                output_cache = None
         # Where tf.Transform itself is the limit (py-spy of the job in_memory, 1M taxi rows,
         # after this package's reader, encoder and sink were cut down; shares of the thread
         # that runs the steps, which the job waits on): its batch to tensor conversion
@@ -172,16 +183,14 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         # token to Python (tf_utils.reduce_batch_weighted_counts returns them unreduced),
         # where its own step counted them one Beam element each: this module's step counts
         # them per batch first (_VocabularyAccumulate, at the end of this module). Larger
-        # batches do not help (65,536 rows: the same CPU, 1 GB more memory); one read of
-        # the train split for both passes saves its parsing but holds the decoded rows in
-        # the runner (about 700 MB more at 1M rows), so the split is read twice; an analysis
+        # batches do not help (65,536 rows: the same CPU, 1 GB more memory); an analysis
         # reading only its analyzers' columns (tft.get_analyze_input_columns, as TFX
         # projects) costs another trace of the preprocessing_fn and was slower in each of
         # 3 alternated pairs.
-        transformed = self._transform(pbegin, adapter_config, transform_fn)
+        transformed = self._transform(pbegin, adapter_config, transform_fn, spilled)
         return TransformResult(transform_fn, transformed, output_cache)
 
-    def _transform(self, pbegin, adapter_config, transform_fn) -> dict:
+    def _transform(self, pbegin, adapter_config, transform_fn, spilled) -> dict:
         """Every split through one ``TransformDataset``, each batch tagged with its split.
 
         tf.Transform loads the transform graph once per ``TransformDataset`` (each has its
@@ -197,7 +206,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         column = _split_column(adapter_config, transform_fn)
         files = [(index, f) for index, split in enumerate(splits) for f in self._files[split]]
         tag = functools.partial(_with_split, column=column)
-        tagged = pbegin | "Read" >> self._read_files(files, tag)
+        tagged = pbegin | "Read" >> self._read_files(files, tag, spilled=spilled)
         schema = adapter_config.arrow_schema.append(pa.field(column, _SPLIT_TYPE))
         tagged_config = tfxio.TensorAdapterConfig(schema, adapter_config.tensor_representations)
         with tft_beam.Context(passthrough_keys={column}):
@@ -222,11 +231,11 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
             # Every span's files in one read, as _transform reads every split's: a Flatten
             # of one read per span would make the runner hold all their batches.
             files = [f for span_files in self._train_datasets.values() for f in span_files]
-            data = pbegin | "ReadForAnalysis" >> self._read_files(files)
-            transform_fn = (data, adapter_config) | "Analyze" >> tft_beam.AnalyzeDataset(
-                self._preprocessing_fn
+            read = pbegin | "ReadForAnalysis" >> self._read_files(files, spill=True)
+            transform_fn = (read.batches, adapter_config) | "Analyze" >> (
+                tft_beam.AnalyzeDataset(self._preprocessing_fn)
             )
-            return transform_fn, None
+            return transform_fn, None, read.spilled
         input_cache = pbegin | "ReadCache" >> tft_beam.analyzer_cache.ReadAnalysisCacheFromFS(
             self._cache_dir, keys
         )
@@ -243,20 +252,23 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
             # from, so the newest span is read (its analyzers' outputs still come from the
             # cache).
             needed = {keys[-1]}
-        data = {
-            key: (
-                pbegin | f"ReadForAnalysis[{key.key}]" >> self._read_files(files)
-                if key in needed
-                else None
-            )
+        reads = {
+            key: pbegin | f"ReadForAnalysis[{key.key}]" >> self._read_files(files, spill=True)
             for key, files in self._train_datasets.items()
+            if key in needed
         }
-        return (data, input_cache, adapter_config) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(
-            self._preprocessing_fn
-        )
+        data = {key: reads[key].batches if key in reads else None for key in keys}
+        transform_fn, output_cache = (
+            data,
+            input_cache,
+            adapter_config,
+        ) | "Analyze" >> tft_beam.AnalyzeDatasetWithCache(self._preprocessing_fn)
+        spilled = [read.spilled for read in reads.values()] | "Spilled" >> beam.Flatten()
+        return transform_fn, output_cache, spilled
 
-    def _read_files(self, files, tag=None) -> ReadExampleBatches:
-        return ReadExampleBatches(files, self._schema, self._batch_size, tag)
+    def _read_files(self, files, tag=None, spill=False, spilled=None) -> ReadExampleBatches:
+        spill_dir = self.spill_dir if spill else None
+        return ReadExampleBatches(files, self._schema, self._batch_size, tag, spill_dir, spilled)
 
 
 # The passthrough column that carries each batch's split through the transform (a

@@ -52,8 +52,11 @@ def build_transform_pipeline(
     graph_dir: str,
     examples_dir: str,
     train_datasets: Optional[Mapping[str, str]] = None,
-) -> None:
+) -> str:
     """Wires the Transform phase into ``p`` without running it (inside a tft_beam.Context).
+
+    Returns the job's spill folder (the decoded train split, :class:`TransformExamples`),
+    to delete when the job has ended.
 
     Args:
       p: the pipeline to add the steps to.
@@ -101,6 +104,7 @@ def build_transform_pipeline(
         _ = result.analyzer_cache | "WriteCache" >> tft_beam.analyzer_cache.WriteAnalysisCacheToFS(
             p, cache_dir
         )
+    return transform.spill_dir
 
 
 def span_datasets(examples: Examples) -> dict[str, str]:
@@ -150,13 +154,14 @@ def run(
             run_dir.cache_path("transform"),
             list(datasets) or [dataset_cache_key(fingerprint).key],
         )
+    spill_dir = None
     try:
         # The job reads and writes a private copy of the cache entry, published only
         # when the job succeeded: a killed job never leaves a partial one to be read.
         cache_dir = cache.open() if cache is not None else None
         with tft_beam.Context(temp_dir=fileio.join(run_dir.root, ".staging", "tft-tmp")):
             p = create_pipeline(ctx.options)
-            build_transform_pipeline(
+            spill_dir = build_transform_pipeline(
                 p,
                 {s: examples.file_pattern(s) for s in splits},
                 schema,
@@ -187,6 +192,11 @@ def run(
         if error is not None:
             raise error from None
         raise
+    finally:
+        # The decoded train split, as large as the data: now, not with the rest of
+        # .staging when the run ends, after the training.
+        if spill_dir is not None:
+            run_dir.discard(spill_dir)
     rows = {s.value: counter(beam_result, f"transform.rows_out.{s.value}") for s in splits}
     cache_note = "off"
     details: dict = {}
