@@ -50,7 +50,6 @@ def _build(run_dir: str, module_file: str, beam_args: list[str], root: str, anal
     from beam_pipeline.engine.artifacts import Schema
     from beam_pipeline.runtime.options import create_pipeline, parse_beam_args
     from beam_pipeline.stages.transform.executor import build_transform_pipeline
-    from transforms.transform import TransformExamples
 
     schema = Schema.read_file(os.path.join(run_dir, "schema", "schema.pbtxt"))
     fn = get_preprocessing_fn(load_module(module_file), module_file)
@@ -61,8 +60,18 @@ def _build(run_dir: str, module_file: str, beam_args: list[str], root: str, anal
     }
     p = create_pipeline(parse_beam_args(beam_args))
     if analyze_only:
-        result = p | "Transform" >> TransformExamples(examples, schema, fn, None, "")
-        _ = result.transform_fn | tft_beam.WriteTransformFn(os.path.join(root, "graph"))
+        # tf.Transform's analysis of the train split as TransformExamples reads it (its
+        # 16,384 rows a batch), without the transform pass (which TransformExamples always
+        # wires).
+        from tfx_bsl.public import tfxio
+
+        from transforms.tfrecords import ReadExampleBatches
+
+        train = examples[Split.TRAIN]
+        data = p | "Read" >> ReadExampleBatches(sorted(glob.glob(train)), schema, 16384)
+        config = tfxio.TFExampleRecord(train, schema=schema).TensorAdapterConfig()
+        transform_fn = (data, config) | "Analyze" >> tft_beam.AnalyzeDataset(fn)
+        _ = transform_fn | tft_beam.WriteTransformFn(os.path.join(root, "graph"))
     else:
         build_transform_pipeline(
             p,

@@ -18,6 +18,8 @@ and parsed by TensorFlow's example parser into the RecordBatches tfx-bsl's decod
 (``_fast_parse_spec``). Why not TFXIO's
 ``BeamSource``: it reads through Beam's ``ReadFromTFRecord``, which frames every record in
 Python, a large share of a Transform's time on large inputs (figures in benchmarks/).
+A read can also spill what it decoded (Arrow IPC) for a later read of the same files in
+the job (``spill_dir``, ``spilled``): Transform's analysis and transform passes.
 
 Example::
 
@@ -50,6 +52,7 @@ from transforms.metrics import NAMESPACE
 
 __all__ = [
     "ReadExampleBatches",
+    "SpilledBatches",
     "SHARD_BYTES",
     "SHARD_SUFFIX",
     "WriteTFRecordBatches",
@@ -682,9 +685,11 @@ class _SpillWriter:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
-            self._file.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            finally:  # a full disk fails the stream's end: the file is closed still
+                self._file.close()
 
 
 def _read_spill(path: str | None):
