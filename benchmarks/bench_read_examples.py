@@ -87,6 +87,8 @@ def _spill(args) -> None:
     import shutil
     import tempfile
 
+    import pyarrow as pa
+
     from beam_pipeline.engine.artifacts import Schema
     from transforms.tfrecords import SPILLED, _DecodeFile, _read_spill
 
@@ -123,14 +125,10 @@ def _spill(args) -> None:
                 f"{sum(os.path.getsize(p) for p in spills.values()) / 1e6:.0f} MB spilled"
             )
             decode.teardown()
-            assert len(again) == len(decoded) and all(map(pa_equal, again, decoded))
+            assert len(again) == len(decoded) and all(map(pa.RecordBatch.equals, again, decoded))
         finally:
             shutil.rmtree(spill_dir, ignore_errors=True)
     print(f"files {len(files)}, same batches: True")
-
-
-def pa_equal(a, b) -> bool:
-    return a.equals(b)
 
 
 if __name__ == "__main__":
