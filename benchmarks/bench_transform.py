@@ -42,7 +42,14 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _build(run_dir: str, module_file: str, beam_args: list[str], root: str, analyze_only: bool):
+def _build(
+    run_dir: str,
+    module_file: str,
+    beam_args: list[str],
+    root: str,
+    analyze_only: bool,
+    analyzer_cache: bool = False,
+):
     import tensorflow_transform.beam as tft_beam
 
     from beam_pipeline.core.types import Split
@@ -79,8 +86,8 @@ def _build(run_dir: str, module_file: str, beam_args: list[str], root: str, anal
             schema,
             fn,
             module_file,
-            "",
-            None,
+            "bench",
+            os.path.join(root, "cache") if analyzer_cache else None,
             os.path.join(root, "graph"),
             os.path.join(root, "transformed"),
         )
@@ -141,6 +148,11 @@ def main() -> None:
     ap.add_argument("--profile", default=None, help="write cProfile stats here")
     ap.add_argument("--analyze_only", action="store_true")
     ap.add_argument(
+        "--analyzer_cache",
+        action="store_true",
+        help="write tf.Transform's analyzer cache (into a fresh folder), as a CLI run does",
+    )
+    ap.add_argument(
         "--result_name",
         default=None,
         help="also append each repeat to benchmarks/results/<this>.json (a list of runs)",
@@ -169,6 +181,7 @@ def main() -> None:
                     shlex.split(args.beam_args),
                     root,
                     args.analyze_only,
+                    args.analyzer_cache,
                 )
                 build_s = time.perf_counter() - t0
                 p.run().wait_until_finish()
