@@ -68,14 +68,15 @@ def _build(
     p = create_pipeline(parse_beam_args(beam_args))
     if analyze_only:
         # tf.Transform's analysis of the train split as TransformExamples reads it (its
-        # 16,384 rows a batch), without the transform pass (which TransformExamples always
-        # wires).
+        # batches of BATCH_SIZE rows), without the transform pass (which TransformExamples
+        # always wires).
         from tfx_bsl.public import tfxio
 
         from transforms.tfrecords import ReadExampleBatches
+        from transforms.transform import BATCH_SIZE
 
         train = examples[Split.TRAIN]
-        data = p | "Read" >> ReadExampleBatches(sorted(glob.glob(train)), schema, 16384)
+        data = p | "Read" >> ReadExampleBatches(sorted(glob.glob(train)), schema, BATCH_SIZE)
         config = tfxio.TFExampleRecord(train, schema=schema).TensorAdapterConfig()
         transform_fn = (data, config) | "Analyze" >> tft_beam.AnalyzeDataset(fn)
         _ = transform_fn | tft_beam.WriteTransformFn(os.path.join(root, "graph"))

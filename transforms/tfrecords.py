@@ -321,10 +321,10 @@ def _framed_batches(path: str, batch_size: int):
         blob = tf.constant(bytes(memoryview(buf)[:pos]))
         return tf.strings.substr(blob, at, length)
 
+    append = starts.append
     for piece in _inflated(path):
         buf += piece
         end = len(buf)
-        append = starts.append
         left = batch_size - len(starts)  # records this batch still takes
         while end - pos >= 12:
             (length,) = unpack(buf, pos)
@@ -343,8 +343,7 @@ def _framed_batches(path: str, batch_size: int):
                 end -= pos
                 done += len(starts)
                 pos = 0
-                starts = []
-                append = starts.append
+                starts.clear()  # batch() copied them
                 left = batch_size
     if pos != len(buf):
         raise _damaged(path, f"it ends inside record {done + len(starts)} (a truncated copy?)")

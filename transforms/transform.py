@@ -42,6 +42,7 @@ from transforms.metrics import NAMESPACE
 from transforms.tfrecords import ReadExampleBatches, WriteTFRecordBatches
 
 __all__ = [
+    "BATCH_SIZE",
     "TransformResult",
     "TransformExamples",
     "WriteTransformedExamples",
@@ -49,6 +50,8 @@ __all__ = [
 ]
 
 _TELEMETRY = ["beam_pipeline", "Transform"]
+# Rows per RecordBatch fed to tf.Transform (TransformExamples' batch_size says why).
+BATCH_SIZE = 16384
 
 
 class TransformResult(NamedTuple):
@@ -104,7 +107,7 @@ class TransformExamples(beam.PTransform[beam.pvalue.PBegin, TransformResult]):
         preprocessing_fn: Callable,
         cache_dir: Optional[str] = None,
         dataset_fingerprint: str = "",
-        batch_size: int = 16384,
+        batch_size: int = BATCH_SIZE,
         train_datasets: Optional[Mapping[str, str]] = None,
     ):
         super().__init__()
